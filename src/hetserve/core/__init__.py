@@ -1,0 +1,1 @@
+"""Data model shared by every layer (imports nothing else of hetserve)."""

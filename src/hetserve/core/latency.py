@@ -1,0 +1,339 @@
+"""Latency and energy models behind one interface (DESIGN.md):
+
+``latency(model, gpu, share, batch, blocks) -> seconds`` and ``energy(...) -> joules`` for
+a contiguous range of the model's blocks (``None``: the whole model) on one ``1/share``
+MPS slice of a GPU (a *virtual GPU*) at a batch size. Three sources:
+
+- :class:`RooflineModel` — analytic, from the model graph and the GPU's spec sheet;
+- :class:`LinearModel` — ``alpha * batch + beta`` per (model, GPU) (Shepherd Eq. 1);
+- :class:`TableModel` — a measured or imported profile set (:mod:`hetserve.core.profiles`).
+
+Roofline (documented in ``docs/latency-models.md``). For layer ``l`` at batch ``b`` on a
+``1/k`` slice of GPU ``g``::
+
+    P = peak_tflops(g) / k        B = mem_bw(g) / k
+    flops  = b * flops_l
+    bytes  = s * (param_bytes_l + b * mem_bytes_l)      s = storage bytes per value / 4
+    eff_c  = eff_kind[kind_l] * fill,   fill = w / (w + fill_elems_per_tflop * P),
+             w = b * mem_bytes_l / 4 / (2 n_ops_l)  (elements of the average tensor a
+             kernel reads or writes: the parallel work a kernel offers the GPU)
+    t_l    = max(flops / (P * eff_c), bytes / (B * eff_mem)) + n_ops_l * launch_s
+
+``peak_tflops`` is the FP16 tensor-core peak where the GPU has tensor cores, otherwise its
+FP32 peak (Pascal parts compute in FP32); values are stored in FP16 (``s = 0.5``) by
+default, as TensorRT-style inference does. Layers whose time is set by bytes (early, wide
+CNN layers with large activations, depthwise convolutions, normalisations) then run at a
+low-to-high-class ratio near the bandwidth ratio, compute-bound layers (late, many-channel
+convolutions, large matmuls) near the much larger peak-FLOPS ratio: PPipe's Fig. 3.
+
+Energy (all sources but a table with ``energy.csv``): while a slice computes, it draws
+``(idle_w + (tdp_w - idle_w) * (floor + (1 - floor) * u)) / k`` watts, where ``u`` is the
+fraction of the bounding resource's peak the work achieves (roofline: per layer,
+``max(flops / (P t), bytes / (B t))``; linear model: ``alpha b / (alpha b + beta)``) and
+``floor = 0.3`` is the activity floor of a busy GPU. Idle power between batches is the
+simulator's business.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Protocol, runtime_checkable
+
+from hetserve.core.errors import ConfigError, HetserveError, unknown
+from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
+from hetserve.core.graph import Blocks, ModelGraph, balanced_partition, get_graph
+
+BUSY_POWER_FLOOR = 0.3
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """The interface every latency source implements."""
+
+    def num_blocks(self, model: str) -> int: ...
+
+    def out_bytes(self, model: str, block: int) -> float:
+        """Bytes per request leaving ``block`` (crossing a cut after it)."""
+        ...
+
+    def latency(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float: ...
+
+    def energy(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float: ...
+
+
+def _check_args(model: str, share: int, batch: int, n_blocks: int, blocks: range | None) -> range:
+    if share < 1:
+        raise HetserveError(f"{model}: share must be >= 1 (one of k MPS slices), got {share}")
+    if batch < 1:
+        raise HetserveError(f"{model}: batch must be >= 1, got {batch}")
+    if blocks is None:
+        return range(n_blocks)
+    if blocks.step != 1 or len(blocks) == 0 or blocks.start < 0 or blocks.stop > n_blocks:
+        raise HetserveError(
+            f"{model}: block range {blocks.start}..{blocks.stop - 1} is not a "
+            f"non-empty contiguous range within 0..{n_blocks - 1}"
+        )
+    return blocks
+
+
+# ------------------------------------------------------------------ roofline
+
+
+DEFAULT_EFF_KIND: dict[str, float] = {
+    "conv": 0.55,
+    "stem": 0.45,
+    "bottleneck": 0.55,
+    "basic": 0.55,
+    "dense": 0.45,
+    "transition": 0.45,
+    "inception": 0.5,
+    "mbconv": 0.25,
+    "convnext": 0.4,
+    "downsample": 0.5,
+    "attention": 0.5,
+    "encoder": 0.55,
+    "decoder": 0.55,
+    "embedding": 0.3,
+    "mlp": 0.6,
+    "head": 0.5,
+    "pool": 0.3,
+    "norm": 0.3,
+    "fpn": 0.5,
+    "upsample": 0.3,
+}
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    eff_kind: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_EFF_KIND))
+    eff_default: float = 0.45
+    eff_mem: float = 0.7
+    fill_elems_per_tflop: float = 2048.0
+    launch_s: float = 2e-6
+    storage_bytes: int = 2
+
+
+class RooflineModel:
+    """Analytic latency from model graphs and GPU spec sheets.
+
+    ``blocks`` per model default to PPipe's pre-partitioning: ``n_blocks`` contiguous blocks
+    of about equal batch-1 latency on ``ref_gpu`` (section 5.2).
+    """
+
+    def __init__(
+        self,
+        graphs: Callable[[str], ModelGraph] = get_graph,
+        *,
+        n_blocks: int = 10,
+        ref_gpu: str = "V100",
+        catalog: GpuCatalog = DEFAULT_CATALOG,
+        params: RooflineParams | None = None,
+        blocks: Mapping[str, Blocks] | None = None,
+    ) -> None:
+        self._graphs = graphs
+        self.n_blocks = n_blocks
+        self.ref_gpu = catalog.get(ref_gpu)
+        self.catalog = catalog
+        self.p = params or RooflineParams()
+        self._blocks: dict[str, Blocks] = dict(blocks or {})
+        self._cache: dict[tuple[str, str, int, int], list[tuple[float, float]]] = {}
+
+    def graph(self, model: str) -> ModelGraph:
+        return self._graphs(model)
+
+    def _gpu(self, gpu: str | GpuType) -> GpuType:
+        return gpu if isinstance(gpu, GpuType) else self.catalog.get(gpu)
+
+    def layer_times(
+        self, model: str, gpu: str | GpuType, share: int = 1, batch: int = 1
+    ) -> list[tuple[float, float]]:
+        """Per layer: (seconds, achieved fraction of the bounding resource's peak)."""
+        g = self._gpu(gpu)
+        key = (model, g.name, share, batch)
+        if key in self._cache:
+            return self._cache[key]
+        graph = self.graph(model)
+        p = self.p
+        peak = g.inference_tflops * 1e12 / share
+        bw = g.mem_bw_gbps * 1e9 / share
+        s = p.storage_bytes / 4
+        fill_half = p.fill_elems_per_tflop * peak / 1e12
+        out = []
+        for layer in graph.layers:
+            flops = batch * layer.flops
+            nbytes = s * (layer.param_bytes + batch * layer.mem_bytes)
+            # parallel work: the average tensor a kernel of this layer reads or writes
+            work = batch * layer.mem_bytes / 4 / max(1, 2 * layer.n_ops)
+            fill = work / (work + fill_half) if work > 0 else 1.0
+            eff_c = p.eff_kind.get(layer.kind, p.eff_default) * fill
+            t_c = flops / (peak * eff_c) if flops > 0 else 0.0
+            t_m = nbytes / (bw * p.eff_mem)
+            t_roof = max(t_c, t_m)
+            t = t_roof + layer.n_ops * p.launch_s
+            u = max(flops / (peak * t), nbytes / (bw * t)) if t > 0 else 0.0
+            out.append((t, min(1.0, u)))
+        self._cache[key] = out
+        return out
+
+    def blocks(self, model: str) -> Blocks:
+        if model not in self._blocks:
+            graph = self.graph(model)
+            n = min(self.n_blocks, len(graph.layers))
+            costs = [t for t, _ in self.layer_times(model, self.ref_gpu, 1, 1)]
+            self._blocks[model] = Blocks.from_graph(graph, balanced_partition(costs, n))
+        return self._blocks[model]
+
+    def num_blocks(self, model: str) -> int:
+        return len(self.blocks(model))
+
+    def out_bytes(self, model: str, block: int) -> float:
+        return self.blocks(model).out_bytes[block]
+
+    def _layer_range(self, model: str, blocks: range) -> range:
+        b = self.blocks(model)
+        return range(b.bounds[blocks.start], b.bounds[blocks.stop])
+
+    def latency(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float:
+        rng = _check_args(model, share, batch, self.num_blocks(model), blocks)
+        times = self.layer_times(model, gpu, share, batch)
+        return sum(times[i][0] for i in self._layer_range(model, rng))
+
+    def energy(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float:
+        rng = _check_args(model, share, batch, self.num_blocks(model), blocks)
+        g = self._gpu(gpu)
+        times = self.layer_times(model, g, share, batch)
+        joules = 0.0
+        for i in self._layer_range(model, rng):
+            t, u = times[i]
+            joules += t * busy_power_w(g, share, u)
+        return joules
+
+
+def busy_power_w(gpu: GpuType, share: int, utilisation: float) -> float:
+    """Power drawn by one ``1/share`` slice while it computes at ``utilisation``."""
+    u = BUSY_POWER_FLOOR + (1 - BUSY_POWER_FLOOR) * min(1.0, max(0.0, utilisation))
+    return (gpu.idle_w + (gpu.tdp_w - gpu.idle_w) * u) / share
+
+
+# ------------------------------------------------------------------ linear
+
+
+@dataclass(frozen=True)
+class LinearParams:
+    alpha_s: float
+    beta_s: float
+
+
+class LinearModel:
+    """``latency = alpha * batch + beta`` per (model, GPU type) (Shepherd Eq. 1).
+
+    A linear model describes whole models: it has one block per model. Only ``share = 1``
+    is defined (Shepherd does not slice GPUs).
+    """
+
+    def __init__(
+        self, params: Mapping[tuple[str, str], LinearParams], catalog: GpuCatalog = DEFAULT_CATALOG
+    ) -> None:
+        self.catalog = catalog
+        self.params = {(m.lower(), catalog.get(g).name): v for (m, g), v in params.items()}
+
+    def models(self) -> list[str]:
+        return sorted({m for m, _ in self.params})
+
+    def _get(self, model: str, gpu: str | GpuType) -> LinearParams:
+        g = gpu.name if isinstance(gpu, GpuType) else self.catalog.get(gpu).name
+        try:
+            return self.params[(model.lower(), g)]
+        except KeyError:
+            if model.lower() not in {m for m, _ in self.params}:
+                raise unknown("model", model, self.models()) from None
+            gpus = sorted({gg for m, gg in self.params if m == model.lower()})
+            raise HetserveError(
+                f"linear model has no parameters for {model} on {g} (only on {', '.join(gpus)})"
+            ) from None
+
+    def num_blocks(self, model: str) -> int:
+        return 1
+
+    def out_bytes(self, model: str, block: int) -> float:
+        return 0.0
+
+    def latency(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float:
+        _check_args(model, share, batch, 1, blocks)
+        if share != 1:
+            raise HetserveError(f"linear model ({model}): only share 1 is defined, got {share}")
+        p = self._get(model, gpu)
+        return p.alpha_s * batch + p.beta_s
+
+    def energy(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float:
+        t = self.latency(model, gpu, share, batch, blocks)
+        p = self._get(model, gpu)
+        g = gpu if isinstance(gpu, GpuType) else self.catalog.get(gpu)
+        u = p.alpha_s * batch / (p.alpha_s * batch + p.beta_s)
+        return t * busy_power_w(g, share, u)
+
+
+@dataclass(frozen=True)
+class ShepherdRow:
+    model: str
+    abbrev: str
+    zoo_model: str
+    alpha_ms: float
+    beta_ms: float
+    exit_points: int
+
+
+def shepherd_table4() -> list[ShepherdRow]:
+    """Shepherd (NSDI'23) Table 4: alpha, beta (ms) and exit points of 17 models on a
+    V100-16GB (p3.2xlarge), shipped as ``hetserve/data/shepherd_table4.csv``."""
+    text = (resources.files("hetserve") / "data" / "shepherd_table4.csv").read_text()
+    rows = []
+    for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        rows.append(
+            ShepherdRow(
+                r["model"],
+                r["abbrev"],
+                r["zoo_model"],
+                float(r["alpha_ms"]),
+                float(r["beta_ms"]),
+                int(r["exit_points"]),
+            )
+        )
+    return rows
+
+
+def shepherd_linear_model() -> LinearModel:
+    """The linear model of Shepherd Table 4, keyed by our zoo name where we have the model
+    and by the paper's abbreviation otherwise (e.g. ``rs50``)."""
+    params = {}
+    for r in shepherd_table4():
+        name = r.zoo_model or r.abbrev.lower()
+        params[(name, "V100-16GB")] = LinearParams(r.alpha_ms / 1e3, r.beta_ms / 1e3)
+    return LinearModel(params)
+
+
+def fit_linear(batches: Iterable[int], latencies_s: Iterable[float]) -> LinearParams:
+    """Least-squares ``alpha, beta`` of latency against batch size."""
+    import numpy as np
+
+    b = np.asarray(list(batches), dtype=float)
+    y = np.asarray(list(latencies_s), dtype=float)
+    if len(b) < 2 or len(set(b.tolist())) < 2:
+        raise ConfigError("fit_linear: need latencies at two or more batch sizes")
+    alpha, beta = np.polyfit(b, y, 1)
+    return LinearParams(float(alpha), float(beta))

@@ -1,0 +1,37 @@
+"""Requests and streams.
+
+A request has a model, a stream, an arrival time and a deadline (and, in the runtime, a
+payload). A stream is (model, SLO, arrival process); the arrival process objects live in
+:mod:`hetserve.workload` (core imports nothing else of hetserve).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    model: str
+    slo_s: float
+    process: Any = None  # a hetserve.workload.ArrivalProcess
+
+    def __post_init__(self) -> None:
+        if self.slo_s <= 0:
+            raise ValueError(f"stream {self.name}: slo_s must be > 0, got {self.slo_s}")
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    model: str
+    stream: str
+    arrival_s: float
+    deadline_s: float
+    payload: Any = None
+
+    @property
+    def slo_s(self) -> float:
+        return self.deadline_s - self.arrival_s

@@ -1,0 +1,39 @@
+"""The zoo's registry: model name -> builder (random weights; nothing is downloaded)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from hetserve.core.errors import unknown
+from hetserve.zoo import cnn, transformers
+from hetserve.zoo.layered import LayeredModel
+
+MODELS: dict[str, Callable[[], LayeredModel]] = {
+    "resnet18": partial(cnn.resnet, 18),
+    "resnet50": partial(cnn.resnet, 50),
+    "resnet101": partial(cnn.resnet, 101),
+    "resnet152": partial(cnn.resnet, 152),
+    "densenet121": cnn.densenet121,
+    "inception-v3": cnn.inception_v3,
+    "efficientnet-b0": partial(cnn.efficientnet, "b0"),
+    "efficientnet-b4": partial(cnn.efficientnet, "b4"),
+    "efficientnet-b8": partial(cnn.efficientnet, "b8"),
+    "convnext-t": cnn.convnext_tiny,
+    "vit-b16": transformers.vit_b16,
+    "bert-base": transformers.bert_base,
+    "gpt2": transformers.gpt2_small,
+    "fcn-resnet101": cnn.fcn_resnet101,
+    "resnet50-fpn": cnn.resnet50_fpn,
+}
+
+
+def build(name: str, seed: int = 0) -> LayeredModel:
+    """A zoo model in eval mode with seeded random weights."""
+    key = name.lower().replace("_", "-")
+    if key not in MODELS:
+        raise unknown("zoo model", name, MODELS)
+    torch.manual_seed(seed)
+    return MODELS[key]().eval()
