@@ -21,7 +21,8 @@ from rich.table import Table
 from hetserve import __version__
 from hetserve.core.errors import HetserveError
 
-console = Console()
+# Piped output (logs, CI, `| less`) gets wide tables instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def _csv(value: str) -> list[str]:

@@ -38,10 +38,21 @@ def closest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
     return [by_lower[h] for h in hits]
 
 
-def unknown(kind: str, name: str, known: Iterable[str]) -> UnknownNameError:
-    """An error for an unknown ``kind`` name, suggesting the closest known ones."""
+def unknown(
+    kind: str, name: str, known: Iterable[str], aliases: dict[str, str] | None = None
+) -> UnknownNameError:
+    """An error for an unknown ``kind`` name, suggesting the closest known ones.
+
+    ``aliases`` maps other accepted spellings to known names; they are searched too and
+    suggested as the name they stand for.
+    """
     known = list(known)
-    near = closest(name, known)
+    pool = {k: k for k in known} | dict(aliases or {})
+    near: list[str] = []
+    for hit in closest(name, pool, n=5):
+        if pool[hit] not in near:
+            near.append(pool[hit])
+    near = near[:3]
     hint = f"; did you mean {', '.join(repr(s) for s in near)}?" if near else ""
     listing = ", ".join(sorted(known)[:12]) + (" ..." if len(known) > 12 else "")
     return UnknownNameError(f"unknown {kind} {name!r}{hint} (known: {listing})")

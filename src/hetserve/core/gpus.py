@@ -247,7 +247,7 @@ class GpuCatalog:
     def get(self, name: str) -> GpuType:
         canonical = self._index.get(_key(name))
         if canonical is None:
-            raise unknown("GPU type", name, self._types)
+            raise unknown("GPU type", name, self._types, self._index)
         return self._types[canonical]
 
     def __contains__(self, name: object) -> bool:

@@ -193,8 +193,9 @@ def parse_process(spec: str) -> ArrivalProcess:
     allowed = {f.name for f in fields(cls)}
     kwargs: dict[str, float] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, val = item.partition("=")
-        key = "rate_rps" if key.strip() in ("rate", "rate_rps") else key.strip()
+        given, eq, val = item.partition("=")
+        given = given.strip()
+        key = "rate_rps" if given in ("rate", "rate_rps") else given
         if not eq or key not in allowed:
             raise HetserveError(
                 f"arrival process {spec!r}: expected key=value with keys "
@@ -205,7 +206,7 @@ def parse_process(spec: str) -> ArrivalProcess:
             kwargs[key] = float(val)
         except ValueError:
             raise HetserveError(
-                f"arrival process {spec!r}: {key} must be a number, got {val!r}"
+                f"arrival process {spec!r}: {given} must be a number, got {val!r}"
             ) from None
     if "rate_rps" not in kwargs:
         raise HetserveError(f"arrival process {spec!r}: rate is required (e.g. {name}:rate=10)")
