@@ -11,7 +11,6 @@ TORCH  := torch==2.13.0
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade --quiet pip
 
 $(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml
 	$(PIP) install --quiet -e .
