@@ -637,7 +637,8 @@ def trace_stats(
             t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
         console.print(t)
     if plot:
-        console.print(f"wrote {plot_rate(tr, plot, bin_s)}")
+        written = plot_rate(tr, plot, bin_s)
+        click.echo(f"wrote {written}", err=as_json)  # keep stdout pure JSON
 
 
 # ------------------------------------------------------------------ zoo
@@ -718,6 +719,10 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="hetserve", standalone_mode=False)
     except HetserveError as e:
         click.echo(f"hetserve: error: {e}", err=True)
+        return 2
+    except OSError as e:  # writing an output file or folder
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"hetserve: error: {where}{e.strerror or e}", err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("hetserve: aborted", err=True)

@@ -61,6 +61,19 @@ def test_cluster_commands(capsys, tmp_path):
             "unknown arrival process",
         ),
         (("trace", "stats", "/nonexistent.csv"), "cannot read"),
+        (
+            (
+                "profile",
+                "estimate",
+                "--cluster",
+                "hc1-s",
+                "--models",
+                "resnet18",
+                "--out",
+                "/proc/hetserve-no",
+            ),
+            "/proc/hetserve-no",
+        ),
     ],
 )
 def test_errors_are_one_line_exit_2(capsys, args, needle):
@@ -131,8 +144,7 @@ def test_profile_estimate(capsys, tmp_path):
 
 def test_trace_gen_and_stats(capsys, tmp_path):
     a = tmp_path / "a.csv"
-    code, _, _ = run(
-        capsys,
+    gen = (
         "trace",
         "gen",
         "--process",
@@ -145,28 +157,11 @@ def test_trace_gen_and_stats(capsys, tmp_path):
         "30",
         "--seed",
         "2",
-        "--out",
-        str(a),
     )
+    code, _, _ = run(capsys, *gen, "--out", str(a))
     assert code == 0
     first = a.read_text()
-    run(
-        capsys,
-        "trace",
-        "gen",
-        "--process",
-        "gamma:rate=200,cv=3",
-        "--models",
-        "resnet50,bert-base",
-        "--streams",
-        "4",
-        "--duration",
-        "30",
-        "--seed",
-        "2",
-        "--out",
-        str(a),
-    )
+    run(capsys, *gen, "--out", str(a))
     assert a.read_text() == first  # seeded
     code, out, _ = run(capsys, "trace", "stats", str(a), "--json", "--bin", "1")
     s = json.loads(out)
@@ -203,7 +198,7 @@ def test_trace_gen_and_stats(capsys, tmp_path):
         str(png),
         "--json",
     )
-    s = json.loads(out.split("\nwrote")[0])
+    s = json.loads(out)
     assert code == 0 and s["format"] == "azure2019"
     assert s["mean_rate_rps"] == pytest.approx(40)
     assert png.exists()

@@ -25,10 +25,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hetserve.core.errors import ConfigError, HetserveError
+from hetserve.core.files import read_yaml
 from hetserve.core.gpus import (
     DEFAULT_CATALOG,
     GpuCatalog,
@@ -413,14 +413,7 @@ def parse_cluster(data: Any, source: str, catalog: GpuCatalog = DEFAULT_CATALOG)
 
 
 def load_cluster_file(path: str | Path, catalog: GpuCatalog = DEFAULT_CATALOG) -> Cluster:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read cluster file: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    return parse_cluster(data, str(path), catalog)
+    return parse_cluster(read_yaml(path, "cluster file"), str(path), catalog)
 
 
 def load_cluster(name_or_path: str, catalog: GpuCatalog = DEFAULT_CATALOG) -> Cluster:

@@ -25,10 +25,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hetserve.core.errors import ConfigError, unknown
+from hetserve.core.files import read_yaml
 
 PCIE_GBPS = {3: 15.75, 4: 31.5, 5: 63.0}
 
@@ -297,14 +297,7 @@ def parse_gpu_types(data: Any, source: str) -> list[GpuType]:
 
 
 def load_gpu_types(path: str | Path) -> list[GpuType]:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read GPU types: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    return parse_gpu_types(data, str(path))
+    return parse_gpu_types(read_yaml(path, "GPU types"), str(path))
 
 
 def pydantic_message(err: ValidationError) -> str:

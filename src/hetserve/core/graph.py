@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.core.errors import ConfigError, unknown
+from hetserve.core.files import read_json
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,7 @@ class ModelGraph:
 
 
 def load_graph_file(path: str | Path) -> ModelGraph:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read model graph: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
-    return ModelGraph.from_json(data, str(path))
+    return ModelGraph.from_json(read_json(path, "model graph"), str(path))
 
 
 def _graph_dir() -> Any:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import bisect
 import csv
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetserve.core.errors import ConfigError, HetserveError
+from hetserve.core.files import csv_rows
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
 from hetserve.core.latency import LatencyModel, _check_args
 
@@ -75,7 +76,7 @@ class ProfileSet:
         out_bytes: dict[str, list[float]] = {}
         seen_blocks: dict[str, dict[int, float]] = {}
         path = folder / "blocks.csv"
-        for line, row in _rows(path, BLOCKS_COLUMNS):
+        for line, row in csv_rows(path, BLOCKS_COLUMNS):
             model = _name(path, line, row, "model")
             block = _int(path, line, row, "block", 0)
             ob = _num(path, line, row, "out_bytes", allow_zero=True)
@@ -112,26 +113,6 @@ def _write_table(path: Path, columns: Sequence[str], table: dict[Key, list[float
         for (m, g, s, b), vals in sorted(table.items()):
             for i, v in enumerate(vals):
                 w.writerow([m, g, s, b, i, _fmt(v)])
-
-
-def _rows(path: Path, columns: Sequence[str]) -> Iterable[tuple[int, dict[str, str]]]:
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise ConfigError(
-                f"{path}:1: header must have columns {','.join(columns)}; "
-                f"missing {','.join(missing)}"
-            )
-        for row in reader:
-            if None in row or any(v is None for v in row.values()):
-                raise ConfigError(f"{path}:{reader.line_num}: expected {len(header)} fields")
-            yield reader.line_num, row
 
 
 def _name(path: Path, line: int, row: dict[str, str], col: str) -> str:
@@ -173,7 +154,7 @@ def _read_table(
 ) -> dict[Key, list[float]]:
     value_col = columns[-1]
     cells: dict[Key, dict[int, float]] = {}
-    for line, row in _rows(path, columns):
+    for line, row in csv_rows(path, columns):
         model = _name(path, line, row, "model")
         if model not in out_bytes:
             raise ConfigError(f"{path}:{line}: model {model!r} has no rows in blocks.csv")

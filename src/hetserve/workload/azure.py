@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from hetserve.core.errors import ConfigError, HetserveError
+from hetserve.core.files import csv_rows
 from hetserve.core.requests import Stream
 from hetserve.workload.arrivals import _uniform_in
 from hetserve.workload.trace import Trace
@@ -150,31 +151,19 @@ def read_azure2021(
 ) -> Trace:
     """Arrivals from an Azure Functions 2021 invocation file (``start = end - duration``)."""
     path = Path(path)
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     starts: list[float] = []
     keys: list[str] = []
-    with f:
-        r = csv.DictReader(f)
-        need = ("app", "func", "end_timestamp", "duration")
-        missing = [c for c in need if c not in (r.fieldnames or [])]
-        if missing:
+    for line, row in csv_rows(path, ("app", "func", "end_timestamp", "duration")):
+        try:
+            end, dur = float(row["end_timestamp"]), float(row["duration"])
+        except ValueError:
             raise ConfigError(
-                f"{path}:1: header must have columns {','.join(need)}; missing {','.join(missing)}"
-            )
-        for row in r:
-            try:
-                end, dur = float(row["end_timestamp"]), float(row["duration"])
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"{path}:{r.line_num}: end_timestamp and duration must be numbers"
-                ) from None
-            if dur < 0:
-                raise ConfigError(f"{path}:{r.line_num}: duration must be >= 0, got {dur}")
-            starts.append(end - dur)
-            keys.append(f"{row['app'][:8]}/{row['func'][:8]}")
+                f"{path}:{line}: end_timestamp and duration must be numbers"
+            ) from None
+        if dur < 0:
+            raise ConfigError(f"{path}:{line}: duration must be >= 0, got {dur}")
+        starts.append(end - dur)
+        keys.append(f"{row['app'][:8]}/{row['func'][:8]}")
     if not starts:
         raise ConfigError(f"{path}: no invocation rows")
     t = np.asarray(starts)

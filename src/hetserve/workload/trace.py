@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from hetserve.core.errors import ConfigError, HetserveError
+from hetserve.core.files import csv_rows
 from hetserve.core.requests import Request, Stream
 
 ARRIVALS_COLUMNS = ("time_s", "stream", "model", "slo_s")
@@ -87,38 +88,24 @@ class Trace:
         idx: list[int] = []
         streams: dict[str, Stream] = {}
         order: dict[str, int] = {}
-        try:
-            f = open(path, newline="")
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-        with f:
-            r = csv.DictReader(f)
-            missing = [c for c in ARRIVALS_COLUMNS if c not in (r.fieldnames or [])]
-            if missing:
+        for line, row in csv_rows(path, ARRIVALS_COLUMNS):
+            try:
+                t, slo = float(row["time_s"]), float(row["slo_s"])
+            except ValueError:
+                raise ConfigError(f"{path}:{line}: time_s and slo_s must be numbers") from None
+            if t < 0 or slo <= 0:
+                raise ConfigError(f"{path}:{line}: expected time_s >= 0 and slo_s > 0")
+            name = row["stream"]
+            if name not in streams:
+                streams[name] = Stream(name, row["model"], slo)
+                order[name] = len(order)
+            elif streams[name].model != row["model"]:
                 raise ConfigError(
-                    f"{path}:1: header must have columns "
-                    f"{','.join(ARRIVALS_COLUMNS)}; missing {','.join(missing)}"
+                    f"{path}:{line}: stream {name} changes model "
+                    f"from {streams[name].model} to {row['model']}"
                 )
-            for row in r:
-                try:
-                    t, slo = float(row["time_s"]), float(row["slo_s"])
-                except (TypeError, ValueError):
-                    raise ConfigError(
-                        f"{path}:{r.line_num}: time_s and slo_s must be numbers"
-                    ) from None
-                if t < 0 or slo <= 0:
-                    raise ConfigError(f"{path}:{r.line_num}: expected time_s >= 0 and slo_s > 0")
-                name = row["stream"]
-                if name not in streams:
-                    streams[name] = Stream(name, row["model"], slo)
-                    order[name] = len(order)
-                elif streams[name].model != row["model"]:
-                    raise ConfigError(
-                        f"{path}:{r.line_num}: stream {name} changes model "
-                        f"from {streams[name].model} to {row['model']}"
-                    )
-                times.append(t)
-                idx.append(order[name])
+            times.append(t)
+            idx.append(order[name])
         t_arr = np.asarray(times, dtype=np.float64)
         if np.any(np.diff(t_arr) < 0):
             raise ConfigError(f"{path}: time_s must be sorted ascending")
