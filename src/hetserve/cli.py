@@ -674,7 +674,8 @@ def zoo_export(models: str | None, out: str) -> None:
 @click.option("--out", default="demo-out", show_default=True, type=click.Path(file_okay=False))
 def demo(out: str) -> None:
     """A tour: the GPU catalog, a PPipe cluster preset, a model's blocks, the per-layer
-    latency ratio plot (PPipe Fig. 3) and an estimated profile set."""
+    latency ratio plot (PPipe Fig. 3), an estimated profile set, and a simulation of two
+    schedulers with a report."""
     from hetserve.core.cluster import load_cluster
     from hetserve.core.gpus import get_gpu
     from hetserve.core.latency import RooflineModel
@@ -709,12 +710,35 @@ def demo(out: str) -> None:
     console.print(
         f"wrote {folder}/ (latency.csv, blocks.csv, energy.csv; format in docs/profiles.md)"
     )
+    console.rule("6. Simulate: the same kind of cluster, two schedulers")
+    from hetserve.cli_sim import print_summary, write_run
+    from hetserve.experiments.metrics import summarize
+    from hetserve.experiments.report import write_report
+    from hetserve.experiments.setup import build_setup, build_trace
+    from hetserve.experiments.setup import simulate as run_sim
+
+    setup = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
+    trace = build_trace(setup, "poisson", setup.plan.rates_at(0.7), 10.0, seed=0)
+    for sched in ("fixed-batch", "edf-adaptive"):
+        res = run_sim(setup, sched, trace)
+        s = summarize(res)
+        print_summary(
+            s, f"{sched} on hc1-s, Poisson at load factor 0.7 ({len(trace)} requests over 10 s)"
+        )
+        write_run(outdir / f"sim-{sched}", res, s)
+    console.print(f"wrote {write_report(outdir / 'sim-edf-adaptive')}")
     console.print(
-        "[green]demo done[/green]: next issues add planning, simulation and serving to this tour."
+        "[green]demo done[/green]: next issues add the PPipe planner, Shepherd, "
+        "DeepPlan, MagicBatch, RAMPA and the Ray runtime to this tour."
     )
 
 
+def _register_subcommands() -> None:
+    import hetserve.cli_sim  # noqa: F401  (registers simulate, sweep, report)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _register_subcommands()
     try:
         cli.main(args=argv, prog_name="hetserve", standalone_mode=False)
     except HetserveError as e:

@@ -79,6 +79,19 @@ def read_azure2019(
     if len(keep) == 0:
         raise HetserveError(f"{path}: no invocations in minutes {lo}..{hi}")
     counts, names = counts[keep], [names[i] for i in keep]
+    trace = counts_to_trace(names, counts, models, slo_s, seed)
+    return trace.scaled_to_rate(target_rate_rps) if target_rate_rps else trace
+
+
+def counts_to_trace(
+    names: Sequence[str],
+    counts: np.ndarray,
+    models: Sequence[str],
+    slo_s: float | Sequence[float],
+    seed: int,
+) -> Trace:
+    """Per-minute counts ``(functions, minutes)`` -> a trace: one stream per function,
+    folded onto the models, arrivals uniform within each minute (seeded)."""
     fmodels = fold_onto_models(counts.sum(axis=1), models)
     slos = _slo_map(models, slo_s)
     streams = tuple(Stream(n, m, slos[m]) for n, m in zip(names, fmodels, strict=True))
@@ -91,8 +104,7 @@ def read_azure2019(
     times = starts[idx] + rng.random(len(idx)) * 60.0
     sidx = fn[idx]
     order = np.argsort(times, kind="stable")
-    trace = Trace(times[order], sidx[order], streams, n_m * 60.0)
-    return trace.scaled_to_rate(target_rate_rps) if target_rate_rps else trace
+    return Trace(times[order], sidx[order], streams, n_m * 60.0)
 
 
 def _slo_map(models: Sequence[str], slo_s: float | Sequence[float]) -> dict[str, float]:

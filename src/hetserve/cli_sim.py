@@ -1,0 +1,406 @@
+"""``hetserve simulate``, ``sweep`` and ``report`` (registered on the main CLI group)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hetserve.cli import _csv, cli, console
+from hetserve.core.errors import HetserveError
+
+
+def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by simulate and sweep."""
+    opts = [
+        click.option(
+            "--cluster", "cluster_name", required=True, help="Preset name or cluster YAML file."
+        ),
+        click.option("--models", required=True, help="Comma-separated model names."),
+        click.option(
+            "--profiles",
+            type=click.Path(file_okay=False),
+            default=None,
+            help="Profile-set folder (default: the roofline estimate).",
+        ),
+        click.option(
+            "--estimate",
+            is_flag=True,
+            help="Use the roofline model (the default without --profiles).",
+        ),
+        click.option(
+            "--slo",
+            "slo",
+            default=None,
+            help="Per-model SLOs in ms: m1=ms,m2=ms (overrides --slo-scale).",
+        ),
+        click.option(
+            "--slo-scale",
+            default=5.0,
+            show_default=True,
+            help="SLO = this x batch-1 latency on the cluster's fastest GPU type.",
+        ),
+        click.option(
+            "--plan",
+            "plan_path",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Plan JSON (default: whole models on every GPU, shared pools).",
+        ),
+        click.option(
+            "--max-batch",
+            default=8,
+            show_default=True,
+            help="Largest batch the default plan allows.",
+        ),
+        click.option(
+            "--param", "params", multiple=True, help="Scheduler parameter key=value (repeatable)."
+        ),
+        click.option(
+            "--workload",
+            default="poisson",
+            show_default=True,
+            help="poisson | gamma:CV | mmpp | azure2019:FILE | azure2021:FILE | synthetic",
+        ),
+        click.option(
+            "--duration", "duration_s", default=60.0, show_default=True, help="Seconds of arrivals."
+        ),
+        click.option(
+            "--jitter-cv",
+            default=0.0,
+            show_default=True,
+            help="CV of a lognormal multiplier on every stage execution.",
+        ),
+        click.option(
+            "--cut-bytes",
+            type=click.Choice(["fp32", "fp16"]),
+            default="fp32",
+            show_default=True,
+            help="Precision of activations crossing cuts.",
+        ),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _build(
+    cluster_name: str,
+    models: str,
+    profiles: str | None,
+    estimate: bool,
+    slo: str | None,
+    slo_scale: float,
+    plan_path: str | None,
+    max_batch: int,
+) -> Any:
+    from hetserve.experiments.setup import build_setup, parse_slo
+
+    if profiles and estimate:
+        raise HetserveError("give --profiles DIR or --estimate, not both")
+    if slo_scale <= 0:
+        raise HetserveError(f"--slo-scale must be > 0, got {slo_scale}")
+    if max_batch < 1:
+        raise HetserveError(f"--max-batch must be >= 1, got {max_batch}")
+    return build_setup(
+        cluster_name,
+        _csv(models),
+        profiles=profiles,
+        slo_ms=parse_slo(slo),
+        slo_scale=slo_scale,
+        plan=plan_path,
+        max_batch=max_batch,
+    )
+
+
+def _sim_config(seed: int, jitter_cv: float, cut_bytes: str) -> Any:
+    from hetserve.sim.engine import SimConfig
+
+    return SimConfig(
+        seed=seed,
+        jitter="lognormal" if jitter_cv > 0 else "none",
+        jitter_cv=jitter_cv,
+        cut_bytes_factor=0.5 if cut_bytes == "fp16" else 1.0,
+    )
+
+
+def print_summary(s: dict[str, Any], title: str) -> None:
+    t = Table(title=title)
+    for col in (
+        "model",
+        "arrived",
+        "attainment",
+        "goodput/s",
+        "offered/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "late",
+        "dropped",
+        "failed",
+    ):
+        t.add_column(col, justify="left" if col == "model" else "right")
+
+    def row(name: str, m: dict[str, Any]) -> None:
+        lat = m["latency_ms"]
+
+        def ms(k: str) -> str:
+            return "-" if lat[k] is None else f"{lat[k]:.2f}"
+
+        t.add_row(
+            name,
+            str(m["arrived"]),
+            f"{100 * m['attainment']:.2f}%",
+            f"{m['goodput_rps']:.1f}",
+            f"{m['offered_rps']:.1f}",
+            ms("p50"),
+            ms("p90"),
+            ms("p99"),
+            str(m["late"]),
+            str(m["dropped"]),
+            str(m["failed"]),
+        )
+
+    for name, m in s["per_model"].items():
+        row(name, m)
+    row("all", s)
+    console.print(t)
+    util = ", ".join(f"{g} {100 * u:.1f}%" for g, u in s["utilization"].items())
+    epr = s["energy_per_request_j"]
+    console.print(
+        f"utilisation: {util}; energy {s['energy_j']:.1f} J"
+        + (f" ({epr:.3f} J/request)" if epr is not None else "")
+        + (f"; mean batch {s['mean_batch_size']:.2f}" if s["mean_batch_size"] else "")
+    )
+
+
+def write_run(folder: Path, res: Any, summary: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    res.write_requests_csv(folder / "requests.csv")
+    res.write_batches_csv(folder / "batches.csv")
+
+
+@cli.command()
+@_setup_options
+@click.option(
+    "--scheduler",
+    default="edf-adaptive",
+    show_default=True,
+    help="Registered name (fixed-batch, edf-adaptive, ...) or module:Class.",
+)
+@click.option("--rate", "rate_rps", type=float, default=None, help="Total offered rate, req/s.")
+@click.option(
+    "--load-factor",
+    type=float,
+    default=None,
+    help="Offered rate as a multiple of the plan's capacity (default 1.0).",
+)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def simulate(
+    cluster_name: str,
+    models: str,
+    profiles: str | None,
+    estimate: bool,
+    slo: str | None,
+    slo_scale: float,
+    plan_path: str | None,
+    max_batch: int,
+    params: tuple[str, ...],
+    workload: str,
+    duration_s: float,
+    jitter_cv: float,
+    cut_bytes: str,
+    scheduler: str,
+    rate_rps: float | None,
+    load_factor: float | None,
+    seed: int,
+    out: str,
+) -> None:
+    """Simulate serving a workload; writes summary.json, requests.csv, batches.csv."""
+    from hetserve.experiments.metrics import summarize
+    from hetserve.experiments.setup import build_trace, model_rates
+    from hetserve.experiments.setup import simulate as run_sim
+    from hetserve.scheduling.protocol import parse_params
+
+    if duration_s <= 0:
+        raise HetserveError(f"--duration must be > 0, got {duration_s}")
+    setup = _build(cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch)
+    if rate_rps is None and load_factor is None:
+        load_factor = 1.0
+    rates = model_rates(setup, rate_rps, load_factor)
+    trace = build_trace(setup, workload, rates, duration_s, seed)
+    t0 = time.perf_counter()
+    res = run_sim(
+        setup, scheduler, trace, parse_params(params), _sim_config(seed, jitter_cv, cut_bytes)
+    )
+    wall = time.perf_counter() - t0
+    s = summarize(res)
+    s["config"] = {
+        "cluster": setup.cluster.name,
+        "models": setup.models,
+        "slo_ms": {m: v * 1e3 for m, v in setup.slos_s.items()},
+        "scheduler": scheduler,
+        "params": list(params),
+        "workload": workload,
+        "rates_rps": rates,
+        "load_factor": load_factor,
+        "duration_s": duration_s,
+        "seed": seed,
+        "jitter_cv": jitter_cv,
+        "cut_bytes": cut_bytes,
+        "capacity_rps": setup.plan.capacity_rps(),
+        "latency_source": "profiles" if profiles else "roofline",
+    }
+    folder = Path(out)
+    write_run(folder, res, s)
+    print_summary(
+        s,
+        f"{scheduler} on {setup.cluster.name}, {workload}, "
+        f"{sum(rates.values()):.1f} req/s"
+        + (f" (load factor {load_factor:g})" if load_factor else ""),
+    )
+    console.print(
+        f"simulated {len(trace)} requests in {wall:.2f} s wall "
+        f"({len(trace) / max(wall, 1e-9):,.0f} requests/s); wrote {folder}/"
+        f"summary.json, requests.csv, batches.csv"
+    )
+
+
+def _seeds(value: str) -> list[int]:
+    try:
+        out = [int(v) for v in _csv(value)]
+    except ValueError:
+        raise HetserveError(f"--seeds: expected integers like 0,1,2, got {value!r}") from None
+    if not out:
+        raise HetserveError("--seeds: give at least one seed")
+    return out
+
+
+@cli.command()
+@_setup_options
+@click.option("--schedulers", default="fixed-batch,edf-adaptive", show_default=True)
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
+@click.option("--target", default=0.99, show_default=True, help="Attainment target.")
+@click.option(
+    "--resolution",
+    default=0.01,
+    show_default=True,
+    help="Stop bisecting when the bracket is this narrow.",
+)
+@click.option(
+    "--start", "start_lf", default=1.0, show_default=True, help="First load factor to try."
+)
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def sweep(
+    cluster_name: str,
+    models: str,
+    profiles: str | None,
+    estimate: bool,
+    slo: str | None,
+    slo_scale: float,
+    plan_path: str | None,
+    max_batch: int,
+    params: tuple[str, ...],
+    workload: str,
+    duration_s: float,
+    jitter_cv: float,
+    cut_bytes: str,
+    schedulers: str,
+    seeds: str,
+    target: float,
+    resolution: float,
+    start_lf: float,
+    out: str,
+) -> None:
+    """Highest load factor at which attainment stays >= target, per scheduler."""
+    from hetserve.experiments.loadfactor import search_max_load_factor
+    from hetserve.experiments.setup import pooled_attainment
+    from hetserve.scheduling.protocol import parse_params
+
+    if duration_s <= 0:
+        raise HetserveError(f"--duration must be > 0, got {duration_s}")
+    if not 0 < target <= 1 or resolution <= 0 or start_lf <= 0:
+        raise HetserveError("need 0 < --target <= 1, --resolution > 0 and --start > 0")
+    setup = _build(cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch)
+    seed_list = _seeds(seeds)
+    cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes)
+    sched_params = parse_params(params)
+    results: dict[str, Any] = {}
+    names = _csv(schedulers)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not sys.stderr.isatty(),
+    ) as prog:
+        for name in names:
+            task = prog.add_task(name, total=None, info="")
+
+            def evaluate(lf: float, name: str = name) -> float:
+                return pooled_attainment(
+                    setup, name, workload, lf, duration_s, seed_list, sched_params, cfg
+                )
+
+            def sampled(lf: float, att: float, task: Any = task) -> None:
+                prog.update(task, info=f"load factor {lf:.3f}: {100 * att:.2f}%")
+
+            r = search_max_load_factor(
+                evaluate,
+                target=target,
+                resolution=resolution,
+                start=min(start_lf, 64.0),
+                on_sample=sampled,
+            )
+            results[name] = {
+                "max_load_factor": r.max_load_factor,
+                "curve": [[lf, a] for lf, a in r.curve],
+            }
+    results["config"] = {
+        "cluster": setup.cluster.name,
+        "models": setup.models,
+        "workload": workload,
+        "duration_s": duration_s,
+        "seeds": seed_list,
+        "target": target,
+        "resolution": resolution,
+        "capacity_rps": setup.plan.capacity_rps(),
+    }
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sweep.json").write_text(json.dumps(results, indent=1) + "\n")
+    t = Table(
+        title=f"max load factor at {100 * target:g}% attainment ({setup.cluster.name}, "
+        f"{workload}, {duration_s:g} s x {len(seed_list)} seeds)"
+    )
+    for col in ("scheduler", "max load factor", "req/s", "samples"):
+        t.add_column(col, justify="left" if col == "scheduler" else "right")
+    for name in names:
+        r = results[name]
+        t.add_row(
+            name,
+            f"{r['max_load_factor']:.3f}",
+            f"{r['max_load_factor'] * setup.plan.capacity_rps():.1f}",
+            str(len(r["curve"])),
+        )
+    console.print(t)
+    console.print(f"wrote {folder}/sweep.json")
+
+
+@cli.command()
+@click.argument("folder", type=click.Path())
+def report(folder: str) -> None:
+    """Write FOLDER/report.html (plots of a simulate or sweep output folder)."""
+    from hetserve.experiments.report import write_report
+
+    console.print(f"wrote {write_report(folder)}")

@@ -1,0 +1,331 @@
+"""Plans and placements.
+
+A **Plan** says, per model, which pooled pipelines serve it: each pipeline is a sequence of
+stages (a contiguous block range on a GPU type, a virtual-GPU share ``k`` = one of ``k`` MPS
+slices, a number of instances) with one unified batch size; the planner records the planned
+latency and throughput. Plans are JSON-serialisable (``Plan.to_json`` / ``Plan.load``; format
+in ``docs/formats.md``).
+
+A **Placement** binds a plan to concrete worker slots (node, GPU, slice). Worker ids are
+``"<gpu id>:<slice>/<share>"``, e.g. ``"l4-0/gpu0:0/1"``.
+
+:func:`default_plan` is the plan used when none is given: every model may run whole on every
+GPU of the cluster (share 1), one pipeline per GPU type, the pools shared by all models.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetserve.core.cluster import Cluster
+from hetserve.core.errors import ConfigError, HetserveError
+from hetserve.core.files import read_json
+from hetserve.core.latency import LatencyModel
+
+
+@dataclass(frozen=True)
+class Stage:
+    blocks: tuple[int, int]  # [start, stop)
+    gpu: str
+    share: int
+    instances: int
+    latency_s: float = 0.0  # planned, at the pipeline's batch size
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    stages: tuple[Stage, ...]
+    batch: int
+    latency_s: float = 0.0  # planned end-to-end, transfers included
+    throughput_rps: float = 0.0  # planned
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    slo_s: float
+    weight: float = 1.0
+    pipelines: tuple[Pipeline, ...] = ()
+
+    @property
+    def throughput_rps(self) -> float:
+        return sum(p.throughput_rps for p in self.pipelines)
+
+
+@dataclass(frozen=True)
+class Plan:
+    models: dict[str, ModelPlan]
+    shared_pools: bool = False  # True: every model's pipelines use the same GPUs
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def capacity_rps(self) -> float:
+        """Planned normalised capacity ``C``: at load factor 1, model ``m`` receives
+        ``C * w_m / sum(w)`` requests/s.
+
+        Disjoint pools (PPipe): ``C = min_m T_m / share_m``. Shared pools: the models split
+        the GPUs' time, ``C = 1 / sum_m (share_m / T_m)``.
+        """
+        total_w = sum(m.weight for m in self.models.values())
+        caps = {n: m.throughput_rps for n, m in self.models.items()}
+        if any(c <= 0 for c in caps.values()):
+            bad = [n for n, c in caps.items() if c <= 0]
+            raise HetserveError(f"plan has no capacity for {', '.join(bad)}")
+        if self.shared_pools:
+            return 1.0 / sum(m.weight / total_w / caps[n] for n, m in self.models.items())
+        return min(caps[n] / (m.weight / total_w) for n, m in self.models.items())
+
+    def rates_at(self, load_factor: float) -> dict[str, float]:
+        """Per-model request rates at a load factor."""
+        c = self.capacity_rps() * load_factor
+        total_w = sum(m.weight for m in self.models.values())
+        return {n: c * m.weight / total_w for n, m in self.models.items()}
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "models": {n: asdict(m) for n, m in self.models.items()},
+            "shared_pools": self.shared_pools,
+            "meta": self.meta,
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @staticmethod
+    def from_json(data: Any, source: str) -> Plan:
+        try:
+            models = {}
+            for name, m in data["models"].items():
+                pipes = []
+                for pi, p in enumerate(m["pipelines"]):
+                    stages = []
+                    for si, s in enumerate(p["stages"]):
+                        where = f"{source}: models.{name}.pipelines[{pi}].stages[{si}]"
+                        b = s["blocks"]
+                        if not (isinstance(b, list) and len(b) == 2 and 0 <= b[0] < b[1]):
+                            raise ConfigError(
+                                f"{where}.blocks: expected [start, stop) with "
+                                f"0 <= start < stop, got {b!r}"
+                            )
+                        if int(s["share"]) < 1 or int(s["instances"]) < 1:
+                            raise ConfigError(f"{where}: share and instances must be >= 1")
+                        stages.append(
+                            Stage(
+                                (int(b[0]), int(b[1])),
+                                str(s["gpu"]),
+                                int(s["share"]),
+                                int(s["instances"]),
+                                float(s.get("latency_s", 0.0)),
+                            )
+                        )
+                    if not stages:
+                        raise ConfigError(f"{source}: models.{name}.pipelines[{pi}]: no stages")
+                    for a, b2 in itertools.pairwise(stages):
+                        if a.blocks[1] != b2.blocks[0]:
+                            raise ConfigError(
+                                f"{source}: models.{name}.pipelines[{pi}]: "
+                                f"stages must be contiguous, got "
+                                f"{a.blocks} then {b2.blocks}"
+                            )
+                    if stages[0].blocks[0] != 0:
+                        raise ConfigError(
+                            f"{source}: models.{name}.pipelines[{pi}]: the first "
+                            f"stage must start at block 0"
+                        )
+                    if int(p["batch"]) < 1:
+                        raise ConfigError(
+                            f"{source}: models.{name}.pipelines[{pi}].batch: expected >= 1"
+                        )
+                    pipes.append(
+                        Pipeline(
+                            tuple(stages),
+                            int(p["batch"]),
+                            float(p.get("latency_s", 0.0)),
+                            float(p.get("throughput_rps", 0.0)),
+                        )
+                    )
+                models[name] = ModelPlan(
+                    float(m["slo_s"]), float(m.get("weight", 1.0)), tuple(pipes)
+                )
+            if not models:
+                raise ConfigError(f"{source}: models: expected at least one model")
+            return Plan(models, bool(data.get("shared_pools", False)), dict(data.get("meta", {})))
+        except KeyError as e:
+            raise ConfigError(f"{source}: missing field {e}") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"{source}: malformed plan ({e})") from None
+
+    @staticmethod
+    def load(path: str | Path) -> Plan:
+        return Plan.from_json(read_json(path, "plan"), str(path))
+
+    def check_against(self, latency: LatencyModel, source: str = "plan") -> None:
+        """Every pipeline covers its model's blocks exactly."""
+        for name, m in self.models.items():
+            n = latency.num_blocks(name)
+            for pi, p in enumerate(m.pipelines):
+                if p.stages[-1].blocks[1] != n:
+                    raise HetserveError(
+                        f"{source}: models.{name}.pipelines[{pi}]: the last "
+                        f"stage must end at block {n} (the model has {n} "
+                        f"blocks), got {p.stages[-1].blocks[1]}"
+                    )
+
+
+# ---------------------------------------------------------------------- placement
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    id: str
+    gpu_id: str
+    node: str
+    gpu: str  # GPU type name
+    share: int
+    slice: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    workers: tuple[WorkerSlot, ...]
+    # (model, pipeline index, stage index) -> worker ids serving that stage
+    stages: dict[tuple[str, int, int], tuple[str, ...]]
+
+    def worker(self, wid: str) -> WorkerSlot:
+        for w in self.workers:
+            if w.id == wid:
+                return w
+        raise HetserveError(f"placement has no worker {wid!r}")
+
+
+def worker_id(gpu_id: str, slice_: int, share: int) -> str:
+    return f"{gpu_id}:{slice_}/{share}"
+
+
+def bind(plan: Plan, cluster: Cluster) -> Placement:
+    """Bind a plan to worker slots.
+
+    Shared-pool plans: every stage on GPU type ``t`` with share 1 gets every GPU of that type.
+    Otherwise slices are taken GPU by GPU, spreading each stage's GPUs round-robin over
+    nodes (to balance NIC load); slices of one GPU stay in one pool.
+    """
+    by_type: dict[str, list] = {}
+    for g in cluster.gpus:
+        by_type.setdefault(g.type.name, []).append(g)
+    slots: dict[str, WorkerSlot] = {}
+    stages: dict[tuple[str, int, int], tuple[str, ...]] = {}
+
+    def add(g: Any, s: int, k: int) -> str:
+        wid = worker_id(g.id, s, k)
+        slots.setdefault(wid, WorkerSlot(wid, g.id, g.node, g.type.name, k, s))
+        return wid
+
+    if plan.shared_pools:
+        for name, m in plan.models.items():
+            for pi, p in enumerate(m.pipelines):
+                for si, st in enumerate(p.stages):
+                    gt = cluster.catalog.get(st.gpu).name
+                    gpus = by_type.get(gt, [])
+                    if not gpus:
+                        raise HetserveError(
+                            f"plan uses {gt}, which cluster {cluster.name} does not have"
+                        )
+                    stages[(name, pi, si)] = tuple(
+                        add(g, s, st.share) for g in gpus for s in range(st.share)
+                    )
+        return Placement(tuple(slots.values()), stages)
+
+    # disjoint pools: order each type's GPUs round-robin across nodes
+    free: dict[str, list] = {}
+    for t, gpus in by_type.items():
+        per_node: dict[str, list] = {}
+        for g in gpus:
+            per_node.setdefault(g.node, []).append(g)
+        order, lists = [], list(per_node.values())
+        while any(lists):
+            for lst in lists:
+                if lst:
+                    order.append(lst.pop(0))
+        free[t] = order
+    for name, m in plan.models.items():
+        for pi, p in enumerate(m.pipelines):
+            for si, st in enumerate(p.stages):
+                gt = cluster.catalog.get(st.gpu).name
+                need = math.ceil(st.instances / st.share)
+                if len(free.get(gt, [])) < need:
+                    raise HetserveError(
+                        f"plan needs {need} more {gt} GPUs for {name} "
+                        f"pipeline {pi} stage {si}; cluster {cluster.name} has "
+                        f"{len(free.get(gt, []))} left"
+                    )
+                gpus, free[gt] = free[gt][:need], free[gt][need:]
+                ids = [add(g, s, st.share) for g in gpus for s in range(st.share)]
+                stages[(name, pi, si)] = tuple(ids[: st.instances])
+    return Placement(tuple(slots.values()), stages)
+
+
+def best_batch(
+    latency: LatencyModel, model: str, gpu: str, share: int, budget_s: float, max_batch: int
+) -> tuple[int, float]:
+    """Largest batch ``<= max_batch`` whose latency fits ``budget_s`` -> (batch, latency);
+    (0, inf) if even batch 1 does not fit. Latency grows with batch size."""
+    best = (0, math.inf)
+    for b in range(1, max_batch + 1):
+        t = latency.latency(model, gpu, share, b)
+        if t > budget_s:
+            break
+        best = (b, t)
+    return best
+
+
+def default_plan(
+    cluster: Cluster,
+    latency: LatencyModel,
+    slos_s: Mapping[str, float],
+    weights: Mapping[str, float] | None = None,
+    max_batch: int = 8,
+    slo_margin: float = 0.4,
+) -> Plan:
+    """Every model whole on every GPU type of the cluster (share 1, pools shared).
+
+    The planned batch per (model, GPU type) is the largest ``<= max_batch`` whose latency fits
+    ``(1 - slo_margin) * SLO`` (PPipe's planning margin); a GPU type on which not even
+    batch 1 fits is left out of that model's pools.
+    """
+    models = {}
+    counts = cluster.gpu_counts()
+    for name, slo in slos_s.items():
+        pipes = []
+        for t, n in counts.items():
+            b, lat = best_batch(latency, name, t, 1, (1 - slo_margin) * slo, max_batch)
+            if b == 0:
+                continue
+            nb = latency.num_blocks(name)
+            pipes.append(Pipeline((Stage((0, nb), t, 1, n, lat),), b, lat, n * b / lat))
+        if not pipes:
+            fastest = min(latency.latency(name, t, 1, 1) for t in counts)
+            raise HetserveError(
+                f"model {name}: no GPU of cluster {cluster.name} meets "
+                f"{1 - slo_margin:.2f} x SLO = {(1 - slo_margin) * slo * 1e3:.2f} "
+                f"ms even at batch 1 (fastest: {fastest * 1e3:.2f} ms)"
+            )
+        w = 1.0 if weights is None else float(weights.get(name, 1.0))
+        models[name] = ModelPlan(slo, w, tuple(pipes))
+    return Plan(
+        models,
+        shared_pools=True,
+        meta={"planner": "default", "max_batch": max_batch, "slo_margin": slo_margin},
+    )
+
+
+def slos_from_scale(
+    cluster: Cluster, latency: LatencyModel, models: Sequence[str], scale: float
+) -> dict[str, float]:
+    """SLO = ``scale`` x batch-1 latency on the cluster's fastest GPU type for the model."""
+    types = list(cluster.gpu_counts())
+    return {m: scale * min(latency.latency(m, t, 1, 1) for t in types) for m in models}

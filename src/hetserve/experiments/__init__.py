@@ -1,0 +1,1 @@
+"""Sweeps, load-factor search, reports and plots."""

@@ -1,0 +1,206 @@
+"""``hetserve report DIR``: an HTML page with embedded PNG plots of a run or a sweep.
+
+Reads whatever the folder holds: ``summary.json`` (utilisation per GPU type, batch sizes),
+``requests.csv`` (latency CDF per model), ``batches.csv`` (per-worker timeline, like PPipe
+Fig. 12), ``sweep.json`` (attainment vs load factor per scheduler).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetserve.core.errors import HetserveError
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    _plt().close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def plot_sweep(sweep: dict[str, Any]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for name, r in sweep.items():
+        if not isinstance(r, dict) or "curve" not in r:
+            continue
+        xs, ys = zip(*r["curve"], strict=True) if r["curve"] else ((), ())
+        ax.plot(xs, [100 * y for y in ys], "o-", label=f"{name} (max {r['max_load_factor']:.2f})")
+    ax.axhline(99, color="grey", ls=":", lw=1)
+    ax.set_xlabel("load factor (offered rate / planned capacity)")
+    ax.set_ylabel("SLO attainment (%)")
+    ax.set_title("attainment vs load factor")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_latency_cdf(rows: list[dict[str, str]]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    by_model: dict[str, list[float]] = {}
+    for r in rows:
+        if r["latency_ms"]:
+            by_model.setdefault(r["model"], []).append(float(r["latency_ms"]))
+    for m, v in sorted(by_model.items()):
+        x = np.sort(np.asarray(v))
+        ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=m)
+    ax.set_xlabel("latency of completed requests (ms)")
+    ax.set_ylabel("CDF")
+    ax.set_title("latency CDF per model")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_timeline(
+    rows: list[dict[str, str]], max_workers: int = 24, window_s: float | None = None
+) -> str:
+    """Busy intervals per worker (PPipe Fig. 12 style), first ``window_s`` of the run."""
+    plt = _plt()
+    workers = sorted({r["worker"] for r in rows})[:max_workers]
+    starts = [float(r["start_s"]) for r in rows]
+    t0 = min(starts) if starts else 0.0
+    if window_s is None:
+        ends = [float(r["end_s"]) for r in rows]
+        window_s = min(1.0, (max(ends) - t0) if ends else 1.0)
+    models = sorted({r["model"] for r in rows})
+    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(models)}
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(workers) + 1.4))
+    ypos = {w: i for i, w in enumerate(workers)}
+    for r in rows:
+        w = r["worker"]
+        s, e = float(r["start_s"]), float(r["end_s"])
+        if w not in ypos or s > t0 + window_s:
+            continue
+        ax.barh(
+            ypos[w],
+            (e - s) * 1e3,
+            left=(s - t0) * 1e3,
+            height=0.7,
+            color=colors[r["model"]],
+            alpha=0.5 if r["status"] != "completed" else 1.0,
+        )
+    ax.set_yticks(range(len(workers)))
+    ax.set_yticklabels(workers, fontsize=6)
+    ax.set_xlabel(f"time (ms) from {t0:.3f} s")
+    ax.set_title("per-worker timeline (colour: model; faded: preempted/failed)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[m]) for m in models]
+    ax.legend(handles, models, fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_utilization(summary: dict[str, Any]) -> str:
+    plt = _plt()
+    util = summary.get("utilization", {})
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar(list(util), [100 * v for v in util.values()], color="tab:blue")
+    ax.set_ylabel("utilisation (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("busy time / (time x slices), per GPU type")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    from hetserve.core.files import csv_rows
+
+    rows = [row for _, row in csv_rows(path, columns)]
+    for i, row in enumerate(rows):
+        for c in columns:
+            if c.endswith(("_s", "_ms")) and row[c]:
+                try:
+                    float(row[c])
+                except ValueError:
+                    raise HetserveError(
+                        f"{path}:{i + 2}: field '{c}': expected a number, got {row[c]!r}"
+                    ) from None
+    return rows
+
+
+def write_report(folder: str | Path) -> Path:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise HetserveError(f"{folder}: not a folder with simulate or sweep output")
+    parts: list[str] = []
+    found = False
+    sweep = folder / "sweep.json"
+    if sweep.exists():
+        found = True
+        data = json.loads(sweep.read_text())
+        rows = "".join(
+            f"<tr><td>{html.escape(k)}</td><td>{v['max_load_factor']:.3f}</td></tr>"
+            for k, v in data.items()
+            if isinstance(v, dict) and "curve" in v
+        )
+        parts.append(
+            f"<h2>Load-factor search</h2><table><tr><th>scheduler</th><th>max load "
+            f"factor at target</th></tr>{rows}</table>"
+            f"<img src='data:image/png;base64,{plot_sweep(data)}'>"
+        )
+    summ = folder / "summary.json"
+    if summ.exists():
+        found = True
+        s = json.loads(summ.read_text())
+        keys = [
+            "attainment",
+            "goodput_rps",
+            "offered_rps",
+            "dropped",
+            "late",
+            "failed",
+            "energy_j",
+            "energy_per_request_j",
+            "mean_batch_size",
+        ]
+        rows = "".join(f"<tr><td>{k}</td><td>{s.get(k)}</td></tr>" for k in keys)
+        lat = s.get("latency_ms", {})
+        rows += "".join(f"<tr><td>latency {k} (ms)</td><td>{v}</td></tr>" for k, v in lat.items())
+        parts.append(
+            f"<h2>Summary</h2><table>{rows}</table>"
+            f"<img src='data:image/png;base64,{plot_utilization(s)}'>"
+        )
+    req = folder / "requests.csv"
+    if req.exists():
+        found = True
+        cdf = plot_latency_cdf(_read_csv(req, ("model", "latency_ms")))
+        parts.append(f"<h2>Latency</h2><img src='data:image/png;base64,{cdf}'>")
+    bat = folder / "batches.csv"
+    if bat.exists():
+        found = True
+        rows = _read_csv(bat, ("worker", "model", "start_s", "end_s", "status"))
+        parts.append(f"<h2>Timeline</h2><img src='data:image/png;base64,{plot_timeline(rows)}'>")
+    if not found:
+        raise HetserveError(
+            f"{folder}: no summary.json, requests.csv, batches.csv or sweep.json to report on"
+        )
+    out = folder / "report.html"
+    out.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>hetserve report"
+        "</title><style>body{font-family:sans-serif;max-width:960px;margin:auto}"
+        "td,th{padding:2px 10px;text-align:left}</style></head><body>"
+        f"<h1>hetserve report: {html.escape(str(folder))}</h1>"
+        + "".join(parts)
+        + "</body></html>\n"
+    )
+    return out

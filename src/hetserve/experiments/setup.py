@@ -1,0 +1,236 @@
+"""Build a simulation from command-line style options and run it.
+
+Used by ``hetserve simulate``, ``sweep``, ``demo`` and the benchmarks, so that all of them
+mean the same thing by a workload spec, a load factor or an SLO scale.
+
+Workload specs (``--workload``):
+
+==================  ==============================================================
+``poisson``         one Poisson stream per model
+``gamma:CV``        one Gamma-renewal stream per model, inter-arrival CV ``CV``
+``mmpp[:k=v,...]``  one two-state MMPP stream per model (``ratio``, ``high_s``, ``low_s``)
+``azure2019:FILE``  Azure Functions 2019 file; functions folded onto the models
+``azure2021:FILE``  Azure Functions 2021 file; likewise
+``synthetic``       a synthetic Azure-like trace (100 functions) generated in memory
+==================  ==============================================================
+
+Rates: ``rate`` is the total offered rate (req/s) split over the models by weight;
+``load_factor`` multiplies the plan's capacity (:meth:`Plan.capacity_rps`). Azure traces
+keep their own mix of models (from the fold) and are rescaled to the total rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetserve.core.cluster import Cluster, load_cluster
+from hetserve.core.errors import HetserveError
+from hetserve.core.graph import get_graph
+from hetserve.core.latency import LatencyModel, RooflineModel
+from hetserve.core.plan import Placement, Plan, bind, default_plan, slos_from_scale
+from hetserve.core.profiles import ProfileSet, TableModel
+from hetserve.core.requests import Stream
+from hetserve.scheduling.protocol import make_scheduler
+from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.sim.result import SimResult
+from hetserve.workload.arrivals import MMPP2, Gamma, Poisson
+from hetserve.workload.azure import (
+    counts_to_trace,
+    read_azure2019,
+    read_azure2021,
+    synthetic_azure2019_counts,
+)
+from hetserve.workload.trace import Trace, generate
+
+
+@dataclass
+class Setup:
+    cluster: Cluster
+    latency: LatencyModel
+    models: list[str]
+    slos_s: dict[str, float]
+    plan: Plan
+    placement: Placement
+
+
+def build_setup(
+    cluster: str | Cluster,
+    models: Sequence[str],
+    *,
+    profiles: str | Path | None = None,
+    slo_ms: Mapping[str, float] | None = None,
+    slo_scale: float = 5.0,
+    plan: str | Path | Plan | None = None,
+    max_batch: int = 8,
+    slo_margin: float = 0.4,
+    n_blocks: int = 10,
+) -> Setup:
+    c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    if not models:
+        raise HetserveError("--models: give at least one model")
+    if profiles is not None:
+        latency: LatencyModel = TableModel(ProfileSet.read(profiles), c.catalog)
+        names = list(models)
+        for m in names:
+            latency.num_blocks(m)  # unknown models fail with suggestions
+    else:
+        names = [get_graph(m).name for m in models]
+        latency = RooflineModel(n_blocks=n_blocks, catalog=c.catalog)
+    if isinstance(plan, (str, Path)):
+        plan = Plan.load(plan)
+    if plan is not None:
+        missing = [m for m in names if m not in plan.models]
+        if missing:
+            raise HetserveError(f"plan has no pipelines for {', '.join(missing)}")
+        plan = Plan({m: plan.models[m] for m in names}, plan.shared_pools, plan.meta)
+        plan.check_against(latency)
+        slos = {m: plan.models[m].slo_s for m in names}
+    else:
+        slos = slos_from_scale(c, latency, names, slo_scale)
+        if slo_ms:
+            unknown_m = [m for m in slo_ms if m not in names]
+            if unknown_m:
+                raise HetserveError(f"--slo names {', '.join(unknown_m)}, not among --models")
+            slos.update({m: v / 1e3 for m, v in slo_ms.items()})
+        plan = default_plan(c, latency, slos, max_batch=max_batch, slo_margin=slo_margin)
+    return Setup(c, latency, names, slos, plan, bind(plan, c))
+
+
+def parse_slo(text: str | None) -> dict[str, float] | None:
+    """``m1=ms,m2=ms`` -> {model: ms}."""
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        m, eq, v = item.partition("=")
+        try:
+            out[m.strip()] = float(v)
+        except ValueError:
+            raise HetserveError(f"--slo: expected model=milliseconds, got {item!r}") from None
+        if not eq or out[m.strip()] <= 0:
+            raise HetserveError(f"--slo: expected model=milliseconds > 0, got {item!r}")
+    return out
+
+
+def model_rates(
+    setup: Setup, rate_rps: float | None, load_factor: float | None
+) -> dict[str, float]:
+    if (rate_rps is None) == (load_factor is None):
+        raise HetserveError("give exactly one of --rate and --load-factor")
+    if load_factor is not None:
+        if load_factor <= 0:
+            raise HetserveError(f"--load-factor must be > 0, got {load_factor}")
+        return setup.plan.rates_at(load_factor)
+    assert rate_rps is not None
+    if rate_rps <= 0:
+        raise HetserveError(f"--rate must be > 0, got {rate_rps}")
+    total_w = sum(setup.plan.models[m].weight for m in setup.models)
+    return {m: rate_rps * setup.plan.models[m].weight / total_w for m in setup.models}
+
+
+def build_trace(
+    setup: Setup, workload: str, rates: Mapping[str, float], duration_s: float, seed: int
+) -> Trace:
+    kind, _, arg = workload.partition(":")
+    kind = kind.strip().lower()
+    total = sum(rates.values())
+    slos = [setup.slos_s[m] for m in setup.models]
+    if kind in ("poisson", "gamma", "mmpp"):
+        streams = []
+        for m in setup.models:
+            r = rates[m]
+            if kind == "poisson":
+                proc: Any = Poisson(r)
+            elif kind == "gamma":
+                try:
+                    proc = Gamma(r, cv=float(arg or 1.0))
+                except ValueError:
+                    raise HetserveError(
+                        f"--workload gamma:CV: CV must be a number, got {arg!r}"
+                    ) from None
+            else:
+                kw = {}
+                for item in filter(None, arg.split(",")):
+                    k, _, v = item.partition("=")
+                    if k not in ("ratio", "high_s", "low_s"):
+                        raise HetserveError(
+                            f"--workload mmpp: unknown parameter {k!r} (ratio, high_s, low_s)"
+                        )
+                    kw[k] = float(v)
+                proc = MMPP2(r, **kw)
+            streams.append(Stream(m, m, setup.slos_s[m], proc))
+        return generate(streams, duration_s, seed)
+    if kind == "azure2019":
+        if not arg:
+            raise HetserveError("--workload azure2019:FILE needs a file")
+        return read_azure2019(arg, setup.models, slos, seed, target_rate_rps=total)
+    if kind == "azure2021":
+        if not arg:
+            raise HetserveError("--workload azure2021:FILE needs a file")
+        return read_azure2021(arg, setup.models, slos, target_rate_rps=total)
+    if kind == "synthetic":
+        minutes = max(1, math.ceil(duration_s / 60))
+        counts = synthetic_azure2019_counts(100, minutes, total, seed)
+        names = [f"fn{i:03d}" for i in range(len(counts))]
+        tr = counts_to_trace(names, counts, setup.models, slos, seed)
+        keep = tr.time_s < duration_s
+        return Trace(tr.time_s[keep], tr.stream_idx[keep], tr.streams, duration_s)
+    raise HetserveError(
+        f"--workload: unknown kind {kind!r}; expected poisson, gamma:CV, "
+        f"mmpp, azure2019:FILE, azure2021:FILE or synthetic"
+    )
+
+
+def simulate(
+    setup: Setup,
+    scheduler: str,
+    trace: Trace,
+    params: Mapping[str, Any] | None = None,
+    config: SimConfig | None = None,
+) -> SimResult:
+    sched = make_scheduler(scheduler, params)
+    return Simulator(
+        setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, config
+    ).run()
+
+
+def attainment(res: SimResult) -> tuple[int, int]:
+    """(ok, arrived)."""
+    from hetserve.core.outcome import OK
+
+    return int((res.outcome == OK).sum()), len(res.trace)
+
+
+def pooled_attainment(
+    setup: Setup,
+    scheduler: str,
+    workload: str,
+    load_factor: float,
+    duration_s: float,
+    seeds: Sequence[int],
+    params: Mapping[str, Any] | None = None,
+    config: SimConfig | None = None,
+) -> float:
+    """SLO attainment over several seeds, pooled (total ok / total arrived)."""
+    ok = arrived = 0
+    rates = setup.plan.rates_at(load_factor)
+    for s in seeds:
+        tr = build_trace(setup, workload, rates, duration_s, s)
+        cfg = config or SimConfig()
+        cfg = SimConfig(
+            s,
+            cfg.jitter,
+            cfg.jitter_cv,
+            cfg.cut_bytes_factor,
+            cfg.warm,
+            cfg.drain_s,
+            cfg.record_links,
+        )
+        o, a = attainment(simulate(setup, scheduler, tr, params, cfg))
+        ok += o
+        arrived += a
+    return ok / arrived if arrived else 1.0

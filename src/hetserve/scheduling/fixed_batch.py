@@ -1,0 +1,127 @@
+"""``fixed-batch``: TF-Serving-style batching.
+
+One FIFO queue per model. A batch goes out when ``max_batch`` requests are waiting, or when
+the oldest has waited ``max_queue_delay_s``; it takes up to ``max_batch`` requests and goes
+to the next free worker (for multi-stage pipelines: per stage, the worker with the fewest
+outstanding stages). Requests are never dropped; those that finish after their deadline
+are ``late``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.scheduling.pools import Pools
+from hetserve.scheduling.protocol import (
+    Action,
+    BaseScheduler,
+    ClusterView,
+    Dispatch,
+    RouteStep,
+    SetTimer,
+    StageReport,
+    WorkerId,
+    register,
+)
+
+
+@register("fixed-batch")
+class FixedBatch(BaseScheduler):
+    def __init__(self, max_batch: int = 8, max_queue_delay_s: float = 0.005) -> None:
+        super().__init__()
+        if max_batch < 1 or max_queue_delay_s < 0:
+            raise HetserveError("fixed-batch: need max_batch >= 1 and max_queue_delay_s >= 0")
+        self.max_batch = int(max_batch)
+        self.delay = float(max_queue_delay_s)
+
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        super().start(view, plan, now)
+        self.pools = Pools(view, plan)
+        self.queues: dict[str, deque[Request]] = {m: deque() for m in plan.models}
+        self.first_workers = {
+            m: [w for p in self.pools.pipelines[m] for w in p.stages[0][1]] for m in plan.models
+        }
+        return []
+
+    # ------------------------------------------------------------------ helpers
+    def _due(self, q: deque[Request], now: float) -> bool:
+        return len(q) >= self.max_batch or q[0].arrival_s + self.delay <= now + 1e-12
+
+    def _free_first_worker(self, model: str) -> WorkerId | None:
+        for w in self.first_workers[model]:
+            if self.pools.idle(w):
+                return w
+        return None
+
+    def _dispatch(self, model: str, first: WorkerId, now: float) -> Action:
+        q = self.queues[model]
+        reqs = tuple(q.popleft() for _ in range(min(self.max_batch, len(q))))
+        pipe = next(p for p in self.pools.pipelines[model] if first in p.stages[0][1])
+        route, workers = [], []
+        for si, (blocks, ws) in enumerate(pipe.stages):
+            w = (
+                first
+                if si == 0
+                else min(ws, key=lambda x: (x in self.pools.lost, self.pools.outstanding[x]))
+            )
+            route.append(RouteStep(si, w, now, blocks))
+            workers.append(w)
+        bid = self.new_batch_id()
+        self.pools.dispatched(bid, tuple(workers))
+        return Dispatch(bid, model, reqs, tuple(route))
+
+    def _try(self, model: str, now: float, out: list[Action]) -> None:
+        q = self.queues[model]
+        while q and self._due(q, now):
+            w = self._free_first_worker(model)
+            if w is None:
+                return
+            out.append(self._dispatch(model, w, now))
+        if q and not self._due(q, now):
+            out.append(SetTimer(q[0].arrival_s + self.delay, (model, q[0].id)))
+
+    # ------------------------------------------------------------------ protocol
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        q = self.queues.get(request.model)
+        if q is None:
+            raise HetserveError(f"fixed-batch: no pipeline serves model {request.model!r}")
+        q.append(request)
+        if len(q) == 1 or len(q) >= self.max_batch:
+            out: list[Action] = []
+            self._try(request.model, now, out)
+            return out
+        return []
+
+    def on_timer(self, token: object, now: float) -> list[Action]:
+        model, rid = token  # type: ignore[misc]
+        q = self.queues[model]
+        if not q or q[0].id != rid:
+            return []
+        out: list[Action] = []
+        self._try(model, now, out)
+        return out
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        if report.kind == "stage" and not report.completed and report.reason == "preempted":
+            q = self.queues[report.model]
+            for r in sorted(report.requests, key=lambda r: r.arrival_s, reverse=True):
+                q.appendleft(r)
+        freed = self.pools.reported(report)
+        if not freed and report.completed:
+            return []
+        out: list[Action] = []
+        models = {m for w in freed for m in self.pools.models_of.get(w, [])}
+        if not report.completed:
+            models.add(report.model)
+        for m in sorted(
+            models, key=lambda m: self.queues[m][0].arrival_s if self.queues[m] else float("inf")
+        ):
+            self._try(m, now, out)
+        return out
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        self.pools.lost.add(worker)
+        return []

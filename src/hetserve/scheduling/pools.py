@@ -1,0 +1,83 @@
+"""Who serves what: the plan's pipelines bound to worker ids, and per-worker busy counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.plan import Plan
+from hetserve.scheduling.protocol import ClusterView, StageReport, WorkerId
+
+
+@dataclass(frozen=True)
+class PipelinePool:
+    model: str
+    index: int
+    batch: int
+    stages: tuple[tuple[tuple[int, int], tuple[WorkerId, ...]], ...]  # (blocks, workers)
+
+
+class Pools:
+    """Pipelines per model with their workers; outstanding stages per worker."""
+
+    def __init__(self, view: ClusterView, plan: Plan) -> None:
+        self.pipelines: dict[str, list[PipelinePool]] = {}
+        self.models_of: dict[WorkerId, list[str]] = {}
+        for name, m in plan.models.items():
+            pipes = []
+            for pi, p in enumerate(m.pipelines):
+                stages = []
+                for si, st in enumerate(p.stages):
+                    ws = view.placement.stages.get((name, pi, si), ())
+                    if not ws:
+                        raise HetserveError(
+                            f"placement has no workers for {name} pipeline {pi} stage {si}"
+                        )
+                    stages.append((st.blocks, tuple(ws)))
+                    if si == 0:
+                        for w in ws:
+                            lst = self.models_of.setdefault(w, [])
+                            if name not in lst:
+                                lst.append(name)
+                pipes.append(PipelinePool(name, pi, p.batch, tuple(stages)))
+            self.pipelines[name] = pipes
+        self.outstanding: dict[WorkerId, int] = {w: 0 for w in view.workers}
+        self.lost: set[WorkerId] = set()
+        self._routes: dict[int, tuple[WorkerId, ...]] = {}
+
+    def whole_model_workers(self, model: str) -> list[WorkerId]:
+        """Workers of the model's single-stage pipelines (deduplicated, in plan order)."""
+        out: list[WorkerId] = []
+        for p in self.pipelines.get(model, []):
+            if len(p.stages) != 1:
+                raise HetserveError(
+                    f"{model}: this scheduler runs whole models, but the plan "
+                    f"has a {len(p.stages)}-stage pipeline"
+                )
+            for w in p.stages[0][1]:
+                if w not in out:
+                    out.append(w)
+        return out
+
+    def dispatched(self, batch_id: int, workers: tuple[WorkerId, ...]) -> None:
+        self._routes[batch_id] = workers
+        for w in workers:
+            self.outstanding[w] += 1
+
+    def reported(self, r: StageReport) -> list[WorkerId]:
+        """Update counts from a stage report; returns the workers that became idle."""
+        if r.kind != "stage" or r.batch_id not in self._routes:
+            return []
+        route = self._routes[r.batch_id]
+        freed = list(route[r.stage :]) if not r.completed else [route[r.stage]]
+        if not r.completed or r.last:
+            del self._routes[r.batch_id]
+        out = []
+        for w in freed:
+            self.outstanding[w] -= 1
+            if self.outstanding[w] == 0 and w not in self.lost:
+                out.append(w)
+        return out
+
+    def idle(self, w: WorkerId) -> bool:
+        return self.outstanding[w] == 0 and w not in self.lost

@@ -1,0 +1,266 @@
+"""The Scheduler protocol — the seam between policies and engines (DESIGN.md).
+
+Rules every scheduler follows, and every engine relies on:
+
+1. A scheduler never sleeps, never reads a clock and never does I/O. Time arrives as
+   ``now`` (float seconds); effects leave as a list of actions. The simulator turns actions
+   into events, the runtime into actor calls and asyncio timers, so the same object drives
+   both.
+2. ``start`` is called once, before any request, with the cluster view and the plan.
+3. ``on_arrival`` is called once per request. From then on the scheduler owns the request
+   until it either dispatches it in a batch or drops it (``Drop``). A request it dispatched
+   comes back to it only in a ``StageReport`` with ``completed=False`` and
+   ``reason == "preempted"``; it may then dispatch or drop it again.
+4. ``Dispatch`` names a batch id (unique per scheduler, chosen by the scheduler), the
+   model, its requests and a route: one ``RouteStep`` per pipeline stage (block range,
+   worker, planned start). Route steps cover the model's blocks contiguously from block 0
+   to the last. The engine runs stage after stage; between stages the cut's activations
+   cross the links between the two workers. A worker runs one stage at a time; among the
+   stages queued on it whose input has arrived it starts the one with the earliest planned
+   start.
+5. ``StageReport`` arrives after every stage (``kind="stage"``) with the real start and
+   end (and the real transfer times of its input), so a scheduler that keeps reservations
+   can correct them; ``last=True`` means the batch is done (the engine records the
+   outcomes). ``completed=False`` means the stage did not finish: ``reason`` is
+   ``"preempted"`` (requests returned to the scheduler) or a failure (the engine recorded
+   the requests as failed). Loads report with ``kind="load"``.
+6. ``SetTimer(at_s, token)`` calls ``on_timer(token, now)`` at ``at_s`` (not before); timers
+   cannot be cancelled — use a version in the token and ignore stale ones.
+7. ``Preempt(worker, batch_id)`` stops that batch at its next block boundary (or at once if
+   its stage has not started); the requests come back in a ``StageReport``.
+8. ``Load(worker, model, blocks)`` moves weights over the host link before they can run;
+   ``Evict`` frees them. A stage whose blocks are not resident (nor loading) on its worker
+   fails.
+9. ``on_worker_lost``: the worker is gone; batches on it have failed (reported).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from hetserve.core.cluster import Cluster
+from hetserve.core.errors import HetserveError, unknown
+from hetserve.core.gpus import GpuType
+from hetserve.core.latency import LatencyModel
+from hetserve.core.plan import Placement, Plan
+from hetserve.core.requests import Request
+
+WorkerId = str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteStep:
+    stage: int
+    worker: WorkerId
+    planned_start_s: float
+    blocks: tuple[int, int]  # [start, stop)
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    batch_id: int
+    model: str
+    requests: tuple[Request, ...]
+    route: tuple[RouteStep, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    requests: tuple[Request, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    worker: WorkerId
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    at_s: float
+    token: object
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    worker: WorkerId
+    model: str
+    blocks: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    worker: WorkerId
+    model: str
+    blocks: tuple[int, int]
+
+
+Action = Dispatch | Drop | Preempt | SetTimer | Load | Evict
+
+
+@dataclass(frozen=True, slots=True)
+class StageReport:
+    kind: str  # "stage" | "load"
+    batch_id: int  # -1 for loads
+    model: str
+    stage: int
+    worker: WorkerId
+    start_s: float
+    end_s: float
+    requests: tuple[Request, ...] = ()
+    completed: bool = True
+    last: bool = False
+    reason: str = ""
+    blocks: tuple[int, int] = (0, 0)
+    blocks_done: int = 0  # blocks of this stage that ran (preemption)
+    transfer_start_s: float | None = None
+    transfer_end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: WorkerId
+    gpu: GpuType
+    share: int
+    node: str
+    gpu_id: str
+
+
+@dataclass
+class ClusterView:
+    """What a scheduler may know of the cluster: workers, the latency model, link paths."""
+
+    cluster: Cluster
+    workers: dict[WorkerId, WorkerInfo]
+    latency: LatencyModel
+    placement: Placement
+    cut_bytes_factor: float = 1.0  # activations at cuts: 1.0 FP32, 0.5 FP16
+    _lat_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], float] = field(
+        default_factory=dict, repr=False
+    )
+
+    def transfer_path(self, a: WorkerId, b: WorkerId) -> list[str]:
+        return self.cluster.transfer_path(self.workers[a].gpu_id, self.workers[b].gpu_id)
+
+    def stage_latency_s(
+        self, model: str, worker: WorkerId, batch: int, blocks: tuple[int, int] | None = None
+    ) -> float:
+        w = self.workers[worker]
+        key = (model, w.gpu.name, w.share, batch, blocks)
+        t = self._lat_cache.get(key)
+        if t is None:
+            rng = None if blocks is None else range(*blocks)
+            t = self.latency.latency(model, w.gpu, w.share, batch, rng)
+            self._lat_cache[key] = t
+        return t
+
+    def latency_table(
+        self, model: str, worker: WorkerId, max_batch: int, blocks: tuple[int, int] | None = None
+    ) -> list[float]:
+        """Latency at batch sizes 1..max_batch (index b-1)."""
+        return [self.stage_latency_s(model, worker, b, blocks) for b in range(1, max_batch + 1)]
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]: ...
+
+    def on_arrival(self, request: Request, now: float) -> list[Action]: ...
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]: ...
+
+    def on_timer(self, token: object, now: float) -> list[Action]: ...
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]: ...
+
+
+NO_ACTIONS: list[Action] = []
+
+
+class BaseScheduler:
+    """Convenience base: no-op callbacks, a batch-id counter, the view and plan."""
+
+    name = "base"
+    view: ClusterView
+    plan: Plan
+
+    def __init__(self) -> None:
+        self._next_batch = 0
+
+    def new_batch_id(self) -> int:
+        self._next_batch += 1
+        return self._next_batch
+
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        self.view, self.plan = view, plan
+        return []
+
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        return []
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        return []
+
+    def on_timer(self, token: object, now: float) -> list[Action]:
+        return []
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        return []
+
+
+SCHEDULERS: dict[str, Callable[..., Scheduler]] = {}
+
+
+def register(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        SCHEDULERS[name] = cls
+        cls.name = name  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Scheduler:
+    """A scheduler by registered name, or by ``package.module:Class`` path."""
+    _load_builtin()
+    params = dict(params or {})
+    if ":" in name:
+        mod, _, cls_name = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod), cls_name)
+        except (ImportError, AttributeError) as e:
+            raise HetserveError(f"scheduler {name!r}: cannot import ({e})") from None
+    else:
+        if name not in SCHEDULERS:
+            raise unknown("scheduler", name, SCHEDULERS)
+        factory = SCHEDULERS[name]
+    try:
+        return factory(**params)
+    except TypeError as e:
+        raise HetserveError(f"scheduler {name!r}: bad parameters {params} ({e})") from None
+
+
+def _load_builtin() -> None:
+    from hetserve.scheduling import edf_adaptive, fixed_batch  # noqa: F401
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` strings -> dict with numbers converted."""
+    out: dict[str, Any] = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise HetserveError(f"scheduler parameter {item!r}: expected key=value")
+        val: Any = v.strip()
+        for conv in (int, float):
+            try:
+                val = conv(v)
+                break
+            except ValueError:
+                continue
+        out[k.strip().replace("-", "_")] = val
+    return out

@@ -1,0 +1,120 @@
+"""A simulation's raw output and its CSV files (formats in ``docs/formats.md``)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hetserve.core.outcome import OUTCOME_NAMES
+from hetserve.workload.trace import Trace
+
+REQUEST_COLUMNS = (
+    "id",
+    "stream",
+    "model",
+    "arrival_s",
+    "deadline_s",
+    "dispatch_s",
+    "start_s",
+    "finish_s",
+    "latency_ms",
+    "outcome",
+    "reason",
+    "batch",
+)
+BATCH_COLUMNS = (
+    "batch",
+    "model",
+    "stage",
+    "worker",
+    "gpu",
+    "batch_size",
+    "start_s",
+    "end_s",
+    "status",
+    "transfer_start_s",
+    "transfer_end_s",
+    "dispatch_s",
+)
+
+
+def _f(x: float | None) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else repr(float(x))
+
+
+@dataclass
+class SimResult:
+    trace: Trace
+    end_s: float
+    dispatch_s: np.ndarray
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    outcome: np.ndarray  # core.outcome codes
+    reason: np.ndarray  # index into reasons
+    reasons: tuple[str, ...]
+    batch: np.ndarray
+    # (batch, model, stage, worker, gpu, batch_size, start, end, status, t_start, t_end, disp)
+    stage_rows: list[tuple]
+    worker_busy_s: dict[str, float]
+    worker_gpu: dict[str, str]
+    worker_share: dict[str, int]
+    gpu_energy_j: dict[str, float]
+    link_log: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @property
+    def models(self) -> np.ndarray:
+        names = np.array([s.model for s in self.trace.streams])
+        return names[self.trace.stream_idx]
+
+    def write_requests_csv(self, path: str | Path) -> None:
+        tr = self.trace
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(REQUEST_COLUMNS)
+            dl = tr.deadlines_s()
+            for i in range(len(tr)):
+                s = tr.streams[tr.stream_idx[i]]
+                fin = self.finish_s[i]
+                lat = "" if math.isnan(fin) else repr(float((fin - tr.time_s[i]) * 1e3))
+                w.writerow(
+                    (
+                        i,
+                        s.name,
+                        s.model,
+                        _f(tr.time_s[i]),
+                        _f(dl[i]),
+                        _f(self.dispatch_s[i]),
+                        _f(self.start_s[i]),
+                        _f(fin),
+                        lat,
+                        OUTCOME_NAMES[self.outcome[i]],
+                        self.reasons[self.reason[i]],
+                        int(self.batch[i]),
+                    )
+                )
+
+    def write_batches_csv(self, path: str | Path) -> None:
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(BATCH_COLUMNS)
+            for r in self.stage_rows:
+                w.writerow(
+                    (
+                        r[0],
+                        r[1],
+                        r[2],
+                        r[3],
+                        r[4],
+                        r[5],
+                        _f(r[6]),
+                        _f(r[7]),
+                        r[8],
+                        _f(r[9]),
+                        _f(r[10]),
+                        _f(r[11]),
+                    )
+                )
