@@ -8,7 +8,7 @@ payload). A stream is (model, SLO, arrival process); the arrival process objects
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,10 @@ class Stream:
             raise ValueError(f"stream {self.name}: slo_s must be > 0, got {self.slo_s}")
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
+    """One inference request. A NamedTuple: immutable and cheap to create (the simulator
+    makes one per arrival)."""
+
     id: int
     model: str
     stream: str

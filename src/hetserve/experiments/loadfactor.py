@@ -46,8 +46,8 @@ def search_max_load_factor(
     if f(start) >= target:
         lo, hi = start, None
         while hi is None:
-            nxt = lo * 2
-            if nxt > highest:
+            nxt = min(lo * 2, highest)
+            if nxt <= lo:  # already at the top of the range
                 return LoadFactorResult(lo, sorted(seen.items()), target, resolution)
             if f(nxt) >= target:
                 lo = nxt
@@ -56,8 +56,8 @@ def search_max_load_factor(
     else:
         hi, lo = start, None
         while lo is None:
-            nxt = hi / 2
-            if nxt < lowest:
+            nxt = max(hi / 2, lowest)
+            if nxt >= hi:  # even the lowest load factor misses the target
                 return LoadFactorResult(0.0, sorted(seen.items()), target, resolution)
             if f(nxt) >= target:
                 lo = nxt

@@ -39,6 +39,25 @@ from hetserve.scheduling.protocol import (
 )
 
 
+class _ModelState:
+    """Per-model state, kept in one object so the hot path does few dict lookups."""
+
+    __slots__ = ("blocks", "idle", "lat", "name", "queue", "rank", "timer_at", "version", "workers")
+
+    def __init__(
+        self, name: str, workers: list[WorkerId], lat: list[list[float]], blocks: tuple[int, int]
+    ) -> None:
+        self.name = name
+        self.workers = workers  # fastest first
+        self.lat = lat  # by rank: latency at batch 1..max_batch
+        self.rank = {w: i for i, w in enumerate(workers)}
+        self.idle = list(range(len(workers)))  # sorted ranks of idle workers
+        self.queue: list[tuple[float, int, Request]] = []
+        self.blocks = blocks
+        self.timer_at = -1.0
+        self.version = 0
+
+
 @register("edf-adaptive")
 class EdfAdaptive(BaseScheduler):
     def __init__(self, max_batch: int | None = None) -> None:
@@ -50,95 +69,110 @@ class EdfAdaptive(BaseScheduler):
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
-        self.queue: dict[str, list[tuple[float, int, Request]]] = {m: [] for m in plan.models}
-        self.workers: dict[str, list[WorkerId]] = {}
-        self.lat: dict[tuple[str, WorkerId], list[float]] = {}
-        self.blocks: dict[str, tuple[int, int]] = {}
+        self.models: dict[str, _ModelState] = {}
+        self.served_by: dict[WorkerId, list[_ModelState]] = {}
         for m, mp in plan.models.items():
             ws = self.pools.whole_model_workers(m)
             mb = self.max_batch_param or max(p.batch for p in mp.pipelines)
-            self.blocks[m] = mp.pipelines[0].stages[0].blocks
             # fastest first (batch-1 latency), ties by plan order
             ws.sort(key=lambda w, m=m: view.stage_latency_s(m, w, 1))
-            self.workers[m] = ws
+            st = _ModelState(
+                m, ws, [view.latency_table(m, w, mb) for w in ws], mp.pipelines[0].stages[0].blocks
+            )
+            self.models[m] = st
             for w in ws:
-                self.lat[(m, w)] = view.latency_table(m, w, mb)
-        self.timer_version: dict[str, int] = dict.fromkeys(plan.models, 0)
-        self.timer_at: dict[str, float] = {}
-        self.idle_count: dict[str, int] = {m: len(ws) for m, ws in self.workers.items()}
+                self.served_by.setdefault(w, []).append(st)
         return []
 
+    def _set_busy(self, w: WorkerId) -> None:
+        for st in self.served_by.get(w, ()):
+            idle, r = st.idle, st.rank[w]
+            i = bisect.bisect_left(idle, r)
+            if i < len(idle) and idle[i] == r:
+                del idle[i]
+
+    def _set_idle(self, w: WorkerId) -> None:
+        for st in self.served_by.get(w, ()):
+            idle, r = st.idle, st.rank[w]
+            i = bisect.bisect_left(idle, r)
+            if i == len(idle) or idle[i] != r:
+                idle.insert(i, r)
+
     # ------------------------------------------------------------------ core
-    def _try(self, model: str, now: float, out: list[Action]) -> None:
-        q = self.queue[model]
-        pools = self.pools
-        while q:
-            w = None
-            for cand in self.workers[model]:
-                if pools.outstanding[cand] == 0 and cand not in pools.lost:
-                    w = cand
-                    break
-            if w is None:
-                return
-            lat = self.lat[(model, w)]
-            slack = q[0][0] - now
+    def _try(self, st: _ModelState, now: float, out: list[Action]) -> None:
+        q, idle = st.queue, st.idle
+        while q and idle:
+            rank = idle[0]
+            lat = st.lat[rank]
+            head_deadline = q[0][0]
+            slack = head_deadline - now
             if lat[0] > slack:
-                _, _, r = heapq.heappop(q)
-                out.append(Drop((r,), "deadline"))
+                out.append(Drop((heapq.heappop(q)[2],), "deadline"))
                 continue
             b_max = bisect.bisect_right(lat, slack)  # lat is non-decreasing in batch size
             n = len(q)
             if n < b_max:
-                t_wait = q[0][0] - lat[n - 1]
+                t_wait = head_deadline - lat[n - 1]
                 if t_wait > now + 1e-12:
-                    if self.timer_at.get(model) != t_wait:
-                        self.timer_version[model] += 1
-                        self.timer_at[model] = t_wait
-                        out.append(SetTimer(t_wait, (model, self.timer_version[model])))
+                    if st.timer_at != t_wait:
+                        st.version += 1
+                        st.timer_at = t_wait
+                        out.append(SetTimer(t_wait, (st.name, st.version)))
                     return
                 b = n
             else:
                 b = b_max
-            reqs = tuple(heapq.heappop(q)[2] for _ in range(b))
+            w = st.workers[rank]
+            reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
             bid = self.new_batch_id()
-            pools.dispatched(bid, (w,))
-            out.append(Dispatch(bid, model, reqs, (RouteStep(0, w, now, self.blocks[model]),)))
+            self.pools.dispatched(bid, (w,))
+            self._set_busy(w)
+            out.append(Dispatch(bid, st.name, reqs, (RouteStep(0, w, now, st.blocks),)))
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        q = self.queue.get(request.model)
-        if q is None:
+        st = self.models.get(request.model)
+        if st is None:
             raise HetserveError(f"edf-adaptive: no pipeline serves model {request.model!r}")
-        heapq.heappush(q, (request.deadline_s, request.id, request))
+        heapq.heappush(st.queue, (request.deadline_s, request.id, request))
+        if not st.idle:
+            return []
         out: list[Action] = []
-        self._try(request.model, now, out)
+        self._try(st, now, out)
         return out
 
     def on_timer(self, token: object, now: float) -> list[Action]:
         model, version = token  # type: ignore[misc]
-        if version != self.timer_version[model]:
+        st = self.models[model]
+        if version != st.version:
             return []
-        self.timer_at.pop(model, None)
+        st.timer_at = -1.0
         out: list[Action] = []
-        self._try(model, now, out)
+        self._try(st, now, out)
         return out
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
         if report.kind == "stage" and not report.completed and report.reason == "preempted":
-            q = self.queue[report.model]
+            q = self.models[report.model].queue
             for r in report.requests:
                 heapq.heappush(q, (r.deadline_s, r.id, r))
         freed = self.pools.reported(report)
         out: list[Action] = []
-        models = {m for w in freed for m in self.pools.models_of.get(w, [])}
-        if not report.completed:
-            models.add(report.model)
-        for m in sorted(
-            models, key=lambda m: self.queue[m][0][0] if self.queue[m] else float("inf")
-        ):
-            self._try(m, now, out)
+        states: list[_ModelState] = []
+        for w in freed:
+            self._set_idle(w)
+            for st in self.served_by.get(w, ()):
+                if st not in states:
+                    states.append(st)
+        if not report.completed and self.models[report.model] not in states:
+            states.append(self.models[report.model])
+        if len(states) > 1:
+            states.sort(key=lambda st: st.queue[0][0] if st.queue else float("inf"))
+        for st in states:
+            self._try(st, now, out)
         return out
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.pools.lost.add(worker)
+        self._set_busy(worker)  # never idle again
         return []

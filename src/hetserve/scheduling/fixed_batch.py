@@ -107,7 +107,7 @@ class FixedBatch(BaseScheduler):
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
         if report.kind == "stage" and not report.completed and report.reason == "preempted":
             q = self.queues[report.model]
-            for r in sorted(report.requests, key=lambda r: r.arrival_s, reverse=True):
+            for r in sorted(report.requests, key=lambda r: (r.arrival_s, r.id), reverse=True):
                 q.appendleft(r)
         freed = self.pools.reported(report)
         if not freed and report.completed:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError, unknown
@@ -51,59 +51,52 @@ from hetserve.core.requests import Request
 WorkerId = str
 
 
-@dataclass(frozen=True, slots=True)
-class RouteStep:
+class RouteStep(NamedTuple):
     stage: int
     worker: WorkerId
     planned_start_s: float
     blocks: tuple[int, int]  # [start, stop)
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatch:
+class Dispatch(NamedTuple):
     batch_id: int
     model: str
     requests: tuple[Request, ...]
     route: tuple[RouteStep, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Drop:
+class Drop(NamedTuple):
     requests: tuple[Request, ...]
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Preempt:
+class Preempt(NamedTuple):
     worker: WorkerId
     batch_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class SetTimer:
+class SetTimer(NamedTuple):
     at_s: float
     token: object
 
 
-@dataclass(frozen=True, slots=True)
-class Load:
+class Load(NamedTuple):
     worker: WorkerId
     model: str
     blocks: tuple[int, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Evict:
+class Evict(NamedTuple):
     worker: WorkerId
     model: str
     blocks: tuple[int, int]
 
 
 Action = Dispatch | Drop | Preempt | SetTimer | Load | Evict
+# Actions and reports are NamedTuples: immutable, and cheap to create on the hot path.
 
 
-@dataclass(frozen=True, slots=True)
-class StageReport:
+class StageReport(NamedTuple):
     kind: str  # "stage" | "load"
     batch_id: int  # -1 for loads
     model: str
@@ -142,6 +135,17 @@ class ClusterView:
     _lat_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], float] = field(
         default_factory=dict, repr=False
     )
+
+    @staticmethod
+    def build(
+        cluster: Cluster, latency: LatencyModel, placement: Placement, cut_bytes_factor: float = 1.0
+    ) -> ClusterView:
+        """The view of a placement's workers (what engines hand to ``start``)."""
+        infos = {
+            s.id: WorkerInfo(s.id, cluster.catalog.get(s.gpu), s.share, s.node, s.gpu_id)
+            for s in placement.workers
+        }
+        return ClusterView(cluster, infos, latency, placement, cut_bytes_factor)
 
     def transfer_path(self, a: WorkerId, b: WorkerId) -> list[str]:
         return self.cluster.transfer_path(self.workers[a].gpu_id, self.workers[b].gpu_id)

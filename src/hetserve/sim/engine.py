@@ -189,11 +189,8 @@ class Simulator:
         self.trace = trace
         self.cfg = config or SimConfig()
         self.rng = np.random.default_rng(np.random.SeedSequence([self.cfg.seed, 0x5EED]))
-        infos = {}
-        for s in placement.workers:
-            infos[s.id] = WorkerInfo(s.id, cluster.catalog.get(s.gpu), s.share, s.node, s.gpu_id)
-        self.view = ClusterView(cluster, infos, latency, placement, self.cfg.cut_bytes_factor)
-        self.workers = {wid: _Worker(i) for wid, i in infos.items()}
+        self.view = ClusterView.build(cluster, latency, placement, self.cfg.cut_bytes_factor)
+        self.workers = {wid: _Worker(i) for wid, i in self.view.workers.items()}
         self._failures: list[tuple[float, str]] = []
         self._block_cache: dict = {}
         self._path_cache: dict = {}
@@ -201,6 +198,9 @@ class Simulator:
         self._lanes: dict[str, list[float]] = {}
         self.link_log: dict[str, list[tuple[float, float]]] = {}
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
+        self._jitter_on = self.cfg.jitter == "exponential" or (
+            self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
+        )
 
     # ------------------------------------------------------------------ setup helpers
     def fail_worker(self, worker: str, at_s: float) -> None:
@@ -323,15 +323,17 @@ class Simulator:
     def run(self) -> SimResult:
         tr = self.trace
         n = len(tr)
-        self.arrival = tr.time_s
-        self.deadline = tr.deadlines_s()
-        self.dispatch_s = np.full(n, np.nan)
-        self.start_s = np.full(n, np.nan)
-        self.finish_s = np.full(n, np.nan)
-        self.outcome = np.zeros(n, dtype=np.int8)
-        self.reason = np.zeros(n, dtype=np.int16)
-        self.batch_of = np.full(n, -1, dtype=np.int64)
-        self.state = np.zeros(n, dtype=np.int8)
+        # per-request state as Python lists: element access is much cheaper than on NumPy
+        # arrays in the hot path; they become arrays in the result
+        nan = math.nan
+        self.deadline = tr.deadlines_s().tolist()
+        self.dispatch_s = [nan] * n
+        self.start_s = [nan] * n
+        self.finish_s = [nan] * n
+        self.outcome = [PENDING] * n
+        self.reason = [0] * n
+        self.batch_of = [-1] * n
+        self.state = [_AWAITING] * n
         self.reasons: list[str] = [""]
         self._reason_idx: dict[str, int] = {"": 0}
         self.rows: list[tuple] = []
@@ -350,8 +352,7 @@ class Simulator:
         horizon = tr.duration_s + drain
         times = tr.time_s.tolist()
         sidx = tr.stream_idx.tolist()
-        streams = tr.streams
-        slos = [s.slo_s for s in streams]
+        stream_info = [(s.model, s.name, s.slo_s) for s in tr.streams]
         on_arrival = self.scheduler.on_arrival
         heap = self.heap
         pop = heapq.heappop
@@ -361,9 +362,8 @@ class Simulator:
         while True:
             if i < n and (not heap or times[i] < heap[0][0]):
                 now = times[i]
-                k = sidx[i]
-                s = streams[k]
-                req = Request(i, s.model, s.name, now, now + slos[k])
+                model, stream, slo = stream_info[sidx[i]]
+                req = Request(i, model, stream, now, now + slo)
                 i += 1
                 acts = on_arrival(req, now)
                 if acts:
@@ -410,6 +410,10 @@ class Simulator:
             if type(a) is Dispatch:
                 self._dispatch(a, now)
             elif type(a) is SetTimer:
+                if a.at_s >= now:
+                    self.seq += 1
+                    heapq.heappush(self.heap, (a.at_s, self.seq, _TIMER, a.token, None))
+                    continue
                 if a.at_s < now - 1e-9:
                     raise SimulationError(f"SetTimer at {a.at_s} is in the past (now {now})")
                 self._push(max(a.at_s, now), _TIMER, a.token, None)
@@ -437,15 +441,41 @@ class Simulator:
             raise SimulationError(
                 f"Dispatch {d.batch_id}: batch ids must be new; requests and route non-empty"
             )
+        self._check_route(d)
+        state, dispatch_s, batch_of = self.state, self.dispatch_s, self.batch_of
+        model, bid = d.model, d.batch_id
+        for r in d.requests:
+            i = r.id
+            if state[i] != _AWAITING or r.model != model:
+                raise SimulationError(
+                    f"Dispatch {bid}: request {i} is not held by the scheduler or is for "
+                    f"another model"
+                )
+            state[i] = _IN_BATCH
+            dispatch_s[i] = now
+            batch_of[i] = bid
+        b = _Batch(d, now)
+        self.batches[d.batch_id] = b
+        task = _Task(b, 0, self.workers[d.route[0].worker])
+        b.tasks.append(task)
+        self._input_arrived(task, now)
+
+    def _check_route(self, d: Dispatch) -> None:
+        """Routes cover the model's blocks contiguously from 0 on known workers."""
         nb = self._nblocks.get(d.model)
         if nb is None:
             raise SimulationError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
+        route = d.route
+        if len(route) == 1:  # the common case, checked quickly
+            st = route[0]
+            if st.stage == 0 and st.blocks == (0, nb) and st.worker in self.workers:
+                return
         pos = 0
-        for k, st in enumerate(d.route):
+        for k, st in enumerate(route):
             if st.stage != k or st.blocks[0] != pos or st.blocks[1] <= pos:
                 raise SimulationError(
-                    f"Dispatch {d.batch_id}: route must cover blocks "
-                    f"contiguously from 0 (stage {k}: {st.blocks})"
+                    f"Dispatch {d.batch_id}: route must cover blocks contiguously from 0 "
+                    f"(stage {k}: {st.blocks})"
                 )
             if st.worker not in self.workers:
                 raise SimulationError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
@@ -454,26 +484,14 @@ class Simulator:
             raise SimulationError(
                 f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}"
             )
-        state = self.state
-        for r in d.requests:
-            if state[r.id] != _AWAITING or r.model != d.model:
-                raise SimulationError(
-                    f"Dispatch {d.batch_id}: request {r.id} is not held by "
-                    f"the scheduler or is for another model"
-                )
-            state[r.id] = _IN_BATCH
-            self.dispatch_s[r.id] = now
-            self.batch_of[r.id] = d.batch_id
-        b = _Batch(d, now)
-        self.batches[d.batch_id] = b
-        task = _Task(b, 0, self.workers[d.route[0].worker])
-        b.tasks.append(task)
-        self._input_arrived(task, now)
 
     def _input_arrived(self, task: _Task, now: float) -> None:
         if task.dead:
             return
         w = task.worker
+        if w.running is None and not w.ready and not w.lost:
+            self._start(w, task, now)  # the common case: an idle worker, nothing queued
+            return
         self.seq += 1
         heapq.heappush(w.ready, (task.step.planned_start_s, self.seq, task))
         if w.running is None:
@@ -481,35 +499,41 @@ class Simulator:
 
     def _try_start(self, w: _Worker, now: float) -> None:
         while w.running is None and w.ready:
-            _, _, task = heapq.heappop(w.ready)
+            task = heapq.heappop(w.ready)[2]
             if task.dead:
                 continue
-            b = task.batch
             if w.lost:
-                self._fail_batch(b, task, "worker lost", now)
+                self._fail_batch(task.batch, task, "worker lost", now)
                 continue
-            st = task.step
-            m = _mask(st.blocks)
-            res = w.resident.get(b.model, 0)
-            if res & m != m:
-                if w.loading.get(b.model, 0) & m:
-                    w.waiting_load.append(task)
-                    continue
-                self._fail_batch(b, task, "blocks not resident", now)
-                continue
-            cum, energy = self._stage_times(b.model, w, len(b.requests), st.blocks)
+            self._start(w, task, now)
+
+    def _start(self, w: _Worker, task: _Task, now: float) -> None:
+        b = task.batch
+        st = task.step
+        blocks = st.blocks
+        res = w.resident.get(b.model, 0)
+        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
+        if res & m != m:
+            if w.loading.get(b.model, 0) & m:
+                w.waiting_load.append(task)
+                return
+            self._fail_batch(b, task, "blocks not resident", now)
+            return
+        cum, energy = self._stage_times(b.model, w, len(b.requests), blocks)
+        if self._jitter_on:
             j = self._jitter()
-            if j != 1.0:
-                cum = tuple(c * j for c in cum)
-                energy *= j
-            task.cum = cum
-            task.energy_j = energy
-            task.start_s = now
-            w.running = task
-            if task.index == 0:
-                for r in b.requests:
-                    self.start_s[r.id] = now
-            self._push(now + cum[-1], _STAGE_DONE, task, task.version)
+            cum = tuple(c * j for c in cum)
+            energy *= j
+        task.cum = cum
+        task.energy_j = energy
+        task.start_s = now
+        w.running = task
+        if task.index == 0:
+            start_s = self.start_s
+            for r in b.requests:
+                start_s[r.id] = now
+        self.seq += 1
+        heapq.heappush(self.heap, (now + cum[-1], self.seq, _STAGE_DONE, task, task.version))
 
     def _stage_done(self, task: _Task, version: int, now: float) -> None:
         if task.version != version or task.dead:
@@ -574,7 +598,8 @@ class Simulator:
         acts = self.scheduler.on_stage_done(rep, now)
         if acts:
             self._apply(acts, now)
-        self._try_start(w, now)
+        if w.running is None and w.ready:
+            self._try_start(w, now)
 
     def _row(self, task: _Task, end: float, status: str) -> None:
         b = task.batch
@@ -762,10 +787,12 @@ class Simulator:
                 self.outcome[r.id] = FAILED
                 self.reason[r.id] = ri
         self.batches.clear()
-        left = self.outcome == PENDING
-        if left.any():
-            self.outcome[left] = DROPPED
-            self.reason[left] = self._reason("unserved at end of simulation")
+        if PENDING in self.outcome:
+            ri = self._reason("unserved at end of simulation")
+            for i, o in enumerate(self.outcome):
+                if o == PENDING:
+                    self.outcome[i] = DROPPED
+                    self.reason[i] = ri
 
     def _result(self, end: float) -> SimResult:
         gpu_energy: dict[str, float] = {g.id: g.type.idle_w * end for g in self.cluster.gpus}
@@ -774,13 +801,13 @@ class Simulator:
         return SimResult(
             trace=self.trace,
             end_s=end,
-            dispatch_s=self.dispatch_s,
-            start_s=self.start_s,
-            finish_s=self.finish_s,
-            outcome=self.outcome,
-            reason=self.reason,
+            dispatch_s=np.asarray(self.dispatch_s),
+            start_s=np.asarray(self.start_s),
+            finish_s=np.asarray(self.finish_s),
+            outcome=np.asarray(self.outcome, dtype=np.int8),
+            reason=np.asarray(self.reason, dtype=np.int16),
             reasons=tuple(self.reasons),
-            batch=self.batch_of,
+            batch=np.asarray(self.batch_of, dtype=np.int64),
             stage_rows=self.rows,
             worker_busy_s={w.id: w.busy_s for w in self.workers.values()},
             worker_gpu={w.id: w.gpu.name for w in self.workers.values()},

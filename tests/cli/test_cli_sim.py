@@ -1,0 +1,168 @@
+import json
+
+import pytest
+
+from hetserve.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+BASE = ("--cluster", "hc1-s", "--models", "resnet50,efficientnet-b0")
+
+
+def test_simulate_writes_contract_files(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, text, _ = run(
+        capsys,
+        "simulate",
+        *BASE,
+        "--scheduler",
+        "edf-adaptive",
+        "--load-factor",
+        "0.8",
+        "--duration",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert code == 0 and "attainment" in text
+    s = json.loads((out / "summary.json").read_text())
+    for key in (
+        "attainment",
+        "goodput_rps",
+        "offered_rps",
+        "latency_ms",
+        "utilization",
+        "energy_j",
+        "dropped",
+        "late",
+        "per_model",
+    ):
+        assert key in s
+    assert set(s["latency_ms"]) >= {"p50", "p90", "p99"}
+    assert set(s["utilization"]) == {"L4", "P4"}
+    assert set(s["per_model"]) == {"resnet50", "efficientnet-b0"}
+    header = (out / "requests.csv").read_text().splitlines()[0]
+    assert header.startswith("id,stream,model,arrival_s,deadline_s,dispatch_s,start_s,finish_s")
+    assert (out / "batches.csv").read_text().startswith("batch,model,stage,worker")
+    code, text, _ = run(capsys, "report", str(out))
+    assert code == 0 and (out / "report.html").stat().st_size > 10_000
+
+
+def test_simulate_same_seed_identical_requests(capsys, tmp_path):
+    for k in range(2):
+        run(
+            capsys,
+            "simulate",
+            *BASE,
+            "--rate",
+            "3000",
+            "--duration",
+            "1",
+            "--workload",
+            "mmpp",
+            "--jitter-cv",
+            "0.2",
+            "--seed",
+            "4",
+            "--out",
+            str(tmp_path / f"r{k}"),
+        )
+    a = (tmp_path / "r0" / "requests.csv").read_bytes()
+    assert a == (tmp_path / "r1" / "requests.csv").read_bytes()
+
+
+@pytest.mark.parametrize("workload", ["gamma:2", "synthetic", "azure2019"])
+def test_simulate_workloads(capsys, tmp_path, workload):
+    if workload == "azure2019":
+        f = tmp_path / "az.csv"
+        assert (
+            run(
+                capsys,
+                "trace",
+                "gen",
+                "--kind",
+                "azure2019",
+                "--functions",
+                "30",
+                "--minutes",
+                "2",
+                "--rate",
+                "50",
+                "--out",
+                str(f),
+            )[0]
+            == 0
+        )
+        workload = f"azure2019:{f}"
+    code, _, err = run(
+        capsys,
+        "simulate",
+        *BASE,
+        "--workload",
+        workload,
+        "--rate",
+        "2000",
+        "--duration",
+        "60" if "azure" in workload or workload == "synthetic" else "2",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 0, err
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["offered_rps"] == pytest.approx(2000, rel=0.15)
+
+
+def test_sweep_and_report(capsys, tmp_path):
+    code, _text, _ = run(
+        capsys,
+        "sweep",
+        "--cluster",
+        "hc1-s",
+        "--models",
+        "resnet50",
+        "--schedulers",
+        "fixed-batch,edf-adaptive",
+        "--duration",
+        "1",
+        "--resolution",
+        "0.1",
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 0
+    sw = json.loads((tmp_path / "sweep.json").read_text())
+    for name in ("fixed-batch", "edf-adaptive"):
+        assert sw[name]["max_load_factor"] >= 0
+        assert all(len(p) == 2 for p in sw[name]["curve"])
+    # fixed-batch never drops and fills batches it cannot finish in time: worse
+    assert sw["edf-adaptive"]["max_load_factor"] > sw["fixed-batch"]["max_load_factor"]
+    assert run(capsys, "report", str(tmp_path))[0] == 0
+    assert "Load-factor search" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("simulate", *BASE, "--scheduler", "fifo", "--out", "x"), "unknown scheduler 'fifo'"),
+        (("simulate", *BASE, "--workload", "weibull", "--out", "x"), "unknown kind 'weibull'"),
+        (
+            ("simulate", *BASE, "--rate", "10", "--load-factor", "1", "--out", "x"),
+            "exactly one of --rate and --load-factor",
+        ),
+        (("simulate", *BASE, "--slo", "resnet50=abc", "--out", "x"), "--slo: expected"),
+        (("simulate", *BASE, "--slo", "vit-b16=50", "--out", "x"), "not among --models"),
+        (("simulate", *BASE, "--plan", "/nonexistent.json", "--out", "x"), "cannot read plan"),
+        (("simulate", *BASE, "--param", "max_batch", "--out", "x"), "expected key=value"),
+        (("simulate", *BASE, "--workload", "azure2019:/nope.csv", "--out", "x"), "cannot read"),
+        (("sweep", *BASE, "--seeds", "a", "--out", "x"), "--seeds: expected integers"),
+        (("report", "/nonexistent-dir"), "not a folder"),
+    ],
+)
+def test_simulate_errors(capsys, args, needle):
+    code, _, err = run(capsys, *args)
+    assert code == 2 and needle in err and err.count("\n") == 1

@@ -1,0 +1,32 @@
+"""Small clusters and latency models for scheduler and simulator tests."""
+
+from __future__ import annotations
+
+from hetserve.core.cluster import parse_cluster
+from hetserve.core.latency import LinearModel, LinearParams
+from hetserve.core.plan import bind, default_plan
+from hetserve.experiments.setup import Setup
+
+
+def linear_setup(
+    n_gpus: int = 1,
+    alpha_s: float = 0.001,
+    beta_s: float = 0.0,
+    slo_s: float = 1.0,
+    max_batch: int = 1,
+    models: tuple[str, ...] = ("m",),
+    nodes: int = 1,
+) -> Setup:
+    """``nodes`` nodes with ``n_gpus`` V100s each; latency ``alpha * b + beta`` for every
+    model; a default plan (every model on every GPU)."""
+    cluster = parse_cluster(
+        {
+            "name": "test",
+            "nodes": [{"count": nodes, "name": "n", "gpus": {"V100": n_gpus}, "nic_gbps": 10}],
+        },
+        "test",
+    )
+    lat = LinearModel({(m, "V100"): LinearParams(alpha_s, beta_s) for m in models})
+    slos = dict.fromkeys(models, slo_s)
+    plan = default_plan(cluster, lat, slos, max_batch=max_batch)
+    return Setup(cluster, lat, list(models), slos, plan, bind(plan, cluster))

@@ -1,0 +1,117 @@
+"""fixed-batch driven through the protocol with a fake clock (no engine)."""
+
+import pytest
+
+from hetserve.core.requests import Request
+from hetserve.scheduling import ClusterView, Dispatch, SetTimer, StageReport, make_scheduler
+from tests.helpers import linear_setup
+
+
+def _start(max_batch=4, delay=0.01, n_gpus=1):
+    s = linear_setup(n_gpus=n_gpus, max_batch=max_batch, slo_s=1.0)
+    sched = make_scheduler("fixed-batch", {"max_batch": max_batch, "max_queue_delay_s": delay})
+    view = ClusterView.build(s.cluster, s.latency, s.placement)
+    assert sched.start(view, s.plan, 0.0) == []
+    return sched
+
+
+def _req(i, t, slo=1.0):
+    return Request(i, "m", "s", t, t + slo)
+
+
+def _done(d: Dispatch, start, end):
+    st = d.route[0]
+    return StageReport(
+        "stage",
+        d.batch_id,
+        d.model,
+        0,
+        st.worker,
+        start,
+        end,
+        d.requests,
+        True,
+        True,
+        "",
+        st.blocks,
+        st.blocks[1] - st.blocks[0],
+    )
+
+
+def test_timeout_dispatches_partial_batch():
+    s = _start()
+    acts = s.on_arrival(_req(0, 0.0), 0.0)
+    assert acts == [SetTimer(0.01, ("m", 0))]
+    assert s.on_arrival(_req(1, 0.001), 0.001) == []
+    assert s.on_arrival(_req(2, 0.002), 0.002) == []
+    (d,) = s.on_timer(("m", 0), 0.01)
+    assert isinstance(d, Dispatch) and [r.id for r in d.requests] == [0, 1, 2]
+
+
+def test_full_batch_goes_at_once_and_waits_for_a_free_worker():
+    s = _start(max_batch=2)
+    s.on_arrival(_req(0, 0.0), 0.0)
+    (d1,) = s.on_arrival(_req(1, 0.001), 0.001)
+    assert [r.id for r in d1.requests] == [0, 1]
+    acts = s.on_arrival(_req(2, 0.002), 0.002)
+    assert acts == [SetTimer(0.012, ("m", 2))]
+    assert s.on_arrival(_req(3, 0.003), 0.003) == []  # full, but the only worker is busy
+    (d2,) = s.on_stage_done(_done(d1, 0.001, 0.005), 0.005)
+    assert [r.id for r in d2.requests] == [2, 3]
+    assert len({d1.batch_id, d2.batch_id}) == 2
+
+
+def test_stale_timer_ignored_and_fifo_order():
+    s = _start(max_batch=3, delay=0.01)
+    s.on_arrival(_req(0, 0.0), 0.0)
+    s.on_arrival(_req(1, 0.0), 0.0)
+    (d,) = s.on_arrival(_req(2, 0.0), 0.0)
+    assert [r.id for r in d.requests] == [0, 1, 2]
+    assert s.on_timer(("m", 0), 0.01) == []  # request 0 already gone
+
+
+def test_uses_every_worker():
+    s = _start(max_batch=1, n_gpus=3)
+    ws = set()
+    for i in range(3):
+        (d,) = s.on_arrival(_req(i, 0.0), 0.0)
+        ws.add(d.route[0].worker)
+    assert len(ws) == 3
+    assert s.on_arrival(_req(3, 0.0), 0.0) == []
+
+
+def test_preempted_requests_return_first():
+    s = _start(max_batch=2)
+    s.on_arrival(_req(0, 0.0), 0.0)
+    (d,) = s.on_arrival(_req(1, 0.0), 0.0)
+    s.on_arrival(_req(2, 0.001), 0.001)
+    st = d.route[0]
+    rep = StageReport(
+        "stage",
+        d.batch_id,
+        "m",
+        0,
+        st.worker,
+        0.0,
+        0.002,
+        d.requests,
+        False,
+        False,
+        "preempted",
+        st.blocks,
+        0,
+    )
+    d2, timer = s.on_stage_done(rep, 0.002)
+    assert [r.id for r in d2.requests] == [0, 1]
+    assert timer == SetTimer(0.011, ("m", 2))
+
+
+def test_bad_parameters():
+    from hetserve.core.errors import HetserveError
+
+    with pytest.raises(HetserveError):
+        make_scheduler("fixed-batch", {"max_batch": 0})
+    with pytest.raises(HetserveError, match="bad parameters"):
+        make_scheduler("fixed-batch", {"colour": 1})
+    with pytest.raises(HetserveError, match="did you mean 'fixed-batch'"):
+        make_scheduler("fixed-bach")

@@ -1,0 +1,342 @@
+import filecmp
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, PENDING
+from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+from hetserve.core.requests import Request, Stream
+from hetserve.experiments.setup import Setup, build_setup, build_trace, simulate
+from hetserve.scheduling import (
+    BaseScheduler,
+    Dispatch,
+    Drop,
+    Evict,
+    Load,
+    Preempt,
+    RouteStep,
+    SetTimer,
+    make_scheduler,
+)
+from hetserve.sim.engine import SimConfig, SimulationError, Simulator
+from hetserve.workload import Poisson, generate
+from hetserve.workload.trace import Trace
+from tests.helpers import linear_setup
+
+SETUP = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
+
+
+def _two_stage_setup() -> Setup:
+    """resnet50 split: blocks 0..4 on P4s, 5..9 on L4s (hc1-s, 6 Gbps NICs)."""
+    base = build_setup("hc1-s", ["resnet50"])
+    lat = base.latency
+    st = (Stage((0, 5), "P4", 1, 12), Stage((5, 10), "L4", 1, 4))
+    plan = Plan(
+        {"resnet50": ModelPlan(base.slos_s["resnet50"], 1.0, (Pipeline(st, 4, 0.0, 2000.0),))}
+    )
+    return Setup(base.cluster, lat, ["resnet50"], base.slos_s, plan, bind(plan, base.cluster))
+
+
+def _check_invariants(res, sim=None):
+    assert (res.outcome != PENDING).all()  # every request ended exactly once
+    arr = res.trace.time_s
+    done = (res.outcome == OK) | (res.outcome == LATE)
+    assert np.all(res.start_s[done] >= res.dispatch_s[done] - 1e-12)
+    assert np.all(res.dispatch_s[done] >= arr[done] - 1e-12)
+    assert np.all(res.finish_s[done] >= res.start_s[done])
+    ok = res.outcome == OK
+    assert np.all(res.finish_s[ok] <= res.trace.deadlines_s()[ok] + 1e-9)
+    by_worker = {}
+    for row in res.stage_rows:
+        by_worker.setdefault(row[3], []).append((row[6], row[7]))
+        assert row[7] >= row[6]
+    for iv in by_worker.values():  # a worker never runs two batches at once
+        iv.sort()
+        for (_s0, e0), (s1, _) in itertools.pairwise(iv):
+            assert s1 >= e0 - 1e-12
+    if sim is not None:
+        for name, iv in sim.link_log.items():
+            lanes = sim.cluster.links[name].lanes
+            pts = sorted([(s, 1) for s, e in iv if e > s] + [(e, -1) for s, e in iv if e > s])
+            load = 0
+            for _, d in pts:
+                load += d
+                assert load <= lanes  # a link never carries more transfers than lanes
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(["fixed-batch", "edf-adaptive"]),
+    st.floats(0.2, 2.5),
+    st.integers(0, 1000),
+    st.sampled_from([0.0, 0.3]),
+    st.sampled_from(["poisson", "gamma:3", "mmpp"]),
+)
+def test_invariants_whole_models(sched, lf, seed, jitter_cv, workload):
+    tr = build_trace(SETUP, workload, SETUP.plan.rates_at(lf), 0.3, seed)
+    cfg = SimConfig(seed=seed, jitter="lognormal" if jitter_cv else "none", jitter_cv=jitter_cv)
+    sim = Simulator(
+        SETUP.cluster, SETUP.latency, SETUP.plan, SETUP.placement, make_scheduler(sched), tr, cfg
+    )
+    _check_invariants(sim.run())
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(0.2, 3.0), st.integers(0, 1000), st.sampled_from([0.0, 0.5]))
+def test_invariants_pipelines_with_transfers(lf, seed, jitter_cv):
+    s = _two_stage_setup()
+    tr = build_trace(s, "poisson", {"resnet50": 2000.0 * lf}, 0.2, seed)
+    cfg = SimConfig(
+        seed=seed,
+        jitter="lognormal" if jitter_cv else "none",
+        jitter_cv=jitter_cv,
+        record_links=True,
+    )
+    sim = Simulator(
+        s.cluster, s.latency, s.plan, s.placement, make_scheduler("fixed-batch"), tr, cfg
+    )
+    res = sim.run()
+    _check_invariants(res, sim)
+    assert sim.link_log  # transfers happened
+
+
+def test_transfer_time_and_stage_rows():
+    s = _two_stage_setup()
+    tr = Trace(
+        np.array([0.0]), np.array([0], dtype=np.int32), (Stream("a", "resnet50", 10.0),), 1.0
+    )
+    sim = Simulator(
+        s.cluster,
+        s.latency,
+        s.plan,
+        s.placement,
+        make_scheduler("fixed-batch", {"max_batch": 1, "max_queue_delay_s": 0}),
+        tr,
+        SimConfig(cut_bytes_factor=0.5),
+    )
+    res = sim.run()
+    (r0, r1) = res.stage_rows
+    nbytes = s.latency.out_bytes("resnet50", 4) * 0.5
+    t_lat0 = s.latency.latency("resnet50", "P4", 1, 1, range(0, 5))
+    t_lat1 = s.latency.latency("resnet50", "L4", 1, 1, range(5, 10))
+    assert r0[7] == pytest.approx(t_lat0)
+    assert r1[9] == pytest.approx(t_lat0)  # transfer starts when stage 0 ends
+    assert r1[10] - r1[9] == pytest.approx(nbytes * 8 / 6e9)  # 6 Gbps NIC
+    assert r1[6] == pytest.approx(r1[10]) and r1[7] - r1[6] == pytest.approx(t_lat1)
+    assert res.outcome[0] == OK
+
+
+def test_determinism_byte_identical(tmp_path):
+    outs = []
+    for k in range(2):
+        tr = build_trace(SETUP, "gamma:2", SETUP.plan.rates_at(0.9), 1.0, seed=5)
+        res = simulate(
+            SETUP, "edf-adaptive", tr, None, SimConfig(seed=5, jitter="lognormal", jitter_cv=0.2)
+        )
+        res.write_requests_csv(tmp_path / f"r{k}.csv")
+        res.write_batches_csv(tmp_path / f"b{k}.csv")
+        outs.append(k)
+    assert filecmp.cmp(tmp_path / "r0.csv", tmp_path / "r1.csv", shallow=False)
+    assert filecmp.cmp(tmp_path / "b0.csv", tmp_path / "b1.csv", shallow=False)
+    tr = build_trace(SETUP, "gamma:2", SETUP.plan.rates_at(0.9), 1.0, seed=5)
+    res = simulate(
+        SETUP, "edf-adaptive", tr, None, SimConfig(seed=6, jitter="lognormal", jitter_cv=0.2)
+    )
+    res.write_requests_csv(tmp_path / "r2.csv")
+    assert not filecmp.cmp(tmp_path / "r0.csv", tmp_path / "r2.csv", shallow=False)
+
+
+# ---------------------------------------------------------------- scripted schedulers
+
+
+class Scripted(BaseScheduler):
+    """Dispatches each request alone to a chosen worker; extra actions at given times."""
+
+    def __init__(self, worker, timers=(), blocks=(0, 1)):
+        super().__init__()
+        self.worker, self.timers, self.blocks = worker, list(timers), blocks
+        self.reports, self.lost = [], []
+
+    def start(self, view, plan, now):
+        super().start(view, plan, now)
+        return [SetTimer(t, k) for k, (t, _) in enumerate(self.timers)]
+
+    def on_arrival(self, r, now):
+        return [
+            Dispatch(
+                self.new_batch_id(), r.model, (r,), (RouteStep(0, self.worker, now, self.blocks),)
+            )
+        ]
+
+    def on_timer(self, token, now):
+        return list(self.timers[token][1])
+
+    def on_stage_done(self, report, now):
+        self.reports.append(report)
+        if report.reason == "preempted":  # serve it again right away
+            return [
+                Dispatch(
+                    self.new_batch_id(),
+                    report.model,
+                    report.requests,
+                    (RouteStep(0, self.worker, now, self.blocks),),
+                )
+            ]
+        return []
+
+    def on_worker_lost(self, worker, now):
+        self.lost.append((worker, now))
+        return []
+
+
+def _one(times, slo=10.0, model="m"):
+    return Trace(
+        np.asarray(times, dtype=float),
+        np.zeros(len(times), dtype=np.int32),
+        (Stream("s", model, slo),),
+        max(times) + 1e-9,
+    )
+
+
+def _sim(setup, sched, trace, **cfg):
+    return Simulator(
+        setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, SimConfig(**cfg)
+    )
+
+
+def test_preemption_at_block_boundary_returns_requests():
+    s = build_setup("hc1-s", ["resnet50"], max_batch=1)
+    w = s.placement.stages[("resnet50", 0, 0)][0]
+    lat = [s.latency.latency("resnet50", "L4", 1, 1, range(i, i + 1)) for i in range(10)]
+    t_pre = lat[0] + lat[1] + 0.3 * lat[2]  # during block 2 -> stops after block 2
+    sched = Scripted(w, timers=[(t_pre, [Preempt(w, 1)])], blocks=(0, 10))
+    res = _sim(s, sched, _one([0.0], model="resnet50")).run()
+    pre = [r for r in sched.reports if not r.completed]
+    assert len(pre) == 1 and pre[0].reason == "preempted" and pre[0].blocks_done == 3
+    assert pre[0].end_s == pytest.approx(sum(lat[:3]))
+    done = [r for r in sched.reports if r.completed]
+    assert done[0].start_s == pytest.approx(sum(lat[:3]))  # re-dispatched at once
+    assert res.outcome[0] == OK and res.finish_s[0] == pytest.approx(sum(lat[:3]) + sum(lat))
+    busy = res.worker_busy_s[w]
+    assert busy == pytest.approx(sum(lat[:3]) + sum(lat))  # wasted work counts as busy
+    assert [r[8] for r in res.stage_rows] == ["preempted", "completed"]
+
+
+def test_load_then_run_and_memory_limit():
+    s = build_setup("hc1-s", ["resnet50"], max_batch=1)
+    w = s.placement.stages[("resnet50", 0, 0)][0]  # an L4
+    sched = Scripted(w, timers=[(0.0, [Load(w, "resnet50", (0, 10))])], blocks=(0, 10))
+    sim = _sim(s, sched, _one([0.0001], model="resnet50"), warm=False)
+    res = sim.run()
+    total = sum(sim.block_bytes("resnet50"))
+    load_s = total * 8 / (31.5 * 8e9)  # PCIe gen4 x16: 31.5 GB/s
+    (load,) = [r for r in sched.reports if r.kind == "load"]
+    assert load.completed and load.end_s == pytest.approx(load_s)
+    (stage,) = [r for r in sched.reports if r.kind == "stage"]
+    assert stage.start_s == pytest.approx(load_s)  # waited for its weights
+    assert res.outcome[0] in (OK, LATE)
+    # not resident, nothing loading: the stage fails
+    sched2 = Scripted(w, blocks=(0, 10))
+    res2 = _sim(s, sched2, _one([0.0], model="resnet50"), warm=False).run()
+    assert res2.outcome[0] == FAILED and res2.reasons[res2.reason[0]] == "blocks not resident"
+    # evict and reload: memory returns to the same use, the reload takes the load time
+    sched3 = Scripted(
+        w,
+        timers=[(0.0, [Evict(w, "resnet50", (0, 10)), Load(w, "resnet50", (0, 10))])],
+        blocks=(0, 10),
+    )
+    sim3 = _sim(s, sched3, _one([1.0], model="resnet50"))
+    sim3.run()
+    assert sim3.workers[w].mem_used == pytest.approx(total)
+    (load3,) = [r for r in sched3.reports if r.kind == "load"]
+    assert load3.end_s == pytest.approx(load_s)
+
+
+def test_out_of_memory_load_is_reported():
+    s = linear_setup()
+    sim = _sim(s, BaseScheduler(), _one([0.0]), warm=False)
+    sim._bytes_cache["m"] = [20e9]  # a 20 GB block on a 16 GB V100
+    w = next(iter(sim.workers))
+    sched = Scripted(w, timers=[(0.0, [Load(w, "m", (0, 1))])])
+    sim.scheduler = sched
+    sim.run()
+    (rep,) = [r for r in sched.reports if r.kind == "load"]
+    assert not rep.completed and rep.reason == "out of memory"
+
+
+def test_warm_plan_exceeding_memory_is_an_error():
+    from hetserve.core.errors import HetserveError
+
+    s = linear_setup()
+    sim = _sim(s, BaseScheduler(), _one([0.0]))
+    sim._bytes_cache["m"] = [20e9]
+    with pytest.raises(HetserveError, match="exceed its memory"):
+        sim.run()
+
+
+def test_worker_loss_fails_in_flight_and_notifies():
+    s = linear_setup(n_gpus=2, alpha_s=0.01)
+    ws = [w.id for w in s.placement.workers]
+    sched = Scripted(ws[0])
+    sim = _sim(s, sched, _one([0.0, 0.001, 0.5]))
+    sim.fail_worker(ws[0], 0.005)
+    res = sim.run()
+    assert list(res.outcome) == [FAILED, FAILED, FAILED]
+    assert res.reasons[res.reason[0]] == "worker lost"
+    assert sched.lost == [(ws[0], 0.005)]
+
+
+def test_energy_accounting():
+    s = linear_setup(alpha_s=0.01)
+    res = simulate(s, "fixed-batch", _one([0.0]), {"max_batch": 1, "max_queue_delay_s": 0})
+    g = s.cluster.gpus[0].type
+    busy_e = s.latency.energy("m", "V100", 1, 1)
+    expected = g.idle_w * res.end_s + busy_e - g.idle_w * 0.01
+    assert sum(res.gpu_energy_j.values()) == pytest.approx(expected)
+
+
+def test_protocol_violations_raise():
+    s = linear_setup()
+
+    class Twice(BaseScheduler):
+        def on_arrival(self, r, now):
+            w = next(iter(self.view.workers))
+            return [Dispatch(1, "m", (r,), (RouteStep(0, w, now, (0, 1)),)), Drop((r,), "x")]
+
+    with pytest.raises(SimulationError, match="does not hold"):
+        _sim(s, Twice(), _one([0.0])).run()
+
+    class BadRoute(BaseScheduler):
+        def on_arrival(self, r, now):
+            return [Dispatch(1, "m", (r,), (RouteStep(0, "nope", now, (0, 1)),))]
+
+    with pytest.raises(SimulationError, match="unknown worker"):
+        _sim(s, BadRoute(), _one([0.0])).run()
+
+    class Past(BaseScheduler):
+        def on_arrival(self, r, now):
+            return [SetTimer(now - 1, None)]
+
+    with pytest.raises(SimulationError, match="in the past"):
+        _sim(s, Past(), _one([1.0])).run()
+
+
+def test_unserved_requests_are_dropped_at_end():
+    s = linear_setup()
+    res = _sim(s, BaseScheduler(), _one([0.0, 0.1]), drain_s=0.5).run()
+    assert list(res.outcome) == [DROPPED, DROPPED]
+    assert res.reasons[res.reason[0]] == "unserved at end of simulation"
+
+
+def test_request_namedtuple():
+    r = Request(3, "m", "s", 1.0, 1.5)
+    assert r.slo_s == pytest.approx(0.5) and r.payload is None
+
+
+def test_generate_used_by_engine_is_seeded():
+    a = generate([Stream("s", "m", 1.0, Poisson(10))], 10.0, 1)
+    b = generate([Stream("s", "m", 1.0, Poisson(10))], 10.0, 1)
+    assert np.array_equal(a.time_s, b.time_s)
