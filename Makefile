@@ -31,6 +31,7 @@ test: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_workload.py
+	$(VENV)/bin/python benchmarks/bench_sim.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

@@ -46,7 +46,7 @@ def search_max_load_factor(
     if f(start) >= target:
         lo, hi = start, None
         while hi is None:
-            nxt = min(lo * 2, highest)
+            nxt = round(min(lo * 2, highest), 10)
             if nxt <= lo:  # already at the top of the range
                 return LoadFactorResult(lo, sorted(seen.items()), target, resolution)
             if f(nxt) >= target:
@@ -56,7 +56,7 @@ def search_max_load_factor(
     else:
         hi, lo = start, None
         while lo is None:
-            nxt = max(hi / 2, lowest)
+            nxt = round(max(hi / 2, lowest), 10)
             if nxt >= hi:  # even the lowest load factor misses the target
                 return LoadFactorResult(0.0, sorted(seen.items()), target, resolution)
             if f(nxt) >= target:
@@ -64,7 +64,7 @@ def search_max_load_factor(
             else:
                 hi = nxt
     while hi - lo > resolution:
-        mid = (lo + hi) / 2
+        mid = round((lo + hi) / 2, 10)  # the value evaluated is the value kept
         if f(mid) >= target:
             lo = mid
         else:

@@ -54,8 +54,7 @@ class _ModelState:
         self.idle = list(range(len(workers)))  # sorted ranks of idle workers
         self.queue: list[tuple[float, int, Request]] = []
         self.blocks = blocks
-        self.timer_at = -1.0
-        self.version = 0
+        self.timer_at = -1.0  # the armed timer's time (-1: none)
 
 
 @register("edf-adaptive")
@@ -115,9 +114,9 @@ class EdfAdaptive(BaseScheduler):
                 t_wait = head_deadline - lat[n - 1]
                 if t_wait > now + 1e-12:
                     if st.timer_at != t_wait:
-                        st.version += 1
+                        # the token is the model's state; only the latest armed time counts
                         st.timer_at = t_wait
-                        out.append(SetTimer(t_wait, (st.name, st.version)))
+                        out.append(SetTimer(t_wait, st))
                     return
                 b = n
             else:
@@ -142,10 +141,9 @@ class EdfAdaptive(BaseScheduler):
         return out
 
     def on_timer(self, token: object, now: float) -> list[Action]:
-        model, version = token  # type: ignore[misc]
-        st = self.models[model]
-        if version != st.version:
-            return []
+        st = token
+        if not isinstance(st, _ModelState) or st.timer_at != now:
+            return []  # a stale timer: a later arrival armed an earlier one
         st.timer_at = -1.0
         out: list[Action] = []
         self._try(st, now, out)

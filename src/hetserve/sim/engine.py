@@ -354,6 +354,7 @@ class Simulator:
         sidx = tr.stream_idx.tolist()
         stream_info = [(s.model, s.name, s.slo_s) for s in tr.streams]
         on_arrival = self.scheduler.on_arrival
+        on_timer = self.scheduler.on_timer
         heap = self.heap
         pop = heapq.heappop
         apply = self._apply
@@ -375,14 +376,14 @@ class Simulator:
             if t > horizon:
                 break
             now, _, kind, a, b = pop(heap)
-            if kind == _STAGE_DONE:
+            if kind == _TIMER:
+                acts = on_timer(a, now)
+                if acts:
+                    apply(acts, now)
+            elif kind == _STAGE_DONE:
                 self._stage_done(a, b, now)
             elif kind == _TRANSFER_DONE:
                 self._input_arrived(a, now)
-            elif kind == _TIMER:
-                acts = self.scheduler.on_timer(a, now)
-                if acts:
-                    apply(acts, now)
             elif kind == _LOAD_DONE:
                 self._load_done(a, b, now)
             elif kind == _PREEMPT_STOP:
