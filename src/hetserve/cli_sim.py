@@ -187,6 +187,7 @@ def write_run(folder: Path, res: Any, summary: dict[str, Any]) -> None:
     (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     res.write_requests_csv(folder / "requests.csv")
     res.write_batches_csv(folder / "batches.csv")
+    res.write_workers_csv(folder / "workers.csv")
 
 
 @cli.command()
@@ -226,7 +227,8 @@ def simulate(
     seed: int,
     out: str,
 ) -> None:
-    """Simulate serving a workload; writes summary.json, requests.csv, batches.csv."""
+    """Simulate serving a workload; writes summary.json, requests.csv, batches.csv,
+    workers.csv."""
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.setup import build_trace, model_rates
     from hetserve.experiments.setup import simulate as run_sim

@@ -49,6 +49,9 @@ def test_simulate_writes_contract_files(capsys, tmp_path):
     header = (out / "requests.csv").read_text().splitlines()[0]
     assert header.startswith("id,stream,model,arrival_s,deadline_s,dispatch_s,start_s,finish_s")
     assert (out / "batches.csv").read_text().startswith("batch,model,stage,worker")
+    workers = (out / "workers.csv").read_text().splitlines()
+    assert workers[0] == "worker,gpu,share,busy_s,utilization,energy_j" and len(workers) == 17
+    assert sum(s["energy_by_gpu_type_j"].values()) == pytest.approx(s["energy_j"])
     code, text, _ = run(capsys, "report", str(out))
     assert code == 0 and (out / "report.html").stat().st_size > 10_000
 

@@ -296,6 +296,7 @@ def test_energy_accounting():
     busy_e = s.latency.energy("m", "V100", 1, 1)
     expected = g.idle_w * res.end_s + busy_e - g.idle_w * 0.01
     assert sum(res.gpu_energy_j.values()) == pytest.approx(expected)
+    assert sum(res.worker_energy_j.values()) == pytest.approx(expected)  # one full slice
 
 
 def test_protocol_violations_raise():

@@ -5,8 +5,8 @@
   second;
 - ``latency_ms``: p50 / p90 / p99 / mean over completed requests (ok and late);
 - ``utilization``: per GPU type, busy time / (simulated time x slices of that type);
-- ``energy_j``: every GPU of the cluster, idle included; ``energy_per_request_j`` per
-  completed request;
+- ``energy_j``: every GPU of the cluster, idle included (``energy_by_gpu_type_j``; GPUs
+  no worker uses count as ``unplaced``); ``energy_per_request_j`` per completed request;
 - ``batch_sizes``: histogram of first-stage batch sizes of completed batches;
 - ``dropped`` / ``late`` / ``failed``: counts, with ``drops_by_reason`` and
   ``failures_by_reason``; ``per_model``: the request-level metrics per model.
@@ -73,6 +73,11 @@ def summarize(res: SimResult) -> dict[str, Any]:
     energy = float(sum(res.gpu_energy_j.values()))
     completed = s["ok"] + s["late"]
     s["energy_j"] = energy
+    by_type: Counter[str] = Counter()
+    gpu_type = {g_id: g for w, g in res.worker_gpu.items() for g_id in [w.split(":")[0]]}
+    for g_id, e in res.gpu_energy_j.items():
+        by_type[gpu_type.get(g_id, "unplaced")] += e
+    s["energy_by_gpu_type_j"] = dict(sorted(by_type.items()))
     s["energy_per_request_j"] = energy / completed if completed else None
     hist = Counter(r[5] for r in res.stage_rows if r[2] == 0 and r[8] == "completed")
     s["batch_sizes"] = {str(k): v for k, v in sorted(hist.items())}

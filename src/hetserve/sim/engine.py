@@ -797,8 +797,11 @@ class Simulator:
 
     def _result(self, end: float) -> SimResult:
         gpu_energy: dict[str, float] = {g.id: g.type.idle_w * end for g in self.cluster.gpus}
+        worker_energy: dict[str, float] = {}
         for w in self.workers.values():
-            gpu_energy[w.gpu_id] += w.busy_energy_j - w.gpu.idle_w / w.info.share * w.busy_s
+            idle_share_w = w.gpu.idle_w / w.info.share
+            gpu_energy[w.gpu_id] += w.busy_energy_j - idle_share_w * w.busy_s
+            worker_energy[w.id] = w.busy_energy_j + idle_share_w * (end - w.busy_s)
         return SimResult(
             trace=self.trace,
             end_s=end,
@@ -814,5 +817,6 @@ class Simulator:
             worker_gpu={w.id: w.gpu.name for w in self.workers.values()},
             worker_share={w.id: w.info.share for w in self.workers.values()},
             gpu_energy_j=gpu_energy,
+            worker_energy_j=worker_energy,
             link_log=self.link_log,
         )

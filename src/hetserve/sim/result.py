@@ -26,6 +26,7 @@ REQUEST_COLUMNS = (
     "reason",
     "batch",
 )
+WORKER_COLUMNS = ("worker", "gpu", "share", "busy_s", "utilization", "energy_j")
 BATCH_COLUMNS = (
     "batch",
     "model",
@@ -63,6 +64,7 @@ class SimResult:
     worker_gpu: dict[str, str]
     worker_share: dict[str, int]
     gpu_energy_j: dict[str, float]
+    worker_energy_j: dict[str, float] = field(default_factory=dict)
     link_log: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @property
@@ -116,5 +118,24 @@ class SimResult:
                         _f(r[9]),
                         _f(r[10]),
                         _f(r[11]),
+                    )
+                )
+
+    def write_workers_csv(self, path: str | Path) -> None:
+        """Per worker (virtual GPU): busy time, utilisation, energy (its slice's share of
+        idle power while idle, the latency model's busy energy while running)."""
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(WORKER_COLUMNS)
+            for wid, busy in self.worker_busy_s.items():
+                util = busy / self.end_s if self.end_s > 0 else 0.0
+                w.writerow(
+                    (
+                        wid,
+                        self.worker_gpu[wid],
+                        self.worker_share[wid],
+                        _f(busy),
+                        _f(util),
+                        _f(self.worker_energy_j.get(wid, math.nan)),
                     )
                 )
