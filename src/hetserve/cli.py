@@ -675,7 +675,7 @@ def zoo_export(models: str | None, out: str) -> None:
 def demo(out: str) -> None:
     """A tour: the GPU catalog, a PPipe cluster preset, a model's blocks, the per-layer
     latency ratio plot (PPipe Fig. 3), an estimated profile set, and a simulation of two
-    schedulers with a report."""
+    schedulers with a report, and PPipe's planner against its baselines."""
     from hetserve.core.cluster import load_cluster
     from hetserve.core.gpus import get_gpu
     from hetserve.core.latency import RooflineModel
@@ -727,13 +727,43 @@ def demo(out: str) -> None:
         )
         write_run(outdir / f"sim-{sched}", res, s)
     console.print(f"wrote {write_report(outdir / 'sim-edf-adaptive')}")
+    console.rule("7. Plan: PPipe's MILP against NP and DART-r on hc1-l")
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.planning.ppipe import PlanOptions, plan_models
+
+    c1 = load_cluster("hc1-l")
+    trio = ["efficientnet-b8", "resnet152", "convnext-t"]
+    slos = slos_from_scale(c1, rm, trio, 5.0, "L4")
+    t = Table(
+        title="normalised throughput (req/s per unit of workload share; SLO = 5 x L4 "
+        "batch-1 latency, margin 0.4)"
+    )
+    for col in ("planner", "normalised req/s", "vs np", "pipelined stages", "solve s"):
+        t.add_column(col, justify="left" if col == "planner" else "right")
+    base = None
+    for name in ("np", "dart-r", "ppipe"):
+        pl = plan_models(c1, rm, slos, None, PlanOptions(planner=name))
+        pl.save(outdir / f"plan-hc1-l-{name}.json")
+        obj = pl.meta["objective"]["normalized_rps"]
+        base = base or obj
+        split = sum(1 for m in pl.models.values() for p in m.pipelines if len(p.stages) > 1)
+        t.add_row(
+            name,
+            f"{obj:,.0f}",
+            f"{obj / base:.2f}x",
+            str(split),
+            f"{pl.meta['solve']['seconds']:.2f}",
+        )
+    console.print(t)
+    console.print(f"wrote {outdir}/plan-hc1-l-{{np,dart-r,ppipe}}.json")
     console.print(
-        "[green]demo done[/green]: next issues add the PPipe planner, Shepherd, "
-        "DeepPlan, MagicBatch, RAMPA and the Ray runtime to this tour."
+        "[green]demo done[/green]: next issues add the reservation data plane, "
+        "Shepherd, DeepPlan, MagicBatch, RAMPA and the Ray runtime to this tour."
     )
 
 
 def _register_subcommands() -> None:
+    import hetserve.cli_plan
     import hetserve.cli_sim  # noqa: F401  (registers simulate, sweep, report)
 
 

@@ -19,7 +19,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Stage:
     share: int
     instances: int
     latency_s: float = 0.0  # planned, at the pipeline's batch size
+    transfer_s: float = 0.0  # planned transfer of this stage's output to the next stage
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,42 @@ class Plan:
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict[str, Any]:
-        return {
-            "models": {n: asdict(m) for n, m in self.models.items()},
+        """The plan file (docs/formats.md#plans): times in ms, throughputs in req/s."""
+        meta = dict(self.meta)
+        out: dict[str, Any] = {
+            "planner": meta.pop("planner", "unknown"),
+            "objective": meta.pop("objective", {"normalized_rps": self.capacity_rps()}),
+            "solve": meta.pop("solve", {}),
             "shared_pools": self.shared_pools,
-            "meta": self.meta,
+            "models": {},
+            "meta": meta,
         }
+        for n, m in self.models.items():
+            out["models"][n] = {
+                "slo_ms": m.slo_s * 1e3,
+                "weight": m.weight,
+                "planned_rps": m.throughput_rps,
+                "pipelines": [
+                    {
+                        "batch": p.batch,
+                        "planned_rps": p.throughput_rps,
+                        "latency_ms": p.latency_s * 1e3,
+                        "stages": [
+                            {
+                                "blocks": list(st.blocks),
+                                "gpu": st.gpu,
+                                "share": st.share,
+                                "instances": st.instances,
+                                "latency_ms": st.latency_s * 1e3,
+                                "transfer_ms": st.transfer_s * 1e3,
+                            }
+                            for st in p.stages
+                        ],
+                    }
+                    for p in m.pipelines
+                ],
+            }
+        return out
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -120,7 +152,8 @@ class Plan:
                                 str(s["gpu"]),
                                 int(s["share"]),
                                 int(s["instances"]),
-                                float(s.get("latency_s", 0.0)),
+                                float(s.get("latency_ms", 0.0)) / 1e3,
+                                float(s.get("transfer_ms", 0.0)) / 1e3,
                             )
                         )
                     if not stages:
@@ -145,16 +178,20 @@ class Plan:
                         Pipeline(
                             tuple(stages),
                             int(p["batch"]),
-                            float(p.get("latency_s", 0.0)),
-                            float(p.get("throughput_rps", 0.0)),
+                            float(p.get("latency_ms", 0.0)) / 1e3,
+                            float(p.get("planned_rps", 0.0)),
                         )
                     )
                 models[name] = ModelPlan(
-                    float(m["slo_s"]), float(m.get("weight", 1.0)), tuple(pipes)
+                    float(m["slo_ms"]) / 1e3, float(m.get("weight", 1.0)), tuple(pipes)
                 )
             if not models:
                 raise ConfigError(f"{source}: models: expected at least one model")
-            return Plan(models, bool(data.get("shared_pools", False)), dict(data.get("meta", {})))
+            meta = dict(data.get("meta", {}))
+            for k in ("planner", "objective", "solve"):
+                if k in data:
+                    meta[k] = data[k]
+            return Plan(models, bool(data.get("shared_pools", False)), meta)
         except KeyError as e:
             raise ConfigError(f"{source}: missing field {e}") from None
         except (TypeError, ValueError, AttributeError) as e:
@@ -324,8 +361,16 @@ def default_plan(
 
 
 def slos_from_scale(
-    cluster: Cluster, latency: LatencyModel, models: Sequence[str], scale: float
+    cluster: Cluster,
+    latency: LatencyModel,
+    models: Sequence[str],
+    scale: float,
+    ref_gpu: str | None = None,
 ) -> dict[str, float]:
-    """SLO = ``scale`` x batch-1 latency on the cluster's fastest GPU type for the model."""
+    """SLO = ``scale`` x batch-1 whole-model latency on ``ref_gpu`` (default: the cluster's
+    fastest GPU type for that model). PPipe uses 5 x the L4 latency."""
+    if ref_gpu is not None:
+        g = cluster.catalog.get(ref_gpu)
+        return {m: scale * latency.latency(m, g, 1, 1) for m in models}
     types = list(cluster.gpu_counts())
     return {m: scale * min(latency.latency(m, t, 1, 1) for t in types) for m in models}

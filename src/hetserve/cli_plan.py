@@ -1,0 +1,216 @@
+"""``hetserve plan`` (registered on the main CLI group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from hetserve.cli import _csv, _int_list, cli, console
+from hetserve.core.errors import HetserveError
+
+
+def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
+    if not text:
+        return None
+    out: dict[str, float] = {}
+    for item in _csv(text):
+        m, eq, v = item.partition("=")
+        try:
+            out[m.strip()] = float(v)
+        except ValueError:
+            raise HetserveError(f"--weights: expected model=weight, got {item!r}") from None
+        if not eq or out[m.strip()] <= 0:
+            raise HetserveError(f"--weights: expected model=weight > 0, got {item!r}")
+    extra = [m for m in out if m not in models]
+    if extra:
+        raise HetserveError(f"--weights names {', '.join(extra)}, not among --models")
+    return out
+
+
+def print_plan(plan: Any, title: str) -> None:
+    t = Table(title=title)
+    for col in (
+        "model",
+        "SLO ms",
+        "pipeline",
+        "batch",
+        "req/s",
+        "latency ms",
+        "stages (blocks GPU/share x slices: ms, transfer ms)",
+    ):
+        t.add_column(
+            col,
+            justify="left"
+            if col in ("model", "stages (blocks GPU/share x slices: ms, transfer ms)")
+            else "right",
+        )
+    for name, m in plan.models.items():
+        for pi, p in enumerate(m.pipelines):
+            stages = "  ->  ".join(
+                f"[{st.blocks[0]},{st.blocks[1]}) {st.gpu}/{st.share} x{st.instances}: "
+                f"{st.latency_s * 1e3:.2f}"
+                + (f", {st.transfer_s * 1e3:.2f}" if st.transfer_s else "")
+                for st in p.stages
+            )
+            t.add_row(
+                name if pi == 0 else "",
+                f"{m.slo_s * 1e3:.1f}" if pi == 0 else "",
+                str(pi),
+                str(p.batch),
+                f"{p.throughput_rps:.1f}",
+                f"{p.latency_s * 1e3:.2f}",
+                stages,
+            )
+    console.print(t)
+
+
+@cli.command()
+@click.option("--cluster", "cluster_name", required=True, help="Preset name or YAML file.")
+@click.option("--models", required=True, help="Comma-separated model names.")
+@click.option(
+    "--profiles",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Profile-set folder (default: the roofline estimate).",
+)
+@click.option("--estimate", is_flag=True, help="Use the roofline model (the default).")
+@click.option("--weights", default=None, help="Workload shares: a=0.3,b=0.33,c=0.37.")
+@click.option("--slo", default=None, help="Per-model SLOs in ms: a=ms,b=ms.")
+@click.option(
+    "--slo-scale",
+    default=5.0,
+    show_default=True,
+    help="SLO = this x batch-1 whole-model latency on --slo-ref-gpu.",
+)
+@click.option(
+    "--slo-ref-gpu",
+    default=None,
+    help="Reference GPU for --slo-scale (default: the cluster's fastest; PPipe: L4).",
+)
+@click.option(
+    "--slo-margin",
+    default=0.4,
+    show_default=True,
+    help="Plan for (1 - margin) x SLO (PPipe's evaluation: 0.4).",
+)
+@click.option("--max-stages", default=2, show_default=True)
+@click.option(
+    "--planner", type=click.Choice(["ppipe", "np", "dart-r"]), default="ppipe", show_default=True
+)
+@click.option("--shares", default="1-4", show_default=True, help="Virtual-GPU shares k.")
+@click.option("--batches", default="1-8", show_default=True)
+@click.option(
+    "--blocks",
+    "n_blocks",
+    default=10,
+    show_default=True,
+    help="Pre-partitioned blocks per model (roofline source).",
+)
+@click.option(
+    "--cut-bytes",
+    type=click.Choice(["fp32", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="Precision of activations crossing cuts.",
+)
+@click.option(
+    "--time-limit",
+    "time_limit_s",
+    default=60.0,
+    show_default=True,
+    help="Solver time limit, seconds.",
+)
+@click.option(
+    "--gap",
+    "mip_gap",
+    default=1e-4,
+    show_default=True,
+    help="Relative optimality gap at which the solver stops.",
+)
+@click.option(
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Plan JSON to write (docs/formats.md#plans).",
+)
+def plan(
+    cluster_name: str,
+    models: str,
+    profiles: str | None,
+    estimate: bool,
+    weights: str | None,
+    slo: str | None,
+    slo_scale: float,
+    slo_ref_gpu: str | None,
+    slo_margin: float,
+    max_stages: int,
+    planner: str,
+    shares: str,
+    batches: str,
+    n_blocks: int,
+    cut_bytes: str,
+    time_limit_s: float,
+    mip_gap: float,
+    output: str,
+) -> None:
+    """Plan pooled pipelines (PPipe MILP) or a baseline (np, dart-r) for a cluster."""
+    from hetserve.core.cluster import load_cluster
+    from hetserve.core.graph import get_graph
+    from hetserve.core.latency import RooflineModel
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.core.profiles import ProfileSet, TableModel
+    from hetserve.experiments.setup import parse_slo
+    from hetserve.planning.ppipe import PlanOptions, plan_models
+
+    if profiles and estimate:
+        raise HetserveError("give --profiles DIR or --estimate, not both")
+    if slo_scale <= 0:
+        raise HetserveError(f"--slo-scale must be > 0, got {slo_scale}")
+    c = load_cluster(cluster_name)
+    names = _csv(models)
+    if not names:
+        raise HetserveError("--models: give at least one model")
+    if profiles:
+        lat: Any = TableModel(ProfileSet.read(profiles), c.catalog)
+        for m in names:
+            lat.num_blocks(m)
+    else:
+        names = [get_graph(m).name for m in names]
+        lat = RooflineModel(n_blocks=n_blocks, catalog=c.catalog)
+    slos = slos_from_scale(c, lat, names, slo_scale, slo_ref_gpu)
+    given = parse_slo(slo)
+    if given:
+        bad = [m for m in given if m not in names]
+        if bad:
+            raise HetserveError(f"--slo names {', '.join(bad)}, not among --models")
+        slos.update({m: v / 1e3 for m, v in given.items()})
+    opts = PlanOptions(
+        planner=planner,
+        slo_margin=slo_margin,
+        max_stages=max_stages,
+        shares=tuple(_int_list(shares, "shares")),
+        batches=tuple(_int_list(batches, "batches")),
+        time_limit_s=time_limit_s,
+        mip_rel_gap=mip_gap,
+        cut_bytes_factor=0.5 if cut_bytes == "fp16" else 1.0,
+    )
+    with console.status(f"solving the {planner} MILP for {', '.join(names)} on {c.name}"):
+        p = plan_models(c, lat, slos, _weights(weights, names), opts)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    p.save(output)
+    solve = p.meta["solve"]
+    print_plan(
+        p,
+        f"{planner} plan for {c.name} (margin {slo_margin:g}, up to "
+        f"{opts.max_stages if planner == 'ppipe' else 1 if planner == 'np' else 2} "
+        f"stages)",
+    )
+    console.print(
+        f"normalised throughput {p.meta['objective']['normalized_rps']:.1f} req/s; "
+        f"solver {solve['status']} in {solve['seconds']:.2f} s (gap "
+        f"{100 * solve['gap']:.3f}%, {solve['candidates']} candidate pipelines); "
+        f"wrote {output}"
+    )

@@ -1,0 +1,1 @@
+"""Control plane: one module per planning method, all returning core Plan objects."""

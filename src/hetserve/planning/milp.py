@@ -1,0 +1,234 @@
+"""The pooled-pipeline MILP (PPipe section 3 and appendix A, as a choice among candidates).
+
+Variables, for every candidate pipeline ``p`` (from :mod:`hetserve.planning.candidates`)
+and every stage ``i`` of it:
+
+- ``x_p >= 0``: the pipeline's throughput (requests/s);
+- ``g_pi`` integer: physical GPUs of the stage's type (their ``k_i`` slices each belong to
+  the stage's pool: slices of one GPU stay in one pool);
+- ``z``: the minimum normalised throughput.
+
+The stage's instances ``n_pi`` (slices) need no variables of their own: ``x_p <= rate_i n_pi``
+with ``n_pi <= k_i g_pi`` allows exactly the ``x_p`` that ``x_p <= rate_i k_i g_pi`` allows
+(take ``n_pi = k_i g_pi``, which the plan reports: every slice of a stage's GPUs serves
+the stage).
+
+Constraints:
+
+- throughput: ``x_p <= rate_i * k_i * g_pi`` (a slice runs ``batch / latency``
+  requests/s);
+- NIC: the stage's GPUs share their nodes' NICs evenly, so
+  ``x_p * out_bytes_i * 8 <= g_pi * per_gpu_gbps * 1e9`` for what it sends and likewise for
+  what it receives;
+- GPUs: ``sum over stages on type t of g_pi <= count_t``;
+- max-min: ``z <= sum_{p of m} x_p / w_m`` for each model, weights normalised to sum 1
+  (one model: ``z`` is its throughput);
+- ``extra_rows``: restrictions used by baselines (DART-r's paired units).
+
+Objective: maximise ``z``. Solved with HiGHS (``highspy``), deterministic, with a time
+limit and a relative gap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+from scipy import sparse
+
+from hetserve.planning.candidates import Candidate, NetInfo
+
+
+@contextlib.contextmanager
+def _quiet_stdout():  # type: ignore[no-untyped-def]
+    """HiGHS prints some diagnostics straight to file descriptor 1, whatever its output
+    options say; keep them off the user's terminal (and off JSON written to stdout)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (e.g. captured)
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), fd)
+        try:
+            yield
+        finally:
+            _flush_c_stdio()  # text the C library still buffers goes to /dev/null too
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass(frozen=True)
+class Allocation:
+    candidate: Candidate
+    instances: tuple[int, ...]  # slices per stage
+    gpus: tuple[int, ...]  # physical GPUs per stage
+    throughput_rps: float  # capacity of this allocation (recomputed, not the LP's x)
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    status: str  # optimal | time_limit | infeasible | ...
+    objective: float  # normalised throughput (recomputed from the allocations)
+    gap: float
+    seconds: float
+    allocations: tuple[Allocation, ...]
+    n_candidates: int
+    n_integer_vars: int
+
+
+def allocation_throughput(
+    c: Candidate, instances: Sequence[int], gpus: Sequence[int], net: NetInfo
+) -> float:
+    """Capacity of a pipeline given its stages' slices and GPUs (the MILP's constraints)."""
+    cap = math.inf
+    for st, n, g in zip(c.stages, instances, gpus, strict=True):
+        cap = min(cap, st.rate_rps * n)
+        bw = g * net.per_gpu_gbps[st.gpu] * 1e9
+        for nbytes in (st.in_bytes, st.out_bytes):
+            if nbytes > 0:
+                cap = min(cap, bw / (nbytes * 8))
+    return cap
+
+
+def solve(
+    cands: Sequence[Candidate],
+    gpu_counts: Mapping[str, int],
+    weights: Mapping[str, float],
+    net: NetInfo,
+    *,
+    time_limit_s: float = 60.0,
+    mip_rel_gap: float = 1e-4,
+    extra_rows: Callable[[Sequence[Candidate], int, int, int], list] | None = None,
+) -> MilpResult:
+    t0 = time.perf_counter()
+    models = list(weights)
+    total_w = sum(weights.values())
+    w = {m: weights[m] / total_w for m in models}
+    n_p = len(cands)
+    stage_idx: list[tuple[int, int]] = [
+        (p, i) for p, c in enumerate(cands) for i in range(len(c.stages))
+    ]
+    n_s = len(stage_idx)
+    # variable layout: [z, x_0..x_{P-1}, g_0..g_{S-1}]
+    X0, G0 = 1, 1 + n_p
+    N0 = G0  # kept in the extra_rows signature: rows on slices act on GPUs x share
+    n_var = 1 + n_p + n_s
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+
+    def add(entries: list[tuple[int, float]], lb: float, ub: float) -> None:
+        nonlocal r
+        for c_, v in entries:
+            rows.append(r)
+            cols.append(c_)
+            vals.append(v)
+        lo.append(lb)
+        hi.append(ub)
+        r += 1
+
+    for s, (p, i) in enumerate(stage_idx):
+        st = cands[p].stages[i]
+        add([(X0 + p, 1.0), (G0 + s, -st.rate_rps * st.share)], -np.inf, 0.0)
+        per = net.per_gpu_gbps[st.gpu]
+        for nbytes in (st.in_bytes, st.out_bytes):
+            if nbytes > 0:  # x * bytes * 8 / 1e9 <= g * per_gpu_gbps
+                add([(X0 + p, nbytes * 8 / 1e9), (G0 + s, -per)], -np.inf, 0.0)
+    for t, count in gpu_counts.items():
+        entries = [
+            (G0 + s, 1.0) for s, (p, i) in enumerate(stage_idx) if cands[p].stages[i].gpu == t
+        ]
+        if entries:
+            add(entries, -np.inf, float(count))
+    for m in models:
+        entries = [(0, 1.0)] + [(X0 + p, -1.0 / w[m]) for p, c in enumerate(cands) if c.model == m]
+        add(entries, -np.inf, 0.0)
+    if extra_rows is not None:
+        for entries, lb, ub in extra_rows(cands, X0, N0, G0):
+            add(entries, lb, ub)
+    ub = np.full(n_var, np.inf)
+    for s, (p, i) in enumerate(stage_idx):
+        st = cands[p].stages[i]
+        ub[G0 + s] = gpu_counts.get(st.gpu, 0)
+    integrality = np.zeros(n_var)
+    integrality[G0:] = 1
+    c_obj = np.zeros(n_var)
+    c_obj[0] = -1.0
+    if n_p == 0:
+        return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
+    a = sparse.csr_array((vals, (rows, cols)), shape=(r, n_var))
+    a.sum_duplicates()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n_var, r
+    lp.col_cost_ = c_obj
+    lp.col_lower_ = np.zeros(n_var)
+    lp.col_upper_ = np.where(np.isinf(ub), highspy.kHighsInf, ub)
+    lp.row_lower_ = np.where(np.isinf(lo), -highspy.kHighsInf, np.asarray(lo, dtype=float))
+    lp.row_upper_ = np.where(np.isinf(hi), highspy.kHighsInf, np.asarray(hi, dtype=float))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = a.indices.astype(np.int32)
+    lp.a_matrix_.value_ = a.data.astype(float)
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_var, r
+    lp.integrality_ = [
+        highspy.HighsVarType.kInteger if integrality[k] else highspy.HighsVarType.kContinuous
+        for k in range(n_var)
+    ]
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    with _quiet_stdout():
+        h.passModel(lp)
+        h.run()
+    seconds = time.perf_counter() - t0
+    ms = h.getModelStatus()
+    status = {
+        highspy.HighsModelStatus.kOptimal: "optimal",
+        highspy.HighsModelStatus.kTimeLimit: "time_limit",
+        highspy.HighsModelStatus.kInfeasible: "infeasible",
+    }.get(ms, str(ms))
+    info = h.getInfo()
+    if info.primal_solution_status != 2:  # no feasible solution found
+        return MilpResult(status, 0.0, math.inf, seconds, (), n_p, n_s)
+    x = np.asarray(h.getSolution().col_value)
+    allocs = []
+    for p, c in enumerate(cands):
+        ss = [s for s, (pp, _) in enumerate(stage_idx) if pp == p]
+        gs = [round(x[G0 + s]) for s in ss]
+        if x[X0 + p] <= 1e-9 or min(gs) <= 0:
+            continue
+        # every slice of the stage's GPUs serves it (slices of a GPU stay in one pool)
+        inst = tuple(st.share * g for st, g in zip(c.stages, gs, strict=True))
+        gpus = tuple(gs)
+        allocs.append(Allocation(c, inst, gpus, allocation_throughput(c, inst, gpus, net)))
+    per_model = {m: sum(a.throughput_rps for a in allocs if a.candidate.model == m) for m in models}
+    objective = min(per_model[m] / w[m] for m in models)
+    gap = float(info.mip_gap)
+    return MilpResult(
+        status,
+        objective,
+        max(gap, 0.0) if math.isfinite(gap) else math.inf,
+        seconds,
+        tuple(allocs),
+        n_p,
+        n_s,
+    )

@@ -1,0 +1,153 @@
+import json
+
+import pytest
+
+from hetserve.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_plan_writes_contract_and_simulates(capsys, tmp_path):
+    f = tmp_path / "plan.json"
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--cluster",
+        "hc2-s",
+        "--models",
+        "resnet50,vit-b16",
+        "--weights",
+        "resnet50=0.6,vit-b16=0.4",
+        "--slo-scale",
+        "5",
+        "--slo-ref-gpu",
+        "L4",
+        "--output",
+        str(f),
+    )
+    assert code == 0 and "normalised throughput" in out
+    d = json.loads(f.read_text())
+    assert d["planner"] == "ppipe" and d["solve"]["status"] == "optimal"
+    assert d["objective"]["normalized_rps"] > 0
+    for m in ("resnet50", "vit-b16"):
+        mp = d["models"][m]
+        assert {"slo_ms", "weight", "planned_rps", "pipelines"} <= set(mp)
+        for p in mp["pipelines"]:
+            assert {"batch", "planned_rps", "stages"} <= set(p)
+            for st in p["stages"]:
+                assert {"blocks", "gpu", "share", "instances", "latency_ms", "transfer_ms"} <= set(
+                    st
+                )
+    out_dir = tmp_path / "sim"
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--cluster",
+        "hc2-s",
+        "--models",
+        "resnet50,vit-b16",
+        "--plan",
+        str(f),
+        "--scheduler",
+        "fixed-batch",
+        "--load-factor",
+        "0.3",
+        "--duration",
+        "1",
+        "--out",
+        str(out_dir),
+    )
+    assert code == 0, err
+    s = json.loads((out_dir / "summary.json").read_text())
+    assert s["config"]["capacity_rps"] == pytest.approx(d["objective"]["normalized_rps"])
+
+
+def test_np_plan_runs_with_edf_adaptive(capsys, tmp_path):
+    f = tmp_path / "np.json"
+    assert (
+        run(
+            capsys,
+            "plan",
+            "--cluster",
+            "hc1-s",
+            "--models",
+            "resnet50",
+            "--planner",
+            "np",
+            "--output",
+            str(f),
+        )[0]
+        == 0
+    )
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--cluster",
+        "hc1-s",
+        "--models",
+        "resnet50",
+        "--plan",
+        str(f),
+        "--scheduler",
+        "edf-adaptive",
+        "--load-factor",
+        "0.5",
+        "--duration",
+        "1",
+        "--out",
+        str(tmp_path / "s"),
+    )
+    assert code == 0, err
+    s = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert s["attainment"] > 0.99
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--models", "resnet50", "--slo", "resnet50=0.01"), "no stage configuration meets"),
+        (("--models", "resnet50", "--weights", "vit-b16=1"), "not among --models"),
+        (
+            ("--models", "resnet50", "--planner", "dart-r", "--cluster", "shepherd-12xv100"),
+            "dart-r pairs",
+        ),
+        (("--models", "resnet50", "--slo-margin", "1.5"), "--slo-margin must be in [0, 1)"),
+        (("--models", "resnet50", "--slo-ref-gpu", "L5"), "unknown GPU type 'L5'"),
+        (("--models", "resnt50"), "did you mean 'resnet50'"),
+    ],
+)
+def test_plan_errors(capsys, tmp_path, args, needle):
+    base = ["plan", "--output", str(tmp_path / "p.json")]
+    if "--cluster" not in args:
+        base += ["--cluster", "hc1-s"]
+    code, _, err = run(capsys, *base, *args)
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_multistage_plan_with_edf_adaptive_is_a_clear_error(capsys, tmp_path):
+    f = tmp_path / "p.json"
+    run(capsys, "plan", "--cluster", "hc1-l", "--models", "densenet121", "--output", str(f))
+    d = json.loads(f.read_text())
+    if all(len(p["stages"]) == 1 for p in d["models"]["densenet121"]["pipelines"]):
+        pytest.skip("the optimal plan happens to have no pipelined stage")
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--cluster",
+        "hc1-l",
+        "--models",
+        "densenet121",
+        "--plan",
+        str(f),
+        "--scheduler",
+        "edf-adaptive",
+        "--duration",
+        "1",
+        "--out",
+        str(tmp_path / "s"),
+    )
+    assert code == 2 and "runs whole models" in err
