@@ -32,6 +32,7 @@ test: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_workload.py
 	$(VENV)/bin/python benchmarks/bench_sim.py
+	$(VENV)/bin/python benchmarks/bench_planner.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

@@ -144,3 +144,15 @@ def test_dart_r_needs_two_gpu_types():
     c = load_cluster("shepherd-12xv100")
     with pytest.raises(HetserveError, match="dart-r pairs"):
         plan_models(c, RM, {"resnet50": 0.05}, None, PlanOptions(planner="dart-r"))
+
+
+def test_same_input_same_plan(tmp_path):
+    c = load_cluster("hc2-s")
+    slos = slos_from_scale(c, RM, ["resnet50", "densenet121"], 5.0)
+    a, b = (plan_models(c, RM, slos) for _ in range(2))
+    a.save(tmp_path / "a.json")
+    b.save(tmp_path / "b.json")
+    da, db = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    da["solve"].pop("seconds")
+    db["solve"].pop("seconds")
+    assert da == db
