@@ -13,12 +13,10 @@ the list short:
 - consecutive stages on the same (GPU type, share) are never better than the merged stage
   (the merged stage needs no more GPUs for any throughput and no transfer), so they are left
   out;
-- the MILP sees a stage only through its GPU type, its throughput per physical GPU
-  ``R = share x batch / latency`` and the bytes it receives and sends per request. Among
-  candidates of one model with the same GPU type in every stage, one with ``R`` at least as
-  high and bytes no larger in every stage needs, for any throughput, no more GPUs of any
-  type and no more NIC bandwidth; so dominated candidates (other cuts, shares or batch
-  sizes) are dropped. Exactly equal ones keep the first (larger batch, fewer stages).
+- the MILP sees a stage only through its GPU type and what one physical GPU of it carries,
+  ``share x batch / latency`` capped by the GPU's share of its node's NIC for the bytes
+  the stage receives and sends. Candidates another candidate of the same model dominates
+  in GPUs needed per request and per type are dropped (:func:`prune_dominated`, exact).
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ class StageCfg:
     in_bytes: float  # per request, into this stage (0 for the first)
     out_bytes: float  # per request, out of this stage (0 for the last)
     transfer_s: float  # of this stage's output to the next stage, at the batch size
+    per_gpu_rps: float = 0.0  # what one physical GPU carries: share x rate, NIC-capped
 
 
 @dataclass(frozen=True)
@@ -135,18 +134,14 @@ def enumerate_candidates(
                         if i < s - 1:
                             gbps = min(net.node_gbps[t], net.node_gbps[assign[i + 1][0]])
                             xfer = out_b[z - 1] * b * 8 / (gbps * 1e9)
-                        stages.append(
-                            StageCfg(
-                                (a, z),
-                                t,
-                                k,
-                                lat,
-                                b / lat,
-                                out_b[a - 1] if i > 0 else 0.0,
-                                out_b[z - 1] if i < s - 1 else 0.0,
-                                xfer,
-                            )
-                        )
+                        in_b = out_b[a - 1] if i > 0 else 0.0
+                        o_b = out_b[z - 1] if i < s - 1 else 0.0
+                        per = k * b / lat  # what one GPU (its k slices) carries
+                        nic_bps = net.per_gpu_gbps[t] * 1e9
+                        for nbytes in (in_b, o_b):
+                            if nbytes > 0:
+                                per = min(per, nic_bps / (nbytes * 8))
+                        stages.append(StageCfg((a, z), t, k, lat, b / lat, in_b, o_b, xfer, per))
                         total += lat + xfer
                     best_seen = min(best_seen, total)
                     if total <= budget_s * (1 + 1e-12):
@@ -154,46 +149,63 @@ def enumerate_candidates(
                             Candidate(model, b, tuple(stages), total)
                         )
     cands: list[Candidate] = []
-    if not prune:
-        for group in found.values():
-            cands.extend(group)
-        return cands, best_seen
-    by_types: dict[tuple, list[Candidate]] = {}
-    for (_, assign), group in found.items():
-        by_types.setdefault(tuple(t for t, _ in assign), []).extend(group)
-    for group in by_types.values():
-        cands.extend(_pareto(group))
+    for group in found.values():
+        cands.extend(group)
+    if prune:
+        cands = prune_dominated(cands, list(gpus))
     return cands, best_seen
 
 
-def _vector(c: Candidate) -> list[float]:
-    v: list[float] = []
+def need_per_type(c: Candidate, types: Sequence[str]) -> list[float]:
+    """GPUs of each type one request/s needs: sum over the type's stages of 1 / per-GPU
+    throughput (NIC limits included)."""
+    u = [0.0] * len(types)
     for st in c.stages:
-        v += [st.rate_rps * st.share, -st.in_bytes, -st.out_bytes]
-    return v
+        u[types.index(st.gpu)] += 1.0 / st.per_gpu_rps
+    return u
 
 
-def _pareto(group: list[Candidate]) -> list[Candidate]:
-    """Candidates not dominated by another (same GPU types per stage): per stage, throughput
-    per GPU at least as high and bytes no larger."""
+def prune_dominated(cands: list[Candidate], types: Sequence[str]) -> list[Candidate]:
+    """Drop candidates that another candidate of the same model dominates exactly.
+
+    In the MILP a stage on ``g`` GPUs carries at most ``per_gpu_rps x g`` (its throughput
+    and NIC rows combined), so throughput ``x`` needs ``ceil(x / per_gpu_rps)`` GPUs for that
+    stage. A candidate ``p`` with at most one stage per GPU type needs ``ceil(x u_p[t])``
+    GPUs of type ``t``; any candidate ``q`` needs ``sum_j ceil(x / r_j) >= ceil(x u_q[t])``.
+    So if ``u_p <= u_q`` for every type, ``p`` carries any throughput ``q`` carries with no
+    more GPUs of any type: ``q`` is dropped. Only candidates with one stage per type can
+    dominate (ties: fewer stages, then larger batch, win).
+    """
     import numpy as np
 
-    order = sorted(
-        group,
-        key=lambda c: (
-            -c.stages[0].rate_rps * c.stages[0].share,
-            -c.batch,
-            [st.blocks for st in c.stages],
-        ),
-    )
-    keep: list[Candidate] = []
-    kept = np.empty((0, 3 * len(order[0].stages))) if order else None
-    for c in order:
-        v = np.asarray(_vector(c))
-        if kept is not None and len(kept):
-            tol = 1e-12 * np.maximum(np.abs(v), 1.0)
-            if np.any(np.all(kept >= v - tol, axis=1)):
+    out: list[Candidate] = []
+    by_model: dict[str, list[Candidate]] = {}
+    for c in cands:
+        by_model.setdefault(c.model, []).append(c)
+    for group in by_model.values():
+        simple = [c for c in group if len({st.gpu for st in c.stages}) == len(c.stages)]
+        simple.sort(
+            key=lambda c: (
+                sum(need_per_type(c, types)),
+                len(c.stages),
+                -c.batch,
+                [st.blocks for st in c.stages],
+            )
+        )
+        front: list[Candidate] = []
+        front_u = np.empty((0, len(types)))
+        for c in simple:
+            u = np.asarray(need_per_type(c, types))
+            if len(front_u) and np.any(np.all(front_u <= u * (1 + 1e-12), axis=1)):
                 continue
-        keep.append(c)
-        kept = np.vstack([kept, v]) if kept is not None else v[None, :]
-    return keep
+            front.append(c)
+            front_u = np.vstack([front_u, u])
+        out.extend(front)
+        for c in group:
+            if len({st.gpu for st in c.stages}) == len(c.stages):
+                continue  # simple ones are settled above
+            u = np.asarray(need_per_type(c, types))
+            if len(front_u) and np.any(np.all(front_u <= u * (1 + 1e-12), axis=1)):
+                continue
+            out.append(c)
+    return out

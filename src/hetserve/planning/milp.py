@@ -16,10 +16,10 @@ the stage).
 Constraints:
 
 - throughput: ``x_p <= rate_i * k_i * g_pi`` (a slice runs ``batch / latency``
-  requests/s);
-- NIC: the stage's GPUs share their nodes' NICs evenly, so
-  ``x_p * out_bytes_i * 8 <= g_pi * per_gpu_gbps * 1e9`` for what it sends and likewise for
-  what it receives;
+  requests/s), and NIC: the stage's GPUs share their nodes' NICs evenly, so
+  ``x_p * bytes_i * 8 <= g_pi * per_gpu_gbps * 1e9`` for what it sends and what it
+  receives. Both bound ``x_p`` by ``g_pi`` times a constant, so they are one row with the
+  smaller constant (``per_gpu_rps`` of the stage);
 - GPUs: ``sum over stages on type t of g_pi <= count_t``;
 - max-min: ``z <= sum_{p of m} x_p / w_m`` for each model, weights normalised to sum 1
   (one model: ``z`` is its throughput);
@@ -147,11 +147,8 @@ def solve(
 
     for s, (p, i) in enumerate(stage_idx):
         st = cands[p].stages[i]
-        add([(X0 + p, 1.0), (G0 + s, -st.rate_rps * st.share)], -np.inf, 0.0)
-        per = net.per_gpu_gbps[st.gpu]
-        for nbytes in (st.in_bytes, st.out_bytes):
-            if nbytes > 0:  # x * bytes * 8 / 1e9 <= g * per_gpu_gbps
-                add([(X0 + p, nbytes * 8 / 1e9), (G0 + s, -per)], -np.inf, 0.0)
+        # x <= share x rate x g and x x bytes x 8 <= g x NIC share, as one row
+        add([(X0 + p, 1.0), (G0 + s, -st.per_gpu_rps)], -np.inf, 0.0)
     for t, count in gpu_counts.items():
         entries = [
             (G0 + s, 1.0) for s, (p, i) in enumerate(stage_idx) if cands[p].stages[i].gpu == t
