@@ -158,11 +158,8 @@ def plan(
 ) -> None:
     """Plan pooled pipelines (PPipe MILP) or a baseline (np, dart-r) for a cluster."""
     from hetserve.core.cluster import load_cluster
-    from hetserve.core.graph import get_graph
-    from hetserve.core.latency import RooflineModel
     from hetserve.core.plan import slos_from_scale
-    from hetserve.core.profiles import ProfileSet, TableModel
-    from hetserve.experiments.setup import parse_slo
+    from hetserve.experiments.setup import latency_source, parse_slo
     from hetserve.planning.ppipe import PlanOptions, plan_models
 
     if profiles and estimate:
@@ -170,16 +167,7 @@ def plan(
     if slo_scale <= 0:
         raise HetserveError(f"--slo-scale must be > 0, got {slo_scale}")
     c = load_cluster(cluster_name)
-    names = _csv(models)
-    if not names:
-        raise HetserveError("--models: give at least one model")
-    if profiles:
-        lat: Any = TableModel(ProfileSet.read(profiles), c.catalog)
-        for m in names:
-            lat.num_blocks(m)
-    else:
-        names = [get_graph(m).name for m in names]
-        lat = RooflineModel(n_blocks=n_blocks, catalog=c.catalog)
+    lat, names = latency_source(c, _csv(models), profiles, n_blocks)
     slos = slos_from_scale(c, lat, names, slo_scale, slo_ref_gpu)
     given = parse_slo(slo)
     if given:

@@ -151,3 +151,73 @@ def test_multistage_plan_with_edf_adaptive_is_a_clear_error(capsys, tmp_path):
         str(tmp_path / "s"),
     )
     assert code == 2 and "runs whole models" in err
+
+
+def test_profile_set_end_to_end(capsys, tmp_path):
+    """profile estimate -> plan --profiles -> simulate --profiles --plan."""
+    prof = tmp_path / "prof"
+    assert (
+        run(
+            capsys,
+            "profile",
+            "estimate",
+            "--cluster",
+            "hc1-s",
+            "--models",
+            "resnet50,efficientnet-b0",
+            "--shares",
+            "1,2",
+            "--batches",
+            "1-4",
+            "--out",
+            str(prof),
+        )[0]
+        == 0
+    )
+    f = tmp_path / "plan.json"
+    code, _, err = run(
+        capsys,
+        "plan",
+        "--cluster",
+        "hc1-s",
+        "--models",
+        "resnet50,efficientnet-b0",
+        "--profiles",
+        str(prof),
+        "--shares",
+        "1,2",
+        "--batches",
+        "1-4",
+        "--output",
+        str(f),
+    )
+    assert code == 0, err
+    d = json.loads(f.read_text())
+    for m in d["models"].values():
+        for p in m["pipelines"]:
+            assert p["batch"] <= 4 and all(st["share"] in (1, 2) for st in p["stages"])
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--cluster",
+        "hc1-s",
+        "--models",
+        "resnet50,efficientnet-b0",
+        "--profiles",
+        str(prof),
+        "--plan",
+        str(f),
+        "--scheduler",
+        "fixed-batch",
+        "--param",
+        "max_batch=4",
+        "--load-factor",
+        "0.3",
+        "--duration",
+        "1",
+        "--out",
+        str(tmp_path / "s"),
+    )
+    assert code == 0, err
+    s = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert s["config"]["latency_source"] == "profiles" and s["arrived"] > 0

@@ -70,16 +70,7 @@ def build_setup(
     n_blocks: int = 10,
 ) -> Setup:
     c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    if not models:
-        raise HetserveError("--models: give at least one model")
-    if profiles is not None:
-        latency: LatencyModel = TableModel(ProfileSet.read(profiles), c.catalog)
-        names = list(models)
-        for m in names:
-            latency.num_blocks(m)  # unknown models fail with suggestions
-    else:
-        names = [get_graph(m).name for m in models]
-        latency = RooflineModel(n_blocks=n_blocks, catalog=c.catalog)
+    latency, names = latency_source(c, models, profiles, n_blocks)
     if isinstance(plan, (str, Path)):
         plan = Plan.load(plan)
     if plan is not None:
@@ -98,6 +89,22 @@ def build_setup(
             slos.update({m: v / 1e3 for m, v in slo_ms.items()})
         plan = default_plan(c, latency, slos, max_batch=max_batch, slo_margin=slo_margin)
     return Setup(c, latency, names, slos, plan, bind(plan, c))
+
+
+def latency_source(
+    cluster: Cluster, models: Sequence[str], profiles: str | Path | None, n_blocks: int = 10
+) -> tuple[LatencyModel, list[str]]:
+    """A profile set's table model (``profiles``), or the roofline model of the shipped
+    graphs; and the models' canonical names (unknown names fail with suggestions)."""
+    if not models:
+        raise HetserveError("--models: give at least one model")
+    if profiles is not None:
+        table = TableModel(ProfileSet.read(profiles), cluster.catalog)
+        for m in models:
+            table.num_blocks(m)
+        return table, list(models)
+    names = [get_graph(m).name for m in models]
+    return RooflineModel(n_blocks=n_blocks, catalog=cluster.catalog), names
 
 
 def parse_slo(text: str | None) -> dict[str, float] | None:
