@@ -33,6 +33,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_workload.py
 	$(VENV)/bin/python benchmarks/bench_sim.py
 	$(VENV)/bin/python benchmarks/bench_planner.py
+	$(VENV)/bin/python benchmarks/bench_reservation.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

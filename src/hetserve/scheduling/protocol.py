@@ -249,7 +249,12 @@ def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Schedu
 
 
 def _load_builtin() -> None:
-    from hetserve.scheduling import edf_adaptive, fixed_batch  # noqa: F401
+    from hetserve.scheduling import (  # noqa: F401
+        edf_adaptive,
+        fixed_batch,
+        reactive,
+        reservation,
+    )
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,222 @@
+"""reservation and reactive: unit tests with a fake clock, and simulations."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetserve.core.cluster import parse_cluster
+from hetserve.core.latency import LinearModel, LinearParams
+from hetserve.core.outcome import LATE, OK, PENDING
+from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+from hetserve.core.profiles import ProfileSet, TableModel
+from hetserve.core.requests import Request
+from hetserve.experiments.metrics import summarize
+from hetserve.experiments.setup import Setup, build_setup, build_trace, simulate
+from hetserve.scheduling import ClusterView, Dispatch, Drop, SetTimer, make_scheduler
+from hetserve.scheduling.reservation import ReservationTable
+from hetserve.sim.engine import SimConfig
+
+# ------------------------------------------------------------------ the table
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 40), st.integers(1, 8)),
+        max_size=12,
+    ),
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True),
+    st.integers(0, 50),
+    st.integers(1, 10),
+)
+def test_earliest_slot_matches_a_scan(reserved, resources, t, duration):
+    table = ReservationTable()
+    for k, (res, s, d) in enumerate(reserved):
+        table.add(res, float(s), float(s + d), k)
+    got = table.earliest_slot(resources, float(t), float(duration))
+
+    def free(x):
+        return all(
+            not (s < x + duration and x < s + d) for res, s, d in reserved if res in resources
+        )
+
+    # candidate start times: t and every interval end after t (integers here)
+    expected = min(x for x in [t] + [s + d for _, s, d in reserved if s + d >= t] if free(x))
+    assert got == pytest.approx(expected)
+
+
+def test_replace_and_remove():
+    t = ReservationTable()
+    t.add("w", 0.0, 1.0, 1)
+    t.add("w", 2.0, 3.0, 2)
+    t.replace("w", 1, 0.0, 2.5)
+    assert t.earliest_slot(["w"], 0.0, 0.5) == 3.0
+    t.remove_batch(2, ["w"])
+    assert t.earliest_slot(["w"], 0.0, 0.5) == 2.5
+    t.forget_before(10.0)
+    assert t.intervals("w") == []
+
+
+# ------------------------------------------------------------------ probe (PPipe Fig. 5)
+
+
+def _fig5() -> Setup:
+    """Pool 1: one GPU on n0; pool 2: GPUs on n1 and n2 (1 Gbps NICs). Stage latencies
+    2 ms and 3 ms at batch 1; 1 MB crosses the cut (8 ms at 1 Gbps)."""
+    c = parse_cluster(
+        {"name": "fig5", "nodes": [{"count": 3, "name": "n", "gpus": {"V100": 1}, "nic_gbps": 1}]},
+        "fig5",
+    )
+    ps = ProfileSet()
+    ps.out_bytes["m"] = [1e6, 1e3]
+    ps.latency_us[("m", "V100-16GB", 1, 1)] = [2000.0, 3000.0]
+    ps.latency_us[("m", "V100-16GB", 1, 2)] = [3000.0, 4000.0]
+    lat = TableModel(ps)
+    plan = Plan(
+        {
+            "m": ModelPlan(
+                1.0,
+                1.0,
+                (
+                    Pipeline(
+                        (Stage((0, 1), "V100", 1, 1), Stage((1, 2), "V100", 1, 2)), 1, 0.013, 100.0
+                    ),
+                ),
+            )
+        }
+    )
+    pl = bind(plan, c)
+    return Setup(c, lat, ["m"], {"m": 1.0}, plan, pl)
+
+
+def test_probe_picks_the_worker_that_completes_first_and_holds_both_links():
+    s = _fig5()
+    sched = make_scheduler("reservation")
+    sched.start(ClusterView.build(s.cluster, s.latency, s.placement), s.plan, 0.0)
+    pipe = sched.pools.pipelines["m"][0]
+    first = pipe.stages[0][1][0]
+    w_a, w_b = pipe.stages[1][1]
+    # w_a's downlink is busy until 20 ms: the transfer to w_b can go at once
+    node_a = s.placement.worker(w_a).node
+    sched.table.add(f"{node_a}:down", 0.0, 0.020, 99)
+    pr = sched.probe(pipe, 1, 0.0)
+    assert pr.path == [first, w_b]
+    assert pr.finish_s == pytest.approx(0.002 + 0.008 + 0.003)
+    assert pr.wait_s == pytest.approx(0.0)
+    node_f = s.placement.worker(first).node
+    node_b = s.placement.worker(w_b).node
+    res = {r for r, _, _ in pr.resv}
+    assert {first, w_b, f"{node_f}:up", f"{node_b}:down"} == res
+    # and probe is side-effect free
+    assert sched.probe(pipe, 1, 0.0).finish_s == pytest.approx(pr.finish_s)
+
+
+def test_dispatch_reserves_and_waits_like_algorithm_1():
+    s = _fig5()
+    sched = make_scheduler("reservation")
+    sched.start(ClusterView.build(s.cluster, s.latency, s.placement), s.plan, 0.0)
+    r0 = Request(0, "m", "s", 0.0, 0.050)
+    (d,) = sched.on_arrival(r0, 0.0)  # planned batch 1: goes at once
+    assert isinstance(d, Dispatch) and [x.id for x in d.requests] == [0]
+    assert d.route[0].planned_start_s == pytest.approx(0.0)
+    # the first GPU is now reserved for 2 ms: the next request is planned after it
+    (d2,) = sched.on_arrival(Request(1, "m", "s", 0.0005, 0.050), 0.0005)
+    assert d2.route[0].planned_start_s == pytest.approx(0.002)
+    # a request that cannot finish in time even alone is dropped
+    (drop,) = sched.on_arrival(Request(2, "m", "s", 0.001, 0.005), 0.001)
+    assert isinstance(drop, Drop) and drop.reason == "deadline"
+
+
+def test_waits_for_a_fuller_batch():
+    s = _fig5()
+    plan = Plan(
+        {
+            "m": ModelPlan(
+                1.0,
+                1.0,
+                (
+                    s.plan.models["m"]
+                    .pipelines[0]
+                    .__class__(s.plan.models["m"].pipelines[0].stages, 2, 0.015, 100.0),
+                ),
+            )
+        }
+    )
+    sched = make_scheduler("reservation")
+    sched.start(ClusterView.build(s.cluster, s.latency, bind(plan, s.cluster)), plan, 0.0)
+    (timer,) = sched.on_arrival(Request(0, "m", "s", 0.0, 0.100), 0.0)
+    assert isinstance(timer, SetTimer)
+    # batch 1 takes 2 + 8 + 3 = 13 ms: wait until 100 - 13 = 87 ms
+    assert timer.at_s == pytest.approx(0.087)
+    (d,) = sched.on_arrival(Request(1, "m", "s", 0.010, 0.100), 0.010)
+    assert len(d.requests) == 2
+
+
+# ------------------------------------------------------------------ simulations
+
+
+def _invariants(res):
+    assert (res.outcome != PENDING).all()
+    by_worker = {}
+    for row in res.stage_rows:
+        by_worker.setdefault(row[3], []).append((row[6], row[7]))
+    for iv in by_worker.values():
+        iv.sort()
+        for (_, e0), (s1, _) in itertools.pairwise(iv):
+            assert s1 >= e0 - 1e-12
+
+
+@pytest.fixture(scope="module")
+def pipelined():
+    """A PPipe plan with pipelined stages on hc2-s (two T4s per node share a NIC)."""
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.planning.ppipe import plan_models
+
+    base = build_setup("hc2-s", ["efficientnet-b8"])
+    plan = plan_models(
+        base.cluster,
+        base.latency,
+        slos_from_scale(base.cluster, base.latency, base.models, 5.0, "L4"),
+    )
+    assert any(len(p.stages) > 1 for p in plan.models["efficientnet-b8"].pipelines)
+    return build_setup("hc2-s", base.models, plan=plan)
+
+
+@pytest.mark.parametrize("sched", ["reservation", "reactive"])
+def test_simulated_invariants(pipelined, sched):
+    tr = build_trace(pipelined, "poisson", pipelined.plan.rates_at(0.8), 3.0, 1)
+    res = simulate(pipelined, sched, tr, None, SimConfig(seed=1))
+    _invariants(res)
+    assert summarize(res)["attainment"] > 0.9
+
+
+def test_reservation_makes_late_requests_rare_and_corrects_jitter(pipelined):
+    tr = build_trace(pipelined, "poisson", pipelined.plan.rates_at(0.9), 3.0, 2)
+    res = simulate(pipelined, "reservation", tr, None, SimConfig(seed=2))
+    m = summarize(res)
+    # every batch is reserved end to end before it goes: without jitter, (almost) nothing
+    # finishes late; requests that cannot make it are dropped up front instead
+    assert m["late"] <= 0.001 * m["arrived"]
+    jit = simulate(
+        pipelined, "reservation", tr, None, SimConfig(seed=2, jitter="lognormal", jitter_cv=0.1)
+    )
+    assert summarize(jit)["attainment"] > 0.9  # feedback correction keeps it on track
+    assert (res.outcome == OK).sum() + (res.outcome == LATE).sum() > 0
+
+
+def test_reactive_takes_the_largest_feasible_batch_at_once():
+    c = parse_cluster(
+        {"name": "one", "nodes": [{"name": "n", "gpus": {"V100": 1}, "nic_gbps": 10}]}, "one"
+    )
+    lat = LinearModel({("m", "V100"): LinearParams(0.001, 0.002)})
+    plan = Plan(
+        {"m": ModelPlan(0.02, 1.0, (Pipeline((Stage((0, 1), "V100", 1, 1),), 4, 0.006, 600.0),))}
+    )
+    sched = make_scheduler("reactive")
+    sched.start(ClusterView.build(c, lat, bind(plan, c)), plan, 0.0)
+    (d,) = sched.on_arrival(Request(0, "m", "s", 0.0, 0.020), 0.0)
+    assert len(d.requests) == 1  # does not wait to fill a batch
+    out = [sched.on_arrival(Request(i, "m", "s", 0.001, 0.0045), 0.001) for i in (1, 2)]
+    assert out == [[], []]  # the only worker is busy
