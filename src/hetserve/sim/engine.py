@@ -11,15 +11,8 @@ Parts:
   at a time: the blocks of the stage back to back, each for the latency model's time, all
   multiplied by one seeded jitter draw per stage execution (``lognormal`` with a CV, or
   ``exponential``). A ``Preempt`` stops a running stage at its next block boundary.
-- **Links** (the one link model of DESIGN.md): every directed link of the cluster (NIC
-  uplinks and downlinks, switch links, PCIe, NVLink) has lanes, each free from some time on.
-  A transfer of ``bytes`` over a path starts when every link on the path has a free lane
-  (FIFO in submission order), holds them all for ``bytes / bottleneck bandwidth`` plus the
-  path's propagation delay, and so no lane ever carries two transfers at once.
-- **Residency and loading**: each worker holds some blocks of some models within its memory
-  (``memory_gb / share``). With ``warm=True`` the plan's blocks are resident at t = 0. ``Load``
-  moves weights over the GPU's host path (PCIe switch uplink, PCIe link) and counts against
-  memory; ``Evict`` frees them; a stage whose blocks are not resident (nor loading) fails.
+- **Links** (:mod:`hetserve.sim.links`) and **residency and loading**
+  (:mod:`hetserve.sim.loader`); preemption and failures in :mod:`hetserve.sim.faults`.
 - **Energy**: every GPU draws its idle power all the time; while a slice runs a stage it
   draws the latency model's busy energy instead of its share of idle power.
 
@@ -33,7 +26,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,124 +45,32 @@ from hetserve.scheduling.protocol import (
     Scheduler,
     SetTimer,
     StageReport,
-    WorkerInfo,
 )
+from hetserve.sim.faults import FaultsMixin
+from hetserve.sim.links import LinkTable
+from hetserve.sim.loader import LoaderMixin
 from hetserve.sim.result import SimResult
+from hetserve.sim.state import (
+    _AWAITING,
+    _DONE,
+    _EPS,
+    _IN_BATCH,
+    _LOAD_DONE,
+    _PREEMPT_STOP,
+    _STAGE_DONE,
+    _TIMER,
+    _TRANSFER_DONE,
+    _WORKER_LOST,
+    SimConfig,
+    SimulationError,
+    _Batch,
+    _Task,
+    _Worker,
+)
 from hetserve.workload.trace import Trace
 
-# event kinds
-_TIMER, _STAGE_DONE, _TRANSFER_DONE, _LOAD_DONE, _PREEMPT_STOP, _WORKER_LOST = range(6)
-# request states
-_AWAITING, _IN_BATCH, _DONE = 0, 1, 2
-_EPS = 1e-12
 
-
-class SimulationError(RuntimeError):
-    """A scheduler broke the protocol (a bug in the scheduler, not bad user input)."""
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    seed: int = 0
-    jitter: str = "none"  # none | lognormal | exponential
-    jitter_cv: float = 0.0  # lognormal: coefficient of variation of the stage-time multiplier
-    cut_bytes_factor: float = 1.0  # activation bytes at cuts: 1.0 FP32, 0.5 FP16
-    warm: bool = True  # the plan's blocks are resident at t = 0
-    drain_s: float | None = None  # run on after the last arrival (default: 10 x max SLO + 1 s)
-    record_links: bool = False  # keep every transfer's link intervals (for checks)
-
-    def __post_init__(self) -> None:
-        if self.jitter not in ("none", "lognormal", "exponential"):
-            raise HetserveError(
-                f"jitter must be none, lognormal or exponential, got {self.jitter!r}"
-            )
-        if self.jitter_cv < 0 or self.cut_bytes_factor <= 0:
-            raise HetserveError("jitter_cv must be >= 0 and cut_bytes_factor > 0")
-
-
-class _Worker:
-    __slots__ = (
-        "busy_energy_j",
-        "busy_s",
-        "gpu",
-        "gpu_id",
-        "id",
-        "info",
-        "loading",
-        "lost",
-        "mem_cap",
-        "mem_used",
-        "ready",
-        "resident",
-        "running",
-        "waiting_load",
-    )
-
-    def __init__(self, info: WorkerInfo) -> None:
-        self.id = info.id
-        self.info = info
-        self.gpu = info.gpu
-        self.gpu_id = info.gpu_id
-        self.mem_cap = info.gpu.memory_gb * 1e9 / info.share
-        self.mem_used = 0.0
-        self.resident: dict[str, int] = {}  # model -> bitmask of blocks
-        self.loading: dict[str, int] = {}
-        self.ready: list = []  # heap of (planned_start, seq, task)
-        self.waiting_load: list = []
-        self.running: _Task | None = None
-        self.lost = False
-        self.busy_s = 0.0
-        self.busy_energy_j = 0.0
-
-
-class _Batch:
-    __slots__ = ("alive", "dispatch_s", "id", "model", "requests", "route", "stage", "tasks")
-
-    def __init__(self, d: Dispatch, now: float) -> None:
-        self.id = d.batch_id
-        self.model = d.model
-        self.requests = d.requests
-        self.route = d.route
-        self.stage = 0
-        self.dispatch_s = now
-        self.alive = True
-        self.tasks: list[_Task] = []
-
-
-class _Task:
-    __slots__ = (
-        "batch",
-        "cum",
-        "dead",
-        "energy_j",
-        "index",
-        "start_s",
-        "step",
-        "transfer_end_s",
-        "transfer_start_s",
-        "version",
-        "worker",
-    )
-
-    def __init__(self, batch: _Batch, index: int, worker: _Worker) -> None:
-        self.batch = batch
-        self.index = index
-        self.step = batch.route[index]
-        self.worker = worker
-        self.version = 0
-        self.dead = False
-        self.start_s = math.nan
-        self.cum: tuple[float, ...] = ()
-        self.energy_j = 0.0
-        self.transfer_start_s: float | None = None
-        self.transfer_end_s: float | None = None
-
-
-def _mask(blocks: tuple[int, int]) -> int:
-    return ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
-
-
-class Simulator:
+class Simulator(LoaderMixin, FaultsMixin):
     def __init__(
         self,
         cluster: Cluster,
@@ -193,10 +93,8 @@ class Simulator:
         self.workers = {wid: _Worker(i) for wid, i in self.view.workers.items()}
         self._failures: list[tuple[float, str]] = []
         self._block_cache: dict = {}
-        self._path_cache: dict = {}
         self._bytes_cache: dict[str, list[float]] = {}
-        self._lanes: dict[str, list[float]] = {}
-        self.link_log: dict[str, list[tuple[float, float]]] = {}
+        self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._jitter_on = self.cfg.jitter == "exponential" or (
             self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
@@ -208,49 +106,6 @@ class Simulator:
         if worker not in self.workers:
             raise HetserveError(f"no worker {worker!r}")
         self._failures.append((at_s, worker))
-
-    def block_bytes(self, model: str) -> list[float]:
-        """Parameter bytes of each block (for memory and load times)."""
-        if model not in self._bytes_cache:
-            n = self.latency.num_blocks(model)
-            out = [0.0] * n
-            blocks = getattr(self.latency, "blocks", None)
-            graph = getattr(self.latency, "graph", None)
-            if callable(blocks) and callable(graph):
-                g, b = graph(model), blocks(model)
-                out = [sum(g.layers[i].param_bytes for i in b.layers(k)) for k in range(n)]
-            else:
-                from hetserve.core.graph import get_graph
-
-                try:
-                    total = get_graph(model).param_bytes
-                    out = [total / n] * n  # profile blocks: split the weights evenly
-                except HetserveError:
-                    pass  # unknown model: no memory accounting
-            self._bytes_cache[model] = out
-        return self._bytes_cache[model]
-
-    def _bytes_of(self, model: str, mask: int) -> float:
-        bb = self.block_bytes(model)
-        return sum(b for i, b in enumerate(bb) if mask >> i & 1)
-
-    def _warm_start(self) -> None:
-        for (model, pi, si), ws in self.placement.stages.items():
-            st = self.plan.models[model].pipelines[pi].stages[si]
-            m = _mask(st.blocks)
-            for wid in ws:
-                w = self.workers[wid]
-                new = m & ~w.resident.get(model, 0)
-                if new:
-                    w.mem_used += self._bytes_of(model, new)
-                    w.resident[model] = w.resident.get(model, 0) | new
-        for w in self.workers.values():
-            if w.mem_used > w.mem_cap * (1 + 1e-9):
-                raise HetserveError(
-                    f"worker {w.id} ({w.gpu.name}, 1/{w.info.share} slice): the plan's "
-                    f"resident weights ({w.mem_used / 1e9:.2f} GB) exceed its memory "
-                    f"({w.mem_cap / 1e9:.2f} GB)"
-                )
 
     def _stage_times(
         self, model: str, w: _Worker, batch: int, blocks: tuple[int, int]
@@ -282,44 +137,12 @@ class Simulator:
             return float(self.rng.exponential(1.0))
         return 1.0
 
-    def _path(self, a: str, b: str) -> tuple[tuple[str, ...], float, float]:
-        key = (a, b)
-        hit = self._path_cache.get(key)
-        if hit is None:
-            p = self.cluster.transfer_path(a, b) if a != b else []
-            links = self.cluster.links
-            bw = min((links[x].bw_gbps for x in p), default=math.inf)
-            delay = sum(links[x].delay_s for x in p)
-            hit = (tuple(p), bw, delay)
-            self._path_cache[key] = hit
-        return hit
-
-    def _transfer(
-        self, path: tuple[str, ...], bw_gbps: float, delay_s: float, n_bytes: float, now: float
-    ) -> tuple[float, float]:
-        """Reserve a lane on every link of ``path``; returns (start, end)."""
-        if not path or n_bytes <= 0:
-            return now, now
-        lanes = self._lanes
-        links = self.cluster.links
-        chosen = []
-        start = now
-        for name in path:
-            ls = lanes.get(name)
-            if ls is None:
-                ls = lanes[name] = [0.0] * links[name].lanes
-            i = min(range(len(ls)), key=ls.__getitem__)
-            chosen.append((ls, i))
-            start = max(start, ls[i])
-        end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
-        for ls, i in chosen:
-            ls[i] = end
-        if self.cfg.record_links:
-            for name in path:
-                self.link_log.setdefault(name, []).append((start, end))
-        return start, end
-
     # ------------------------------------------------------------------ run
+    @property
+    def link_log(self) -> dict[str, list[tuple[float, float]]]:
+        """Every transfer's interval per link (with ``SimConfig(record_links=True)``)."""
+        return self.links.log
+
     def run(self) -> SimResult:
         tr = self.trace
         n = len(tr)
@@ -567,13 +390,13 @@ class Simulator:
             nw = self.workers[nxt.worker]
             ntask = _Task(b, b.stage, nw)
             b.tasks.append(ntask)
-            path, bw, delay = self._path(w.gpu_id, nw.gpu_id)
+            path, bw, delay = self.links.path(w.gpu_id, nw.gpu_id)
             nbytes = (
                 self.latency.out_bytes(b.model, task.step.blocks[1] - 1)
                 * len(b.requests)
                 * self.cfg.cut_bytes_factor
             )
-            t0, t1 = self._transfer(path, bw, delay, nbytes, now)
+            t0, t1 = self.links.transfer(path, bw, delay, nbytes, now)
             ntask.transfer_start_s, ntask.transfer_end_s = t0, t1
             if t1 > now:
                 self._push(t1, _TRANSFER_DONE, ntask, None)
@@ -621,157 +444,6 @@ class Simulator:
             )
         )
 
-    # ------------------------------------------------------------------ preemption, failure
-    def _preempt(self, p: Preempt, now: float) -> None:
-        b = self.batches.get(p.batch_id)
-        if b is None or not b.alive:
-            return  # finished or gone: nothing to stop (a race a real system has too)
-        task = b.tasks[-1]
-        if task.worker.id != p.worker:
-            return
-        w = task.worker
-        if w.running is task:
-            k = 0
-            elapsed = now - task.start_s
-            while task.cum[k] < elapsed - 1e-12:
-                k += 1
-            last = task.index == len(b.route) - 1
-            if k == len(task.cum) - 1 and last:
-                return  # the next exit point is the end: the batch simply completes
-            task.version += 1
-            self._push(task.start_s + task.cum[k], _PREEMPT_STOP, task, k + 1)
-        else:
-            task.dead = True
-            self._end_batch(b, task, now, "preempted", 0)
-
-    def _preempt_stop(self, task: _Task, blocks_done: int, now: float) -> None:
-        w = task.worker
-        if w.running is not task:
-            return
-        w.running = None
-        w.busy_s += now - task.start_s
-        w.busy_energy_j += task.energy_j * blocks_done / len(task.cum)
-        self._row(task, now, "preempted")
-        task.dead = True
-        self._end_batch(task.batch, task, now, "preempted", blocks_done)
-        self._try_start(w, now)
-
-    def _end_batch(self, b: _Batch, task: _Task, now: float, reason: str, blocks_done: int) -> None:
-        """Stop a batch before completion and report it (requests back to the scheduler
-        when preempted, failed otherwise)."""
-        b.alive = False
-        self.batches.pop(b.id, None)
-        for t in b.tasks:
-            t.dead = True
-        if reason == "preempted":
-            for r in b.requests:
-                self.state[r.id] = _AWAITING
-        else:
-            ri = self._reason(reason)
-            for r in b.requests:
-                self.state[r.id] = _DONE
-                self.outcome[r.id] = FAILED
-                self.reason[r.id] = ri
-        start = task.start_s if not math.isnan(task.start_s) else now
-        rep = StageReport(
-            "stage",
-            b.id,
-            b.model,
-            task.index,
-            task.worker.id,
-            start,
-            now,
-            b.requests,
-            False,
-            False,
-            reason,
-            task.step.blocks,
-            blocks_done,
-            task.transfer_start_s,
-            task.transfer_end_s,
-        )
-        acts = self.scheduler.on_stage_done(rep, now)
-        if acts:
-            self._apply(acts, now)
-
-    def _fail_batch(self, b: _Batch, task: _Task, reason: str, now: float) -> None:
-        task.start_s = now
-        self._row(task, now, "failed")
-        self._end_batch(b, task, now, reason, 0)
-
-    def _worker_lost(self, wid: str, now: float) -> None:
-        w = self.workers[wid]
-        if w.lost:
-            return
-        w.lost = True
-        victims = []
-        if w.running is not None:
-            t = w.running
-            w.running = None
-            w.busy_s += now - t.start_s
-            t.version += 1
-            self._row(t, now, "failed")
-            victims.append(t)
-        victims += [t for _, _, t in w.ready if not t.dead]
-        victims += [t for t in w.waiting_load if not t.dead]
-        w.ready.clear()
-        w.waiting_load.clear()
-        for t in victims:
-            if not t.dead and t.batch.alive:
-                self._end_batch(t.batch, t, now, "worker lost", 0)
-        acts = self.scheduler.on_worker_lost(wid, now)
-        if acts:
-            self._apply(acts, now)
-
-    # ------------------------------------------------------------------ loading
-    def _load(self, a: Load, now: float) -> None:
-        w = self.workers.get(a.worker)
-        if w is None:
-            raise SimulationError(f"Load on unknown worker {a.worker!r}")
-        nb = self.latency.num_blocks(a.model)
-        if not 0 <= a.blocks[0] < a.blocks[1] <= nb:
-            raise SimulationError(f"Load of {a.model} blocks {a.blocks}: model has {nb}")
-        m = _mask(a.blocks)
-        new = m & ~w.resident.get(a.model, 0) & ~w.loading.get(a.model, 0)
-        nbytes = self._bytes_of(a.model, new)
-        if w.mem_used + nbytes > w.mem_cap * (1 + 1e-9):
-            rep = StageReport(
-                "load", -1, a.model, 0, w.id, now, now, (), False, False, "out of memory", a.blocks
-            )
-            acts = self.scheduler.on_stage_done(rep, now)
-            if acts:
-                self._apply(acts, now)
-            return
-        w.mem_used += nbytes
-        w.loading[a.model] = w.loading.get(a.model, 0) | new
-        links = self.cluster.links
-        path = tuple(self.cluster.host_path(w.gpu_id))
-        bw = min(links[x].bw_gbps for x in path)
-        t0, t1 = self._transfer(path, bw, 0.0, nbytes, now)
-        self._push(t1, _LOAD_DONE, w, (a.model, new, a.blocks, t0))
-
-    def _load_done(self, w: _Worker, info: tuple, now: float) -> None:
-        model, new, blocks, t0 = info
-        w.loading[model] = w.loading.get(model, 0) & ~new
-        w.resident[model] = w.resident.get(model, 0) | new
-        waiting, w.waiting_load = w.waiting_load, []
-        for t in waiting:
-            self.seq += 1
-            heapq.heappush(w.ready, (t.step.planned_start_s, self.seq, t))
-        rep = StageReport("load", -1, model, 0, w.id, t0, now, (), True, False, "", blocks)
-        acts = self.scheduler.on_stage_done(rep, now)
-        if acts:
-            self._apply(acts, now)
-        self._try_start(w, now)
-
-    def _evict(self, a: Evict) -> None:
-        w = self.workers.get(a.worker)
-        if w is None:
-            raise SimulationError(f"Evict on unknown worker {a.worker!r}")
-        m = _mask(a.blocks) & w.resident.get(a.model, 0)
-        w.mem_used -= self._bytes_of(a.model, m)
-        w.resident[a.model] = w.resident.get(a.model, 0) & ~m
-
     # ------------------------------------------------------------------ end
     def _close(self, end: float) -> None:
         """Requests still held at the horizon end as dropped/failed, never pending."""
@@ -818,5 +490,5 @@ class Simulator:
             worker_share={w.id: w.info.share for w in self.workers.values()},
             gpu_energy_j=gpu_energy,
             worker_energy_j=worker_energy,
-            link_log=self.link_log,
+            link_log=self.links.log,
         )

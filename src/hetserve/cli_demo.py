@@ -1,0 +1,104 @@
+"""``hetserve demo``: the tour (registered on the main CLI group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from hetserve.cli import cli, cluster_show, console, gpus, model_show
+
+# ------------------------------------------------------------------ demo
+
+
+@cli.command()
+@click.option("--out", default="demo-out", show_default=True, type=click.Path(file_okay=False))
+def demo(out: str) -> None:
+    """A tour: the GPU catalog, a PPipe cluster preset, a model's blocks, the per-layer
+    latency ratio plot (PPipe Fig. 3), an estimated profile set, and a simulation of two
+    schedulers with a report, and PPipe's planner against its baselines."""
+    from hetserve.core.cluster import load_cluster
+    from hetserve.core.gpus import get_gpu
+    from hetserve.core.latency import RooflineModel
+    from hetserve.core.profiles import estimate_profiles
+    from hetserve.core.ratios import latency_ratios, plot_ratios
+
+    outdir = Path(out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    console.rule("1. GPU catalog")
+    ctx = click.get_current_context()
+    ctx.invoke(gpus)
+    console.rule("2. A heterogeneous cluster: PPipe's HC1-L")
+    ctx.invoke(cluster_show, name_or_file="hc1-l")
+    console.rule("3. EfficientNet-B8 cut into 10 blocks")
+    ctx.invoke(model_show, name="efficientnet-b8")
+    console.rule("4. Why heterogeneous pipelines: latency ratios differ across layers")
+    rm = RooflineModel()
+    p4, l4, v100 = get_gpu("P4"), get_gpu("L4"), get_gpu("V100")
+    curves = [latency_ratios(rm, "efficientnet-b8", p4, f) for f in (l4, v100)]
+    for c in curves:
+        console.print(
+            f"{c.slow}/{c.fast}: early blocks {c.block_ratio[0]:.2f}x slower, "
+            f"late blocks {c.block_ratio[-2]:.2f}x slower -> put early blocks on "
+            f"the {c.slow} pool and late ones on the {c.fast} pool"
+        )
+    png = plot_ratios(curves, outdir / "efficientnet-b8-ratios.png")
+    console.print(f"wrote {png}")
+    console.rule("5. A profile set for the cluster (roofline estimate)")
+    c = load_cluster("hc1-l")
+    ps = estimate_profiles(rm, ["resnet50", "efficientnet-b8"], c.gpu_types(), (1, 2), (1, 2, 4, 8))
+    folder = ps.write(outdir / "profiles-hc1")
+    console.print(
+        f"wrote {folder}/ (latency.csv, blocks.csv, energy.csv; format in docs/profiles.md)"
+    )
+    console.rule("6. Simulate: the same kind of cluster, two schedulers")
+    from hetserve.cli_sim import print_summary, write_run
+    from hetserve.experiments.metrics import summarize
+    from hetserve.experiments.report import write_report
+    from hetserve.experiments.setup import build_setup, build_trace
+    from hetserve.experiments.setup import simulate as run_sim
+
+    setup = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
+    trace = build_trace(setup, "poisson", setup.plan.rates_at(0.7), 10.0, seed=0)
+    for sched in ("fixed-batch", "edf-adaptive"):
+        res = run_sim(setup, sched, trace)
+        s = summarize(res)
+        print_summary(
+            s, f"{sched} on hc1-s, Poisson at load factor 0.7 ({len(trace)} requests over 10 s)"
+        )
+        write_run(outdir / f"sim-{sched}", res, s)
+    console.print(f"wrote {write_report(outdir / 'sim-edf-adaptive')}")
+    console.rule("7. Plan: PPipe's MILP against NP and DART-r on hc1-l")
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.planning.ppipe import PlanOptions, plan_models
+
+    c1 = load_cluster("hc1-l")
+    trio = ["efficientnet-b8", "resnet152", "convnext-t"]
+    slos = slos_from_scale(c1, rm, trio, 5.0, "L4")
+    t = Table(
+        title="normalised throughput (req/s per unit of workload share; SLO = 5 x L4 "
+        "batch-1 latency, margin 0.4)"
+    )
+    for col in ("planner", "normalised req/s", "vs np", "pipelined stages", "solve s"):
+        t.add_column(col, justify="left" if col == "planner" else "right")
+    base = None
+    for name in ("np", "dart-r", "ppipe"):
+        pl = plan_models(c1, rm, slos, None, PlanOptions(planner=name))
+        pl.save(outdir / f"plan-hc1-l-{name}.json")
+        obj = pl.meta["objective"]["normalized_rps"]
+        base = base or obj
+        split = sum(1 for m in pl.models.values() for p in m.pipelines if len(p.stages) > 1)
+        t.add_row(
+            name,
+            f"{obj:,.0f}",
+            f"{obj / base:.2f}x",
+            str(split),
+            f"{pl.meta['solve']['seconds']:.2f}",
+        )
+    console.print(t)
+    console.print(f"wrote {outdir}/plan-hc1-l-{{np,dart-r,ppipe}}.json")
+    console.print(
+        "[green]demo done[/green]: next issues add the PPipe evaluation, "
+        "Shepherd, DeepPlan, MagicBatch, RAMPA and the Ray runtime to this tour."
+    )

@@ -1,0 +1,121 @@
+"""Residency and loading (DeepPlan's concern, the simulator's mechanism).
+
+A worker holds some blocks of some models within its memory (``memory_gb / share``). With
+``warm=True`` the plan's blocks are resident at t = 0 (a plan that does not fit is an
+error). ``Load`` moves weights over the GPU's host path (PCIe switch uplink, PCIe link)
+through the link model and counts against memory; ``Evict`` frees them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from hetserve.core.errors import HetserveError
+from hetserve.scheduling.protocol import Evict, Load, StageReport
+from hetserve.sim.state import _LOAD_DONE, SimulationError, _mask, _Worker
+
+
+class LoaderMixin:
+    """The simulator's loading part (mixed into :class:`~hetserve.sim.engine.Simulator`)."""
+
+    latency: Any
+    plan: Any
+    placement: Any
+    cluster: Any
+    scheduler: Any
+    workers: dict[str, _Worker]
+    links: Any
+    seq: int
+    _bytes_cache: dict[str, list[float]]
+
+    def block_bytes(self, model: str) -> list[float]:
+        """Parameter bytes of each block (for memory and load times)."""
+        if model not in self._bytes_cache:
+            n = self.latency.num_blocks(model)
+            out = [0.0] * n
+            blocks = getattr(self.latency, "blocks", None)
+            graph = getattr(self.latency, "graph", None)
+            if callable(blocks) and callable(graph):
+                g, b = graph(model), blocks(model)
+                out = [sum(g.layers[i].param_bytes for i in b.layers(k)) for k in range(n)]
+            else:
+                from hetserve.core.graph import get_graph
+
+                try:
+                    total = get_graph(model).param_bytes
+                    out = [total / n] * n  # profile blocks: split the weights evenly
+                except HetserveError:
+                    pass  # unknown model: no memory accounting
+            self._bytes_cache[model] = out
+        return self._bytes_cache[model]
+
+    def _bytes_of(self, model: str, mask: int) -> float:
+        bb = self.block_bytes(model)
+        return sum(b for i, b in enumerate(bb) if mask >> i & 1)
+
+    def _warm_start(self) -> None:
+        for (model, pi, si), ws in self.placement.stages.items():
+            st = self.plan.models[model].pipelines[pi].stages[si]
+            m = _mask(st.blocks)
+            for wid in ws:
+                w = self.workers[wid]
+                new = m & ~w.resident.get(model, 0)
+                if new:
+                    w.mem_used += self._bytes_of(model, new)
+                    w.resident[model] = w.resident.get(model, 0) | new
+        for w in self.workers.values():
+            if w.mem_used > w.mem_cap * (1 + 1e-9):
+                raise HetserveError(
+                    f"worker {w.id} ({w.gpu.name}, 1/{w.info.share} slice): the plan's "
+                    f"resident weights ({w.mem_used / 1e9:.2f} GB) exceed its memory "
+                    f"({w.mem_cap / 1e9:.2f} GB)"
+                )
+
+    def _load(self, a: Load, now: float) -> None:
+        w = self.workers.get(a.worker)
+        if w is None:
+            raise SimulationError(f"Load on unknown worker {a.worker!r}")
+        nb = self.latency.num_blocks(a.model)
+        if not 0 <= a.blocks[0] < a.blocks[1] <= nb:
+            raise SimulationError(f"Load of {a.model} blocks {a.blocks}: model has {nb}")
+        m = _mask(a.blocks)
+        new = m & ~w.resident.get(a.model, 0) & ~w.loading.get(a.model, 0)
+        nbytes = self._bytes_of(a.model, new)
+        if w.mem_used + nbytes > w.mem_cap * (1 + 1e-9):
+            rep = StageReport(
+                "load", -1, a.model, 0, w.id, now, now, (), False, False, "out of memory", a.blocks
+            )
+            acts = self.scheduler.on_stage_done(rep, now)
+            if acts:
+                self._apply(acts, now)
+            return
+        w.mem_used += nbytes
+        w.loading[a.model] = w.loading.get(a.model, 0) | new
+        links = self.cluster.links
+        path = tuple(self.cluster.host_path(w.gpu_id))
+        bw = min(links[x].bw_gbps for x in path)
+        t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
+        self._push(t1, _LOAD_DONE, w, (a.model, new, a.blocks, t0))
+
+    def _load_done(self, w: _Worker, info: tuple, now: float) -> None:
+        model, new, blocks, t0 = info
+        w.loading[model] = w.loading.get(model, 0) & ~new
+        w.resident[model] = w.resident.get(model, 0) | new
+        waiting, w.waiting_load = w.waiting_load, []
+        for t in waiting:
+            self.seq += 1
+            heapq.heappush(w.ready, (t.step.planned_start_s, self.seq, t))
+        rep = StageReport("load", -1, model, 0, w.id, t0, now, (), True, False, "", blocks)
+        acts = self.scheduler.on_stage_done(rep, now)
+        if acts:
+            self._apply(acts, now)
+        self._try_start(w, now)
+
+    def _evict(self, a: Evict) -> None:
+        w = self.workers.get(a.worker)
+        if w is None:
+            raise SimulationError(f"Evict on unknown worker {a.worker!r}")
+        m = _mask(a.blocks) & w.resident.get(a.model, 0)
+        w.mem_used -= self._bytes_of(a.model, m)
+        w.resident[a.model] = w.resident.get(a.model, 0) & ~m
