@@ -24,7 +24,7 @@ import heapq
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.pools import Pools
+from hetserve.scheduling.pools import Pools, check_max_batch
 from hetserve.scheduling.protocol import (
     Action,
     BaseScheduler,
@@ -42,7 +42,7 @@ from hetserve.scheduling.protocol import (
 class _ModelState:
     """Per-model state, kept in one object so the hot path does few dict lookups."""
 
-    __slots__ = ("blocks", "idle", "lat", "name", "queue", "rank", "timer_at", "version", "workers")
+    __slots__ = ("blocks", "idle", "lat", "name", "queue", "rank", "timer_at", "workers")
 
     def __init__(
         self, name: str, workers: list[WorkerId], lat: list[list[float]], blocks: tuple[int, int]
@@ -61,9 +61,7 @@ class _ModelState:
 class EdfAdaptive(BaseScheduler):
     def __init__(self, max_batch: int | None = None) -> None:
         super().__init__()
-        if max_batch is not None and max_batch < 1:
-            raise HetserveError("edf-adaptive: max_batch must be >= 1")
-        self.max_batch_param = max_batch
+        self.max_batch_param = check_max_batch("edf-adaptive", max_batch)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)

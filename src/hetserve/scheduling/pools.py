@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
 from hetserve.scheduling.protocol import ClusterView, StageReport, WorkerId
 
 
@@ -81,3 +85,37 @@ class Pools:
 
     def idle(self, w: WorkerId) -> bool:
         return self.outstanding[w] == 0 and w not in self.lost
+
+
+def check_max_batch(scheduler: str, max_batch: int | None) -> int | None:
+    """Validate an optional ``max_batch`` scheduler parameter."""
+    if max_batch is not None and max_batch < 1:
+        raise HetserveError(f"{scheduler}: max_batch must be >= 1, got {max_batch}")
+    return max_batch
+
+
+class DeadlineQueues:
+    """Per-model queues of waiting requests, most urgent first (a heap by deadline, then
+    request id)."""
+
+    def __init__(self, models: Iterable[str], scheduler: str) -> None:
+        self.scheduler = scheduler
+        self._q: dict[str, list[tuple[float, int, Request]]] = {m: [] for m in models}
+
+    def __getitem__(self, model: str) -> list[tuple[float, int, Request]]:
+        return self._q[model]
+
+    def push(self, r: Request) -> None:
+        q = self._q.get(r.model)
+        if q is None:
+            raise HetserveError(f"{self.scheduler}: no pipeline serves model {r.model!r}")
+        heapq.heappush(q, (r.deadline_s, r.id, r))
+
+    def requeue(self, requests: Iterable[Request]) -> None:
+        """Put preempted requests back (they keep their deadlines)."""
+        for r in requests:
+            self.push(r)
+
+    def head_deadline(self, model: str) -> float:
+        q = self._q[model]
+        return q[0][0] if q else math.inf

@@ -30,10 +30,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.pools import PipelinePool, Pools
+from hetserve.scheduling.pools import DeadlineQueues, PipelinePool, Pools, check_max_batch
 from hetserve.scheduling.protocol import (
     Action,
     BaseScheduler,
@@ -123,15 +122,13 @@ class Probe:
 class Reservation(BaseScheduler):
     def __init__(self, max_batch: int | None = None) -> None:
         super().__init__()
-        if max_batch is not None and max_batch < 1:
-            raise HetserveError("reservation: max_batch must be >= 1")
-        self.max_batch = max_batch
+        self.max_batch = check_max_batch("reservation", max_batch)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
         self.table = ReservationTable()
-        self.queue: dict[str, list[tuple[float, int, Request]]] = {m: [] for m in plan.models}
+        self.queue = DeadlineQueues(plan.models, "reservation")
         self.timer_at: dict[str, float] = {}
         self.links: dict[tuple[WorkerId, WorkerId], tuple[list[str], float, float]] = {}
         self.batch_resv: dict[int, list[tuple[str, float, float, int]]] = {}  # + stage idx
@@ -298,10 +295,7 @@ class Reservation(BaseScheduler):
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        q = self.queue.get(request.model)
-        if q is None:
-            raise HetserveError(f"reservation: no pipeline serves model {request.model!r}")
-        heapq.heappush(q, (request.deadline_s, request.id, request))
+        self.queue.push(request)
         out: list[Action] = []
         self._try(request.model, now, out)
         return out
@@ -322,8 +316,7 @@ class Reservation(BaseScheduler):
         self.pools.reported(report)
         out: list[Action] = []
         if not report.completed and report.reason == "preempted":
-            for r in report.requests:
-                heapq.heappush(self.queue[report.model], (r.deadline_s, r.id, r))
+            self.queue.requeue(report.requests)
         self._try(report.model, now, out)
         return out
 
