@@ -41,8 +41,11 @@ class Timed(Reservation):
         t0 = time.perf_counter()
         out = fn(*args)
         self.seconds += time.perf_counter() - t0
-        self.dispatches += sum(1 for a in out if type(a).__name__ == "Dispatch")
         return out
+
+    def new_batch_id(self) -> int:
+        self.dispatches += 1
+        return super().new_batch_id()
 
     def on_arrival(self, request, now):  # type: ignore[no-untyped-def]
         return self._timed(super().on_arrival, request, now)

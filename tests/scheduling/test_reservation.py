@@ -59,6 +59,39 @@ def test_replace_and_remove():
     assert t.intervals("w") == []
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 60), st.integers(1, 8)),
+        max_size=14,
+    ),
+    st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True),
+    st.integers(0, 50),
+    st.integers(3, 10),
+    st.integers(0, 4),
+    st.integers(0, 30),
+)
+def test_fast_paths_with_min_gap_match_a_scan(reserved, resources, t, duration, gap, now):
+    """``front``/``solid`` answer most queries in O(1); with a ``min_gap`` no longer than any
+    query, they must agree with a plain scan, also after past intervals are dropped."""
+    table = ReservationTable()
+    for res in ("a", "b"):
+        table.set_min_gap(res, float(min(gap, 3)))
+    table.now = float(now)
+    for k, (res, s, d) in enumerate(reserved):
+        table.add(res, float(s), float(s + d), k)
+    t = max(t, now)
+    got = table.earliest_slot(resources, float(t), float(duration))
+
+    def free(x):
+        return all(
+            not (s < x + duration and x < s + d) for res, s, d in reserved if res in resources
+        )
+
+    expected = min(x for x in [t] + [s + d for _, s, d in reserved if s + d >= t] if free(x))
+    assert got == pytest.approx(expected)
+
+
 # ------------------------------------------------------------------ probe (PPipe Fig. 5)
 
 
@@ -111,6 +144,77 @@ def test_probe_picks_the_worker_that_completes_first_and_holds_both_links():
     assert {first, w_b, f"{node_f}:up", f"{node_b}:down"} == res
     # and probe is side-effect free
     assert sched.probe(pipe, 1, 0.0).finish_s == pytest.approx(pr.finish_s)
+
+
+def _three_stage() -> Setup:
+    """Four nodes of two V100s (1 Gbps NICs); a 3-stage pipeline over pools of 3, 4 and 1."""
+    c = parse_cluster(
+        {"name": "p3", "nodes": [{"count": 4, "name": "n", "gpus": {"V100": 2}, "nic_gbps": 1}]},
+        "p3",
+    )
+    ps = ProfileSet()
+    ps.out_bytes["m"] = [2e5, 1e5, 1e3]
+    for b in (1, 2, 3):
+        ps.latency_us[("m", "V100-16GB", 1, b)] = [1000.0 * b, 1500.0 * b, 700.0 * b]
+    stages = (Stage((0, 1), "V100", 1, 3), Stage((1, 2), "V100", 1, 4), Stage((2, 3), "V100", 1, 1))
+    plan = Plan({"m": ModelPlan(1.0, 1.0, (Pipeline(stages, 3, 0.05, 100.0),))})
+    return Setup(c, TableModel(ps), ["m"], {"m": 1.0}, plan, bind(plan, c))
+
+
+def _stage_options(sched, pipe, batch, t, last, blocks, workers):
+    """PPipe Algorithm 2 for one stage, as written: every worker of the pool with plain
+    earliest_slot calls; {worker: (completion, busy seconds)}."""
+    lat, table = sched.view.latency, sched.table
+    out = {}
+    for w in workers:
+        tw, b = t, 0.0
+        if last is not None:
+            links, bw, delay = sched._link(last, w)
+            if links:
+                l_n = lat.out_bytes("m", blocks[0] - 1) * batch * 8 / (bw * 1e9) + delay
+                tw = table.earliest_slot(links, tw, l_n) + l_n
+                b += l_n
+        l_i = sched.view.stage_latency_s("m", w, batch, blocks)
+        out[w] = (table.earliest_slot([w], tw, l_i) + l_i, b + l_i)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 15), st.integers(0, 40), st.integers(1, 12)),
+        max_size=25,
+    ),
+    st.integers(0, 20),
+    st.integers(1, 3),
+)
+def test_probe_with_pool_orders_equals_the_full_scan(reserved, now_ms, batch):
+    """The probe visits workers in front order and stops early; at every stage it must pick
+    a worker that completes as early as the best one a scan of the whole pool finds."""
+    s = _three_stage()
+    sched = make_scheduler("reservation")
+    sched.start(ClusterView.build(s.cluster, s.latency, s.placement), s.plan, 0.0)
+    workers = sorted(sched.view.workers)
+    resources = workers + [f"n{i}:{d}" for i in range(4) for d in ("up", "down")]
+    for k, (r, a, d) in enumerate(reserved):
+        res = resources[r % len(resources)]
+        sched.table.add(res, a / 1000, (a + d) / 1000, (-1 - k, 0))
+    sched.table.now = now_ms / 1000
+    pipe = sched.pools.pipelines["m"][0]
+    now = now_ms / 1000
+    pr = sched.probe(pipe, batch, now)
+    # greedy, stage by stage: the chosen worker completes no later than any other of its
+    # pool given the same earlier path (ties may go either way)
+    t, last, busy = now, None, 0.0
+    for (blocks, workers), w in zip(pipe.stages, pr.path, strict=True):
+        opts = _stage_options(sched, pipe, batch, t, last, blocks, workers)
+        assert opts[w][0] == pytest.approx(min(c for c, _ in opts.values()), abs=1e-9)
+        t, last, busy = opts[w][0], w, busy + opts[w][1]
+    assert pr.finish_s == pytest.approx(t, abs=1e-9)
+    assert pr.wait_s == pytest.approx(t - now - busy, abs=1e-9)
+    # the path it returns is feasible: every reservation fits the table as it is
+    for res, start, dur in pr.resv:
+        assert sched.table.earliest_slot([res], start, dur) == pytest.approx(start)
 
 
 def test_dispatch_reserves_and_waits_like_algorithm_1():

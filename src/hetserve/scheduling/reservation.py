@@ -27,7 +27,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from hetserve.core.plan import Plan
@@ -50,64 +51,140 @@ _EPS = 1e-12
 
 
 class ReservationTable:
-    """Reserved intervals ``[start, end)`` per resource, each tagged with a batch id."""
+    """Reserved intervals ``[start, end)`` per resource, each tagged with a batch id.
+
+    Besides the sorted intervals, each resource keeps two numbers so that most queries are
+    O(1): ``front`` (where its last reservation ends) and ``solid`` (where its final run of
+    reservations begins: from there to ``front`` no gap of at least ``min_gap`` is left).
+    A query for ``duration >= min_gap`` starting at ``t >= solid`` can only go at
+    ``max(t, front)``; anything else scans the intervals. ``min_gap`` is per resource (the
+    reservation scheduler sets a worker's to the shortest stage it ever runs): gaps shorter
+    than that can never be used, so they do not break a run."""
 
     def __init__(self) -> None:
-        self._iv: dict[str, list[tuple[float, float, int]]] = {}
+        self._iv: dict[str, list[tuple[float, float, Hashable]]] = {}
+        self.front: dict[str, float] = {}
+        self.solid: dict[str, float] = {}
+        self.min_gap: dict[str, float] = {}
         self.now = -math.inf  # intervals ending before this are dropped lazily
+        # called as (res, old front, old solid, new front, new solid), -inf for none
+        self.on_change: Callable[[str, float, float, float, float], None] | None = None
 
-    def intervals(self, res: str) -> list[tuple[float, float, int]]:
+    def intervals(self, res: str) -> list[tuple[float, float, Hashable]]:
         return self._iv.get(res, [])
+
+    def set_min_gap(self, res: str, gap_s: float) -> None:
+        self.min_gap[res] = gap_s
+        self._update(res)
+
+    def _update(self, res: str) -> None:
+        iv = self._iv.get(res)
+        if iv and iv[0][1] <= self.now:  # the past can never conflict again: drop it
+            k = 1
+            while k < len(iv) and iv[k][1] <= self.now:
+                k += 1
+            del iv[:k]
+        old = (self.front.get(res, -math.inf), self.solid.get(res, -math.inf))
+        if not iv:
+            self.front.pop(res, None)
+            self.solid.pop(res, None)
+            run_s = run_e = -math.inf
+        else:
+            usable = self.min_gap.get(res, 0.0) - _EPS
+            run_s, run_e = iv[0][0], iv[0][1]
+            for s, e, _ in iv:
+                if s - run_e >= usable:
+                    run_s = s
+                if e > run_e:
+                    run_e = e
+            self.solid[res] = run_s
+            self.front[res] = run_e
+        if self.on_change is not None and old != (run_e, run_s):
+            self.on_change(res, old[0], old[1], run_e, run_s)
 
     def forget_before(self, t: float) -> None:
         """Drop intervals that ended before ``t`` (they can no longer conflict)."""
         for res, iv in self._iv.items():
             if iv and iv[0][1] < t:
                 self._iv[res] = [x for x in iv if x[1] >= t]
+                self._update(res)
+
+    def slot(self, res: str, t: float, duration: float) -> float:
+        """Earliest time >= t at which ``res`` is free for ``duration``."""
+        f = self.front.get(res)
+        if f is None or t >= f - _EPS:
+            return t
+        if t >= self.solid[res] and duration >= self.min_gap.get(res, 0.0):
+            return f
+        return self._scan(res, t, duration)
+
+    def _scan(self, res: str, t: float, duration: float) -> float:
+        iv = self._iv[res]
+        if iv[0][1] <= self.now:
+            self._update(res)
+            if not iv:
+                return t
+        # sorted by start, not by end (feedback correction can make them overlap)
+        start = t
+        for s_, e_, _ in iv:
+            if s_ >= start + duration - _EPS:
+                break
+            if e_ > start + _EPS:
+                start = e_
+        return start
 
     def earliest_slot(self, resources: Sequence[str], t: float, duration: float) -> float:
-        """Earliest time >= t at which every resource is free for ``duration``.
-
-        Intervals may overlap (feedback correction moves them to what really happened), so
-        sorted by start they are not sorted by end: each pass scans a resource's intervals
-        that start before the candidate window ends (lists stay short: ``forget_before``
-        drops the past)."""
+        """Earliest time >= t at which every resource is free for ``duration``."""
         start = t
         moved = True
         while moved:
             moved = False
             for res in resources:
-                iv = self._iv.get(res)
-                if not iv:
-                    continue
-                # intervals that ended before now can never conflict again: drop them
-                while iv and iv[0][1] <= self.now and iv[0][0] <= self.now:
-                    iv.pop(0)
-                for s_, e_, _ in iv:
-                    if s_ >= start + duration - _EPS:
-                        break
-                    if e_ > start + _EPS:
-                        start = e_
-                        moved = True
+                s = self.slot(res, start, duration)
+                if s > start:
+                    start = s
+                    moved = True
         return start
 
-    def add(self, res: str, start: float, end: float, batch: int) -> None:
-        bisect.insort(self._iv.setdefault(res, []), (start, end, batch))
+    def add(self, res: str, start: float, end: float, tag: Hashable) -> None:
+        """Reserve ``res`` for ``[start, end)``; ``tag`` names the reservation (tags of one
+        resource must be unique and mutually comparable)."""
+        iv = self._iv.setdefault(res, [])
+        f = self.front.get(res)
+        if f is None or (iv[-1][0] <= start and iv[0][1] > self.now):
+            # appended after the others (the usual case): the run extends or starts anew
+            iv.append((start, end, tag))
+            old_s = self.solid.get(res, -math.inf)
+            new_s = (
+                old_s if f is not None and start - f < self.min_gap.get(res, 0.0) - _EPS else start
+            )
+            new_f = end if f is None or end > f else f
+            self.front[res], self.solid[res] = new_f, new_s
+            if self.on_change is not None and (f, old_s) != (new_f, new_s):
+                self.on_change(res, -math.inf if f is None else f, old_s, new_f, new_s)
+            return
+        bisect.insort(iv, (start, end, tag))
+        self._update(res)
 
-    def remove_batch(self, batch: int, resources: Sequence[str]) -> None:
+    def remove(self, res: str, tag: Hashable) -> None:
+        iv = self._iv.get(res)
+        if iv:
+            self._iv[res] = [x for x in iv if x[2] != tag]
+            self._update(res)
+
+    def remove_batch(self, tag: Hashable, resources: Sequence[str]) -> None:
         for res in set(resources):
-            iv = self._iv.get(res)
-            if iv:
-                self._iv[res] = [x for x in iv if x[2] != batch]
+            self.remove(res, tag)
 
-    def replace(self, res: str, batch: int, start: float, end: float) -> None:
-        """Set the batch's interval on ``res`` (feedback correction)."""
-        iv = [x for x in self._iv.get(res, []) if x[2] != batch]
-        bisect.insort(iv, (start, end, batch))
+    def replace(self, res: str, tag: Hashable, start: float, end: float) -> None:
+        """Move the reservation ``tag`` of ``res`` to ``[start, end)`` (feedback correction)."""
+        iv = [x for x in self._iv.get(res, []) if x[2] != tag]
+        bisect.insort(iv, (start, end, tag))
         self._iv[res] = iv
+        self._update(res)
 
 
-@dataclass
+@dataclass(slots=True)
 class Probe:
     pipeline: PipelinePool
     batch: int
@@ -116,6 +193,32 @@ class Probe:
     finish_s: float
     wait_s: float
     stage_starts: list[float] = field(default_factory=list)
+
+
+# one candidate transfer of a stage: receiving worker, links crossed, s/bit, delay s
+_Xfer = tuple[WorkerId, tuple[str, ...], float, float]
+_first = operator.itemgetter(0)
+
+
+class _PoolOrder:
+    """A pool's workers sorted by where their reservations end (``by_front``) and by where
+    their final gap-free run begins (``by_solid``), kept current by the table's callback.
+    A probe visits the workers with a usable gap first, then the rest by ``front``, and
+    stops as soon as no remaining worker can complete earlier: exact, and it usually
+    looks at a handful of workers instead of the whole pool."""
+
+    __slots__ = ("by_front", "by_solid", "min_gap")
+
+    def __init__(self, workers: Sequence[WorkerId]) -> None:
+        self.by_front = sorted((-math.inf, w) for w in workers)
+        self.by_solid = sorted((-math.inf, w) for w in workers)
+        self.min_gap = 0.0  # the largest min_gap of its workers
+
+
+def _move(lst: list[tuple[float, WorkerId]], old: tuple[float, WorkerId], new_t: float) -> None:
+    i = bisect.bisect_left(lst, old)
+    del lst[i]
+    bisect.insort(lst, (new_t, old[1]))
 
 
 @register("reservation")
@@ -133,8 +236,37 @@ class Reservation(BaseScheduler):
         self.links: dict[tuple[WorkerId, WorkerId], tuple[list[str], float, float]] = {}
         self.batch_resv: dict[int, list[tuple[str, float, float, int]]] = {}  # + stage idx
         self.batch_route: dict[int, tuple[str, tuple[RouteStep, ...]]] = {}
-        self._min_xfer: dict[tuple, float] = {}
+        self._stages: dict[tuple[str, int, int], list[tuple[float, float, _PoolOrder]]] = {}
+        self._xfers: dict[tuple[str, int, int, WorkerId], tuple[list[_Xfer], float, float]] = {}
+        # a worker never runs anything shorter than its shortest stage: gaps shorter than
+        # that are as good as taken (what keeps the table's fast path exact)
+        self._orders: dict[tuple[WorkerId, ...], _PoolOrder] = {}
+        self._orders_of: dict[WorkerId, list[_PoolOrder]] = {}
+        min_gap = self.table.min_gap
+        for pipes in self.pools.pipelines.values():
+            for p in pipes:
+                for blocks, workers in p.stages:
+                    if workers not in self._orders:
+                        self._orders[workers] = _PoolOrder(workers)
+                        for w in workers:
+                            self._orders_of.setdefault(w, []).append(self._orders[workers])
+                    for w in workers:
+                        lat = view.latency_table(p.model, w, self._bs(p), blocks)
+                        min_gap[w] = min(min_gap.get(w, math.inf), *lat)
+        for workers, order in self._orders.items():
+            order.min_gap = max(min_gap[w] for w in workers)
+        self.table.on_change = self._moved
+        self._planned = {
+            m: [(p, self._bs(p)) for p in pipes] for m, pipes in self.pools.pipelines.items()
+        }
         return []
+
+    def _moved(self, res: str, old_f: float, old_s: float, new_f: float, new_s: float) -> None:
+        for order in self._orders_of.get(res, ()):
+            if old_f != new_f:
+                _move(order.by_front, (old_f, res), new_f)
+            if old_s != new_s:
+                _move(order.by_solid, (old_s, res), new_s)
 
     # ------------------------------------------------------------------ probe / reserve
     def _link(self, a: WorkerId, b: WorkerId) -> tuple[list[str], float, float]:
@@ -151,92 +283,121 @@ class Reservation(BaseScheduler):
             self.links[key] = (path, bw, sum(links[x].delay_s for x in path))
         return self.links[key]
 
-    def probe(self, pipe: PipelinePool, batch: int, now: float) -> Probe:
-        lat = self.view.latency
-        t_g, last = now, None
-        path, resv, starts = [], [], []
-        busy = 0.0
-        for _si, (blocks, workers) in enumerate(pipe.stages):
-            best_t, best_r, best_w, best_busy, best_start = math.inf, [], None, 0.0, 0.0
-            # the best any worker of the pool could do: no waiting, the fastest transfer
-            # (workers of a pool share GPU type and share, so their inference time is equal)
-            l_i0 = self.view.stage_latency_s(pipe.model, workers[0], batch, blocks)
-            lower = (
-                t_g
-                + l_i0
-                + (
-                    self._min_transfer(pipe, last, workers, blocks, batch)
-                    if last is not None
+    def _stage_info(self, pipe: PipelinePool, batch: int) -> list[tuple[float, float, _PoolOrder]]:
+        """Per stage: inference seconds (equal over the pool: one GPU type and share), bits
+        crossing the cut into it, the pool's order."""
+        key = (pipe.model, pipe.index, batch)
+        info = self._stages.get(key)
+        if info is None:
+            info = []
+            lat = self.view.latency
+            for blocks, workers in pipe.stages:
+                l_i = self.view.stage_latency_s(pipe.model, workers[0], batch, blocks)
+                bits = (
+                    lat.out_bytes(pipe.model, blocks[0] - 1) * batch * self.view.cut_bytes_factor
+                    if blocks[0] > 0
                     else 0.0
-                )
+                ) * 8
+                info.append((l_i, bits, self._orders[workers]))
+            self._stages[key] = info
+        return info
+
+    def _stage_xfers(
+        self, pipe: PipelinePool, si: int, last: WorkerId
+    ) -> tuple[dict[WorkerId, _Xfer], float, float]:
+        """Transfers from ``last`` into each worker of stage ``si``, with the least s/bit and
+        delay over them (a lower bound on any transfer's time)."""
+        key = (pipe.model, pipe.index, si, last)
+        hit = self._xfers.get(key)
+        if hit is None:
+            xs = {}
+            for w in pipe.stages[si][1]:
+                links, bw, delay = self._link(last, w)
+                xs[w] = (w, tuple(links), 1.0 / (bw * 1e9) if links else 0.0, delay)
+            hit = (
+                xs,
+                min((x[2] for x in xs.values()), default=0.0),
+                min((x[3] for x in xs.values()), default=0.0),
             )
-            for w in workers:
-                if w in self.pools.lost:
+            self._xfers[key] = hit
+        return hit
+
+    def probe(self, pipe: PipelinePool, batch: int, now: float) -> Probe:
+        """PPipe Algorithm 2: stage by stage, the worker of the pool that completes first
+        (transfer on both link ends at once, then inference); side-effect free."""
+        table = self.table
+        front, solid, min_gap, lost = table.front, table.solid, table.min_gap, self.pools.lost
+        t_g = now
+        last: WorkerId | None = None
+        path: list[WorkerId] = []
+        resv: list[tuple[str, float, float]] = []
+        starts: list[float] = []
+        busy = 0.0
+        no_xfer: _Xfer = ("", (), 0.0, 0.0)
+        info = self._stages.get((pipe.model, pipe.index, batch)) or self._stage_info(pipe, batch)
+        for si, (l_i, bits, order) in enumerate(info):
+            if last is None:
+                xs: dict[WorkerId, _Xfer] = {}
+                t_lb = t_g
+            else:
+                xs, min_inv, min_delay = self._stage_xfers(pipe, si, last)
+                t_lb = t_g + bits * min_inv + min_delay  # no transfer arrives earlier
+            best_t = math.inf
+            best_w: WorkerId | None = None
+            best_s = best_tl = best_ln = 0.0
+            best_links: tuple[str, ...] = ()
+            # workers with a usable gap after t_lb first (their front says nothing), then
+            # the rest by front: once max(t_lb, front) + l_i cannot beat the best, stop
+            by_solid = order.by_solid
+            cands: Sequence[tuple[float, WorkerId]] = order.by_front
+            if by_solid[-1][0] > t_lb:
+                k = bisect.bisect_right(by_solid, t_lb, key=_first)
+                cands = [(-math.inf, w) for _, w in by_solid[k:]] + order.by_front
+            if l_i < order.min_gap:  # a stage shorter than planned for: look at them all
+                cands = [(-math.inf, w) for _, w in order.by_front]
+            for f_w, w in cands:
+                if (f_w if f_w > t_lb else t_lb) + l_i >= best_t - _EPS:
+                    break
+                if w in lost:
                     continue
-                t, r, b = t_g, [], 0.0
-                if last is not None:
-                    links, bw, delay = self._link(last, w)
-                    if links:
-                        nbytes = (
-                            lat.out_bytes(pipe.model, blocks[0] - 1)
-                            * batch
-                            * self.view.cut_bytes_factor
-                        )
-                        l_n = nbytes * 8 / (bw * 1e9) + delay
-                        t = self.table.earliest_slot(links, t, l_n)
-                        r += [(x, t, l_n) for x in links]
-                        t += l_n
-                        b += l_n
-                l_i = self.view.stage_latency_s(pipe.model, w, batch, blocks)
-                t = self.table.earliest_slot([w], t, l_i)
-                st = t
-                r.append((w, t, l_i))
-                t += l_i
-                b += l_i
-                if t < best_t - _EPS:
-                    best_t, best_r, best_w, best_busy, best_start = t, r, w, b, st
-                if best_t <= lower + _EPS:
-                    break  # no worker can complete earlier than without waiting
+                _, links, inv_bw, delay = xs.get(w, no_xfer)
+                if links:
+                    l_n = bits * inv_bw + delay
+                    tl = t_g
+                    for x in links:
+                        fx = front.get(x)
+                        if fx is not None and t_g < fx - _EPS:
+                            tl = table.earliest_slot(links, t_g, l_n)
+                            break
+                    arr = tl + l_n
+                else:
+                    l_n, tl, arr = 0.0, t_g, t_g
+                f = front.get(w)
+                if f is None or arr >= f - _EPS:
+                    s = arr
+                elif arr >= solid[w] and l_i >= min_gap.get(w, 0.0):
+                    s = f
+                else:
+                    s = table._scan(w, arr, l_i)
+                if s + l_i < best_t - _EPS:
+                    best_t, best_w, best_s = s + l_i, w, s
+                    best_tl, best_ln, best_links = tl, l_n, links
             if best_w is None:
                 return Probe(pipe, batch, [], [], math.inf, math.inf)
-            t_g, last = best_t, best_w
+            for x in best_links:
+                resv.append((x, best_tl, best_ln))
+            resv.append((best_w, best_s, l_i))
+            busy += best_ln + l_i
             path.append(best_w)
-            resv += best_r
-            starts.append(best_start)
-            busy += best_busy
+            starts.append(best_s)
+            t_g, last = best_t, best_w
         return Probe(pipe, batch, path, resv, t_g, t_g - now - busy, starts)
-
-    def _transfer_s(
-        self, model: str, a: WorkerId, b: WorkerId, blocks: tuple[int, int], batch: int
-    ) -> float:
-        links, bw, delay = self._link(a, b)
-        if not links:
-            return 0.0
-        nbytes = (
-            self.view.latency.out_bytes(model, blocks[0] - 1) * batch * self.view.cut_bytes_factor
-        )
-        return nbytes * 8 / (bw * 1e9) + delay
-
-    def _min_transfer(
-        self,
-        pipe: PipelinePool,
-        last: WorkerId,
-        workers: Sequence[WorkerId],
-        blocks: tuple[int, int],
-        batch: int,
-    ) -> float:
-        key = (pipe.model, pipe.index, last, blocks, batch)
-        hit = self._min_xfer.get(key)
-        if hit is None:
-            hit = min(self._transfer_s(pipe.model, last, w, blocks, batch) for w in workers)
-            self._min_xfer[key] = hit
-        return hit
 
     def _reserve(self, bid: int, pr: Probe) -> None:
         entries = []
         stage = 0
         for res, start, dur in pr.resv:
-            self.table.add(res, start, start + dur, bid)
+            self.table.add(res, start, start + dur, (bid, stage))
             entries.append((res, start, dur, stage))
             if res == pr.path[stage]:
                 stage += 1
@@ -245,34 +406,39 @@ class Reservation(BaseScheduler):
     # ------------------------------------------------------------------ Algorithm 1
     def _try(self, model: str, now: float, out: list[Action]) -> None:
         q = self.queue[model]
-        pipes = self.pools.pipelines[model]
+        if not q:
+            return
+        pipes = self._planned[model]
+        probe = self.probe
         self.table.now = now
         while q:
+            # step 1: the pipeline whose probe at its planned batch size waits least
             best: Probe | None = None
-            for p in pipes:
-                pr = self.probe(p, self._bs(p), now)
+            for p, bs in pipes:
+                pr = probe(p, bs, now)
                 if best is None or pr.wait_s < best.wait_s - _EPS:
                     best = pr
             assert best is not None
-            chosen: Probe | None = None
-            for bs in range(self._bs(best.pipeline), 0, -1):
-                pr = best if bs == best.batch else self.probe(best.pipeline, bs, now)
-                if pr.finish_s <= q[0][0] + _EPS:
+            # step 2: from there down, the largest batch that meets the head's deadline
+            head = q[0][0] + _EPS
+            chosen: Probe | None = best if best.finish_s <= head else None
+            bs = best.batch - 1
+            while chosen is None and bs > 0:
+                pr = probe(best.pipeline, bs, now)
+                if pr.finish_s <= head:
                     chosen = pr
-                    break
+                bs -= 1
             if chosen is None:
                 out.append(Drop((heapq.heappop(q)[2],), "deadline"))
                 continue
             n = len(q)
             if n < chosen.batch:
-                pr_n = self.probe(chosen.pipeline, n, now)
+                pr_n = probe(chosen.pipeline, n, now)
                 slack = q[0][0] - pr_n.finish_s
-                if slack > _EPS:
+                if slack > _EPS:  # wait till the last moment the n can still make it
                     at = now + slack
-                    if (
-                        self.timer_at.get(model, math.inf) > at + _EPS
-                        or self.timer_at.get(model, -1.0) < now
-                    ):
+                    t_at = self.timer_at.get(model)
+                    if t_at is None or t_at > at + _EPS or t_at < now:
                         self.timer_at[model] = at
                         out.append(SetTimer(at, ("reservation", model, at)))
                     return
@@ -312,46 +478,63 @@ class Reservation(BaseScheduler):
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
         if report.kind != "stage":
             return []
-        self._correct(report)
+        changed = self._correct(report)
         self.pools.reported(report)
-        out: list[Action] = []
         if not report.completed and report.reason == "preempted":
             self.queue.requeue(report.requests)
+            changed = True
+        if not changed:
+            # everything ran as reserved: nothing a new decision could use (Algorithm 1
+            # runs on arrivals, at the wake-up timer and when resources change)
+            return []
+        out: list[Action] = []
         self._try(report.model, now, out)
         return out
 
-    def _correct(self, r: StageReport) -> None:
-        """Feedback correction: the batch's reservations follow reality."""
-        entries = self.batch_resv.get(r.batch_id)
+    def _correct(self, r: StageReport) -> bool:
+        """Feedback correction: the batch's reservations follow reality. The reported
+        stage's worker and transfer move to when they really ran; later stages move by the
+        stage's overrun (or gain), or are released if the batch stops here. Returns whether
+        any reservation moved."""
+        bid = r.batch_id
+        entries = self.batch_resv.get(bid)
         if entries is None:
-            return
+            return False
+        table = self.table
+        delay = 0.0
+        changed = False
+        for res, start, dur, stage in entries:
+            if stage != r.stage:
+                continue
+            if res == r.worker:
+                a, b = r.start_s, r.end_s
+                delay = b - (start + dur)
+            elif r.transfer_start_s is not None and r.transfer_end_s is not None:
+                a, b = r.transfer_start_s, r.transfer_end_s
+            else:
+                continue
+            if abs(a - start) > _EPS or abs(b - start - dur) > _EPS:
+                table.replace(res, (bid, stage), a, b)
+                changed = True
         if not r.completed or r.last:
             if not r.completed:  # the rest of the batch will not run
-                self.table.remove_batch(r.batch_id, [e[0] for e in entries if e[3] > r.stage])
-            if r.completed:
-                self.table.replace(r.worker, r.batch_id, r.start_s, r.end_s)
-            del self.batch_resv[r.batch_id]
-            self.batch_route.pop(r.batch_id, None)
-            return
-        planned_end = None
-        for res, start, dur, stage in entries:
-            if stage == r.stage and res == r.worker:
-                planned_end = start + dur
-        self.table.replace(r.worker, r.batch_id, r.start_s, r.end_s)
-        if r.transfer_start_s is not None and r.transfer_end_s is not None:
-            for res, _, _, stage in entries:
-                if stage == r.stage and res != r.worker:
-                    self.table.replace(res, r.batch_id, r.transfer_start_s, r.transfer_end_s)
-        delay = r.end_s - planned_end if planned_end is not None else 0.0
+                for res, _, _, stage in entries:
+                    if stage > r.stage:
+                        table.remove(res, (bid, stage))
+                        changed = True
+            del self.batch_resv[bid]
+            self.batch_route.pop(bid, None)
+            return changed
         if abs(delay) > _EPS:  # later stages move with the overrun (or the gain)
             shifted = []
             for res, start, dur, stage in entries:
                 if stage > r.stage:
-                    self.table.replace(res, r.batch_id, start + delay, start + delay + dur)
-                    shifted.append((res, start + delay, dur, stage))
-                else:
-                    shifted.append((res, start, dur, stage))
-            self.batch_resv[r.batch_id] = shifted
+                    table.replace(res, (bid, stage), start + delay, start + delay + dur)
+                    start += delay
+                shifted.append((res, start, dur, stage))
+            self.batch_resv[bid] = shifted
+            changed = True
+        return changed
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.pools.lost.add(worker)
