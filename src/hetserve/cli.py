@@ -401,6 +401,7 @@ def _register_subcommands() -> None:
     import hetserve.cli_data
     import hetserve.cli_demo
     import hetserve.cli_plan
+    import hetserve.cli_reproduce
     import hetserve.cli_sim  # noqa: F401  (simulate, sweep, report)
 
 

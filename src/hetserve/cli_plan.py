@@ -111,10 +111,10 @@ def print_plan(plan: Any, title: str) -> None:
 )
 @click.option(
     "--cut-bytes",
-    type=click.Choice(["fp32", "fp16"]),
-    default="fp32",
+    type=click.Choice(["fp16", "fp32"]),
+    default="fp16",
     show_default=True,
-    help="Precision of activations crossing cuts.",
+    help="Precision of activations crossing cuts (PPipe sends FP16).",
 )
 @click.option(
     "--time-limit",

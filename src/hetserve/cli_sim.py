@@ -81,10 +81,10 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--cut-bytes",
-            type=click.Choice(["fp32", "fp16"]),
-            default="fp32",
+            type=click.Choice(["fp16", "fp32"]),
+            default="fp16",
             show_default=True,
-            help="Precision of activations crossing cuts.",
+            help="Precision of activations crossing cuts (PPipe sends FP16).",
         ),
     ]
     for o in reversed(opts):

@@ -37,7 +37,7 @@ class PlanOptions:
     batches: tuple[int, ...] = tuple(range(1, 9))
     time_limit_s: float = 60.0
     mip_rel_gap: float = 1e-4
-    cut_bytes_factor: float = 1.0
+    cut_bytes_factor: float = 0.5  # activations at cuts travel as FP16 (PPipe section 6)
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:

@@ -24,7 +24,7 @@ class SimConfig:
     seed: int = 0
     jitter: str = "none"  # none | lognormal | exponential
     jitter_cv: float = 0.0  # lognormal: coefficient of variation of the stage-time multiplier
-    cut_bytes_factor: float = 1.0  # activation bytes at cuts: 1.0 FP32, 0.5 FP16
+    cut_bytes_factor: float = 0.5  # activation bytes at cuts: 0.5 FP16 (default), 1.0 FP32
     warm: bool = True  # the plan's blocks are resident at t = 0
     drain_s: float | None = None  # run on after the last arrival (default: 10 x max SLO + 1 s)
     record_links: bool = False  # keep every transfer's link intervals (for checks)
