@@ -144,8 +144,8 @@ def reproduce_ppipe(
                 prog.update(task, description="sweeping", total=n, completed=k, info=msg)
             else:
                 prog.update(task, info=msg)
-            if not sys.stderr.isatty():
-                click.echo(msg, err=True)
+            if n and not sys.stderr.isatty():  # a log line per finished sweep
+                click.echo(f"[{k}/{n}] {msg}", err=True)
 
         results = S.run_study(cfg, jobs=n_jobs, progress=progress)
     path = S.write_results(results, out)
