@@ -97,7 +97,8 @@ def test_fast_paths_with_min_gap_match_a_scan(reserved, resources, t, duration, 
 
 def _fig5() -> Setup:
     """Pool 1: one GPU on n0; pool 2: GPUs on n1 and n2 (1 Gbps NICs). Stage latencies
-    2 ms and 3 ms at batch 1; 1 MB crosses the cut (8 ms at 1 Gbps)."""
+    2 ms and 3 ms at batch 1; 1 MB crosses the cut (8 ms at 1 Gbps with FP32 cuts, which
+    these tests ask for)."""
     c = parse_cluster(
         {"name": "fig5", "nodes": [{"count": 3, "name": "n", "gpus": {"V100": 1}, "nic_gbps": 1}]},
         "fig5",
@@ -127,7 +128,7 @@ def _fig5() -> Setup:
 def test_probe_picks_the_worker_that_completes_first_and_holds_both_links():
     s = _fig5()
     sched = make_scheduler("reservation")
-    sched.start(ClusterView.build(s.cluster, s.latency, s.placement), s.plan, 0.0)
+    sched.start(ClusterView.build(s.cluster, s.latency, s.placement, 1.0), s.plan, 0.0)
     pipe = sched.pools.pipelines["m"][0]
     first = pipe.stages[0][1][0]
     w_a, w_b = pipe.stages[1][1]
@@ -171,7 +172,8 @@ def _stage_options(sched, pipe, batch, t, last, blocks, workers):
         if last is not None:
             links, bw, delay = sched._link(last, w)
             if links:
-                l_n = lat.out_bytes("m", blocks[0] - 1) * batch * 8 / (bw * 1e9) + delay
+                nbytes = lat.out_bytes("m", blocks[0] - 1) * batch * sched.view.cut_bytes_factor
+                l_n = nbytes * 8 / (bw * 1e9) + delay
                 tw = table.earliest_slot(links, tw, l_n) + l_n
                 b += l_n
         l_i = sched.view.stage_latency_s("m", w, batch, blocks)
@@ -220,7 +222,7 @@ def test_probe_with_pool_orders_equals_the_full_scan(reserved, now_ms, batch):
 def test_dispatch_reserves_and_waits_like_algorithm_1():
     s = _fig5()
     sched = make_scheduler("reservation")
-    sched.start(ClusterView.build(s.cluster, s.latency, s.placement), s.plan, 0.0)
+    sched.start(ClusterView.build(s.cluster, s.latency, s.placement, 1.0), s.plan, 0.0)
     r0 = Request(0, "m", "s", 0.0, 0.050)
     (d,) = sched.on_arrival(r0, 0.0)  # planned batch 1: goes at once
     assert isinstance(d, Dispatch) and [x.id for x in d.requests] == [0]
@@ -249,7 +251,7 @@ def test_waits_for_a_fuller_batch():
         }
     )
     sched = make_scheduler("reservation")
-    sched.start(ClusterView.build(s.cluster, s.latency, bind(plan, s.cluster)), plan, 0.0)
+    sched.start(ClusterView.build(s.cluster, s.latency, bind(plan, s.cluster), 1.0), plan, 0.0)
     (timer,) = sched.on_arrival(Request(0, "m", "s", 0.0, 0.100), 0.0)
     assert isinstance(timer, SetTimer)
     # batch 1 takes 2 + 8 + 3 = 13 ms: wait until 100 - 13 = 87 ms

@@ -32,7 +32,7 @@ def brute_force_optimum(
     max_stages: int = 2,
     shares: tuple[int, ...] = (1, 2),
     batches: tuple[int, ...] = (1, 2),
-    cut_bytes_factor: float = 1.0,
+    cut_bytes_factor: float = 0.5,
 ) -> float:
     counts = cluster.gpu_counts()
     types = list(counts)

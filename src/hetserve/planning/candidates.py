@@ -94,7 +94,7 @@ def enumerate_candidates(
     shares: Sequence[int] = (1, 2, 3, 4),
     batches: Sequence[int] = tuple(range(1, 9)),
     mps: Mapping[str, bool] | None = None,
-    cut_bytes_factor: float = 1.0,
+    cut_bytes_factor: float = 0.5,
     prune: bool = True,
     allow_same_consecutive: bool = False,
 ) -> tuple[list[Candidate], float]:

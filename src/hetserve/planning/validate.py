@@ -22,7 +22,7 @@ def validate_plan(
     cluster: Cluster,
     latency: LatencyModel,
     slo_margin: float,
-    cut_bytes_factor: float = 1.0,
+    cut_bytes_factor: float = 0.5,
     rel_tol: float = 1e-6,
 ) -> list[str]:
     """Problems found (empty: the plan is valid)."""
