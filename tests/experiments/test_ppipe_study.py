@@ -117,3 +117,27 @@ def test_cli_runs_a_custom_group(tmp_path, capsys):
     assert rc == 0 and "PPipe/NP" in out
     data = json.loads((tmp_path / "o" / "results.json").read_text())
     assert data["config"]["groups"] == {"T": ["resnet18"]} and data["ablation"] == {}
+
+
+def test_cli_runs_on_an_imported_profile_set(tmp_path, capsys):
+    """--profiles: the study runs on a profile set (here one estimated for hc3-s, which has
+    no L4: the SLO falls back to the fastest GPU the set has); without --group the set's
+    models form the groups."""
+    prof = tmp_path / "prof"
+    est = [
+        "profile", "estimate", "--cluster", "hc3-s", "--models", "resnet18",
+        "--shares", "1,2", "--batches", "1-4", "--out", str(prof),
+    ]  # fmt: skip
+    assert main(est) == 0
+    rc = main(
+        [
+            "reproduce", "ppipe", "--profiles", str(prof), "--clusters", "hc3-s",
+            "--workload", "poisson=poisson", "--duration", "1", "--lf-step", "0.5",
+            "--jobs", "1", "--ablation-cluster", "none", "--out", str(tmp_path / "o"),
+        ]
+    )  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    data = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert data["config"]["profiles"] == str(prof)
+    assert data["config"]["groups"] == {"G1": ["resnet18"]}
+    assert set(data["hc3-s"]["G1"]) == {"ppipe", "np", "dart-r"}

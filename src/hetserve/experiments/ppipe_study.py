@@ -149,18 +149,25 @@ def _class_utilization(res: Any, cluster: Any, order: list[str]) -> dict[str, fl
     return out
 
 
-def _setup(cluster: str, models: Sequence[str], cfg: StudyConfig, plan: Any = None) -> Any:
+def _setup(
+    cluster: str, models: Sequence[str], cfg: StudyConfig, plan: Any = None, max_batch: int = 8
+) -> Any:
     from hetserve.experiments.setup import build_setup
 
-    return build_setup(cluster, list(models), profiles=cfg.profiles, plan=plan)
+    return build_setup(cluster, list(models), profiles=cfg.profiles, plan=plan, max_batch=max_batch)
 
 
 def plan_group(cluster: str, models: Sequence[str], planner: str, cfg: StudyConfig) -> Any:
     """The group's plan by ``planner`` (SLO = scale x batch-1 latency on the ref GPU)."""
+    from hetserve.core.cluster import load_cluster
     from hetserve.core.plan import slos_from_scale
     from hetserve.planning.ppipe import PlanOptions, plan_models
 
-    base = _setup(cluster, models, cfg)
+    opts: dict[str, Any] = {}
+    if cfg.profiles is not None:  # plan over the shares and batch sizes the set has
+        gpus = [g.name for g in load_cluster(cluster).gpu_types()]
+        opts = _profiled_configs(cfg.profiles, models, gpus)
+    base = _setup(cluster, models, cfg, max_batch=max(opts.get("batches", (8,))))
     try:
         slos = slos_from_scale(
             base.cluster, base.latency, base.models, cfg.slo_scale, cfg.slo_ref_gpu
@@ -171,8 +178,31 @@ def plan_group(cluster: str, models: Sequence[str], planner: str, cfg: StudyConf
         base.cluster,
         base.latency,
         slos,
-        options=PlanOptions(planner=planner, slo_margin=cfg.slo_margin),
+        options=PlanOptions(planner=planner, slo_margin=cfg.slo_margin, **opts),
     )
+
+
+def _profiled_configs(profiles: str, models: Sequence[str], gpus: Sequence[str]) -> dict[str, Any]:
+    """The shares and batch sizes profiled for every model on every GPU type it has."""
+    from hetserve.core.profiles import ProfileSet
+
+    ps = ProfileSet.read(profiles)
+    shares: set[int] | None = None
+    batches: set[int] | None = None
+    for m in models:
+        for g in gpus:
+            cf = ps.configs(m, g)
+            if not cf:
+                continue
+            s_, b_ = {c[0] for c in cf}, {c[1] for c in cf}
+            shares = s_ if shares is None else shares & s_
+            batches = b_ if batches is None else batches & b_
+    if not shares or not batches:
+        raise HetserveError(
+            f"{profiles}: no share and batch size is profiled for every model of "
+            f"{', '.join(models)} on the cluster's GPU types"
+        )
+    return {"shares": tuple(sorted(shares)), "batches": tuple(sorted(batches))}
 
 
 def run_cell(cell: Cell, models: Sequence[str], plan: Any, ref_plan: Any, cfg: StudyConfig) -> Cell:

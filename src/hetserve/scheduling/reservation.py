@@ -393,7 +393,8 @@ class Reservation(BaseScheduler):
             t_g, last = best_t, best_w
         return Probe(pipe, batch, path, resv, t_g, t_g - now - busy, starts)
 
-    def _reserve(self, bid: int, pr: Probe) -> None:
+    def reserve(self, bid: int, pr: Probe) -> None:
+        """Commit a probe's reservations for batch ``bid`` (PPipe Algorithm 2, reserve)."""
         entries = []
         stage = 0
         for res, start, dur in pr.resv:
@@ -445,7 +446,7 @@ class Reservation(BaseScheduler):
                 chosen = pr_n
             reqs = tuple(heapq.heappop(q)[2] for _ in range(chosen.batch))
             bid = self.new_batch_id()
-            self._reserve(bid, chosen)
+            self.reserve(bid, chosen)
             route = tuple(
                 RouteStep(si, w, chosen.stage_starts[si], blocks)
                 for si, (w, (blocks, _)) in enumerate(
