@@ -353,3 +353,24 @@ def test_reservation_beats_reactive_where_a_small_pool_follows_a_large_one():
         return sum(waits) / len(waits)
 
     assert stage2_wait_s(res["reactive"]) > 10 * stage2_wait_s(res["reservation"])
+
+
+def test_a_head_that_misses_on_the_chosen_pipeline_goes_to_an_idle_one():
+    """Inception-v3 on hc1-l gets two pipelines: batch 1 over L4 slices and P4s (4.5 ms),
+    and batch 7 on a whole L4 (SLO 8.2 ms). Requests that waited for a batch of 7 can no
+    longer make it through the slow pipeline; Algorithm 1 as printed drops them when that
+    pipeline is picked (ties on waiting time), though the L4 could still serve them at a
+    smaller batch. At load factor 0.7 nothing needs to be dropped."""
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.planning.ppipe import plan_models
+
+    models = ["inception-v3", "fcn-resnet101", "resnet18"]
+    base = build_setup("hc1-l", models)
+    plan = plan_models(
+        base.cluster, base.latency, slos_from_scale(base.cluster, base.latency, models, 5.0, "L4")
+    )
+    assert [p.batch for p in plan.models["inception-v3"].pipelines] == [1, 7]
+    s = build_setup("hc1-l", models, plan=plan)
+    tr = build_trace(s, "poisson", plan.rates_at(0.7), 1.0, 0)
+    m = summarize(simulate(s, "reservation", tr, None, SimConfig(seed=0)))
+    assert m["per_model"]["inception-v3"]["attainment"] >= 0.995

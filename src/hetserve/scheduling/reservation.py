@@ -414,21 +414,23 @@ class Reservation(BaseScheduler):
         self.table.now = now
         while q:
             # step 1: the pipeline whose probe at its planned batch size waits least
-            best: Probe | None = None
-            for p, bs in pipes:
-                pr = probe(p, bs, now)
-                if best is None or pr.wait_s < best.wait_s - _EPS:
+            firsts = [probe(p, bs, now) for p, bs in pipes]
+            best = firsts[0]
+            for pr in firsts:
+                if pr.wait_s < best.wait_s - _EPS:
                     best = pr
-            assert best is not None
             # step 2: from there down, the largest batch that meets the head's deadline
             head = q[0][0] + _EPS
-            chosen: Probe | None = best if best.finish_s <= head else None
-            bs = best.batch - 1
-            while chosen is None and bs > 0:
-                pr = probe(best.pipeline, bs, now)
-                if pr.finish_s <= head:
-                    chosen = pr
-                bs -= 1
+            chosen = self._largest_in_time(best, head, now)
+            if chosen is None and len(firsts) > 1:
+                # not even batch 1 makes it there: before dropping the head, the other
+                # pipelines that are free right now (a request that waited for a fuller
+                # batch on one pipeline may still fit another that sits idle)
+                for pr in firsts:
+                    if pr is not best and pr.wait_s <= _EPS:
+                        chosen = self._largest_in_time(pr, head, now)
+                        if chosen is not None:
+                            break
             if chosen is None:
                 out.append(Drop((heapq.heappop(q)[2],), "deadline"))
                 continue
@@ -456,6 +458,17 @@ class Reservation(BaseScheduler):
             self.batch_route[bid] = (model, route)
             self.pools.dispatched(bid, tuple(chosen.path))
             out.append(Dispatch(bid, model, reqs, route))
+
+    def _largest_in_time(self, first: Probe, head_s: float, now: float) -> Probe | None:
+        """Algorithm 1, step 2: from ``first``'s batch size down, the first probe of its
+        pipeline that completes by ``head_s``."""
+        if first.finish_s <= head_s:
+            return first
+        for bs in range(first.batch - 1, 0, -1):
+            pr = self.probe(first.pipeline, bs, now)
+            if pr.finish_s <= head_s:
+                return pr
+        return None
 
     def _bs(self, p: PipelinePool) -> int:
         return min(p.batch, self.max_batch) if self.max_batch else p.batch
