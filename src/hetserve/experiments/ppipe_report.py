@@ -101,6 +101,8 @@ def plot_ablation(results: dict[str, Any]) -> str:
         xs = [i + (k - 0.5) * 0.38 for i in range(len(rows))]
         ax.bar(xs, ys, 0.38, label=name, color=_COLORS["ppipe" if k == 0 else "reactive"])
     ax.set_xticks(range(len(rows)), [r for r, _ in rows], fontsize=8)
+    if len(rows) > 6:
+        ax.tick_params(axis="x", labelrotation=30)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("max load factor at 99%")
     ax.set_title("data plane ablation on the PPipe plan (paper Fig. 10)")

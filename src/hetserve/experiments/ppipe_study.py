@@ -320,6 +320,11 @@ def _label(c: Cell) -> str:
     )
 
 
+def _mean_or_none(xs: Any) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.fmean(vals) if vals else None
+
+
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
@@ -336,6 +341,7 @@ def collect(cfg: StudyConfig, cells: Sequence[Cell], plans: Mapping[tuple, Any])
     for c in sorted(cells, key=lambda x: (x.cluster, x.group, x.planner, x.workload)):
         if c.scheduler != "reservation":
             a = ablation.setdefault(c.cluster, {}).setdefault(c.group, {})
+            a["workload"] = c.workload
             a["reactive"] = c.max_load_factor
             a["reactive_curve"] = c.curve
             continue
@@ -350,7 +356,7 @@ def collect(cfg: StudyConfig, cells: Sequence[Cell], plans: Mapping[tuple, Any])
             ] = v
     for cl, groups in ablation.items():
         for g, a in groups.items():
-            a["reservation"] = out.get(cl, {}).get(g, {}).get("ppipe", {}).get("poisson")
+            a["reservation"] = out.get(cl, {}).get(g, {}).get("ppipe", {}).get(a["workload"])
     summary: dict[str, Any] = {}
     for wl in cfg.workloads:
         row: dict[str, Any] = {}
@@ -384,8 +390,8 @@ def collect(cfg: StudyConfig, cells: Sequence[Cell], plans: Mapping[tuple, Any])
     abl = [(a["reservation"], a["reactive"]) for g in ablation.values() for a in g.values()]
     if abl:
         summary["ablation"] = {
-            "reservation": statistics.fmean(x for x, _ in abl if x is not None),
-            "reactive": statistics.fmean(y for _, y in abl),
+            "reservation": _mean_or_none(x for x, _ in abl),
+            "reactive": _mean_or_none(y for _, y in abl),
         }
     cap: dict[str, Any] = {}
     for (c, g, p), plan in plans.items():
