@@ -21,6 +21,17 @@ from hetserve.sim.engine import SimConfig
 # ------------------------------------------------------------------ the table
 
 
+def _scan(reserved, resources, t, duration):
+    """The earliest free start >= t: candidates are t and every interval end after t."""
+
+    def free(x):
+        return all(
+            not (s < x + duration and x < s + d) for res, s, d in reserved if res in resources
+        )
+
+    return min(x for x in [t] + [s + d for _, s, d in reserved if s + d >= t] if free(x))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
@@ -36,15 +47,7 @@ def test_earliest_slot_matches_a_scan(reserved, resources, t, duration):
     for k, (res, s, d) in enumerate(reserved):
         table.add(res, float(s), float(s + d), k)
     got = table.earliest_slot(resources, float(t), float(duration))
-
-    def free(x):
-        return all(
-            not (s < x + duration and x < s + d) for res, s, d in reserved if res in resources
-        )
-
-    # candidate start times: t and every interval end after t (integers here)
-    expected = min(x for x in [t] + [s + d for _, s, d in reserved if s + d >= t] if free(x))
-    assert got == pytest.approx(expected)
+    assert got == pytest.approx(_scan(reserved, resources, t, duration))
 
 
 def test_replace_and_remove():
@@ -82,14 +85,7 @@ def test_fast_paths_with_min_gap_match_a_scan(reserved, resources, t, duration, 
         table.add(res, float(s), float(s + d), k)
     t = max(t, now)
     got = table.earliest_slot(resources, float(t), float(duration))
-
-    def free(x):
-        return all(
-            not (s < x + duration and x < s + d) for res, s, d in reserved if res in resources
-        )
-
-    expected = min(x for x in [t] + [s + d for _, s, d in reserved if s + d >= t] if free(x))
-    assert got == pytest.approx(expected)
+    assert got == pytest.approx(_scan(reserved, resources, t, duration))
 
 
 # ------------------------------------------------------------------ probe (PPipe Fig. 5)

@@ -11,12 +11,39 @@ from typing import Any
 from hetserve.experiments.ppipe_study import PAPER, clusters_of, summary_rows
 from hetserve.experiments.report import _plt, _png
 
-_COLORS = {"ppipe": "#1f77b4", "np": "#ff7f0e", "dart-r": "#2ca02c", "reactive": "#d62728"}
+_COLORS = {
+    "ppipe": "#1f77b4",
+    "reservation": "#1f77b4",
+    "np": "#ff7f0e",
+    "dart-r": "#2ca02c",
+    "reactive": "#d62728",
+}
 
 
 def _mean(xs: Any) -> float:
     xs = [x for x in xs if x is not None]
     return statistics.fmean(xs) if xs else 0.0
+
+
+def _bars(
+    ax: Any,
+    categories: list[str],
+    series: dict[str, list[float]],
+    top: float,
+    ylabel: str,
+    title: str,
+) -> None:
+    """Grouped bars: one group per category, one bar per series, legend on top."""
+    width = 0.8 / max(1, len(series))
+    for k, (name, ys) in enumerate(series.items()):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(categories))]
+        ax.bar(xs, ys, width, label=name, color=_COLORS.get(name))
+    ax.set_xticks(range(len(categories)), categories)
+    ax.set_ylim(0, top)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=max(1, len(series)), loc="upper center")
+    ax.grid(axis="y", alpha=0.3)
 
 
 def plot_max_lf(results: dict[str, Any]) -> str:
@@ -25,18 +52,18 @@ def plot_max_lf(results: dict[str, Any]) -> str:
     cfg = results["config"]
     wls, planners, clusters = list(cfg["workloads"]), cfg["planners"], clusters_of(results)
     fig, axes = plt.subplots(1, len(wls), figsize=(5 * len(wls), 3.6), squeeze=False)
-    width = 0.8 / max(1, len(planners))
     for ax, wl in zip(axes[0], wls, strict=True):
-        for k, p in enumerate(planners):
-            ys = [_mean(results[c][g][p][wl] for g in results[c]) for c in clusters]
-            xs = [i + (k - (len(planners) - 1) / 2) * width for i in range(len(clusters))]
-            ax.bar(xs, ys, width, label=p, color=_COLORS.get(p))
-        ax.set_xticks(range(len(clusters)), clusters)
-        ax.set_ylim(0, max(1.2, ax.get_ylim()[1] * 1.15))
-        ax.set_ylabel("max load factor at 99%")
-        ax.set_title(f"{wl} (paper Fig. 6)")
-        ax.legend(fontsize=8, ncol=len(planners), loc="upper center")
-        ax.grid(axis="y", alpha=0.3)
+        _bars(
+            ax,
+            clusters,
+            {
+                p: [_mean(results[c][g][p][wl] for g in results[c]) for c in clusters]
+                for p in planners
+            },
+            1.2,
+            "max load factor at 99%",
+            f"{wl} (paper Fig. 6)",
+        )
     fig.tight_layout()
     return _png(fig)
 
@@ -68,25 +95,22 @@ def plot_utilization(results: dict[str, Any], workload: str) -> str:
     plt = _plt()
     planners, clusters = results["config"]["planners"], clusters_of(results)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    width = 0.8 / max(1, len(planners))
     for ax, cls in zip(axes, ("high", "low"), strict=True):
-        for k, p in enumerate(planners):
-            ys = [
-                100
-                * _mean(
-                    u.get(p, {}).get(workload, {}).get(cls)
-                    for u in results["utilization"][c].values()
-                )
-                for c in clusters
-            ]
-            xs = [i + (k - (len(planners) - 1) / 2) * width for i in range(len(clusters))]
-            ax.bar(xs, ys, width, label=p, color=_COLORS.get(p))
-        ax.set_xticks(range(len(clusters)), clusters)
-        ax.set_ylim(0, 118)
-        ax.set_ylabel("utilisation (%)")
-        ax.set_title(f"{cls}-class GPUs, {workload} (paper Fig. 8)")
-        ax.legend(fontsize=8, ncol=len(planners), loc="upper center")
-        ax.grid(axis="y", alpha=0.3)
+        util = results["utilization"]
+        _bars(
+            ax,
+            clusters,
+            {
+                p: [
+                    100 * _mean(u.get(p, {}).get(workload, {}).get(cls) for u in util[c].values())
+                    for c in clusters
+                ]
+                for p in planners
+            },
+            118,
+            "utilisation (%)",
+            f"{cls}-class GPUs, {workload} (paper Fig. 8)",
+        )
     fig.tight_layout()
     return _png(fig)
 
@@ -96,18 +120,15 @@ def plot_ablation(results: dict[str, Any]) -> str:
     plt = _plt()
     rows = [(f"{c} {g}", a) for c, gs in results["ablation"].items() for g, a in gs.items()]
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(rows) + 2), 3.4))
-    for k, name in enumerate(("reservation", "reactive")):
-        ys = [a.get(name) or 0.0 for _, a in rows]
-        xs = [i + (k - 0.5) * 0.38 for i in range(len(rows))]
-        ax.bar(xs, ys, 0.38, label=name, color=_COLORS["ppipe" if k == 0 else "reactive"])
-    ax.set_xticks(range(len(rows)), [r for r, _ in rows], fontsize=8)
-    if len(rows) > 6:
-        ax.tick_params(axis="x", labelrotation=30)
-    ax.set_ylim(0, 1.2)
-    ax.set_ylabel("max load factor at 99%")
-    ax.set_title("data plane ablation on the PPipe plan (paper Fig. 10)")
-    ax.legend(fontsize=8, ncol=2, loc="upper center")
-    ax.grid(axis="y", alpha=0.3)
+    _bars(
+        ax,
+        [r for r, _ in rows],
+        {k: [a.get(k) or 0.0 for _, a in rows] for k in ("reservation", "reactive")},
+        1.2,
+        "max load factor at 99%",
+        "data plane ablation on the PPipe plan (paper Fig. 10)",
+    )
+    ax.tick_params(axis="x", labelsize=8, labelrotation=30 if len(rows) > 6 else 0)
     fig.tight_layout()
     return _png(fig)
 
