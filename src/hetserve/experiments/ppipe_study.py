@@ -376,17 +376,14 @@ def collect(cfg: StudyConfig, cells: Sequence[Cell], plans: Mapping[tuple, Any])
                 )
                 row[f"ppipe_over_{base.replace('-', '_')}_per_cluster"] = per_cluster
         summary[wl] = row
-    lows = {}
-    for p in cfg.planners:
-        vals = [
-            u[p][wl]["low"]
-            for cl in util
-            for u in util[cl].values()
-            for wl in ("poisson",)
-            if p in u and wl in u[p] and "low" in u[p][wl]
-        ]
-        lows[p] = statistics.fmean(vals) if vals else None
-    summary["low_class_utilization_poisson"] = lows
+    summary["low_class_utilization_poisson"] = {
+        p: _mean_or_none(
+            u.get(p, {}).get("poisson", {}).get("low")
+            for by_g in util.values()
+            for u in by_g.values()
+        )
+        for p in cfg.planners
+    }
     abl = [(a["reservation"], a["reactive"]) for g in ablation.values() for a in g.values()]
     if abl:
         summary["ablation"] = {
