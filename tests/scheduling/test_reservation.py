@@ -325,9 +325,13 @@ def test_reactive_takes_the_largest_feasible_batch_at_once():
 
 
 def test_reservation_beats_reactive_where_a_small_pool_follows_a_large_one():
-    """PPipe 7.4 in miniature: EfficientNet-B8 on hc2-l pipes ~70 T4s into ~27 L4 slices.
-    Without reservations, batches pile up at the L4 pool and finish late; with them, every
-    batch has its slot on both pools before it goes."""
+    """PPipe 7.4 in miniature: EfficientNet-B8 on hc2-l pipes ~60 T4s into ~14 L4 slices.
+    Without reservations each pool batches on its own: the idle T4s take batches of about
+    one at once, the L4 pool cannot re-batch them up to the planned size fast enough, its
+    queue grows, and requests that already used a T4 are dropped or finish late there. With
+    reservations every batch has its slot on both pools before it goes."""
+    import numpy as np
+
     from hetserve.core.plan import slos_from_scale
     from hetserve.planning.ppipe import plan_models
 
@@ -338,17 +342,15 @@ def test_reservation_beats_reactive_where_a_small_pool_follows_a_large_one():
         slos_from_scale(base.cluster, base.latency, base.models, 5.0, "L4"),
     )
     s = build_setup("hc2-l", base.models, plan=plan)
-    tr = build_trace(s, "poisson", plan.rates_at(0.9), 1.5, 1)
+    tr = build_trace(s, "poisson", plan.rates_at(0.9), 10.0, 1)
     res = {sc: simulate(s, sc, tr, None, SimConfig(seed=1)) for sc in ("reservation", "reactive")}
     att = {sc: summarize(r)["attainment"] for sc, r in res.items()}
     assert att["reservation"] >= 0.99
     assert att["reactive"] < att["reservation"] - 0.05
-
-    def stage2_wait_s(r):  # start of the second stage minus the end of its transfer
-        waits = [row[6] - row[10] for row in r.stage_rows if row[2] == 1]
-        return sum(waits) / len(waits)
-
-    assert stage2_wait_s(res["reactive"]) > 10 * stage2_wait_s(res["reservation"])
+    # the reactive losses happen after the first pool: its work on them was wasted
+    r = res["reactive"]
+    bad = r.outcome != OK
+    assert bad.sum() and (bad & ~np.isnan(r.dispatch_s)).sum() >= 0.9 * bad.sum()
 
 
 def test_a_head_that_misses_on_the_chosen_pipeline_goes_to_an_idle_one():
@@ -370,3 +372,60 @@ def test_a_head_that_misses_on_the_chosen_pipeline_goes_to_an_idle_one():
     tr = build_trace(s, "poisson", plan.rates_at(0.7), 1.0, 0)
     m = summarize(simulate(s, "reservation", tr, None, SimConfig(seed=0)))
     assert m["per_model"]["inception-v3"]["attainment"] >= 0.995
+
+
+def test_reactive_rebatches_at_every_pool():
+    """Two P4s feed one L4: each P4 takes what is there at once; requests parked on
+    different P4s while the L4 was busy ride one L4 batch; a parked request that can no
+    longer make its deadline is dropped at the L4 pool."""
+    from hetserve.scheduling.protocol import RouteStep, StageReport
+
+    base = build_setup("hc1-s", ["resnet50"])
+    st_ = (Stage((0, 5), "P4", 1, 2), Stage((5, 10), "L4", 1, 1))
+    plan = Plan({"resnet50": ModelPlan(1.0, 1.0, (Pipeline(st_, 4, 0.0, 100.0),))})
+    placement = bind(plan, base.cluster)
+    view = ClusterView.build(base.cluster, base.latency, placement)
+    p4a, p4b = placement.stages[("resnet50", 0, 0)]
+    (l4,) = placement.stages[("resnet50", 0, 1)]
+    sched = make_scheduler("reactive")
+    sched.start(view, plan, 0.0)
+    req = [Request(i, "resnet50", "s", 0.0, 1.0) for i in range(3)]
+    (d1,) = sched.on_arrival(req[0], 0.0)
+    (d2,) = sched.on_arrival(req[1], 0.0)
+    assert [d.route for d in (d1, d2)] == [
+        (RouteStep(0, p4a, 0.0, (0, 5)),),
+        (RouteStep(0, p4b, 0.0, (0, 5)),),
+    ]
+    assert sched.on_arrival(req[2], 0.001) == []  # both P4s busy
+
+    def parked(d, w, t):
+        return StageReport(
+            "stage", d.batch_id, "resnet50", 0, w, 0.0, t, d.requests, True, True, "parked"
+        )
+
+    d3, d4 = sched.on_stage_done(parked(d1, p4a, 0.003), 0.003)
+    assert d3.requests == (req[0],) and d3.route == (RouteStep(1, l4, 0.003, (5, 10)),)
+    assert d4.requests == (req[2],) and d4.route[0].worker == p4a  # the freed P4 goes on
+    assert sched.on_stage_done(parked(d2, p4b, 0.004), 0.004) == []  # the L4 is busy
+    assert sched.on_stage_done(parked(d4, p4a, 0.006), 0.006) == []
+    done = StageReport(
+        "stage", d3.batch_id, "resnet50", 1, l4, 0.003, 0.008, d3.requests, True, True
+    )
+    (d5,) = sched.on_stage_done(done, 0.008)
+    assert d5.requests == (req[1], req[2])  # parked on two different P4s, one batch now
+    # a parked request that cannot make its deadline any more is dropped at the L4 pool
+    late = Request(3, "resnet50", "s", 0.0, 0.0125)
+    (d6,) = sched.on_arrival(late, 0.009)
+    assert d6.route[0].worker == p4a
+    assert sched.on_stage_done(parked(d6, p4a, 0.012), 0.012) == []  # the L4 is still busy
+    done5 = StageReport(
+        "stage", d5.batch_id, "resnet50", 1, l4, 0.008, 0.0121, d5.requests, True, True
+    )
+    assert sched.on_stage_done(done5, 0.0121) == [Drop((late,), "deadline")]
+    # requests parked on a lost worker are dropped with that reason
+    r5, r6 = (Request(i, "resnet50", "s", 0.02, 1.0) for i in (5, 6))
+    (d7,), (d8,) = sched.on_arrival(r5, 0.02), sched.on_arrival(r6, 0.02)
+    (d9,) = sched.on_stage_done(parked(d7, d7.route[0].worker, 0.023), 0.023)
+    assert d9.route[0].worker == l4
+    assert sched.on_stage_done(parked(d8, d8.route[0].worker, 0.024), 0.024) == []
+    assert sched.on_worker_lost(d8.route[0].worker, 0.025) == [Drop((r6,), "worker lost")]

@@ -341,3 +341,88 @@ def test_generate_used_by_engine_is_seeded():
     a = generate([Stream("s", "m", 1.0, Poisson(10))], 10.0, 1)
     b = generate([Stream("s", "m", 1.0, Poisson(10))], 10.0, 1)
     assert np.array_equal(a.time_s, b.time_s)
+
+
+# ---------------------------------------------------------------- open routes
+
+
+class Gatherer(BaseScheduler):
+    """Runs stage 0 of each request alone on its own P4 (an open route), then both parked
+    requests in one stage-1 batch on an L4."""
+
+    def __init__(self, l4_block=5, gather_at=None):
+        super().__init__()
+        self.parked, self.reports, self.l4_block, self.gather_at = [], [], l4_block, gather_at
+
+    def start(self, view, plan, now):
+        super().start(view, plan, now)
+        self.p4s = list(view.placement.stages[("resnet50", 0, 0)])
+        self.l4 = view.placement.stages[("resnet50", 0, 1)][0]
+        return [SetTimer(self.gather_at, "go")] if self.gather_at is not None else []
+
+    def on_arrival(self, r, now):
+        w = self.p4s[r.id * 6]  # two different nodes' P4s
+        return [Dispatch(self.new_batch_id(), r.model, (r,), (RouteStep(0, w, now, (0, 5)),))]
+
+    def on_stage_done(self, report, now):
+        self.reports.append(report)
+        if report.reason == "parked":
+            self.parked += report.requests
+            if len(self.parked) == 2 and self.gather_at is None:
+                return self._gather(now)
+        return []
+
+    def on_timer(self, token, now):
+        return self._gather(now)
+
+    def _gather(self, now):
+        step = RouteStep(1, self.l4, now, (self.l4_block, 10))
+        return [Dispatch(self.new_batch_id(), "resnet50", tuple(self.parked), (step,))]
+
+
+def test_open_routes_park_and_gather():
+    s = _two_stage_setup()
+    sched = Gatherer()
+    sim = _sim(s, sched, _one([0.0, 0.0005], model="resnet50"), record_links=True)
+    res = sim.run()
+    parked = [r for r in sched.reports if r.reason == "parked"]
+    assert len(parked) == 2 and all(r.last and r.completed and r.stage == 0 for r in parked)
+    assert {r.worker for r in parked} == set(sched.p4s[:1] + sched.p4s[6:7])
+    t_lat0 = s.latency.latency("resnet50", "P4", 1, 1, range(0, 5))
+    assert parked[1].end_s == pytest.approx(0.0005 + t_lat0)
+    (row,) = [r for r in res.stage_rows if r[2] == 1]
+    assert row[5] == 2  # one batch of both
+    one_s = s.latency.out_bytes("resnet50", 4) * 0.5 * 8 / 6e9
+    # both transfers start when the batch is dispatched and share the L4's NIC downlink
+    assert row[9] == pytest.approx(parked[1].end_s)
+    assert row[10] - row[9] == pytest.approx(2 * one_s)
+    t_lat1 = s.latency.latency("resnet50", "L4", 1, 2, range(5, 10))
+    assert list(res.outcome) == [OK, OK]
+    assert res.finish_s[0] == pytest.approx(row[10] + t_lat1)
+    # dispatch and start times are those of the first stage, not of the continuation
+    assert list(res.dispatch_s) == pytest.approx([0.0, 0.0005])
+    assert list(res.start_s) == pytest.approx([0.0, 0.0005])
+    _check_invariants(res, sim)
+
+
+def test_open_route_errors_and_lost_sources():
+    s = _two_stage_setup()
+    with pytest.raises(SimulationError, match="parked at block 5, the route starts at block 6"):
+        _sim(s, Gatherer(l4_block=6), _one([0.0, 0.0005], model="resnet50")).run()
+
+    class Gap(BaseScheduler):
+        def on_arrival(self, r, now):
+            ws = self.view.placement.stages
+            p4, l4 = ws[("resnet50", 0, 0)][0], ws[("resnet50", 0, 1)][0]
+            route = (RouteStep(0, p4, now, (0, 5)), RouteStep(2, l4, now, (5, 10)))
+            return [Dispatch(1, r.model, (r,), route)]
+
+    with pytest.raises(SimulationError, match="consecutive stage numbers"):
+        _sim(s, Gap(), _one([0.0], model="resnet50")).run()
+    # the worker holding parked activations is lost before they move on: the batch fails
+    sched = Gatherer(gather_at=0.5)
+    sim = _sim(s, sched, _one([0.0, 0.0005], model="resnet50"))
+    sim.fail_worker(sim.view.placement.stages[("resnet50", 0, 0)][0], 0.2)
+    res = sim.run()
+    assert list(res.outcome) == [FAILED, FAILED]
+    assert res.reasons[res.reason[0]] == "worker lost"

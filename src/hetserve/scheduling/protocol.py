@@ -10,18 +10,29 @@ Rules every scheduler follows, and every engine relies on:
 3. ``on_arrival`` is called once per request. From then on the scheduler owns the request
    until it either dispatches it in a batch or drops it (``Drop``). A request it dispatched
    comes back to it only in a ``StageReport`` with ``completed=False`` and
-   ``reason == "preempted"``; it may then dispatch or drop it again.
+   ``reason == "preempted"``, or at the end of an open route (``reason == "parked"``,
+   rule 4); it may then dispatch or drop it again. A preempted request stays where its
+   batch started: at block 0, or parked where the open route before it left it.
 4. ``Dispatch`` names a batch id (unique per scheduler, chosen by the scheduler), the
    model, its requests and a route: one ``RouteStep`` per pipeline stage (block range,
-   worker, planned start). Route steps cover the model's blocks contiguously from block 0
-   to the last. The engine runs stage after stage; between stages the cut's activations
-   cross the links between the two workers. A worker runs one stage at a time; among the
-   stages queued on it whose input has arrived it starts the one with the earliest planned
-   start.
-5. ``StageReport`` arrives after every stage (``kind="stage"``) with the real start and
-   end (and the real transfer times of its input), so a scheduler that keeps reservations
-   can correct them; ``last=True`` means the batch is done (the engine records the
-   outcomes). ``completed=False`` means the stage did not finish: ``reason`` is
+   worker, planned start). Route steps cover the model's blocks contiguously, with
+   consecutive stage numbers; usually from block 0 to the last. The engine runs stage after
+   stage; between stages the cut's activations cross the links between the two workers. A
+   worker runs one stage at a time; among the stages queued on it whose input has arrived
+   it starts the one with the earliest planned start.
+   *Open routes* (for schedulers that re-batch at every pool): a route may end before the
+   model's last block. When it completes, its requests are *parked* on the last worker and
+   come back to the scheduler (rule 5, ``reason="parked"``). A later Dispatch continues
+   them: its route starts at the block where they stopped (every request of it must be
+   parked at that block, possibly on different workers); the engine moves each worker's
+   share of the activations over the links to the first step's worker and starts the stage
+   when all have arrived.
+5. ``StageReport`` arrives after every stage (``kind="stage"``, ``stage`` the route step's
+   stage number) with the real start and end (and the real transfer times of its input),
+   so a scheduler that keeps reservations can correct them; ``last=True`` means the
+   dispatch's route is done: the engine recorded the outcomes, or, after an open route,
+   the requests are parked (``reason="parked"``) and the scheduler holds them again.
+   ``completed=False`` means the stage did not finish: ``reason`` is
    ``"preempted"`` (requests returned to the scheduler) or a failure (the engine recorded
    the requests as failed). Loads report with ``kind="load"``.
 6. ``SetTimer(at_s, token)`` calls ``on_timer(token, now)`` at ``at_s`` (not before); timers

@@ -157,6 +157,10 @@ class Simulator(LoaderMixin, FaultsMixin):
         self.reason = [0] * n
         self.batch_of = [-1] * n
         self.state = [_AWAITING] * n
+        # where a request's activations are parked between open routes (rule 4):
+        # the next block to run and the worker holding its input (None: the request's input)
+        self.at_block = [0] * n
+        self.at_worker: list[str | None] = [None] * n
         self.reasons: list[str] = [""]
         self._reason_idx: dict[str, int] = {"": 0}
         self.rows: list[tuple] = []
@@ -268,6 +272,8 @@ class Simulator(LoaderMixin, FaultsMixin):
         self._check_route(d)
         state, dispatch_s, batch_of = self.state, self.dispatch_s, self.batch_of
         model, bid = d.model, d.batch_id
+        first = d.route[0].blocks[0]
+        at_block = self.at_block
         for r in d.requests:
             i = r.id
             if state[i] != _AWAITING or r.model != model:
@@ -275,17 +281,54 @@ class Simulator(LoaderMixin, FaultsMixin):
                     f"Dispatch {bid}: request {i} is not held by the scheduler or is for "
                     f"another model"
                 )
+            if at_block[i] != first:
+                raise SimulationError(
+                    f"Dispatch {bid}: request {i} is parked at block {at_block[i]}, "
+                    f"the route starts at block {first}"
+                )
             state[i] = _IN_BATCH
-            dispatch_s[i] = now
+            if first == 0:
+                dispatch_s[i] = now
             batch_of[i] = bid
         b = _Batch(d, now)
         self.batches[d.batch_id] = b
         task = _Task(b, 0, self.workers[d.route[0].worker])
         b.tasks.append(task)
-        self._input_arrived(task, now)
+        if first == 0:
+            self._input_arrived(task, now)
+        else:
+            self._gather(task, first, now)
+
+    def _gather(self, task: _Task, first: int, now: float) -> None:
+        """A continued batch's input: one transfer per worker its requests are parked on,
+        each over the links to the stage's worker; the stage may start when all arrived."""
+        b = task.batch
+        counts: dict[str, int] = {}
+        at_worker = self.at_worker
+        for r in b.requests:
+            src = at_worker[r.id]
+            assert src is not None
+            counts[src] = counts.get(src, 0) + 1
+        dst = task.worker
+        per_request = self.latency.out_bytes(b.model, first - 1) * self.cfg.cut_bytes_factor
+        t0, t1 = math.inf, now
+        for src, k in counts.items():
+            sw = self.workers[src]
+            if sw.lost:
+                self._fail_batch(b, task, "worker lost", now)
+                return
+            path, bw, delay = self.links.path(sw.gpu_id, dst.gpu_id)
+            s0, s1 = self.links.transfer(path, bw, delay, per_request * k, now)
+            t0, t1 = min(t0, s0), max(t1, s1)
+        task.transfer_start_s, task.transfer_end_s = t0, t1
+        if t1 > now:
+            self._push(t1, _TRANSFER_DONE, task, None)
+        else:
+            self._input_arrived(task, now)
 
     def _check_route(self, d: Dispatch) -> None:
-        """Routes cover the model's blocks contiguously from 0 on known workers."""
+        """Routes cover blocks contiguously on known workers, with consecutive stage numbers;
+        from block 0 to the last, or (an open route) over any contiguous range."""
         nb = self._nblocks.get(d.model)
         if nb is None:
             raise SimulationError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
@@ -294,17 +337,18 @@ class Simulator(LoaderMixin, FaultsMixin):
             st = route[0]
             if st.stage == 0 and st.blocks == (0, nb) and st.worker in self.workers:
                 return
-        pos = 0
+        pos = route[0].blocks[0]
+        s0 = route[0].stage
         for k, st in enumerate(route):
-            if st.stage != k or st.blocks[0] != pos or st.blocks[1] <= pos:
+            if st.stage != s0 + k or st.blocks[0] != pos or st.blocks[1] <= pos or s0 < 0:
                 raise SimulationError(
-                    f"Dispatch {d.batch_id}: route must cover blocks contiguously from 0 "
-                    f"(stage {k}: {st.blocks})"
+                    f"Dispatch {d.batch_id}: route must cover blocks contiguously with "
+                    f"consecutive stage numbers (step {k}: stage {st.stage}, {st.blocks})"
                 )
             if st.worker not in self.workers:
                 raise SimulationError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
             pos = st.blocks[1]
-        if pos != nb:
+        if pos > nb:
             raise SimulationError(
                 f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}"
             )
@@ -352,7 +396,7 @@ class Simulator(LoaderMixin, FaultsMixin):
         task.energy_j = energy
         task.start_s = now
         w.running = task
-        if task.index == 0:
+        if task.index == 0 and st.blocks[0] == 0:
             start_s = self.start_s
             for r in b.requests:
                 start_s[r.id] = now
@@ -370,20 +414,32 @@ class Simulator(LoaderMixin, FaultsMixin):
         w.busy_energy_j += task.energy_j
         last = task.index == len(b.route) - 1
         self._row(task, now, "completed")
+        reason = ""
         if last:
             b.alive = False
             del self.batches[b.id]
-            outcome, state, finish, deadline = (
-                self.outcome,
-                self.state,
-                self.finish_s,
-                self.deadline,
-            )
-            for r in b.requests:
-                i = r.id
-                state[i] = _DONE
-                finish[i] = now
-                outcome[i] = OK if now <= deadline[i] + _EPS else LATE
+            end_block = task.step.blocks[1]
+            if end_block < self._nblocks[b.model]:
+                # an open route: the requests are parked here, back with the scheduler
+                reason = "parked"
+                state, at_block, at_worker = self.state, self.at_block, self.at_worker
+                for r in b.requests:
+                    i = r.id
+                    state[i] = _AWAITING
+                    at_block[i] = end_block
+                    at_worker[i] = w.id
+            else:
+                outcome, state, finish, deadline = (
+                    self.outcome,
+                    self.state,
+                    self.finish_s,
+                    self.deadline,
+                )
+                for r in b.requests:
+                    i = r.id
+                    state[i] = _DONE
+                    finish[i] = now
+                    outcome[i] = OK if now <= deadline[i] + _EPS else LATE
         else:
             b.stage += 1
             nxt = b.route[b.stage]
@@ -406,14 +462,14 @@ class Simulator(LoaderMixin, FaultsMixin):
             "stage",
             b.id,
             b.model,
-            task.index,
+            task.step.stage,
             w.id,
             task.start_s,
             now,
             b.requests,
             True,
             last,
-            "",
+            reason,
             task.step.blocks,
             task.step.blocks[1] - task.step.blocks[0],
             task.transfer_start_s,
@@ -431,7 +487,7 @@ class Simulator(LoaderMixin, FaultsMixin):
             (
                 b.id,
                 b.model,
-                task.index,
+                task.step.stage,
                 task.worker.id,
                 task.worker.gpu.name,
                 len(b.requests),

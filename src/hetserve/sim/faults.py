@@ -80,7 +80,7 @@ class FaultsMixin:
             "stage",
             b.id,
             b.model,
-            task.index,
+            task.step.stage,
             task.worker.id,
             start,
             now,
