@@ -323,7 +323,6 @@ class Reservation(BaseScheduler):
                 )
             )
             self.batch_route[bid] = (model, route)
-            self.pools.dispatched(bid, tuple(chosen.path))
             out.append(Dispatch(bid, model, reqs, route))
 
     def _largest_in_time(self, first: Probe, head_s: float, now: float) -> Probe | None:
@@ -359,8 +358,7 @@ class Reservation(BaseScheduler):
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
         if report.kind != "stage":
             return []
-        changed = self._correct(report)
-        self.pools.reported(report)
+        changed = self._correct(report)  # (the tables say who is busy: no counts kept)
         if not report.completed and report.reason == "preempted":
             self.queue.requeue(report.requests)
             changed = True

@@ -110,9 +110,18 @@ class ReservationTable:
     def add(self, res: str, start: float, end: float, tag: Hashable) -> None:
         """Reserve ``res`` for ``[start, end)``; ``tag`` names the reservation (tags of one
         resource must be unique and mutually comparable)."""
-        iv = self._iv.setdefault(res, [])
+        iv = self._iv.get(res)
+        if iv is None:
+            iv = self._iv[res] = []
+        elif iv and iv[0][1] <= self.now:
+            # drop the past first; front and solid stay valid (a dropped interval ended
+            # before now, so no later query can start inside it)
+            k = 1
+            while k < len(iv) and iv[k][1] <= self.now:
+                k += 1
+            del iv[:k]
         f = self.front.get(res)
-        if f is None or (iv[-1][0] <= start and iv[0][1] > self.now):
+        if f is None or not iv or iv[-1][0] <= start:
             # appended after the others (the usual case): the run extends or starts anew
             iv.append((start, end, tag))
             old_s = self.solid.get(res, -math.inf)
