@@ -118,7 +118,14 @@ def test_shepherd_table4_linear_model():
     assert lm.latency("resnet50", "V100", 1, 1) == pytest.approx(8.71e-3)
     assert lm.latency("resnet50", "V100-16GB", 1, 10) == pytest.approx(15.46e-3)
     assert lm.latency("rs50", "V100", 1, 2) == pytest.approx((2 * 1.18 + 15.39) / 1e3)
-    assert lm.num_blocks("resnet50") == 1
+    # one block per exit point (ResNet50: 46); a block range takes its share of the time
+    assert lm.num_blocks("resnet50") == 46
+    assert shepherd_linear_model(exit_points=False).num_blocks("resnet50") == 1
+    assert lm.latency("resnet50", "V100", 1, 4, range(0, 23)) == pytest.approx(
+        lm.latency("resnet50", "V100", 1, 4) / 2
+    )
+    with pytest.raises(HetserveError, match="block range"):
+        lm.latency("resnet50", "V100", 1, 1, range(40, 47))
     e1, e8 = lm.energy("resnet50", "V100", 1, 1), lm.energy("resnet50", "V100", 1, 8)
     assert e8 / 8 < e1
     with pytest.raises(HetserveError, match="only share 1"):

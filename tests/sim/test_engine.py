@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, PENDING
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.requests import Request, Stream
@@ -426,3 +427,14 @@ def test_open_route_errors_and_lost_sources():
     res = sim.run()
     assert list(res.outcome) == [FAILED, FAILED]
     assert res.reasons[res.reason[0]] == "worker lost"
+
+
+def test_request_overhead_is_added_to_the_first_stage():
+    s = linear_setup(alpha_s=0.001, beta_s=0.002, max_batch=4)
+    tr = _one([0.0, 0.0, 0.0])
+    params = {"max_batch": 3, "max_queue_delay_s": 0.01}
+    res = simulate(s, "fixed-batch", tr, params, SimConfig(request_overhead_s=0.0005))
+    (row,) = res.stage_rows
+    assert row[5] == 3 and row[7] - row[6] == pytest.approx(0.001 * 3 + 0.002 + 3 * 0.0005)
+    with pytest.raises(HetserveError, match="request_overhead_s must be >= 0"):
+        SimConfig(request_overhead_s=-1)

@@ -238,15 +238,24 @@ class LinearParams:
 class LinearModel:
     """``latency = alpha * batch + beta`` per (model, GPU type) (Shepherd Eq. 1).
 
-    A linear model describes whole models: it has one block per model. Only ``share = 1``
-    is defined (Shepherd does not slice GPUs).
+    A linear model describes whole models. By default a model is one block; ``blocks``
+    gives a model that many equal blocks instead, each taking ``1 / blocks`` of the time:
+    Shepherd's preemption exit points (Table 4), which is where a preemption can stop a
+    batch. Only ``share = 1`` is defined (Shepherd does not slice GPUs).
     """
 
     def __init__(
-        self, params: Mapping[tuple[str, str], LinearParams], catalog: GpuCatalog = DEFAULT_CATALOG
+        self,
+        params: Mapping[tuple[str, str], LinearParams],
+        catalog: GpuCatalog = DEFAULT_CATALOG,
+        blocks: Mapping[str, int] | None = None,
     ) -> None:
         self.catalog = catalog
         self.params = {(m.lower(), catalog.get(g).name): v for (m, g), v in params.items()}
+        self.blocks = {m.lower(): int(n) for m, n in (blocks or {}).items()}
+        for m, n in self.blocks.items():
+            if n < 1:
+                raise ConfigError(f"linear model: {m} must have >= 1 block, got {n}")
 
     def models(self) -> list[str]:
         return sorted({m for m, _ in self.params})
@@ -264,7 +273,7 @@ class LinearModel:
             ) from None
 
     def num_blocks(self, model: str) -> int:
-        return 1
+        return self.blocks.get(model.lower(), 1)
 
     def out_bytes(self, model: str, block: int) -> float:
         return 0.0
@@ -272,11 +281,13 @@ class LinearModel:
     def latency(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
-        _check_args(model, share, batch, 1, blocks)
+        nb = self.blocks.get(model.lower(), 1)
+        rng = _check_args(model, share, batch, nb, blocks)
         if share != 1:
             raise HetserveError(f"linear model ({model}): only share 1 is defined, got {share}")
         p = self._get(model, gpu)
-        return p.alpha_s * batch + p.beta_s
+        whole = p.alpha_s * batch + p.beta_s
+        return whole if len(rng) == nb else whole * len(rng) / nb
 
     def energy(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
@@ -317,14 +328,17 @@ def shepherd_table4() -> list[ShepherdRow]:
     return rows
 
 
-def shepherd_linear_model() -> LinearModel:
+def shepherd_linear_model(exit_points: bool = True) -> LinearModel:
     """The linear model of Shepherd Table 4, keyed by our zoo name where we have the model
-    and by the paper's abbreviation otherwise (e.g. ``rs50``)."""
-    params = {}
+    and by the paper's abbreviation otherwise (e.g. ``rs50``). With ``exit_points`` each
+    model has as many equal blocks as the table's exit points (a preemption stops a batch
+    at the next one); without, one block."""
+    params, blocks = {}, {}
     for r in shepherd_table4():
         name = r.zoo_model or r.abbrev.lower()
         params[(name, "V100-16GB")] = LinearParams(r.alpha_ms / 1e3, r.beta_ms / 1e3)
-    return LinearModel(params)
+        blocks[name] = r.exit_points
+    return LinearModel(params, blocks=blocks if exit_points else None)
 
 
 def fit_linear(batches: Iterable[int], latencies_s: Iterable[float]) -> LinearParams:

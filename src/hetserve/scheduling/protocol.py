@@ -263,13 +263,14 @@ def _load_builtin() -> None:
     from hetserve.scheduling import (  # noqa: F401
         edf_adaptive,
         fixed_batch,
+        flex,
         reactive,
         reservation,
     )
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` strings -> dict with numbers converted."""
+    """``key=value`` strings -> dict with numbers and ``true``/``false`` converted."""
     out: dict[str, Any] = {}
     for item in items:
         k, eq, v = item.partition("=")
@@ -282,5 +283,7 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
                 break
             except ValueError:
                 continue
+        if isinstance(val, str) and val.lower() in ("true", "false"):
+            val = val.lower() == "true"
         out[k.strip().replace("-", "_")] = val
     return out

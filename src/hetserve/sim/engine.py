@@ -96,6 +96,7 @@ class Simulator(LoaderMixin, FaultsMixin):
         self._bytes_cache: dict[str, list[float]] = {}
         self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
+        self._overhead_s = self.cfg.request_overhead_s
         self._jitter_on = self.cfg.jitter == "exponential" or (
             self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
         )
@@ -388,6 +389,9 @@ class Simulator(LoaderMixin, FaultsMixin):
             self._fail_batch(b, task, "blocks not resident", now)
             return
         cum, energy = self._stage_times(b.model, w, len(b.requests), blocks)
+        if self._overhead_s and task.index == 0:
+            extra = self._overhead_s * len(b.requests)
+            cum = tuple(c + extra for c in cum)
         if self._jitter_on:
             j = self._jitter()
             cum = tuple(c * j for c in cum)

@@ -28,14 +28,19 @@ class SimConfig:
     warm: bool = True  # the plan's blocks are resident at t = 0
     drain_s: float | None = None  # run on after the last arrival (default: 10 x max SLO + 1 s)
     record_links: bool = False  # keep every transfer's link intervals (for checks)
+    # per-request control and data overhead of a batch (moving inputs in, results out),
+    # added to its first stage: Shepherd's per-request overhead
+    request_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.jitter not in ("none", "lognormal", "exponential"):
             raise HetserveError(
                 f"jitter must be none, lognormal or exponential, got {self.jitter!r}"
             )
-        if self.jitter_cv < 0 or self.cut_bytes_factor <= 0:
-            raise HetserveError("jitter_cv must be >= 0 and cut_bytes_factor > 0")
+        if self.jitter_cv < 0 or self.cut_bytes_factor <= 0 or self.request_overhead_s < 0:
+            raise HetserveError(
+                "jitter_cv and request_overhead_s must be >= 0 and cut_bytes_factor > 0"
+            )
 
 
 class _Worker:

@@ -1,0 +1,295 @@
+"""Shepherd's online schedulers for a serving group, and the Clockwork baseline.
+
+``flex`` — FLEX (Shepherd section 5.2, Algorithm 1). One queue per model, most urgent
+first. ``batch_gen(worker)``: across the models the worker serves, the largest batch whose
+requests all meet their deadlines if it starts now (a batch's deadline is its most urgent
+request's; its latency is the worker's latency model plus ``overhead_s`` per request);
+requests that cannot make it even alone on the model's fastest worker are dropped
+(``"deadline"``).
+
+- When a worker finishes a batch it runs its ``batch_gen``.
+- When a request arrives, every worker serving its model compares its candidate batch with
+  the batch it runs: an idle worker runs the candidate; a busy one preempts its batch when
+  ``|candidate| >= lambda x |running|`` (``lambda_`` = 3.03, Theorem 5.2) and runs the
+  candidate. The preempted batch stops at its next exit point (a block boundary of the
+  latency model; Shepherd Table 4's exit points with ``shepherd_linear_model``); its requests
+  that can still make their deadlines return to their queues as new arrivals, the others are
+  dropped (``"preempted"``).
+
+Per arrival only the arriving model's candidate is computed, for each worker of the model:
+O(G) (Theorem 5.3). This is Algorithm 1 exactly: another model's candidate on a worker
+cannot have grown since that worker last compared it (its queue only shrank, its slack only
+fell), and it was then below ``lambda x`` a running batch that is at least as large now.
+
+``flex-np``: the same without preemption (Shepherd's ablation, Fig. 11a).
+``priority="deadline"``: ``batch_gen`` takes the model whose most urgent request is the most
+urgent, instead of the largest batch (the prioritisation ablation).
+
+``clockwork`` — the paper's characterisation of Clockwork: one global scheduler,
+earliest-deadline-first over all models, the largest batch that meets the tightest request,
+no preemption.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.scheduling.pools import Pools
+from hetserve.scheduling.protocol import (
+    Action,
+    BaseScheduler,
+    ClusterView,
+    Dispatch,
+    Drop,
+    Preempt,
+    RouteStep,
+    StageReport,
+    WorkerId,
+    register,
+)
+
+
+class _Model:
+    __slots__ = ("blocks", "fastest_1", "name", "queue", "workers")
+
+    def __init__(self, name: str, blocks: tuple[int, int]) -> None:
+        self.name = name
+        self.blocks = blocks
+        self.queue: list[tuple[float, int, Request]] = []
+        self.workers: list[_Worker] = []
+        self.fastest_1 = math.inf  # batch-1 latency on the fastest worker
+
+
+class _Worker:
+    __slots__ = ("bid", "id", "lat", "lost", "models", "size")
+
+    def __init__(self, wid: WorkerId) -> None:
+        self.id = wid
+        self.models: list[_Model] = []
+        self.lat: dict[str, list[float]] = {}  # model -> latency at batch 1..max_batch
+        self.bid = 0  # the batch it runs (0: idle)
+        self.size = 0
+        self.lost = False
+
+
+class _GroupScheduler(BaseScheduler):
+    """Per-model deadline queues over whole-model workers that may serve several models."""
+
+    def __init__(self, max_batch: int = 128, overhead_s: float = 0.0) -> None:
+        super().__init__()
+        if max_batch < 1:
+            raise HetserveError(f"{self.name}: max_batch must be >= 1, got {max_batch}")
+        if overhead_s < 0:
+            raise HetserveError(f"{self.name}: overhead_s must be >= 0, got {overhead_s}")
+        self.max_batch = max_batch
+        self.overhead_s = overhead_s
+
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        super().start(view, plan, now)
+        pools = Pools(view, plan)
+        self.models: dict[str, _Model] = {}
+        self.workers: dict[WorkerId, _Worker] = {}
+        self.of_batch: dict[int, _Worker] = {}
+        tables: dict[tuple[str, str, int], list[float]] = {}
+        for m, mp in plan.models.items():
+            st = _Model(m, mp.pipelines[0].stages[0].blocks)
+            self.models[m] = st
+            for wid in pools.whole_model_workers(m):
+                w = self.workers.get(wid)
+                if w is None:
+                    w = self.workers[wid] = _Worker(wid)
+                info = view.workers[wid]
+                key = (m, info.gpu.name, info.share)
+                lat = tables.get(key)
+                if lat is None:
+                    base = view.latency_table(m, wid, self.max_batch)
+                    lat = [t + self.overhead_s * (b + 1) for b, t in enumerate(base)]
+                    tables[key] = lat
+                w.lat[m] = lat
+                w.models.append(st)
+                st.workers.append(w)
+                st.fastest_1 = min(st.fastest_1, lat[0])
+        return []
+
+    # ------------------------------------------------------------------ helpers
+    def _model(self, name: str) -> _Model:
+        st = self.models.get(name)
+        if st is None:
+            raise HetserveError(f"{self.name}: no worker serves model {name!r}")
+        return st
+
+    def _prune(self, st: _Model, now: float, out: list[Action]) -> None:
+        """Drop the most urgent requests while they cannot make it even alone."""
+        q = st.queue
+        limit = now + st.fastest_1
+        while q and q[0][0] < limit - 1e-12:
+            out.append(Drop((heapq.heappop(q)[2],), "deadline"))
+
+    def _fit(self, w: _Worker, st: _Model, now: float) -> int:
+        """The largest batch of ``st``'s most urgent requests that ``w`` finishes in time."""
+        q = st.queue
+        if not q:
+            return 0
+        b = bisect.bisect_right(w.lat[st.name], q[0][0] - now + 1e-12)
+        n = len(q)
+        return b if b < n else n
+
+    def _run(self, w: _Worker, st: _Model, b: int, now: float, out: list[Action]) -> None:
+        q = st.queue
+        reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
+        bid = self.new_batch_id()
+        w.bid, w.size = bid, b
+        self.of_batch[bid] = w
+        out.append(Dispatch(bid, st.name, reqs, (RouteStep(0, w.id, now, st.blocks),)))
+
+    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+        raise NotImplementedError
+
+    def _on_free(self, w: _Worker, now: float, out: list[Action]) -> None:
+        st, b = self._batch_gen(w, now, out)
+        if st is not None and b > 0:
+            self._run(w, st, b, now, out)
+
+    def _arrived(self, st: _Model, now: float, out: list[Action]) -> None:
+        """New requests in ``st``'s queue: idle workers take batches."""
+        self._prune(st, now, out)
+        for w in st.workers:
+            if not st.queue:
+                return
+            if w.bid == 0 and not w.lost:
+                self._on_free(w, now, out)
+
+    # ------------------------------------------------------------------ protocol
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        st = self._model(request.model)
+        heapq.heappush(st.queue, (request.deadline_s, request.id, request))
+        out: list[Action] = []
+        self._arrived(st, now, out)
+        return out
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        if report.kind != "stage":
+            return []
+        out: list[Action] = []
+        w = self.of_batch.pop(report.batch_id, None)
+        if not report.completed and report.reason == "preempted":
+            st = self._model(report.model)
+            for r in report.requests:
+                if r.deadline_s >= now + st.fastest_1 - 1e-12:
+                    heapq.heappush(st.queue, (r.deadline_s, r.id, r))
+                else:
+                    out.append(Drop((r,), "preempted"))
+            self._arrived(st, now, out)
+        if w is not None and w.bid == report.batch_id:
+            w.bid = w.size = 0
+            if not w.lost:
+                self._on_free(w, now, out)
+        return out
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        w = self.workers.get(worker)
+        if w is not None:
+            w.lost = True
+        return []
+
+
+@register("flex")
+class Flex(_GroupScheduler):
+    def __init__(
+        self,
+        max_batch: int = 128,
+        lambda_: float = 3.03,
+        overhead_s: float = 0.0,
+        priority: str = "largest",
+        preempt: bool = True,
+    ) -> None:
+        super().__init__(max_batch, overhead_s)
+        if lambda_ <= 1:
+            raise HetserveError(f"{self.name}: lambda_ must be > 1, got {lambda_}")
+        if priority not in ("largest", "deadline"):
+            raise HetserveError(
+                f"{self.name}: priority must be 'largest' or 'deadline', got {priority!r}"
+            )
+        self.lambda_ = lambda_
+        self.priority = priority
+        self.preempt = preempt
+        self.preemptions = 0
+
+    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+        best, best_b, best_d = None, 0, math.inf
+        by_deadline = self.priority == "deadline"
+        for st in w.models:
+            if not st.queue:
+                continue
+            self._prune(st, now, out)
+            b = self._fit(w, st, now)
+            if b == 0:
+                continue
+            d = st.queue[0][0]
+            if d < best_d if by_deadline else b > best_b or (b == best_b and d < best_d):
+                best, best_b, best_d = st, b, d
+        return best, best_b
+
+    def _arrived(self, st: _Model, now: float, out: list[Action]) -> None:
+        self._prune(st, now, out)
+        lam = self.lambda_
+        q = st.queue
+        name = st.name
+        last_lat: list[float] | None = None  # workers of one GPU type share a table:
+        b = 0  # their candidate is the same until the queue changes
+        for w in st.workers:
+            if not q:
+                return
+            if w.lost:
+                continue
+            if w.bid == 0:
+                self._on_free(w, now, out)
+                last_lat = None
+            elif self.preempt:
+                lat = w.lat[name]
+                if lat is not last_lat:
+                    b = bisect.bisect_right(lat, q[0][0] - now + 1e-12)
+                    if b > len(q):
+                        b = len(q)
+                    last_lat = lat
+                if b and b >= lam * w.size:
+                    out.append(Preempt(w.id, w.bid))
+                    self.preemptions += 1
+                    self._run(w, st, b, now, out)
+                    last_lat = None
+
+
+@register("flex-np")
+class FlexNP(Flex):
+    """FLEX without preemption (Shepherd's ablation)."""
+
+    def __init__(
+        self,
+        max_batch: int = 128,
+        overhead_s: float = 0.0,
+        priority: str = "largest",
+    ) -> None:
+        super().__init__(max_batch, 3.03, overhead_s, priority, preempt=False)
+
+
+@register("clockwork")
+class Clockwork(_GroupScheduler):
+    """Earliest deadline first over all models, the largest batch that meets the tightest
+    request, no preemption (Shepherd's characterisation of Clockwork)."""
+
+    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+        best, best_b, best_d = None, 0, math.inf
+        for st in w.models:
+            if not st.queue:
+                continue
+            self._prune(st, now, out)
+            if st.queue and st.queue[0][0] < best_d:
+                b = self._fit(w, st, now)
+                if b:
+                    best, best_b, best_d = st, b, st.queue[0][0]
+        return best, best_b
