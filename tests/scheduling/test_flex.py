@@ -182,7 +182,7 @@ def _trace(times, models, slo):
         max_size=300,
     ),
     st.floats(0.05, 0.3),
-    st.floats(0, 0.3),
+    st.sampled_from([0.0, 0.0, 0.1, 0.3]),
 )
 def test_invariants(name, n_gpus, arrivals, slo, overhead_ms):
     models = ["resnet18", "resnet50", "rs269"]
@@ -193,8 +193,10 @@ def test_invariants(name, n_gpus, arrivals, slo, overhead_ms):
     assert (res.outcome != PENDING).all()  # every request ends exactly once
     done = (res.outcome == OK) | (res.outcome == LATE)
     assert np.all(res.finish_s[done] >= tr.time_s[done])
-    if name != "flex":
-        # nothing waits behind a preempted batch: every dispatched batch makes its deadline
+    if name != "flex" or over == 0:
+        # every batch is sized to make its deadline from when it can really start (for a
+        # preempting batch: the next exit point; with an overhead in the first block the
+        # exit points are no longer evenly spaced, FLEX's assumption)
         assert not (res.outcome == LATE).any()
     by_worker = {}
     for row in res.stage_rows:

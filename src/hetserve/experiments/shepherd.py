@@ -4,6 +4,7 @@ Fig. 11a)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -63,3 +64,65 @@ def goodput_rps(ok: np.ndarray, duration_s: float) -> float:
 
 
 __all__: Sequence[str] = ("goodput_rps", "group_setup", "two_stream_scenario")
+
+
+# ---------------------------------------------------------------- FLEX vs the offline optimum
+COMPETITIVE_RATIO = 12.62  # Shepherd Theorem 5.2 with lambda = 3.03 (K = 1: one alpha/beta)
+
+
+def flex_vs_offline(
+    n_instances: int = 30,
+    seed: int = 0,
+    scheduler: str = "flex",
+    max_requests: int = 8,
+) -> list[dict[str, float]]:
+    """Random tiny instances (1-2 GPUs, 1-2 models with one ``alpha * b + beta`` in whole
+    ms, 3 to ``max_requests`` requests at whole-ms arrivals with SLOs of 8-30 ms): the
+    scheduler's goodput in the simulator next to the exact offline optimum (Shepherd Eq. 3,
+    :func:`hetserve.planning.zilp.offline_optimum`)."""
+    from hetserve.core.latency import LinearModel, LinearParams
+    from hetserve.core.outcome import OK
+    from hetserve.core.plan import default_plan
+    from hetserve.experiments.setup import simulate
+    from hetserve.planning.zilp import OfflineRequest, offline_optimum
+
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x2119]))
+    out = []
+    for _ in range(n_instances):
+        n_gpus = int(rng.integers(1, 3))
+        models = ["a", "b"][: int(rng.integers(1, 3))]
+        alpha_ms, beta_ms = int(rng.integers(1, 3)), int(rng.integers(2, 7))
+        n = int(rng.integers(3, max_requests + 1))
+        arrivals = np.sort(rng.integers(0, 30, n))
+        slos = rng.integers(8, 31, n)
+        which = rng.integers(0, len(models), n)
+        reqs = [
+            OfflineRequest(i, models[which[i]], int(arrivals[i]), int(arrivals[i] + slos[i]))
+            for i in range(n)
+        ]
+        opt = offline_optimum(reqs, lambda m, b, a=alpha_ms, c=beta_ms: a * b + c, n_gpus)
+        lat = LinearModel(
+            {(m, V100): LinearParams(alpha_ms / 1e3, beta_ms / 1e3) for m in models},
+            blocks=dict.fromkeys(models, 4),
+        )
+        nodes = [{"name": "n", "gpus": {V100: n_gpus}, "nic_gbps": 10}]
+        cluster = parse_cluster({"name": "tiny", "nodes": nodes}, "tiny")
+        plan = default_plan(cluster, lat, dict.fromkeys(models, 1.0), slo_margin=0.0)
+        setup = Setup(cluster, lat, models, dict.fromkeys(models, 1.0), plan, bind(plan, cluster))
+        kinds = sorted({(r.model, r.deadline_ms - r.arrival_ms) for r in reqs})
+        streams = tuple(Stream(f"{m}-{s}", m, s / 1e3) for m, s in kinds)
+        idx = np.array([kinds.index((r.model, r.deadline_ms - r.arrival_ms)) for r in reqs])
+        trace = Trace(arrivals / 1e3, idx.astype(np.int32), streams, float(arrivals[-1]) / 1e3)
+        res = simulate(setup, scheduler, trace)
+        served = int(np.count_nonzero(res.outcome == OK))
+        out.append(
+            {
+                "gpus": n_gpus,
+                "models": len(models),
+                "requests": n,
+                "optimum": opt.served,
+                "served": served,
+                "ratio": opt.served / served if served else math.inf,
+            }
+        )
+    return out

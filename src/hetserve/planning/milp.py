@@ -67,6 +67,67 @@ def _quiet_stdout():  # type: ignore[no-untyped-def]
             os.close(saved)
 
 
+def solve_highs(
+    a: sparse.csr_array,
+    row_lo: np.ndarray,
+    row_hi: np.ndarray,
+    col_lo: np.ndarray,
+    col_hi: np.ndarray,
+    cost: np.ndarray,
+    integrality: np.ndarray,
+    time_limit_s: float,
+    mip_rel_gap: float = 1e-4,
+) -> tuple[str, float, np.ndarray | None]:
+    """Minimise ``cost . x`` subject to ``row_lo <= a x <= row_hi`` and column bounds, the
+    columns with non-zero ``integrality`` integer, with HiGHS (quiet, deterministic).
+    Returns the status (``optimal``, ``time_limit``, ``infeasible`` or HiGHS's name), the
+    MIP gap and the solution (None if no feasible one was found)."""
+    a = sparse.csr_array(a)
+    a.sum_duplicates()
+    n_row, n_var = a.shape
+    inf = highspy.kHighsInf
+
+    def bound(v: np.ndarray, sign: float) -> np.ndarray:
+        v = np.asarray(v, dtype=float)
+        return np.where(np.isinf(v), sign * inf, v)
+
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n_var, n_row
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = bound(col_lo, -1.0)
+    lp.col_upper_ = bound(col_hi, 1.0)
+    lp.row_lower_ = bound(row_lo, -1.0)
+    lp.row_upper_ = bound(row_hi, 1.0)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = a.indices.astype(np.int32)
+    lp.a_matrix_.value_ = a.data.astype(float)
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_var, n_row
+    lp.integrality_ = [
+        highspy.HighsVarType.kInteger if integrality[k] else highspy.HighsVarType.kContinuous
+        for k in range(n_var)
+    ]
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    with _quiet_stdout():
+        h.passModel(lp)
+        h.run()
+    ms = h.getModelStatus()
+    status = {
+        highspy.HighsModelStatus.kOptimal: "optimal",
+        highspy.HighsModelStatus.kTimeLimit: "time_limit",
+        highspy.HighsModelStatus.kInfeasible: "infeasible",
+    }.get(ms, str(ms))
+    info = h.getInfo()
+    if info.primal_solution_status != 2:
+        return status, math.inf, None
+    gap = float(info.mip_gap)
+    x = np.asarray(h.getSolution().col_value)
+    return status, max(gap, 0.0) if math.isfinite(gap) else math.inf, x
+
+
 def _flush_c_stdio() -> None:
     try:
         import ctypes
@@ -172,41 +233,12 @@ def solve(
     if n_p == 0:
         return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
     a = sparse.csr_array((vals, (rows, cols)), shape=(r, n_var))
-    a.sum_duplicates()
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n_var, r
-    lp.col_cost_ = c_obj
-    lp.col_lower_ = np.zeros(n_var)
-    lp.col_upper_ = np.where(np.isinf(ub), highspy.kHighsInf, ub)
-    lp.row_lower_ = np.where(np.isinf(lo), -highspy.kHighsInf, np.asarray(lo, dtype=float))
-    lp.row_upper_ = np.where(np.isinf(hi), highspy.kHighsInf, np.asarray(hi, dtype=float))
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = a.indices.astype(np.int32)
-    lp.a_matrix_.value_ = a.data.astype(float)
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_var, r
-    lp.integrality_ = [
-        highspy.HighsVarType.kInteger if integrality[k] else highspy.HighsVarType.kContinuous
-        for k in range(n_var)
-    ]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
-    with _quiet_stdout():
-        h.passModel(lp)
-        h.run()
+    status, gap, x = solve_highs(
+        a, lo, hi, np.zeros(n_var), ub, c_obj, integrality, time_limit_s, mip_rel_gap
+    )
     seconds = time.perf_counter() - t0
-    ms = h.getModelStatus()
-    status = {
-        highspy.HighsModelStatus.kOptimal: "optimal",
-        highspy.HighsModelStatus.kTimeLimit: "time_limit",
-        highspy.HighsModelStatus.kInfeasible: "infeasible",
-    }.get(ms, str(ms))
-    info = h.getInfo()
-    if info.primal_solution_status != 2:  # no feasible solution found
+    if x is None:  # no feasible solution found
         return MilpResult(status, 0.0, math.inf, seconds, (), n_p, n_s)
-    x = np.asarray(h.getSolution().col_value)
     allocs = []
     for p, c in enumerate(cands):
         ss = [s for s, (pp, _) in enumerate(stage_idx) if pp == p]
@@ -219,11 +251,10 @@ def solve(
         allocs.append(Allocation(c, inst, gpus, allocation_throughput(c, inst, gpus, net)))
     per_model = {m: sum(a.throughput_rps for a in allocs if a.candidate.model == m) for m in models}
     objective = min(per_model[m] / w[m] for m in models)
-    gap = float(info.mip_gap)
     return MilpResult(
         status,
         objective,
-        max(gap, 0.0) if math.isfinite(gap) else math.inf,
+        gap,
         seconds,
         tuple(allocs),
         n_p,

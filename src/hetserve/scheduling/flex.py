@@ -14,7 +14,10 @@ requests that cannot make it even alone on the model's fastest worker are droppe
   candidate. The preempted batch stops at its next exit point (a block boundary of the
   latency model; Shepherd Table 4's exit points with ``shepherd_linear_model``); its requests
   that can still make their deadlines return to their queues as new arrivals, the others are
-  dropped (``"preempted"``).
+  dropped (``"preempted"``). The candidate is sized to start at that exit point (exit points
+  taken as evenly spaced), so it meets its deadlines although it cannot start at once; for
+  a model without exit points that is the end of the running batch, and "preempting" then
+  just queues the larger batch next.
 
 Per arrival only the arriving model's candidate is computed, for each worker of the model:
 O(G) (Theorem 5.3). This is Algorithm 1 exactly: another model's candidate on a worker
@@ -66,7 +69,7 @@ class _Model:
 
 
 class _Worker:
-    __slots__ = ("bid", "id", "lat", "lost", "models", "size")
+    __slots__ = ("bid", "block_s", "end", "id", "lat", "lost", "models", "size", "start")
 
     def __init__(self, wid: WorkerId) -> None:
         self.id = wid
@@ -74,6 +77,8 @@ class _Worker:
         self.lat: dict[str, list[float]] = {}  # model -> latency at batch 1..max_batch
         self.bid = 0  # the batch it runs (0: idle)
         self.size = 0
+        self.start = self.end = 0.0  # when that batch is planned to start and end
+        self.block_s = 0.0  # its time between exit points
         self.lost = False
 
 
@@ -144,6 +149,8 @@ class _GroupScheduler(BaseScheduler):
         reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
         bid = self.new_batch_id()
         w.bid, w.size = bid, b
+        t = w.lat[st.name][b - 1]
+        w.start, w.end, w.block_s = now, now + t, t / st.blocks[1]
         self.of_batch[bid] = w
         out.append(Dispatch(bid, st.name, reqs, (RouteStep(0, w.id, now, st.blocks),)))
 
@@ -241,7 +248,7 @@ class Flex(_GroupScheduler):
         q = st.queue
         name = st.name
         last_lat: list[float] | None = None  # workers of one GPU type share a table:
-        b = 0  # their candidate is the same until the queue changes
+        b_now = 0  # their bound is the same until the queue changes
         for w in st.workers:
             if not q:
                 return
@@ -252,15 +259,21 @@ class Flex(_GroupScheduler):
                 last_lat = None
             elif self.preempt:
                 lat = w.lat[name]
-                if lat is not last_lat:
-                    b = bisect.bisect_right(lat, q[0][0] - now + 1e-12)
-                    if b > len(q):
-                        b = len(q)
+                if lat is not last_lat:  # the candidate if it could start now: a bound
+                    b_now = bisect.bisect_right(lat, q[0][0] - now + 1e-12)
+                    if b_now > len(q):
+                        b_now = len(q)
                     last_lat = lat
+                if b_now < lam * w.size:
+                    continue
+                # the running batch stops at its next exit point, not at once
+                k = math.ceil((now - w.start) / w.block_s - 1e-9) if now > w.start else 0
+                at = min(w.start + k * w.block_s, w.end)
+                b = min(bisect.bisect_right(lat, q[0][0] - at + 1e-12), len(q))
                 if b and b >= lam * w.size:
                     out.append(Preempt(w.id, w.bid))
                     self.preemptions += 1
-                    self._run(w, st, b, now, out)
+                    self._run(w, st, b, at, out)
                     last_lat = None
 
 
