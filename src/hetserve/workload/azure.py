@@ -193,6 +193,19 @@ def read_azure2021(
     return trace.scaled_to_rate(target_rate_rps) if target_rate_rps else trace
 
 
+def minute_multipliers(
+    n: int, minutes: int, rng: np.random.Generator, sigma: float = 0.5, phi: float = 0.7
+) -> np.ndarray:
+    """``(n, minutes)`` rate multipliers with mean 1: ``exp`` of a stationary AR(1) per row
+    (coefficient ``phi``, marginal sd ``sigma``), for minute-to-minute variation."""
+    innov = rng.normal(0.0, sigma * np.sqrt(1 - phi**2), (n, minutes))
+    x = np.empty_like(innov)
+    x[:, 0] = rng.normal(0.0, sigma, n)
+    for m in range(1, minutes):
+        x[:, m] = phi * x[:, m - 1] + innov[:, m]
+    return np.exp(x - sigma**2 / 2)
+
+
 def synthetic_azure2019_counts(
     n_functions: int,
     minutes: int,
@@ -218,12 +231,7 @@ def synthetic_azure2019_counts(
         raise HetserveError("synthetic trace: need functions >= 1, minutes >= 1, rate > 0")
     rng = np.random.default_rng(seed)
     base = rng.lognormal(0.0, rate_sigma, n_functions)
-    innov = rng.normal(0.0, minute_sigma * np.sqrt(1 - minute_phi**2), (n_functions, minutes))
-    x = np.empty_like(innov)
-    x[:, 0] = rng.normal(0.0, minute_sigma, n_functions)
-    for m in range(1, minutes):
-        x[:, m] = minute_phi * x[:, m - 1] + innov[:, m]
-    mult = np.exp(x - minute_sigma**2 / 2)  # mean 1
+    mult = minute_multipliers(n_functions, minutes, rng, minute_sigma, minute_phi)
     phase = rng.random(n_functions) * 2 * np.pi
     m_idx = np.arange(minutes)
     mult *= 1 + diurnal * np.sin(2 * np.pi * m_idx[None, :] / MINUTES_PER_DAY + phase[:, None])
