@@ -59,23 +59,57 @@ class ModelPlan:
 
 
 @dataclass(frozen=True)
+class ServingGroup:
+    """Shepherd's serving group: models whose requests share ``gpus`` GPUs of type ``gpu``
+    (every GPU of the group serves every model of it, whole)."""
+
+    name: str
+    models: tuple[str, ...]
+    gpus: int
+    gpu: str
+
+
+@dataclass(frozen=True)
 class Plan:
     models: dict[str, ModelPlan]
     shared_pools: bool = False  # True: every model's pipelines use the same GPUs
     meta: dict[str, Any] = field(default_factory=dict)
+    groups: tuple[ServingGroup, ...] = ()  # non-empty: the models share GPUs by group
+
+    def __post_init__(self) -> None:
+        if self.groups:
+            seen: dict[str, str] = {}
+            for g in self.groups:
+                if g.gpus < 1:
+                    raise ConfigError(f"plan: group {g.name} needs >= 1 GPU, got {g.gpus}")
+                for m in g.models:
+                    if m in seen:
+                        raise ConfigError(f"plan: model {m} is in groups {seen[m]} and {g.name}")
+                    if m not in self.models:
+                        raise ConfigError(f"plan: group {g.name} names unknown model {m}")
+                    seen[m] = g.name
+            missing = sorted(set(self.models) - set(seen))
+            if missing:
+                raise ConfigError(f"plan: models in no serving group: {', '.join(missing)}")
 
     def capacity_rps(self) -> float:
         """Planned normalised capacity ``C``: at load factor 1, model ``m`` receives
         ``C * w_m / sum(w)`` requests/s.
 
         Disjoint pools (PPipe): ``C = min_m T_m / share_m``. Shared pools: the models split
-        the GPUs' time, ``C = 1 / sum_m (share_m / T_m)``.
+        the GPUs' time, ``C = 1 / sum_m (share_m / T_m)``. Serving groups: shared pools
+        within each group, the smallest over the groups.
         """
         total_w = sum(m.weight for m in self.models.values())
         caps = {n: m.throughput_rps for n, m in self.models.items()}
         if any(c <= 0 for c in caps.values()):
             bad = [n for n, c in caps.items() if c <= 0]
             raise HetserveError(f"plan has no capacity for {', '.join(bad)}")
+        if self.groups:
+            return min(
+                1.0 / sum(self.models[n].weight / total_w / caps[n] for n in g.models)
+                for g in self.groups
+            )
         if self.shared_pools:
             return 1.0 / sum(m.weight / total_w / caps[n] for n, m in self.models.items())
         return min(caps[n] / (m.weight / total_w) for n, m in self.models.items())
@@ -98,6 +132,11 @@ class Plan:
             "models": {},
             "meta": meta,
         }
+        if self.groups:
+            out["groups"] = [
+                {"name": g.name, "models": list(g.models), "gpus": g.gpus, "gpu": g.gpu}
+                for g in self.groups
+            ]
         for n, m in self.models.items():
             out["models"][n] = {
                 "slo_ms": m.slo_s * 1e3,
@@ -191,7 +230,16 @@ class Plan:
             for k in ("planner", "objective", "solve"):
                 if k in data:
                     meta[k] = data[k]
-            return Plan(models, bool(data.get("shared_pools", False)), meta)
+            groups = tuple(
+                ServingGroup(
+                    str(g["name"]),
+                    tuple(str(m) for m in g["models"]),
+                    int(g["gpus"]),
+                    str(g["gpu"]),
+                )
+                for g in data.get("groups", [])
+            )
+            return Plan(models, bool(data.get("shared_pools", False)), meta, groups)
         except KeyError as e:
             raise ConfigError(f"{source}: missing field {e}") from None
         except (TypeError, ValueError, AttributeError) as e:
@@ -248,6 +296,8 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
     """Bind a plan to worker slots.
 
     Shared-pool plans: every stage on GPU type ``t`` with share 1 gets every GPU of that type.
+    Serving groups: each group takes its GPUs (round-robin over nodes), and every model of
+    the group is served whole by all of them.
     Otherwise slices are taken GPU by GPU, spreading each stage's GPUs round-robin over
     nodes (to balance NIC load); slices of one GPU stay in one pool.
     """
@@ -277,7 +327,7 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                     )
         return Placement(tuple(slots.values()), stages)
 
-    # disjoint pools: order each type's GPUs round-robin across nodes
+    # disjoint pools and groups: order each type's GPUs round-robin across nodes
     free: dict[str, list] = {}
     for t, gpus in by_type.items():
         per_node: dict[str, list] = {}
@@ -289,6 +339,25 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                 if lst:
                     order.append(lst.pop(0))
         free[t] = order
+    if plan.groups:
+        for grp in plan.groups:
+            gt = cluster.catalog.get(grp.gpu).name
+            if len(free.get(gt, [])) < grp.gpus:
+                raise HetserveError(
+                    f"plan needs {grp.gpus} {gt} GPUs for group {grp.name}; cluster "
+                    f"{cluster.name} has {len(free.get(gt, []))} left"
+                )
+            gpus, free[gt] = free[gt][: grp.gpus], free[gt][grp.gpus :]
+            ids = tuple(add(g, 0, 1) for g in gpus)
+            for name in grp.models:
+                for pi, p in enumerate(plan.models[name].pipelines):
+                    if len(p.stages) != 1:
+                        raise HetserveError(
+                            f"group {grp.name}: {name} pipeline {pi} has {len(p.stages)} "
+                            f"stages; serving groups run whole models"
+                        )
+                    stages[(name, pi, 0)] = ids
+        return Placement(tuple(slots.values()), stages)
     for name, m in plan.models.items():
         for pi, p in enumerate(m.pipelines):
             for si, st in enumerate(p.stages):

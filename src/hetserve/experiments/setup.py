@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,12 @@ def build_setup(
         missing = [m for m in names if m not in plan.models]
         if missing:
             raise HetserveError(f"plan has no pipelines for {', '.join(missing)}")
-        plan = Plan({m: plan.models[m] for m in names}, plan.shared_pools, plan.meta)
+        groups = tuple(
+            replace(g, models=tuple(m for m in g.models if m in names))
+            for g in plan.groups
+            if any(m in names for m in g.models)
+        )
+        plan = Plan({m: plan.models[m] for m in names}, plan.shared_pools, plan.meta, groups)
         plan.check_against(latency)
         slos = {m: plan.models[m].slo_s for m in names}
     else:
