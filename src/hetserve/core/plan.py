@@ -61,12 +61,15 @@ class ModelPlan:
 @dataclass(frozen=True)
 class ServingGroup:
     """Shepherd's serving group: models whose requests share ``gpus`` GPUs of type ``gpu``
-    (every GPU of the group serves every model of it, whole)."""
+    (every GPU of the group serves every model of it, whole). ``streams``: which streams of
+    its models it serves; empty means all of them. A model may be in several groups only
+    if each of them names its streams (its requests go by stream)."""
 
     name: str
     models: tuple[str, ...]
     gpus: int
     gpu: str
+    streams: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,26 @@ class Plan:
     def __post_init__(self) -> None:
         if self.groups:
             seen: dict[str, str] = {}
+            streams: dict[str, str] = {}
             for g in self.groups:
                 if g.gpus < 1:
                     raise ConfigError(f"plan: group {g.name} needs >= 1 GPU, got {g.gpus}")
+                for st in g.streams:
+                    if st in streams:
+                        raise ConfigError(
+                            f"plan: stream {st} is in groups {streams[st]} and {g.name}"
+                        )
+                    streams[st] = g.name
                 for m in g.models:
-                    if m in seen:
-                        raise ConfigError(f"plan: model {m} is in groups {seen[m]} and {g.name}")
                     if m not in self.models:
                         raise ConfigError(f"plan: group {g.name} names unknown model {m}")
+                    if m in seen:
+                        other = next(x for x in self.groups if x.name == seen[m])
+                        if not (g.streams and other.streams):
+                            raise ConfigError(
+                                f"plan: model {m} is in groups {seen[m]} and {g.name}; a "
+                                f"model in several groups needs their streams named"
+                            )
                     seen[m] = g.name
             missing = sorted(set(self.models) - set(seen))
             if missing:
@@ -135,6 +150,7 @@ class Plan:
         if self.groups:
             out["groups"] = [
                 {"name": g.name, "models": list(g.models), "gpus": g.gpus, "gpu": g.gpu}
+                | ({"streams": list(g.streams)} if g.streams else {})
                 for g in self.groups
             ]
         for n, m in self.models.items():
@@ -236,6 +252,7 @@ class Plan:
                     tuple(str(m) for m in g["models"]),
                     int(g["gpus"]),
                     str(g["gpu"]),
+                    tuple(str(x) for x in g.get("streams", ())),
                 )
                 for g in data.get("groups", [])
             )
@@ -280,6 +297,7 @@ class Placement:
     workers: tuple[WorkerSlot, ...]
     # (model, pipeline index, stage index) -> worker ids serving that stage
     stages: dict[tuple[str, int, int], tuple[str, ...]]
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # serving group -> workers
 
     def worker(self, wid: str) -> WorkerSlot:
         for w in self.workers:
@@ -340,6 +358,7 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                     order.append(lst.pop(0))
         free[t] = order
     if plan.groups:
+        by_group: dict[str, tuple[str, ...]] = {}
         for grp in plan.groups:
             gt = cluster.catalog.get(grp.gpu).name
             if len(free.get(gt, [])) < grp.gpus:
@@ -349,6 +368,7 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                 )
             gpus, free[gt] = free[gt][: grp.gpus], free[gt][grp.gpus :]
             ids = tuple(add(g, 0, 1) for g in gpus)
+            by_group[grp.name] = ids
             for name in grp.models:
                 for pi, p in enumerate(plan.models[name].pipelines):
                     if len(p.stages) != 1:
@@ -356,8 +376,9 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                             f"group {grp.name}: {name} pipeline {pi} has {len(p.stages)} "
                             f"stages; serving groups run whole models"
                         )
-                    stages[(name, pi, 0)] = ids
-        return Placement(tuple(slots.values()), stages)
+                    # a model in several groups: all their GPUs (requests go by stream)
+                    stages[(name, pi, 0)] = stages.get((name, pi, 0), ()) + ids
+        return Placement(tuple(slots.values()), stages, by_group)
     for name, m in plan.models.items():
         for pi, p in enumerate(m.pipelines):
             for si, st in enumerate(p.stages):

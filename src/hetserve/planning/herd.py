@@ -13,21 +13,31 @@ models of a group fit one GPU's memory (minus a reserve); (d) every model-stream
 group; (e) a group's models from one affinity set (pairwise affinity ``A <= K_max``,
 Shepherd Eq. 4). Linearised: ``w_ij <= size_j``, ``w_ij <= G_max x_ij`` stand for
 ``size_j x_ij`` (the objective pushes them up), and ``t n_i <= sum_j w_ij``; groups are
-ordered by size to break symmetry. Solved with HiGHS.
+ordered by size to break symmetry. Solved with HiGHS. One constraint is ours: (f) a group
+carries its streams' average load, ``sum_i n_i x_ij <= size_j``. The paper's list leaves
+it out, and without it the max-min happily puts many streams that each tolerate a burst
+alone into a group that cannot carry them together.
 
 At scale (``method="search"``, the default above 40 model-streams) the same problem is
 solved by bisection on ``t``: a given ``t`` needs ``r_i = ceil(t n_i)`` GPUs for stream
 ``i``; in each affinity set, streams sorted by ``r_i`` fill groups in that order while
-their models fit in memory, each group as large as its first (largest) need; ``t`` is
-feasible if the groups need at most ``N`` GPUs. When every model takes the same memory
-this packing is optimal for the given ``t`` (consecutive runs of a sorted list), so the
-search finds the ILP's optimum; with unequal sizes it is a heuristic (the tests compare it
-with the ILP). GPUs left over go one by one to the group whose weakest stream tolerates
-the least, up to ``G_max``; a group at ``G_max`` gives its other streams a group of their
-own instead (both methods).
+their models fit in memory and the group, ``max(r_first, ceil(sum n_i))`` GPUs, stays
+within ``G_max``; ``t`` is feasible if the groups need at most ``N`` GPUs. This greedy
+packing is a heuristic (the tests compare it with the ILP and brute force).
 
-A model-stream that needs more than ``G_max`` GPUs for its average load caps the minimum
-at ``G_max / n_i``: splitting one model's streams over several groups is not modelled.
+GPUs left over go one by one to the group whose weakest stream tolerates the least, up to
+``G_max``; a group at ``G_max`` gives its other streams a group of their own instead (both
+methods).
+
+If the average load cannot be carried at all (an overloaded cluster, or groups too small
+to pack it), every ``n_i`` is scaled down alike to the largest share the packing carries
+(bisection), and ``load_scale`` says by how much; burst tolerances are always of the real
+loads.
+
+A model whose streams need more GPUs than a group can give is split first
+(:func:`split_heavy`): its streams are dealt into parts of at most ``cap`` GPUs of load
+(largest first, each to the lightest part), each part a model-stream of its own; the plan
+then names each group's streams, and requests go to a group by stream.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import heapq
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import sparse
@@ -54,6 +64,7 @@ class ModelStream:
     n_gpus: float  # GPUs for its average load (n_i)
     mem_gb: float
     affinity: int = 0
+    streams: tuple[tuple[str, float], ...] = ()  # (stream, rate) when known
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,7 @@ class HerdResult:
     method: str  # "ilp" | "search"
     status: str
     seconds: float
+    load_scale: float = 1.0  # < 1: the average load did not fit, planned for this share
 
     @property
     def min_burst_tolerance(self) -> float:
@@ -129,35 +141,39 @@ def _search(ms: Sequence[ModelStream], n_gpus: int, g_max: int, mem_gb: float) -
         groups: list[tuple[list[int], int]] = []
         used = 0
         for members in sets.values():
-            need = {i: max(1, math.ceil(t * ms[i].n_gpus - 1e-9)) for i in members}
-            order = sorted(members, key=lambda i: (-need[i], i))
+            need = {
+                i: max(1, math.ceil(t * ms[i].n_gpus - 1e-9), math.ceil(ms[i].n_gpus - 1e-9))
+                for i in members
+            }
+            order = sorted(members, key=lambda i: (-need[i], -ms[i].n_gpus, i))
             cur: list[int] = []
-            mem = 0.0
+            mem = load = 0.0
+            size = 0
             for i in order:
                 if need[i] > g_max:
                     return None
-                if cur and mem + ms[i].mem_gb <= mem_gb + 1e-12:
+                grown = max(size, math.ceil(load + ms[i].n_gpus - 1e-9))
+                if cur and mem + ms[i].mem_gb <= mem_gb + 1e-12 and grown <= g_max:
                     cur.append(i)
                     mem += ms[i].mem_gb
-                    continue
-                cur, mem = [i], ms[i].mem_gb
-                groups.append((cur, need[i]))
-                used += need[i]
+                    load += ms[i].n_gpus
+                    used += grown - size
+                    size = grown
+                    groups[-1] = (cur, size)
+                else:
+                    cur, mem, load, size = [i], ms[i].mem_gb, ms[i].n_gpus, need[i]
+                    groups.append((cur, size))
+                    used += size
                 if used > n_gpus:
                     return None
         return groups
 
-    for s in ms:
-        if s.mem_gb > mem_gb:
-            raise HetserveError(
-                f"HERD: {s.model} needs {s.mem_gb:.2f} GB, more than a GPU's {mem_gb:.2f} GB"
-            )
     lo, hi = 0.0, g_max / max(min(s.n_gpus for s in ms), 1e-12)
     best = pack(lo)
     if best is None:
         raise HetserveError(
-            f"HERD: the {len(ms)} model-streams need more than {n_gpus} GPUs even at "
-            f"burst tolerance 0 (one GPU per group at least)"
+            f"HERD: the {len(ms)} model-streams need more than {n_gpus} GPUs to carry "
+            f"their average load (G_max {g_max}, {mem_gb:g} GB per GPU)"
         )
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -207,6 +223,7 @@ def _ilp(
     add([(S0 + j, 1.0) for j in range(n_j)], -np.inf, float(n_gpus))  # (a)
     for j in range(n_j):
         add([(x(i, j), ms[i].mem_gb) for i in range(n_i)], -np.inf, mem_gb)  # (c)
+        add([(x(i, j), ms[i].n_gpus) for i in range(n_i)] + [(S0 + j, -1.0)], -np.inf, 0.0)
         if j + 1 < n_j:
             add([(S0 + j, 1.0), (S0 + j + 1, -1.0)], 0.0, np.inf)  # symmetry
         if n_c:
@@ -290,21 +307,80 @@ def herd(
         raise HetserveError(f"HERD: method must be auto, ilp or search, got {method!r}")
     if any(s.n_gpus <= 0 for s in ms):
         raise HetserveError("HERD: every model-stream needs a positive load")
+    for s in ms:
+        if s.mem_gb > mem_gb:
+            raise HetserveError(
+                f"HERD: {s.model} needs {s.mem_gb:.2f} GB, more than a GPU's {mem_gb:.2f} GB"
+            )
     t0 = time.perf_counter()
     use_ilp = method == "ilp" or (method == "auto" and len(ms) <= 40)
-    if use_ilp:
-        groups, status = _ilp(ms, n_gpus, g_max, mem_gb, time_limit_s)
-    else:
-        groups, status = _search(ms, n_gpus, g_max, mem_gb), "bisection"
-    groups = _spread_leftover(ms, groups, n_gpus, g_max)
+
+    def solve(scaled: Sequence[ModelStream], ilp: bool) -> tuple[list, str]:
+        if ilp:
+            return _ilp(scaled, n_gpus, g_max, mem_gb, time_limit_s)
+        return _search(scaled, n_gpus, g_max, mem_gb), "bisection"
+
+    scale, scaled = 1.0, list(ms)
+    try:
+        groups, status = solve(ms, use_ilp)
+    except HetserveError:
+        # an overloaded cluster: the largest share of the load the greedy packing carries
+        # (bisection), then the chosen method at that share
+        lo, hi = 0.0, 1.0
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            try:
+                _search([replace(s, n_gpus=s.n_gpus * mid) for s in ms], n_gpus, g_max, mem_gb)
+                lo = mid
+            except HetserveError:
+                hi = mid
+        if lo <= 0.0:
+            raise HetserveError(
+                f"HERD: no grouping of {len(ms)} model-streams fits {n_gpus} GPUs (G_max "
+                f"{g_max}, {mem_gb:g} GB per GPU)"
+            ) from None
+        scale, scaled = lo, [replace(s, n_gpus=s.n_gpus * lo) for s in ms]
+        try:
+            groups, status = solve(scaled, use_ilp)
+        except HetserveError:
+            groups, status = solve(scaled, False)
+    groups = _spread_leftover(scaled, groups, n_gpus, g_max)
     bt = [0.0] * len(ms)
     for members, size in groups:
         for i in members:
             bt[i] = size / ms[i].n_gpus
     out = tuple((tuple(sorted(m)), s) for m, s in groups)
     return HerdResult(
-        out, tuple(bt), "ilp" if use_ilp else "search", status, time.perf_counter() - t0
+        out,
+        tuple(bt),
+        "ilp" if use_ilp else "search",
+        status,
+        time.perf_counter() - t0,
+        scale,
     )
+
+
+def split_heavy(ms: Sequence[ModelStream], cap_gpus: float) -> list[ModelStream]:
+    """Model-streams whose load exceeds ``cap_gpus`` GPUs, dealt into parts by stream
+    (module docstring); the others unchanged. A single stream heavier than the cap stays
+    one part."""
+    out: list[ModelStream] = []
+    for s in ms:
+        if s.n_gpus <= cap_gpus or len(s.streams) < 2:
+            out.append(s)
+            continue
+        k = min(len(s.streams), math.ceil(s.n_gpus / cap_gpus - 1e-9))
+        parts: list[list[tuple[str, float]]] = [[] for _ in range(k)]
+        load = [(0.0, j) for j in range(k)]
+        for name, r in sorted(s.streams, key=lambda x: (-x[1], x[0])):
+            total, j = heapq.heappop(load)
+            parts[j].append((name, r))
+            heapq.heappush(load, (total + r, j))
+        per_rps = s.n_gpus / s.rate_rps if s.rate_rps > 0 else 0.0
+        for part in parts:
+            r = sum(x for _, x in part)
+            out.append(ModelStream(s.model, r, r * per_rps, s.mem_gb, s.affinity, tuple(part)))
+    return out
 
 
 def model_streams(
@@ -315,8 +391,10 @@ def model_streams(
     mem_gb: Mapping[str, float],
     k_max: float = math.inf,
     max_batch: int = 128,
+    streams: Mapping[str, Sequence[tuple[str, float]]] | None = None,
 ) -> list[ModelStream]:
-    """One model-stream per model with load, from its streams' summed rate."""
+    """One model-stream per model with load, from its streams' summed rate; ``streams``
+    (per model, its streams and their rates) lets :func:`split_heavy` split it later."""
     params = {}
     for m in rates_rps:
         t1, t2 = latency.latency(m, gpu, 1, 1), latency.latency(m, gpu, 1, 2)
@@ -325,7 +403,8 @@ def model_streams(
     out = []
     for m, r in rates_rps.items():
         t, _ = goodput_per_gpu(latency, m, gpu, slos_s[m], max_batch)
-        out.append(ModelStream(m, r, r / t, mem_gb[m], aff[m]))
+        own = tuple((str(n), float(x)) for n, x in (streams or {}).get(m, ()))
+        out.append(ModelStream(m, r, r / t, mem_gb[m], aff[m], own))
     return out
 
 
@@ -337,20 +416,32 @@ def herd_plan(
     gpu: str,
     max_batch: int = 128,
 ) -> Plan:
-    """The groups as a plan: every model whole on its group's GPUs (``bind`` places them)."""
-    models, groups = {}, []
-    for k, (members, size) in enumerate(result.groups):
-        names = tuple(ms[i].model for i in members)
-        groups.append(ServingGroup(f"g{k}", names, size, gpu))
+    """The groups as a plan: every model whole on its group's GPUs (``bind`` places them).
+    A model split over several groups: each of its groups names the streams it serves."""
+    homes: dict[str, int] = {}
+    for members, _ in result.groups:
         for i in members:
-            m = ms[i].model
-            t, b = goodput_per_gpu(latency, m, gpu, slos_s[m], max_batch)
-            nb = latency.num_blocks(m)
-            lat = latency.latency(m, gpu, 1, b)
-            stage = Stage((0, nb), gpu, 1, size, lat)
-            models[m] = ModelPlan(
-                slos_s[m], ms[i].rate_rps, (Pipeline((stage,), b, lat, t * size),)
-            )
+            homes[ms[i].model] = homes.get(ms[i].model, 0) + 1
+    split = {m for m, n in homes.items() if n > 1}
+    gpus_of: dict[str, int] = {}
+    rate_of: dict[str, float] = {}
+    groups = []
+    for k, (members, size) in enumerate(result.groups):
+        names = tuple(dict.fromkeys(ms[i].model for i in members))
+        named: tuple[str, ...] = ()
+        if any(ms[i].model in split for i in members):
+            named = tuple(n for i in members for n, _ in ms[i].streams)
+        groups.append(ServingGroup(f"g{k}", names, size, gpu, named))
+        for i in members:
+            gpus_of[ms[i].model] = gpus_of.get(ms[i].model, 0) + size
+            rate_of[ms[i].model] = rate_of.get(ms[i].model, 0.0) + ms[i].rate_rps
+    models = {}
+    for m, n_gpus in gpus_of.items():
+        t, b = goodput_per_gpu(latency, m, gpu, slos_s[m], max_batch)
+        nb = latency.num_blocks(m)
+        lat = latency.latency(m, gpu, 1, b)
+        stage = Stage((0, nb), gpu, 1, n_gpus, lat)
+        models[m] = ModelPlan(slos_s[m], rate_of[m], (Pipeline((stage,), b, lat, t * n_gpus),))
     meta = {
         "planner": "herd",
         "objective": {"min_burst_tolerance": result.min_burst_tolerance},

@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Sequence
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
@@ -97,29 +98,44 @@ class _GroupScheduler(BaseScheduler):
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
         pools = Pools(view, plan)
-        self.models: dict[str, _Model] = {}
+        self.models: dict[str, _Model] = {}  # the queue of a model's requests
+        # ... or, for a model split over groups, of its (model, stream)'s group
+        self.by_stream: dict[tuple[str, str], _Model] = {}
         self.workers: dict[WorkerId, _Worker] = {}
         self.of_batch: dict[int, _Worker] = {}
-        tables: dict[tuple[str, str, int], list[float]] = {}
+        self._tables: dict[tuple[str, str, int], list[float]] = {}
+        split = {m for g in plan.groups if g.streams for m in g.models}
         for m, mp in plan.models.items():
-            st = _Model(m, mp.pipelines[0].stages[0].blocks)
-            self.models[m] = st
-            for wid in pools.whole_model_workers(m):
-                w = self.workers.get(wid)
-                if w is None:
-                    w = self.workers[wid] = _Worker(wid)
-                info = view.workers[wid]
-                key = (m, info.gpu.name, info.share)
-                lat = tables.get(key)
-                if lat is None:
-                    base = view.latency_table(m, wid, self.max_batch)
-                    lat = [t + self.overhead_s * (b + 1) for b, t in enumerate(base)]
-                    tables[key] = lat
-                w.lat[m] = lat
-                w.models.append(st)
-                st.workers.append(w)
-                st.fastest_1 = min(st.fastest_1, lat[0])
+            blocks = mp.pipelines[0].stages[0].blocks
+            if m not in split:
+                self.models[m] = self._queue(m, blocks, pools.whole_model_workers(m))
+                continue
+            for g in plan.groups:  # one queue per group the model is split over
+                if m in g.models:
+                    st = self._queue(m, blocks, view.placement.groups[g.name])
+                    self.models.setdefault(m, st)
+                    for name in g.streams:  # (the group's streams of other models too:
+                        self.by_stream[(m, name)] = st  # never looked up with m)
         return []
+
+    def _queue(self, m: str, blocks: tuple[int, int], worker_ids: Sequence[WorkerId]) -> _Model:
+        st = _Model(m, blocks)
+        for wid in worker_ids:
+            w = self.workers.get(wid)
+            if w is None:
+                w = self.workers[wid] = _Worker(wid)
+            info = self.view.workers[wid]
+            key = (m, info.gpu.name, info.share)
+            lat = self._tables.get(key)
+            if lat is None:
+                base = self.view.latency_table(m, wid, self.max_batch)
+                lat = [t + self.overhead_s * (b + 1) for b, t in enumerate(base)]
+                self._tables[key] = lat
+            w.lat[m] = lat
+            w.models.append(st)
+            st.workers.append(w)
+            st.fastest_1 = min(st.fastest_1, lat[0])
+        return st
 
     # ------------------------------------------------------------------ helpers
     def _model(self, name: str) -> _Model:
@@ -173,7 +189,9 @@ class _GroupScheduler(BaseScheduler):
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        st = self._model(request.model)
+        st = self.by_stream.get((request.model, request.stream)) if self.by_stream else None
+        if st is None:
+            st = self._model(request.model)
         heapq.heappush(st.queue, (request.deadline_s, request.id, request))
         out: list[Action] = []
         self._arrived(st, now, out)
@@ -185,13 +203,19 @@ class _GroupScheduler(BaseScheduler):
         out: list[Action] = []
         w = self.of_batch.pop(report.batch_id, None)
         if not report.completed and report.reason == "preempted":
-            st = self._model(report.model)
+            back: list[_Model] = []
             for r in report.requests:
+                st = self.by_stream.get((r.model, r.stream)) if self.by_stream else None
+                if st is None:
+                    st = self._model(report.model)
                 if r.deadline_s >= now + st.fastest_1 - 1e-12:
                     heapq.heappush(st.queue, (r.deadline_s, r.id, r))
+                    if st not in back:
+                        back.append(st)
                 else:
                     out.append(Drop((r,), "preempted"))
-            self._arrived(st, now, out)
+            for st in back:
+                self._arrived(st, now, out)
         if w is not None and w.bid == report.batch_id:
             w.bid = w.size = 0
             if not w.lost:

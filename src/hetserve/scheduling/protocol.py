@@ -264,6 +264,7 @@ def _load_builtin() -> None:
         edf_adaptive,
         fixed_batch,
         flex,
+        nexus,
         reactive,
         reservation,
     )
