@@ -22,7 +22,8 @@ At scale (``method="search"``, the default above 40 model-streams) the same prob
 solved by bisection on ``t``: a given ``t`` needs ``r_i = ceil(t n_i)`` GPUs for stream
 ``i``; in each affinity set, streams sorted by ``r_i`` fill groups in that order while
 their models fit in memory and the group, ``max(r_first, ceil(sum n_i))`` GPUs, stays
-within ``G_max``; ``t`` is feasible if the groups need at most ``N`` GPUs. This greedy
+within ``G_max`` (first fit over the set's groups); ``t`` is feasible if the groups need at
+most ``N`` GPUs. This greedy
 packing is a heuristic (the tests compare it with the ILP and brute force).
 
 GPUs left over go one by one to the group whose weakest stream tolerates the least, up to
@@ -138,7 +139,7 @@ def _search(ms: Sequence[ModelStream], n_gpus: int, g_max: int, mem_gb: float) -
         sets.setdefault(s.affinity, []).append(i)
 
     def pack(t: float) -> list[tuple[list[int], int]] | None:
-        groups: list[tuple[list[int], int]] = []
+        groups: list[list] = []
         used = 0
         for members in sets.values():
             need = {
@@ -146,27 +147,29 @@ def _search(ms: Sequence[ModelStream], n_gpus: int, g_max: int, mem_gb: float) -
                 for i in members
             }
             order = sorted(members, key=lambda i: (-need[i], -ms[i].n_gpus, i))
-            cur: list[int] = []
-            mem = load = 0.0
-            size = 0
+            # this set's groups as [members, memory, load, size]; first fit
+            mine: list[list] = []
             for i in order:
                 if need[i] > g_max:
                     return None
-                grown = max(size, math.ceil(load + ms[i].n_gpus - 1e-9))
-                if cur and mem + ms[i].mem_gb <= mem_gb + 1e-12 and grown <= g_max:
-                    cur.append(i)
-                    mem += ms[i].mem_gb
-                    load += ms[i].n_gpus
-                    used += grown - size
-                    size = grown
-                    groups[-1] = (cur, size)
+                n_i, m_i = ms[i].n_gpus, ms[i].mem_gb
+                for grp in mine:
+                    grown = max(grp[3], math.ceil(grp[2] + n_i - 1e-9))
+                    if grp[1] + m_i <= mem_gb + 1e-12 and grown <= g_max:
+                        grp[0].append(i)
+                        grp[1] += m_i
+                        grp[2] += n_i
+                        used += grown - grp[3]
+                        grp[3] = grown
+                        break
                 else:
-                    cur, mem, load, size = [i], ms[i].mem_gb, ms[i].n_gpus, need[i]
-                    groups.append((cur, size))
-                    used += size
+                    grp = [[i], m_i, n_i, need[i]]
+                    mine.append(grp)
+                    groups.append(grp)
+                    used += need[i]
                 if used > n_gpus:
                     return None
-        return groups
+        return [(g[0], g[3]) for g in groups]
 
     lo, hi = 0.0, g_max / max(min(s.n_gpus for s in ms), 1e-12)
     best = pack(lo)
@@ -324,13 +327,12 @@ def herd(
     try:
         groups, status = solve(ms, use_ilp)
     except HetserveError:
-        # an overloaded cluster: the largest share of the load the greedy packing carries
-        # (bisection), then the chosen method at that share
+        # an overloaded cluster: the largest share of the load that fits (bisection)
         lo, hi = 0.0, 1.0
-        for _ in range(30):
+        for _ in range(20 if use_ilp else 30):
             mid = (lo + hi) / 2
             try:
-                _search([replace(s, n_gpus=s.n_gpus * mid) for s in ms], n_gpus, g_max, mem_gb)
+                solve([replace(s, n_gpus=s.n_gpus * mid) for s in ms], use_ilp)
                 lo = mid
             except HetserveError:
                 hi = mid
@@ -339,6 +341,7 @@ def herd(
                 f"HERD: no grouping of {len(ms)} model-streams fits {n_gpus} GPUs (G_max "
                 f"{g_max}, {mem_gb:g} GB per GPU)"
             ) from None
+        lo *= 1 - 1e-5  # clear of the solver's feasibility tolerance
         scale, scaled = lo, [replace(s, n_gpus=s.n_gpus * lo) for s in ms]
         try:
             groups, status = solve(scaled, use_ilp)
