@@ -83,11 +83,24 @@ class _Worker:
         self.lost = False
 
 
+def _number(scheduler: str, name: str, value: object, kind: type = float) -> float:
+    """A numeric scheduler parameter, or a one-line error naming it."""
+    try:
+        return kind(value)  # type: ignore[call-arg, no-any-return]
+    except (TypeError, ValueError):
+        raise HetserveError(
+            f"{scheduler}: {name} must be {'an integer' if kind is int else 'a number'}, "
+            f"got {value!r}"
+        ) from None
+
+
 class _GroupScheduler(BaseScheduler):
     """Per-model deadline queues over whole-model workers that may serve several models."""
 
     def __init__(self, max_batch: int = 128, overhead_s: float = 0.0) -> None:
         super().__init__()
+        max_batch = int(_number(self.name, "max_batch", max_batch, int))
+        overhead_s = _number(self.name, "overhead_s", overhead_s)
         if max_batch < 1:
             raise HetserveError(f"{self.name}: max_batch must be >= 1, got {max_batch}")
         if overhead_s < 0:
@@ -240,6 +253,7 @@ class Flex(_GroupScheduler):
         preempt: bool = True,
     ) -> None:
         super().__init__(max_batch, overhead_s)
+        lambda_ = _number(self.name, "lambda_", lambda_)
         if lambda_ <= 1:
             raise HetserveError(f"{self.name}: lambda_ must be > 1, got {lambda_}")
         if priority not in ("largest", "deadline"):

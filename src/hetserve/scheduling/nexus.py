@@ -34,7 +34,7 @@ import numpy as np
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.flex import _GroupScheduler, _Model, _Worker
+from hetserve.scheduling.flex import _GroupScheduler, _Model, _number, _Worker
 from hetserve.scheduling.protocol import Action, ClusterView, Drop, SetTimer, register
 from hetserve.workload.trace import Trace
 
@@ -62,6 +62,7 @@ class Nexus(_GroupScheduler):
         overhead_s: float = 0.0,
     ) -> None:
         super().__init__(max_batch, overhead_s)
+        epoch_s = _number(self.name, "epoch_s", epoch_s)
         if epoch_s <= 0:
             raise HetserveError(f"nexus: epoch_s must be > 0, got {epoch_s}")
         self.epoch_s = epoch_s
