@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.ppipe_study import PAPER, clusters_of, summary_rows
-from hetserve.experiments.report import _plt, _png
+from hetserve.experiments.report import _plt, _png, html_page
 
 _COLORS = {
     "ppipe": "#1f77b4",
@@ -149,10 +149,6 @@ def write_study_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     cfg = results["config"]
     planners = cfg["planners"]
     parts = [
-        "<html><head><meta charset='utf-8'><title>hetserve: PPipe reproduction</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:right}</style></head><body>",
         "<h1>PPipe evaluation on the hetserve simulator</h1>",
         f"<p>Clusters {', '.join(clusters_of(results))}; groups "
         + "; ".join(f"{g}: {', '.join(m)}" for g, m in cfg["groups"].items())
@@ -230,8 +226,7 @@ def write_study_report(results: dict[str, Any], out_dir: str | Path) -> Path:
             ["cluster", "group", "planner", "workload", "model 1", "model 2", "model 3", "mean"],
             rows,
         ),
-        "</body></html>",
     ]
     out = Path(out_dir) / "report.html"
-    out.write_text("\n".join(parts))
+    out.write_text(html_page("hetserve: PPipe reproduction", parts))
     return out

@@ -19,8 +19,6 @@ every GPU of that class in the cluster (GPUs the plan leaves idle count as 0).
 
 from __future__ import annotations
 
-import json
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -445,14 +443,6 @@ def summary_rows(results: Mapping[str, Any]) -> list[list[str]]:
 
 
 def write_results(results: Mapping[str, Any], out_dir: str | Path) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    path.write_text(json.dumps(results, indent=1, default=_json_default))
-    return path
+    from hetserve.experiments.report import write_results as write
 
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+    return write(results, out_dir)

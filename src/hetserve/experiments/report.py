@@ -204,3 +204,36 @@ def write_report(folder: str | Path) -> Path:
         + "</body></html>\n"
     )
     return out
+
+
+def write_results(results: Any, out_dir: str | Path) -> Path:
+    """``DIR/results.json`` of a study: NaN and infinities as null, NumPy scalars as
+    numbers."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    path.write_text(json.dumps(_clean(results), indent=1, allow_nan=False))
+    return path
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def html_page(title: str, body: list[str]) -> str:
+    """A self-contained report page (tables styled, images inline)."""
+    head = (
+        f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}</style></head><body>"
+    )
+    return "\n".join([head, *body, "</body></html>"])

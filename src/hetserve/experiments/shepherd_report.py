@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.ppipe_report import _bars, _table
-from hetserve.experiments.report import _plt, _png
+from hetserve.experiments.report import _plt, _png, html_page
 from hetserve.experiments.shepherd_study import PAPER, SCHEDULERS, WORKLOADS, summary_rows
 
 _COLORS = {"flex": "#1f77b4", "clockwork": "#ff7f0e", "nexus": "#2ca02c", "flex-np": "#9467bd"}
@@ -97,10 +97,6 @@ def write_shepherd_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     cfg = results["config"]
     s = results["summary"]
     parts = [
-        "<html><head><meta charset='utf-8'><title>hetserve: Shepherd reproduction</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:right}</style></head><body>",
         "<h1>Shepherd evaluation on the hetserve simulator</h1>",
         f"<p>{cfg['n_gpus']} V100 workers in one serving group, {len(cfg['models'])} models "
         f"of Shepherd Table 4 ({html.escape(', '.join(cfg['models']))}) with its exit "
@@ -182,10 +178,9 @@ def write_shepherd_report(results: dict[str, Any], out_dir: str | Path) -> Path:
             ["grouping", "workers", "models", "groups", "offered", "goodput", "us/event"],
             scale_rows,
         ),
-        "</body></html>",
     ]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
-    path.write_text("\n".join(parts))
+    path.write_text(html_page("hetserve: Shepherd reproduction", parts))
     return path

@@ -19,7 +19,6 @@ Every point is one simulation; points run in parallel (``--jobs``).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -398,19 +397,9 @@ def summary_rows(results: Mapping[str, Any]) -> list[list[str]]:
 
 
 def write_results(results: Mapping[str, Any], out_dir: str | Path) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    path.write_text(json.dumps(results, indent=1, default=_json_default))
-    return path
+    from hetserve.experiments.report import write_results as write
 
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+    return write(results, out_dir)
 
 
 __all__: Sequence[str] = ("ShepherdConfig", "collect", "quick_config", "run_study")
