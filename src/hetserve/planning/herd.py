@@ -323,26 +323,36 @@ def herd(
             return _ilp(scaled, n_gpus, g_max, mem_gb, time_limit_s)
         return _search(scaled, n_gpus, g_max, mem_gb), "bisection"
 
+    def shrink(x: float) -> list[ModelStream]:
+        return [replace(s, n_gpus=s.n_gpus * x) for s in ms]
+
+    def largest_share(ilp: bool) -> float:
+        lo, hi = 0.0, 1.0
+        for _ in range(20 if ilp else 30):
+            mid = (lo + hi) / 2
+            try:
+                solve(shrink(mid), ilp)
+                lo = mid
+            except HetserveError:
+                hi = mid
+        return lo * (1 - 1e-5)  # clear of the solver's feasibility tolerance
+
     scale, scaled = 1.0, list(ms)
     try:
         groups, status = solve(ms, use_ilp)
     except HetserveError:
-        # an overloaded cluster: the largest share of the load that fits (bisection)
-        lo, hi = 0.0, 1.0
-        for _ in range(20 if use_ilp else 30):
-            mid = (lo + hi) / 2
-            try:
-                solve([replace(s, n_gpus=s.n_gpus * mid) for s in ms], use_ilp)
-                lo = mid
-            except HetserveError:
-                hi = mid
-        if lo <= 0.0:
+        # an overloaded cluster: the largest share of the load that fits, found with the
+        # fast search (the ILP then optimises at that share); the ILP's own bisection
+        # only where the search packs nothing at all
+        scale = largest_share(False)
+        if scale <= 0.0 and use_ilp:
+            scale = largest_share(True)
+        if scale <= 0.0:
             raise HetserveError(
                 f"HERD: no grouping of {len(ms)} model-streams fits {n_gpus} GPUs (G_max "
                 f"{g_max}, {mem_gb:g} GB per GPU)"
             ) from None
-        lo *= 1 - 1e-5  # clear of the solver's feasibility tolerance
-        scale, scaled = lo, [replace(s, n_gpus=s.n_gpus * lo) for s in ms]
+        scaled = shrink(scale)
         try:
             groups, status = solve(scaled, use_ilp)
         except HetserveError:
