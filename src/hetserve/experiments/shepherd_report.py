@@ -79,8 +79,11 @@ def plot_scaling(results: dict[str, Any]) -> str:
         xs = [r["workers"] for r in rows]
         axes[0].plot(xs, [r["goodput_rps"] / r["offered_rps"] for r in rows], "o-", label=g)
         axes[1].plot(xs, [r["us_per_event"] for r in rows], "o-", label=g)
+    ticks = [r["workers"] for r in next(iter(results["scaling"].values()))]
     for ax, label in zip(axes, ["goodput / offered", "FLEX us per event"], strict=True):
         ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("workers")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
