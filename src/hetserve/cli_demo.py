@@ -122,7 +122,40 @@ def demo(out: str) -> None:
         )
     console.print(t)
     console.print("the whole study (Figs. 6-8 and 10): hetserve reproduce ppipe --quick --out DIR")
+    _shepherd_step()
     console.print(
-        "[green]demo done[/green]: next issues add Shepherd, DeepPlan, MagicBatch, RAMPA "
-        "and the Ray runtime to this tour."
+        "[green]demo done[/green]: next issues add DeepPlan, MagicBatch, RAMPA and the Ray "
+        "runtime to this tour."
+    )
+
+
+def _shepherd_step() -> None:
+    """9. Shepherd: FLEX against Clockwork and Nexus on a serving group under overload."""
+    from hetserve.core.outcome import OK
+    from hetserve.experiments.setup import simulate
+    from hetserve.experiments.shepherd import group_setup
+    from hetserve.experiments.shepherd_study import MODELS
+    from hetserve.scheduling.nexus import peak_rates
+    from hetserve.workload.maf import maf_trace
+
+    console.rule("9. Shepherd: FLEX on a serving group of 12 V100s (Table 4 models)")
+    setup = group_setup(12, dict.fromkeys(MODELS, 0.25))
+    trace = maf_trace("maf-bursty", MODELS, 1000, 14000.0, 10.0, 0.25, seed=0)
+    t = Table(
+        title=f"{len(trace) / trace.duration_s:,.0f} req/s offered (MAF-bursty, 1,000 streams, "
+        "13 models, SLO 250 ms), 10 s (Shepherd section 7)"
+    )
+    for col in ("scheduler", "goodput req/s", "of offered"):
+        t.add_column(col, justify="left" if col == "scheduler" else "right")
+    for name, params in (
+        ("flex", {}),
+        ("clockwork", {}),
+        ("nexus", {"rates": peak_rates(trace, 5.0), "epoch_s": 5.0}),
+    ):
+        res = simulate(setup, name, trace, params)
+        ok = int((res.outcome == OK).sum())
+        t.add_row(name, f"{ok / trace.duration_s:,.0f}", f"{100 * ok / len(trace):.1f}%")
+    console.print(t)
+    console.print(
+        "the whole study (Figs. 7, 9, 10, 11): hetserve reproduce shepherd --quick --out DIR"
     )

@@ -216,3 +216,10 @@ def test_demo(capsys, tmp_path):
     rows = {line.split("│")[1].strip(): line for line in step8.splitlines() if "│" in line}
     att = {p: float(rows[p].split("│")[3].strip().rstrip("%")) for p in ("np", "ppipe")}
     assert att["ppipe"] >= 99.0 > att["np"]
+    # step 9: FLEX serves more than Clockwork and Nexus under overload
+    step9 = out[out.index("9. Shepherd") :]
+    rows = {line.split("│")[1].strip(): line for line in step9.splitlines() if "│" in line}
+    good = {
+        s: float(rows[s].split("│")[2].replace(",", "")) for s in ("flex", "clockwork", "nexus")
+    }
+    assert good["flex"] > 1.3 * max(good["clockwork"], good["nexus"])
