@@ -67,6 +67,54 @@ def profile_estimate(
     )
 
 
+@profile.command("measure")
+@click.option("--models", required=True, help="Comma-separated zoo model names.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("--batches", default="1,2,4,8", show_default=True)
+@click.option("--shares", default="1", show_default=True, help="CPU: 1/k of the threads.")
+@click.option("--blocks", "n_blocks", default=10, show_default=True)
+@click.option("--warmup", default=3, show_default=True, help="Unmeasured runs per block.")
+@click.option("--repeats", default=10, show_default=True, help="Measured runs (median kept).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write latency.csv, blocks.csv (and energy.csv where power is readable).",
+)
+def profile_measure(
+    models: str,
+    device: str,
+    batches: str,
+    shares: str,
+    n_blocks: int,
+    warmup: int,
+    repeats: int,
+    out: str,
+) -> None:
+    """Measure the zoo's PyTorch models block by block on this machine (profile-set
+    format), and fit Shepherd's alpha/beta to each."""
+    from hetserve.profiling.measure import measure_profiles
+
+    names = _csv(models)
+    if not names:
+        raise HetserveError("--models: give at least one model name")
+    b_list, s_list = _int_list(batches, "batches"), _int_list(shares, "shares")
+    runs = len(names) * len(b_list) * len(s_list)
+    with progress_bar("measuring", runs) as tick:
+        ps, fits = measure_profiles(
+            names, device, b_list, s_list, n_blocks, warmup, repeats, lambda _msg: tick()
+        )
+    folder = ps.write(out)
+    extra = ", energy.csv" if ps.energy_mj else " (no energy: power is not readable here)"
+    console.print(f"wrote {folder}/latency.csv, blocks.csv{extra}")
+    for f in fits:
+        console.print(
+            f"{f.model} on {f.device}: alpha {f.params.alpha_s * 1e3:.3f} ms/request, beta "
+            f"{f.params.beta_s * 1e3:.3f} ms (Shepherd Eq. 1), largest fit error "
+            f"{100 * f.max_rel_error:.1f}%"
+        )
+
+
 # ------------------------------------------------------------------ traces
 
 

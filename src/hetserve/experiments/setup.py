@@ -104,7 +104,7 @@ def latency_source(
     if not models:
         raise HetserveError("--models: give at least one model")
     if profiles is not None:
-        table = TableModel(ProfileSet.read(profiles), cluster.catalog)
+        table = TableModel(ProfileSet.read(profiles, cluster.catalog), cluster.catalog)
         for m in models:
             table.num_blocks(m)
         return table, list(models)

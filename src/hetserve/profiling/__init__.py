@@ -1,0 +1,1 @@
+"""Measuring the zoo's models: per-block latency (and energy) profile sets."""
