@@ -1,0 +1,2 @@
+"""The runtime: what real workers execute (the Ray engine and the HTTP front end build on
+it)."""
