@@ -1,0 +1,346 @@
+"""The runtime engine: the same Scheduler objects as the simulator, driven by a clock and
+real (or emulated) workers instead of simulated ones.
+
+The engine is single-threaded and callback-driven: everything happens in callbacks that a
+:class:`Clock` runs at their time. :class:`LoopClock` runs them on an asyncio event loop
+at wall-clock times (serving); :class:`VirtualClock` runs them in time order without
+waiting (tests and the parity check with the simulator). Executors run stages:
+
+- :class:`EmulatedExecutor` (``--emulate``): a stage takes the latency model's time, as in
+  Shepherd's and Clockwork's emulated workers; a ``Preempt`` stops it at the next block
+  boundary;
+- :class:`TorchExecutor`: the zoo model's blocks really run (``runtime.stage.StageRunner``)
+  on a thread, and the result comes back to the loop.
+
+Semantics follow the Scheduler protocol and the simulator: a worker runs one stage at a
+time and, among queued stages whose input has arrived, starts the one with the earliest
+planned start; between stages the activations cross the links between the two workers
+(emulated: the simulator's link model; in one process they are handed over); a
+``StageReport`` follows every stage; every request ends exactly once (``on_done``).
+``Load`` completes at once (the runtime starts with every planned block resident) and
+``Evict`` is accepted; open routes are not supported yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.scheduling.protocol import (
+    ClusterView,
+    Dispatch,
+    Drop,
+    Evict,
+    Load,
+    Preempt,
+    Scheduler,
+    SetTimer,
+    StageReport,
+)
+from hetserve.sim.links import LinkTable
+
+_EPS = 1e-12
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def call_at(self, t: float, fn: Callable[[], None]) -> None: ...
+
+
+class VirtualClock:
+    """Callbacks in time order (ties in the order they were set), no waiting."""
+
+    def __init__(self) -> None:
+        self._t = 0.0
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+
+    def now(self) -> float:
+        return self._t
+
+    def call_at(self, t: float, fn: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (max(t, self._t), self._seq, fn))
+
+    def run(self, until: float = math.inf) -> None:
+        while self._heap and self._heap[0][0] <= until:
+            t, _, fn = heapq.heappop(self._heap)
+            self._t = t
+            fn()
+
+
+class LoopClock:
+    """Wall-clock seconds since the clock was made, on an asyncio loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.t0 = loop.time()
+
+    def now(self) -> float:
+        return self.loop.time() - self.t0
+
+    def call_at(self, t: float, fn: Callable[[], None]) -> None:
+        self.loop.call_at(self.t0 + t, fn)
+
+
+@dataclass
+class _Task:
+    batch: _Batch
+    index: int
+    worker: str
+    planned_s: float
+    start_s: float = math.nan
+    transfer: tuple[float, float] | None = None
+    stop: bool = False  # a preemption asked it to stop at the next block boundary
+    dead: bool = False
+
+
+@dataclass
+class _Batch:
+    d: Dispatch
+    dispatched_s: float
+    stage: int = 0
+    tasks: list[_Task] = field(default_factory=list)
+    payload: Any = None  # the activations between stages (TorchExecutor)
+
+
+class Executor(Protocol):
+    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None: ...
+
+
+class EmulatedExecutor:
+    """A stage takes the latency model's time for its blocks at the batch's size."""
+
+    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
+        d = task.batch.d
+        step = d.route[task.index]
+        w = engine.view.workers[step.worker]
+        lat = engine.view.latency
+        cum, acc = [], 0.0
+        for k in range(*step.blocks):
+            acc += lat.latency(d.model, w.gpu, w.share, len(d.requests), range(k, k + 1))
+            cum.append(acc)
+
+        def finish() -> None:
+            engine.stage_finished(task, len(cum), None)
+
+        def check(k: int) -> None:  # a block boundary: stop here if asked
+            if task.dead:
+                return
+            if task.stop and k < len(cum):
+                engine.stage_finished(task, k, None, preempted=True)
+            elif k < len(cum):
+                engine.clock.call_at(now + cum[k], lambda: check(k + 1))
+            else:
+                finish()
+
+        engine.clock.call_at(now + cum[0], lambda: check(1))
+
+
+class RuntimeEngine:
+    """Runs a Scheduler against workers on a clock (module docstring)."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        plan: Plan,
+        scheduler: Scheduler,
+        executor: Executor,
+        clock: Clock,
+        on_done: Callable[[Request, int, str, Any], None] | None = None,
+        emulate_links: bool = True,
+    ) -> None:
+        self.view = view
+        self.plan = plan
+        self.scheduler = scheduler
+        self.executor = executor
+        self.clock = clock
+        self.on_done = on_done
+        self.links = LinkTable(view.cluster) if emulate_links else None
+        self.batches: dict[int, _Batch] = {}
+        self.held: dict[int, Request] = {}  # requests the scheduler holds
+        self.payloads: dict[int, Any] = {}
+        self.running: dict[str, _Task | None] = dict.fromkeys(view.workers)
+        self.ready: dict[str, list] = {w: [] for w in view.workers}
+        self.outcomes: dict[int, tuple[int, str]] = {}
+        self.dispatch_log: list[tuple[float, int, str, tuple[int, ...], tuple[str, ...]]] = []
+        self._seq = 0
+        self._nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
+
+    # ------------------------------------------------------------------ entry points
+    def start(self) -> None:
+        self._apply(self.scheduler.start(self.view, self.plan, self.clock.now()))
+
+    def submit(self, request: Request, payload: Any = None) -> None:
+        """A request arrives now; its outcome comes through ``on_done`` exactly once."""
+        if request.model not in self.plan.models:
+            raise HetserveError(f"no model {request.model!r} is served")
+        self.held[request.id] = request
+        if payload is not None:
+            self.payloads[request.id] = payload
+        self._apply(self.scheduler.on_arrival(request, self.clock.now()))
+
+    # ------------------------------------------------------------------ actions
+    def _apply(self, actions: list[Any]) -> None:
+        now = self.clock.now()
+        for a in actions:
+            if type(a) is Dispatch:
+                self._dispatch(a, now)
+            elif type(a) is SetTimer:
+                token = a.token
+                self.clock.call_at(a.at_s, lambda token=token: self._timer(token))
+            elif type(a) is Drop:
+                for r in a.requests:
+                    if self.held.pop(r.id, None) is None:
+                        raise HetserveError(f"Drop of request {r.id}, which is not held")
+                    self._finish(r, DROPPED, a.reason or "dropped", None)
+            elif type(a) is Preempt:
+                self._preempt(a, now)
+            elif type(a) is Load:
+                rep = StageReport("load", -1, a.model, 0, a.worker, now, now, blocks=a.blocks)
+                self._apply(self.scheduler.on_stage_done(rep, now))
+            elif type(a) is Evict:
+                continue
+            else:
+                raise HetserveError(f"unknown action {a!r}")
+
+    def _timer(self, token: object) -> None:
+        self._apply(self.scheduler.on_timer(token, self.clock.now()))
+
+    def _dispatch(self, d: Dispatch, now: float) -> None:
+        nb = self._nblocks[d.model]
+        if d.route[0].blocks[0] != 0 or d.route[-1].blocks[1] != nb:
+            raise HetserveError(f"Dispatch {d.batch_id}: open routes are not supported yet")
+        for r in d.requests:
+            if self.held.pop(r.id, None) is None:
+                raise HetserveError(f"Dispatch {d.batch_id}: request {r.id} is not held")
+        b = _Batch(d, now)
+        if self.payloads:
+            b.payload = [self.payloads.get(r.id) for r in d.requests]
+        self.batches[d.batch_id] = b
+        self.dispatch_log.append(
+            (now, d.batch_id, d.model, tuple(r.id for r in d.requests),
+             tuple(s.worker for s in d.route))
+        )  # fmt: skip
+        first = _Task(b, 0, d.route[0].worker, d.route[0].planned_start_s)
+        b.tasks.append(first)
+        self._enqueue(first, now)
+
+    def _enqueue(self, task: _Task, now: float) -> None:
+        self._seq += 1
+        heapq.heappush(self.ready[task.worker], (task.planned_s, self._seq, task))
+        self._try_start(task.worker, now)
+
+    def _try_start(self, worker: str, now: float) -> None:
+        q = self.ready[worker]
+        while self.running[worker] is None and q:
+            task = heapq.heappop(q)[2]
+            if task.dead:
+                continue
+            task.start_s = now
+            self.running[worker] = task
+            self.executor.start(self, task, now)
+
+    def _preempt(self, p: Preempt, now: float) -> None:
+        b = self.batches.get(p.batch_id)
+        if b is None:
+            return  # finished or gone: nothing to stop
+        cur = self._current(b)
+        if cur is None or cur.worker != p.worker:
+            return
+        if self.running[cur.worker] is cur:
+            cur.stop = True  # at the next block boundary
+        else:
+            cur.dead = True
+            self._end(b, cur, now, "preempted", 0)
+
+    @staticmethod
+    def _current(b: _Batch) -> _Task | None:
+        """The batch's stage that is queued or running (None while it is in transfer)."""
+        t = b.tasks[-1] if b.tasks else None
+        return None if t is None or t.dead else t
+
+    # ------------------------------------------------------------------ stage ends
+    def stage_finished(
+        self, task: _Task, blocks_done: int, output: Any, preempted: bool = False
+    ) -> None:
+        """An executor's stage ended (all its blocks, or ``blocks_done`` when stopped)."""
+        now = self.clock.now()
+        worker = task.worker
+        self.running[worker] = None
+        b = task.batch
+        d = b.d
+        if preempted:
+            task.dead = True
+            self._end(b, task, now, "preempted", blocks_done)
+            self._try_start(worker, now)
+            return
+        last = task.index == len(d.route) - 1
+        if last:
+            self.batches.pop(d.batch_id, None)
+            outs = output if isinstance(output, list) else [None] * len(d.requests)
+            for r, out in zip(d.requests, outs, strict=True):
+                self._finish(r, OK if now <= r.deadline_s + _EPS else LATE, "", out)
+        else:
+            b.payload = output
+            nxt = d.route[task.index + 1]
+            t0 = t1 = now
+            if self.links is not None:
+                wa, wb = self.view.workers[worker], self.view.workers[nxt.worker]
+                path, bw, delay = self.links.path(wa.gpu_id, wb.gpu_id)
+                step = d.route[task.index]
+                nbytes = (
+                    self.view.latency.out_bytes(d.model, step.blocks[1] - 1)
+                    * len(d.requests)
+                    * self.view.cut_bytes_factor
+                )
+                t0, t1 = self.links.transfer(path, bw, delay, nbytes, now)
+            ntask = _Task(b, task.index + 1, nxt.worker, nxt.planned_start_s, transfer=(t0, t1))
+            b.tasks.append(ntask)
+            if t1 > now:
+                self.clock.call_at(t1, lambda: self._enqueue(ntask, self.clock.now()))
+            else:
+                self._enqueue(ntask, now)
+        step = d.route[task.index]
+        tr = task.transfer
+        rep = StageReport(
+            "stage", d.batch_id, d.model, step.stage, worker, task.start_s, now, d.requests,
+            True, last, "", step.blocks, blocks_done,
+            None if tr is None else tr[0], None if tr is None else tr[1],
+        )  # fmt: skip
+        self._apply(self.scheduler.on_stage_done(rep, now))
+        self._try_start(worker, now)
+
+    def _end(self, b: _Batch, task: _Task, now: float, reason: str, blocks_done: int) -> None:
+        d = b.d
+        self.batches.pop(d.batch_id, None)
+        if reason == "preempted":
+            for r in d.requests:
+                self.held[r.id] = r
+        else:
+            for r in d.requests:
+                self._finish(r, FAILED, reason, None)
+        step = d.route[task.index]
+        start = task.start_s if not math.isnan(task.start_s) else now
+        rep = StageReport(
+            "stage", d.batch_id, d.model, step.stage, task.worker, start, now, d.requests,
+            False, False, reason, step.blocks, blocks_done,
+        )  # fmt: skip
+        self._apply(self.scheduler.on_stage_done(rep, now))
+
+    def _finish(self, r: Request, outcome: int, reason: str, output: Any) -> None:
+        if r.id in self.outcomes:
+            raise HetserveError(f"request {r.id} ended twice")
+        self.outcomes[r.id] = (outcome, reason)
+        self.payloads.pop(r.id, None)
+        if self.on_done is not None:
+            self.on_done(r, outcome, reason, output)

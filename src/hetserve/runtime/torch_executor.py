@@ -1,0 +1,87 @@
+"""Real execution of stages: zoo models' blocks in PyTorch (``runtime.stage``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from hetserve.core.latency import RooflineModel
+from hetserve.runtime.engine import RuntimeEngine, VirtualClock, _Task
+from hetserve.runtime.stage import StageRunner
+from hetserve.zoo.registry import build
+
+
+class TorchExecutor:
+    """One :class:`StageRunner` per (worker, model, block range), made on first use.
+
+    A batch's input is its requests' payloads stacked (a request without one gets the
+    model's example input), its output split back per request. On a :class:`VirtualClock`
+    the stage runs at once and ends after the time it really took (tests); on a wall clock
+    it runs on the loop's default thread pool and reports back on the loop.
+    ``stop`` (preemption) is checked at every block boundary.
+    """
+
+    def __init__(self, n_blocks: int = 10, device: str = "cpu", cut_fp16: bool = True) -> None:
+        self.n_blocks = n_blocks
+        self.device = device
+        self.cut_dtype = torch.float16 if cut_fp16 else None
+        self._models: dict[str, Any] = {}
+        self._runners: dict[tuple[str, str, tuple[int, int]], StageRunner] = {}
+        self._roofline = RooflineModel(n_blocks=n_blocks)
+
+    def runner(self, worker: str, model: str, blocks: tuple[int, int]) -> StageRunner:
+        key = (worker, model, blocks)
+        r = self._runners.get(key)
+        if r is None:
+            net = self._models.get(model)
+            if net is None:
+                net = self._models[model] = build(model)
+            cut = self._roofline.blocks(net.model_name)
+            r = StageRunner(net, cut, blocks, self.device, self.cut_dtype)
+            self._runners[key] = r
+        return r
+
+    def _input(self, task: _Task) -> Any:
+        b = task.batch
+        if task.index > 0:
+            return b.payload
+        net = self._models.get(b.d.model) or build(b.d.model)
+        self._models[b.d.model] = net
+        xs = [
+            p if p is not None else net.input_spec.example(1)[0]
+            for p in (b.payload or [None] * len(b.d.requests))
+        ]
+        return torch.stack(xs)
+
+    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
+        step = task.batch.d.route[task.index]
+        runner = self.runner(step.worker, task.batch.d.model, step.blocks)
+        x = self._input(task)
+
+        def work() -> tuple[Any, int, bool, float]:
+            t0 = time.perf_counter()
+            res = runner.run(x, lambda: task.stop)
+            return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
+
+        def done(result: tuple[Any, int, bool, float]) -> None:
+            out, blocks_done, completed, _ = result
+            if completed and runner.last:
+                out = [_row(out, i) for i in range(len(task.batch.d.requests))]
+            engine.stage_finished(task, blocks_done, out, preempted=not completed)
+
+        if isinstance(engine.clock, VirtualClock):
+            result = work()
+            engine.clock.call_at(now + result[3], lambda: done(result))
+            return
+        loop = engine.clock.loop  # type: ignore[attr-defined]
+        fut = loop.run_in_executor(None, work)
+        fut.add_done_callback(lambda f: done(f.result()))
+
+
+def _row(x: Any, i: int) -> Any:
+    """Request ``i``'s part of a batch output (a tensor, or a tuple of them)."""
+    if isinstance(x, torch.Tensor):
+        return x[i]
+    return type(x)(_row(v, i) for v in x)
