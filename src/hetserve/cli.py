@@ -402,6 +402,7 @@ def _register_subcommands() -> None:
     import hetserve.cli_demo
     import hetserve.cli_plan
     import hetserve.cli_reproduce
+    import hetserve.cli_serve
     import hetserve.cli_sim  # noqa: F401  (simulate, sweep, report)
 
 

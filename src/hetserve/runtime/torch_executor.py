@@ -43,6 +43,26 @@ class TorchExecutor:
             self._runners[key] = r
         return r
 
+    def prepare(self, plan: Any, placement: Any) -> None:
+        """Build every stage runner of the placement and run each once (weights on the
+        device, kernels warmed) so that the first requests are not slowed by it."""
+        for (model, pi, si), workers in placement.stages.items():
+            blocks = plan.models[model].pipelines[pi].stages[si].blocks
+            for w in workers:
+                self.runner(w, model, blocks)
+        for (_, model, blocks), r in self._runners.items():
+            if blocks[0] == 0:
+                x = self._models[model].input_spec.example(1)
+                while True:
+                    res = r.run(x)
+                    if r.last:
+                        break
+                    nxt = [q for (_, m, b), q in self._runners.items()
+                           if m == model and b[0] == r.stop]  # fmt: skip
+                    if not nxt:
+                        break
+                    r, x = nxt[0], res.output
+
     def _input(self, task: _Task) -> Any:
         b = task.batch
         if task.index > 0:

@@ -1,0 +1,196 @@
+"""A serving instance: plan, scheduler, workers and the runtime engine on an asyncio loop,
+with one awaitable result per request and Prometheus metrics.
+
+``Server.infer(model, tensor, deadline_s)`` returns the request's outcome exactly once:
+its output, or an error with a reason (``dropped: deadline`` when the scheduler finds the
+deadline unreachable, ``overloaded`` when more than ``max_pending`` requests are held
+before any work is spent on it, ``failed: ...``). ``drain()`` waits for the requests in
+flight (graceful shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.requests import Request
+from hetserve.experiments.setup import Setup
+from hetserve.runtime.engine import EmulatedExecutor, LoopClock, RuntimeEngine
+from hetserve.scheduling import ClusterView, make_scheduler
+
+
+@dataclass
+class Result:
+    outcome: str  # "ok" | "late" | "dropped" | "failed" | "overloaded"
+    reason: str = ""
+    output: Any = None
+    latency_s: float = 0.0
+
+
+@dataclass
+class ServerConfig:
+    scheduler: str = "edf-adaptive"
+    params: dict[str, Any] = field(default_factory=dict)
+    emulate: bool = False
+    max_pending: int = 10_000
+    n_blocks: int = 10
+
+
+_NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
+
+
+class Metrics:
+    """The server's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "hetserve_requests", "Requests by model and outcome", ["model", "outcome"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.drops = Counter(
+            "hetserve_drops", "Dropped or failed requests by reason", ["model", "reason"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "hetserve_request_seconds", "Arrival to response", ["model"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.stage = Histogram(
+            "hetserve_stage_seconds", "Stage compute time", ["model", "worker"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.batch = Histogram(
+            "hetserve_batch_size", "Requests per dispatched batch", ["model"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
+        )  # fmt: skip
+        self.busy = Counter(
+            "hetserve_worker_busy_seconds", "Time each worker spent running stages",
+            ["worker"], registry=self.registry,
+        )  # fmt: skip
+
+
+class Server:
+    def __init__(self, setup: Setup, config: ServerConfig | None = None) -> None:
+        self.setup = setup
+        self.cfg = config or ServerConfig()
+        self.metrics = Metrics()
+        self.engine: RuntimeEngine | None = None
+        self._futures: dict[int, asyncio.Future[Result]] = {}
+        self._ids = itertools.count()
+        self._t0: dict[int, float] = {}
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.setup.plan.models)
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    def check(self) -> None:
+        """Start a throwaway scheduler on the plan: configuration errors surface here, as
+        one-line errors, before the HTTP server starts."""
+        view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
+        make_scheduler(self.cfg.scheduler, self.cfg.params).start(view, self.setup.plan, 0.0)
+
+    def start(self) -> None:
+        """Start on the running loop (call from inside it)."""
+        loop = asyncio.get_running_loop()
+        view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
+        if self.cfg.emulate:
+            executor: Any = EmulatedExecutor()
+        else:
+            from hetserve.runtime.torch_executor import TorchExecutor
+
+            executor = TorchExecutor(n_blocks=self.cfg.n_blocks)
+            executor.prepare(self.setup.plan, self.setup.placement)
+        sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
+        self.engine = RuntimeEngine(
+            view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),
+            self._done, emulate_links=self.cfg.emulate,
+        )  # fmt: skip
+        self.engine.start()
+
+    async def infer(
+        self, model: str, tensor: Any = None, deadline_s: float | None = None
+    ) -> Result:
+        """Serve one request (``tensor``: one request's input, without the batch dim)."""
+        eng = self.engine
+        if eng is None:
+            raise HetserveError("the server is not started")
+        if model not in self.setup.plan.models:
+            raise HetserveError(f"no model {model!r} is served")
+        slo = self.setup.plan.models[model].slo_s if deadline_s is None else deadline_s
+        if len(self._futures) >= self.cfg.max_pending:
+            self.metrics.requests.labels(model, "overloaded").inc()
+            return Result("overloaded", f"more than {self.cfg.max_pending} requests pending")
+        rid = next(self._ids)
+        now = eng.clock.now()
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._futures[rid] = fut
+        self._t0[rid] = time.perf_counter()
+        eng.submit(Request(rid, model, "http", now, now + slo), tensor)
+        return await fut
+
+    def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
+        name = _NAMES.get(outcome, "failed")
+        dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
+        self.metrics.requests.labels(r.model, name).inc()
+        self.metrics.latency.labels(r.model).observe(dt)
+        if name in ("dropped", "failed"):
+            self.metrics.drops.labels(r.model, reason).inc()
+        fut = self._futures.pop(r.id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(Result(name, reason, output, dt))
+
+    async def drain(self, timeout_s: float = 30.0) -> None:
+        """Wait for every request in flight to get its answer."""
+        pending = list(self._futures.values())
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+
+class _Observed:
+    """The scheduler, with its dispatches and stage reports counted in the metrics."""
+
+    def __init__(self, inner: Any, server: Server) -> None:
+        self.inner = inner
+        self.server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _seen(self, acts: list[Any]) -> list[Any]:
+        from hetserve.scheduling import Dispatch
+
+        for a in acts:
+            if type(a) is Dispatch:
+                self.server.metrics.batch.labels(a.model).observe(len(a.requests))
+        return acts
+
+    def start(self, view: Any, plan: Any, now: float) -> list[Any]:
+        return self._seen(self.inner.start(view, plan, now))
+
+    def on_arrival(self, r: Request, now: float) -> list[Any]:
+        return self._seen(self.inner.on_arrival(r, now))
+
+    def on_timer(self, token: object, now: float) -> list[Any]:
+        return self._seen(self.inner.on_timer(token, now))
+
+    def on_worker_lost(self, worker: str, now: float) -> list[Any]:
+        return self._seen(self.inner.on_worker_lost(worker, now))
+
+    def on_stage_done(self, rep: Any, now: float) -> list[Any]:
+        if rep.kind == "stage":
+            dur = max(0.0, rep.end_s - rep.start_s)
+            self.server.metrics.stage.labels(rep.model, rep.worker).observe(dur)
+            self.server.metrics.busy.labels(rep.worker).inc(dur)
+        return self._seen(self.inner.on_stage_done(rep, now))

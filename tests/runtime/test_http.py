@@ -1,0 +1,138 @@
+"""The Open Inference Protocol front end, in process and with a standard client."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from hetserve.experiments.setup import build_setup  # noqa: E402
+from hetserve.experiments.shepherd import group_setup  # noqa: E402
+from hetserve.runtime.http import create_app  # noqa: E402
+from hetserve.runtime.server import Server, ServerConfig  # noqa: E402
+from hetserve.zoo.registry import build  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def _cpu_server(**cfg):
+    s = build_setup("local-cpu", ["resnet18"], slo_ms={"resnet18": 20000.0}, max_batch=4)
+    return Server(s, ServerConfig(scheduler="flex", **cfg))
+
+
+def _body(x, **params):
+    return {
+        "id": "r1",
+        "inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
+                    "data": x.flatten().tolist()}],
+        "parameters": params,
+    }  # fmt: skip
+
+
+def test_infer_health_metadata_and_metrics():
+    model = build("resnet18")
+    x = torch.stack([model.input_spec.example(1, seed=i)[0] for i in range(2)])
+    with TestClient(create_app(_cpu_server())) as c:
+        assert c.get("/v2/health/live").json() == {"live": True}
+        assert c.get("/v2/health/ready").status_code == 200
+        meta = c.get("/v2/models/resnet18").json()
+        assert meta["inputs"][0]["shape"] == [-1, 3, 224, 224]
+        assert c.get("/v2/models/bert").status_code == 404
+        assert c.get("/v2/models/resnet18/ready").json()["ready"] is True
+        r = c.post("/v2/models/resnet18/infer", json=_body(x))
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["id"] == "r1" and out["outputs"][0]["shape"] == [2, 1000]
+        got = torch.tensor(out["outputs"][0]["data"]).reshape(2, 1000)
+        with torch.inference_mode():
+            ref = model(x)
+        assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4)
+        text = c.get("/metrics").text
+        assert 'hetserve_requests_total{model="resnet18",outcome="ok"} 2.0' in text
+        assert "hetserve_batch_size_bucket" in text
+
+
+@pytest.mark.parametrize(
+    "mutate, status, msg",
+    [
+        (lambda b: b["inputs"][0].pop("shape"), 400, "missing field 'shape'"),
+        (lambda b: b["inputs"][0].update(datatype="FP8"), 400, "datatype must be one of"),
+        (
+            lambda b: b["inputs"][0].update(shape=[1, 3, 224, 223]),
+            400,
+            "shape [1, 3, 224, 223] needs",
+        ),
+        (lambda b: b.update(inputs=[]), 400, "'inputs' must be a list with one tensor"),
+        (lambda b: b.update(parameters={"deadline_ms": -1}), 400, "deadline_ms must be"),
+        (lambda b: b.update(parameters={"deadline_ms": 0.001}), 503, "request dropped: deadline"),
+    ],
+)
+def test_bad_requests_get_a_status_and_a_message(mutate, status, msg):
+    x = build("resnet18").input_spec.example(1)
+    body = _body(x)
+    mutate(body)
+    with TestClient(create_app(_cpu_server())) as c:
+        r = c.post("/v2/models/resnet18/infer", json=body)
+        assert r.status_code == status and msg in r.json()["error"]
+        assert c.post("/v2/models/resnet18/infer", content=b"{").status_code == 400
+
+
+def test_token_and_overload_in_emulation():
+    s = group_setup(1, {"resnet50": 0.2})
+    srv = Server(s, ServerConfig(scheduler="flex", emulate=True, max_pending=0))
+    with TestClient(create_app(srv, token="t0p")) as c:
+        assert c.get("/v2/health/live").status_code == 401
+        h = {"Authorization": "Bearer t0p"}
+        body = {"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0]}]}
+        r = c.post("/v2/models/resnet50/infer", json=body, headers=h)
+        assert r.status_code == 429
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_standard_client_works_unchanged():
+    """tritonclient's HTTP client against a real uvicorn server on loopback."""
+    httpclient = pytest.importorskip("tritonclient.http")
+    import numpy as np
+    import uvicorn
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(_cpu_server()), host="127.0.0.1", port=port, log_level="error")
+    )
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_live() and client.is_model_ready("resnet18")
+        x = build("resnet18").input_spec.example(1).numpy().astype(np.float32)
+        inp = httpclient.InferInput("input", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=False)
+        res = client.infer("resnet18", [inp])
+        assert res.as_numpy("output").shape == (1, 1000)
+    finally:
+        server.should_exit = True
+        th.join(timeout=10)
+
+
+def test_serve_cli_reports_configuration_errors_in_one_line(capsys, tmp_path, monkeypatch):
+    from hetserve.cli import main
+
+    monkeypatch.setenv("HETSERVE_CACHE", str(tmp_path))
+    rc = main(["serve", "--cluster", "shepherd-12xv100", "--models", "bert", "--emulate"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "bert" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
