@@ -110,7 +110,12 @@ def serve(
     sp = parse_params(params)
     if scheduler in ("flex", "flex-np", "clockwork", "nexus"):
         sp.setdefault("max_batch", max_batch)  # (their default, 128, exceeds the profiles)
-    server = Server(setup, ServerConfig(scheduler=scheduler, params=sp, emulate=emulate))
+    build = None
+    if not emulate:
+        from hetserve.zoo.registry import build
+    server = Server(
+        setup, ServerConfig(scheduler=scheduler, params=sp, emulate=emulate, build=build)
+    )
     server.check()
     app = create_app(server, token=token, max_body_bytes=max_body_mb << 20)
     console.print(

@@ -135,7 +135,7 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts():
     eng = RuntimeEngine(
         ClusterView.build(s.cluster, s.latency, s.placement), plan,
         make_scheduler("fixed-batch", {"max_batch": 2, "max_queue_delay_s": 0.001}),
-        TorchExecutor(), clock, lambda r, o, why, out: outs.__setitem__(r.id, (o, out)),
+        TorchExecutor(build), clock, lambda r, o, why, out: outs.__setitem__(r.id, (o, out)),
     )  # fmt: skip
     eng.start()
     model = build("resnet18")

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.torch
 
 def _cpu_server(**cfg):
     s = build_setup("local-cpu", ["resnet18"], slo_ms={"resnet18": 20000.0}, max_batch=4)
-    return Server(s, ServerConfig(scheduler="flex", **cfg))
+    return Server(s, ServerConfig(scheduler="flex", build=build, **cfg))
 
 
 def _body(x, **params):

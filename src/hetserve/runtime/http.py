@@ -17,7 +17,6 @@ it. The binary tensor extension is not implemented.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from contextlib import asynccontextmanager
 from typing import Any
@@ -64,18 +63,11 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
     async def meta() -> Any:
         return {"name": "hetserve", "version": "0.1.0", "extensions": []}
 
-    def _spec(model: str) -> Any:
-        from hetserve.zoo.registry import build
-
-        return build(model).input_spec
-
     @app.get("/v2/models/{model}")
     async def model_meta(model: str) -> Any:
         if model not in server.models:
             return error(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
-        shape: list[int] = [-1]
-        with contextlib.suppress(Exception):  # not a zoo model (a Table 4 one, emulated)
-            shape += list(_spec(model).shape)
+        shape: list[int] = [-1, *(server.input_shape(model) or [])]
         return {
             "name": model,
             "versions": ["1"],

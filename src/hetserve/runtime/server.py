@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.requests import Request
-from hetserve.experiments.setup import Setup
 from hetserve.runtime.engine import EmulatedExecutor, LoopClock, RuntimeEngine
 from hetserve.scheduling import ClusterView, make_scheduler
 
@@ -39,6 +39,8 @@ class ServerConfig:
     emulate: bool = False
     max_pending: int = 10_000
     n_blocks: int = 10
+    # the models' builder for real workers (``hetserve.zoo.registry.build``)
+    build: Callable[[str], Any] | None = None
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
@@ -78,7 +80,8 @@ class Metrics:
 
 
 class Server:
-    def __init__(self, setup: Setup, config: ServerConfig | None = None) -> None:
+    def __init__(self, setup: Any, config: ServerConfig | None = None) -> None:
+        """``setup``: cluster, latency, plan and placement (``experiments.setup.Setup``)."""
         self.setup = setup
         self.cfg = config or ServerConfig()
         self.metrics = Metrics()
@@ -90,6 +93,15 @@ class Server:
     @property
     def models(self) -> list[str]:
         return list(self.setup.plan.models)
+
+    def input_shape(self, model: str) -> list[int] | None:
+        """One request's input shape, where the builder can tell it."""
+        if self.cfg.build is None:
+            return None
+        try:
+            return list(self.cfg.build(model).input_spec.shape)
+        except Exception:  # not a model the builder knows
+            return None
 
     @property
     def ready(self) -> bool:
@@ -110,7 +122,9 @@ class Server:
         else:
             from hetserve.runtime.torch_executor import TorchExecutor
 
-            executor = TorchExecutor(n_blocks=self.cfg.n_blocks)
+            if self.cfg.build is None:
+                raise HetserveError("real workers need a model builder (or emulate=True)")
+            executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
             executor.prepare(self.setup.plan, self.setup.placement)
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         self.engine = RuntimeEngine(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -10,7 +11,6 @@ import torch
 from hetserve.core.latency import RooflineModel
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock, _Task
 from hetserve.runtime.stage import StageRunner
-from hetserve.zoo.registry import build
 
 
 class TorchExecutor:
@@ -23,7 +23,16 @@ class TorchExecutor:
     ``stop`` (preemption) is checked at every block boundary.
     """
 
-    def __init__(self, n_blocks: int = 10, device: str = "cpu", cut_fp16: bool = True) -> None:
+    def __init__(
+        self,
+        build: Callable[[str], Any],
+        n_blocks: int = 10,
+        device: str = "cpu",
+        cut_fp16: bool = True,
+    ) -> None:
+        """``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits above the
+        zoo in the layering, so the caller passes ``hetserve.zoo.registry.build``)."""
+        self.build = build
         self.n_blocks = n_blocks
         self.device = device
         self.cut_dtype = torch.float16 if cut_fp16 else None
@@ -37,7 +46,7 @@ class TorchExecutor:
         if r is None:
             net = self._models.get(model)
             if net is None:
-                net = self._models[model] = build(model)
+                net = self._models[model] = self.build(model)
             cut = self._roofline.blocks(net.model_name)
             r = StageRunner(net, cut, blocks, self.device, self.cut_dtype)
             self._runners[key] = r
@@ -67,7 +76,7 @@ class TorchExecutor:
         b = task.batch
         if task.index > 0:
             return b.payload
-        net = self._models.get(b.d.model) or build(b.d.model)
+        net = self._models.get(b.d.model) or self.build(b.d.model)
         self._models[b.d.model] = net
         xs = [
             p if p is not None else net.input_spec.example(1)[0]
