@@ -32,7 +32,7 @@ import numpy as np
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LatencyModel
-from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, PENDING
+from hetserve.core.outcome import DROPPED, LATE, OK, PENDING
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.protocol import (
@@ -47,9 +47,11 @@ from hetserve.scheduling.protocol import (
     StageReport,
 )
 from hetserve.sim.faults import FaultsMixin
+from hetserve.sim.finish import EndMixin
 from hetserve.sim.links import LinkTable
 from hetserve.sim.loader import LoaderMixin
 from hetserve.sim.result import SimResult
+from hetserve.sim.routes import RoutesMixin
 from hetserve.sim.state import (
     _AWAITING,
     _DONE,
@@ -70,7 +72,7 @@ from hetserve.sim.state import (
 from hetserve.workload.trace import Trace
 
 
-class Simulator(LoaderMixin, FaultsMixin):
+class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
     def __init__(
         self,
         cluster: Cluster,
@@ -300,60 +302,6 @@ class Simulator(LoaderMixin, FaultsMixin):
         else:
             self._gather(task, first, now)
 
-    def _gather(self, task: _Task, first: int, now: float) -> None:
-        """A continued batch's input: one transfer per worker its requests are parked on,
-        each over the links to the stage's worker; the stage may start when all arrived."""
-        b = task.batch
-        counts: dict[str, int] = {}
-        at_worker = self.at_worker
-        for r in b.requests:
-            src = at_worker[r.id]
-            assert src is not None
-            counts[src] = counts.get(src, 0) + 1
-        dst = task.worker
-        per_request = self.latency.out_bytes(b.model, first - 1) * self.cfg.cut_bytes_factor
-        t0, t1 = math.inf, now
-        for src, k in counts.items():
-            sw = self.workers[src]
-            if sw.lost:
-                self._fail_batch(b, task, "worker lost", now)
-                return
-            path, bw, delay = self.links.path(sw.gpu_id, dst.gpu_id)
-            s0, s1 = self.links.transfer(path, bw, delay, per_request * k, now)
-            t0, t1 = min(t0, s0), max(t1, s1)
-        task.transfer_start_s, task.transfer_end_s = t0, t1
-        if t1 > now:
-            self._push(t1, _TRANSFER_DONE, task, None)
-        else:
-            self._input_arrived(task, now)
-
-    def _check_route(self, d: Dispatch) -> None:
-        """Routes cover blocks contiguously on known workers, with consecutive stage numbers;
-        from block 0 to the last, or (an open route) over any contiguous range."""
-        nb = self._nblocks.get(d.model)
-        if nb is None:
-            raise SimulationError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
-        route = d.route
-        if len(route) == 1:  # the common case, checked quickly
-            st = route[0]
-            if st.stage == 0 and st.blocks == (0, nb) and st.worker in self.workers:
-                return
-        pos = route[0].blocks[0]
-        s0 = route[0].stage
-        for k, st in enumerate(route):
-            if st.stage != s0 + k or st.blocks[0] != pos or st.blocks[1] <= pos or s0 < 0:
-                raise SimulationError(
-                    f"Dispatch {d.batch_id}: route must cover blocks contiguously with "
-                    f"consecutive stage numbers (step {k}: stage {st.stage}, {st.blocks})"
-                )
-            if st.worker not in self.workers:
-                raise SimulationError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
-            pos = st.blocks[1]
-        if pos > nb:
-            raise SimulationError(
-                f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}"
-            )
-
     def _input_arrived(self, task: _Task, now: float) -> None:
         if task.dead:
             return
@@ -502,53 +450,4 @@ class Simulator(LoaderMixin, FaultsMixin):
                 task.transfer_end_s,
                 b.dispatch_s,
             )
-        )
-
-    # ------------------------------------------------------------------ end
-    def _close(self, end: float) -> None:
-        """Requests still held at the horizon end as dropped/failed, never pending."""
-        for b in list(self.batches.values()):
-            task = b.tasks[-1]
-            if task.worker.running is task:
-                task.worker.busy_s += end - task.start_s
-                task.worker.running = None
-                self._row(task, end, "failed")
-            b.alive = False
-            ri = self._reason("simulation ended")
-            for r in b.requests:
-                self.state[r.id] = _DONE
-                self.outcome[r.id] = FAILED
-                self.reason[r.id] = ri
-        self.batches.clear()
-        if PENDING in self.outcome:
-            ri = self._reason("unserved at end of simulation")
-            for i, o in enumerate(self.outcome):
-                if o == PENDING:
-                    self.outcome[i] = DROPPED
-                    self.reason[i] = ri
-
-    def _result(self, end: float) -> SimResult:
-        gpu_energy: dict[str, float] = {g.id: g.type.idle_w * end for g in self.cluster.gpus}
-        worker_energy: dict[str, float] = {}
-        for w in self.workers.values():
-            idle_share_w = w.gpu.idle_w / w.info.share
-            gpu_energy[w.gpu_id] += w.busy_energy_j - idle_share_w * w.busy_s
-            worker_energy[w.id] = w.busy_energy_j + idle_share_w * (end - w.busy_s)
-        return SimResult(
-            trace=self.trace,
-            end_s=end,
-            dispatch_s=np.asarray(self.dispatch_s),
-            start_s=np.asarray(self.start_s),
-            finish_s=np.asarray(self.finish_s),
-            outcome=np.asarray(self.outcome, dtype=np.int8),
-            reason=np.asarray(self.reason, dtype=np.int16),
-            reasons=tuple(self.reasons),
-            batch=np.asarray(self.batch_of, dtype=np.int64),
-            stage_rows=self.rows,
-            worker_busy_s={w.id: w.busy_s for w in self.workers.values()},
-            worker_gpu={w.id: w.gpu.name for w in self.workers.values()},
-            worker_share={w.id: w.info.share for w in self.workers.values()},
-            gpu_energy_j=gpu_energy,
-            worker_energy_j=worker_energy,
-            link_log=self.links.log,
         )
