@@ -55,6 +55,14 @@ def measured_profiles(models: list[str], device: str, batches: list[int], n_bloc
 @click.option("--slo", help="Per-model SLOs in ms: m1=ms,m2=ms [default: 5 x batch-1 latency].")
 @click.option("--emulate", is_flag=True, help="Workers sleep for the latency model's time.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option(
+    "--engine",
+    type=click.Choice(["ray", "threads"]),
+    default="ray",
+    show_default=True,
+    help="Real workers as Ray actors, or as threads of this process.",
+)
+@click.option("--address", default=None, help="Join this Ray cluster [default: start one].")
 @click.option("--max-batch", default=8, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True)
@@ -71,6 +79,8 @@ def serve(
     slo: str | None,
     emulate: bool,
     device: str,
+    engine: str,
+    address: str | None,
     max_batch: int,
     host: str,
     port: int,
@@ -114,8 +124,12 @@ def serve(
     if not emulate:
         from hetserve.zoo.registry import build
     server = Server(
-        setup, ServerConfig(scheduler=scheduler, params=sp, emulate=emulate, build=build)
-    )
+        setup,
+        ServerConfig(
+            scheduler=scheduler, params=sp, emulate=emulate, build=build, engine=engine,
+            ray_address=address,
+        ),
+    )  # fmt: skip
     server.check()
     app = create_app(server, token=token, max_body_bytes=max_body_mb << 20)
     console.print(

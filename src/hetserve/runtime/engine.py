@@ -259,6 +259,9 @@ class RuntimeEngine:
             return
         if self.running[cur.worker] is cur:
             cur.stop = True  # at the next block boundary
+            stop = getattr(self.executor, "stop", None)
+            if stop is not None:  # an executor in another process needs telling
+                stop(cur)
         else:
             cur.dead = True
             self._end(b, cur, now, "preempted", 0)

@@ -41,6 +41,8 @@ class ServerConfig:
     n_blocks: int = 10
     # the models' builder for real workers (``hetserve.zoo.registry.build``)
     build: Callable[[str], Any] | None = None
+    engine: str = "threads"  # real workers: "threads" (this process) or "ray" (actors)
+    ray_address: str | None = None
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
@@ -124,8 +126,15 @@ class Server:
 
             if self.cfg.build is None:
                 raise HetserveError("real workers need a model builder (or emulate=True)")
-            executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
-            executor.prepare(self.setup.plan, self.setup.placement)
+            if self.cfg.engine == "ray":
+                from hetserve.runtime.ray_executor import RayExecutor
+
+                executor = RayExecutor(
+                    view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address
+                )
+            else:
+                executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
+                executor.prepare(self.setup.plan, self.setup.placement)
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         self.engine = RuntimeEngine(
             view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),

@@ -1,0 +1,99 @@
+"""Ray as the engine's executor: one actor per worker slot, activations in the object store.
+
+Each worker slot of the placement becomes a Ray actor (``num_gpus = 1/share`` on GPU
+devices, one CPU otherwise) that holds :class:`~hetserve.runtime.stage.StageRunner`s and
+runs stages on request. A stage's output stays in Ray's object store: the engine keeps its
+reference and hands it to the next stage's actor, so activations go from worker to worker
+without passing through the scheduler host. The actor is threaded (two calls at once), so
+a ``stop`` reaches a running stage, which stops at its next block boundary (a ``Preempt``).
+Without an address Ray starts a local instance; with one it joins that cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from hetserve.runtime.engine import RuntimeEngine, _Task
+from hetserve.runtime.torch_executor import _row
+
+
+@ray.remote(max_concurrency=2)
+class StageActor:
+    def __init__(self, build: Callable[[str], Any], n_blocks: int, device: str) -> None:
+        from hetserve.runtime.torch_executor import TorchExecutor
+
+        self.ex = TorchExecutor(build, n_blocks=n_blocks, device=device)
+        self.stops: set[int] = set()
+
+    def ping(self) -> bool:
+        return True
+
+    def stop(self, key: int) -> None:
+        self.stops.add(key)
+
+    def run(
+        self, key: int, worker: str, model: str, blocks: tuple[int, int], x: Any, n: int
+    ) -> tuple[Any, tuple[int, bool]]:
+        import torch
+
+        runner = self.ex.runner(worker, model, blocks)
+        if x is None:  # the first stage, no payloads: the model's example inputs
+            net = self.ex._models[model]
+            x = net.input_spec.example(n)
+        elif isinstance(x, list):
+            x = torch.stack(x)
+        res = runner.run(x, lambda: key in self.stops)
+        self.stops.discard(key)
+        return res.output, (res.blocks_done, res.completed)
+
+
+class RayExecutor:
+    """Stages on Ray actors (module docstring)."""
+
+    def __init__(
+        self,
+        view: Any,
+        build: Callable[[str], Any],
+        n_blocks: int = 10,
+        address: str | None = None,
+    ) -> None:
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        self.actors: dict[str, Any] = {}
+        for wid, info in view.workers.items():
+            gpu = info.gpu.name != "CPU"
+            opts = {"num_gpus": 1.0 / info.share, "num_cpus": 0} if gpu else {"num_cpus": 0}
+            device = "cuda" if gpu else "cpu"
+            self.actors[wid] = StageActor.options(**opts).remote(build, n_blocks, device)
+        ray.get([a.ping.remote() for a in self.actors.values()])
+
+    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
+        d = task.batch.d
+        step = d.route[task.index]
+        x = task.batch.payload  # the requests' tensors, or the previous stage's reference
+        if task.index == 0 and x is not None and all(p is None for p in x):
+            x = None
+        out_ref, meta_ref = (
+            self.actors[step.worker]
+            .run.options(num_returns=2)
+            .remote(id(task), step.worker, d.model, step.blocks, x, len(d.requests))
+        )
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            blocks_done, completed = fut.result()
+            if completed and task.index == len(d.route) - 1:
+                out = ray.get(out_ref)
+                rows = [_row(out, i) for i in range(len(d.requests))]
+                engine.stage_finished(task, blocks_done, rows)
+            else:
+                engine.stage_finished(task, blocks_done, out_ref, preempted=not completed)
+
+        asyncio.wrap_future(meta_ref.future()).add_done_callback(done)
+
+    def stop(self, task: _Task) -> None:
+        step = task.batch.d.route[task.index]
+        self.actors[step.worker].stop.remote(id(task))
