@@ -29,7 +29,13 @@ class StageActor:
         self.ex = TorchExecutor(build, n_blocks=n_blocks, device=device)
         self.stops: set[int] = set()
 
-    def ping(self) -> bool:
+    def prepare(self, worker: str, stages: list[tuple[str, tuple[int, int]]]) -> bool:
+        """Build this worker's stage runners and run each first stage once (weights in
+        place, kernels warmed), so the first requests are not slowed by it."""
+        for model, blocks in stages:
+            runner = self.ex.runner(worker, model, blocks)
+            if blocks[0] == 0:
+                runner.run(self.ex._models[model].input_spec.example(1))
         return True
 
     def stop(self, key: int) -> None:
@@ -60,6 +66,7 @@ class RayExecutor:
         build: Callable[[str], Any],
         n_blocks: int = 10,
         address: str | None = None,
+        plan: Any = None,
     ) -> None:
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -69,7 +76,13 @@ class RayExecutor:
             opts = {"num_gpus": 1.0 / info.share, "num_cpus": 0} if gpu else {"num_cpus": 0}
             device = "cuda" if gpu else "cpu"
             self.actors[wid] = StageActor.options(**opts).remote(build, n_blocks, device)
-        ray.get([a.ping.remote() for a in self.actors.values()])
+        todo: dict[str, list[tuple[str, tuple[int, int]]]] = {w: [] for w in self.actors}
+        for (model, pi, si), workers in view.placement.stages.items():
+            if plan is not None and model in plan.models:
+                blocks = plan.models[model].pipelines[pi].stages[si].blocks
+                for w in workers:
+                    todo[w].append((model, blocks))
+        ray.get([a.prepare.remote(w, todo[w]) for w, a in self.actors.items()])
 
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         d = task.batch.d

@@ -130,7 +130,7 @@ class Server:
                 from hetserve.runtime.ray_executor import RayExecutor
 
                 executor = RayExecutor(
-                    view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address
+                    view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address, self.setup.plan
                 )
             else:
                 executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
