@@ -120,15 +120,23 @@ class Executor(Protocol):
 class EmulatedExecutor:
     """A stage takes the latency model's time for its blocks at the batch's size."""
 
+    def __init__(self) -> None:
+        # (model, worker, batch, blocks) -> cumulative time at each block boundary
+        self._cum: dict[tuple[str, str, int, tuple[int, int]], list[float]] = {}
+
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         d = task.batch.d
         step = d.route[task.index]
-        w = engine.view.workers[step.worker]
-        lat = engine.view.latency
-        cum, acc = [], 0.0
-        for k in range(*step.blocks):
-            acc += lat.latency(d.model, w.gpu, w.share, len(d.requests), range(k, k + 1))
-            cum.append(acc)
+        key = (d.model, step.worker, len(d.requests), step.blocks)
+        cum = self._cum.get(key)
+        if cum is None:
+            w = engine.view.workers[step.worker]
+            lat = engine.view.latency
+            cum, acc = [], 0.0
+            for k in range(*step.blocks):
+                acc += lat.latency(d.model, w.gpu, w.share, len(d.requests), range(k, k + 1))
+                cum.append(acc)
+            self._cum[key] = cum
 
         def finish() -> None:
             engine.stage_finished(task, len(cum), None)
