@@ -120,6 +120,8 @@ def serve(
     sp = parse_params(params)
     if scheduler in ("flex", "flex-np", "clockwork", "nexus"):
         sp.setdefault("max_batch", max_batch)  # (their default, 128, exceeds the profiles)
+    if scheduler in ("edf-adaptive", "reservation"):
+        sp.setdefault("margin_s", 0.01)  # timers on the wall clock fire late (1-4 ms here)
     build = None
     if not emulate:
         from hetserve.zoo.registry import build

@@ -4,15 +4,15 @@ per request, and real PyTorch execution."""
 import pytest
 
 from hetserve.core.outcome import OK
-from hetserve.experiments.setup import build_setup, build_trace, simulate
+from hetserve.experiments.setup import build_setup, build_trace
 from hetserve.experiments.shepherd import group_setup
 from hetserve.runtime.engine import EmulatedExecutor, RuntimeEngine, VirtualClock
 from hetserve.scheduling import ClusterView, make_scheduler
-from hetserve.sim.engine import SimConfig
+from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload.maf import maf_trace
 
 
-def _runtime(setup, name, trace, params=None):
+def _runtime(setup, name, trace, params=None, fail=None):
     clock = VirtualClock()
     view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
     done = {}
@@ -27,6 +27,8 @@ def _runtime(setup, name, trace, params=None):
     eng.start()
     for r in trace.requests():
         clock.call_at(r.arrival_s, lambda r=r: eng.submit(r))
+    if fail is not None:
+        clock.call_at(fail[1], lambda: eng.worker_lost(fail[0]))
     clock.run()
     return eng, done
 
@@ -46,9 +48,15 @@ def _sim_dispatches(res):
     }  # fmt: skip
 
 
-def _check_parity(setup, name, trace, params=None):
-    res = simulate(setup, name, trace, params, SimConfig())
-    eng, done = _runtime(setup, name, trace, params)
+def _check_parity(setup, name, trace, params=None, fail=None):
+    sim = Simulator(
+        setup.cluster, setup.latency, setup.plan, setup.placement,
+        make_scheduler(name, params), trace, SimConfig(),
+    )  # fmt: skip
+    if fail is not None:
+        sim.fail_worker(*fail)
+    res = sim.run()
+    eng, done = _runtime(setup, name, trace, params, fail)
     sim = _sim_dispatches(res)
     rt = {}
     for _, bid, model, ids, workers in eng.dispatch_log:
@@ -82,6 +90,25 @@ def test_parity_flex_with_preemptions():
     tr = maf_trace("maf-bursty", models, 40, 400.0, 3.0, 0.1, seed=2)
     res, eng = _check_parity(s, "flex", tr)
     assert eng.scheduler.preemptions > 0  # the case that matters
+    assert (res.outcome == OK).mean() > 0.5
+
+
+@pytest.mark.parametrize("name", ["flex", "edf-adaptive"])
+def test_parity_when_a_worker_is_lost(name):
+    """A worker lost mid-run: in both engines the scheduler hears of it first, its batches
+    come back and are re-dispatched on the others the same way; nothing is lost."""
+    models = ["resnet18", "resnet50"]
+    s = group_setup(3, dict.fromkeys(models, 0.1))
+    tr = maf_trace("maf-bursty", models, 40, 300.0, 2.0, 0.1, seed=4)
+    w0 = s.placement.workers[0].id
+    eng, _ = _runtime(s, name, tr)  # lose w0 just after a batch started on it
+    t_fail = next(t for t, _, _, _, ws in eng.dispatch_log if t > 0.5 and ws[0] == w0) + 1e-4
+    res, eng = _check_parity(s, name, tr, fail=(w0, t_fail))
+    again = [i for _, _, _, ids, _ in eng.dispatch_log for i in ids]
+    assert len(again) > len(set(again))  # some requests were dispatched twice
+    assert w0 in eng.lost
+    late = [ws for t, _, _, _, ws in eng.dispatch_log if t > t_fail]
+    assert late and all(w0 not in ws for ws in late)
     assert (res.outcome == OK).mean() > 0.5
 
 
@@ -153,3 +180,33 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts():
         got = outs[i][1]
         assert ((got - ref[i]).norm() / ref[i].norm()).item() < 1e-3
     assert any(len(ids) == 2 for _, _, _, ids, _ in eng.dispatch_log)  # batched
+
+
+class _LateClock(VirtualClock):
+    """Callbacks run 0.1 ms after their time, as on an event loop."""
+
+    def call_at(self, t, fn):
+        super().call_at(t + 1e-4, fn)
+
+
+@pytest.mark.parametrize(
+    "name", ["edf-adaptive", "fixed-batch", "reservation", "reactive", "flex", "clockwork"]
+)
+def test_timers_that_fire_late_are_still_honoured(name):
+    """On a wall clock a timer fires a little after its time; a scheduler must still act on
+    it (a lone request waiting for its batch to fill would otherwise wait forever)."""
+    from hetserve.core.requests import Request
+
+    s = build_setup("hc1-s", ["resnet50"])
+    done = {}
+    clock = _LateClock()
+    eng = RuntimeEngine(
+        ClusterView.build(s.cluster, s.latency, s.placement), s.plan,
+        make_scheduler(name, {"margin_s": 1e-3} if name in ("edf-adaptive", "reservation") else {}),
+        EmulatedExecutor(), clock, lambda r, o, why, out: done.setdefault(r.id, o),
+    )  # fmt: skip
+    eng.start()
+    slo = s.plan.models["resnet50"].slo_s
+    clock.call_at(0.0, lambda: eng.submit(Request(0, "resnet50", "s", 1e-4, 1e-4 + slo)))
+    clock.run(until=10.0)
+    assert done == {0: OK}

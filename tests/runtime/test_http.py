@@ -136,22 +136,3 @@ def test_serve_cli_reports_configuration_errors_in_one_line(capsys, tmp_path, mo
     err = capsys.readouterr().err
     assert rc == 2 and "bert" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-
-
-def test_ray_actors_serve_the_same_outputs():
-    """The Ray engine: one actor per worker slot, activations through the object store."""
-    pytest.importorskip("ray")
-    import ray
-
-    model = build("resnet18")
-    x = torch.stack([model.input_spec.example(1, seed=i)[0] for i in range(3)])
-    try:
-        with TestClient(create_app(_cpu_server(engine="ray"))) as c:
-            r = c.post("/v2/models/resnet18/infer", json=_body(x))
-            assert r.status_code == 200, r.text
-            got = torch.tensor(r.json()["outputs"][0]["data"]).reshape(3, 1000)
-    finally:
-        ray.shutdown()
-    with torch.inference_mode():
-        ref = model(x)
-    assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -278,16 +278,58 @@ def test_warm_plan_exceeding_memory_is_an_error():
         sim.run()
 
 
-def test_worker_loss_fails_in_flight_and_notifies():
+class Failover(Scripted):
+    """Serves on one worker; when it is lost, moves to the backup and re-dispatches what
+    comes back, or drops it when its deadline no longer allows."""
+
+    def __init__(self, worker, backup, need_s=0.0):
+        super().__init__(worker)
+        self.backup, self.need_s = backup, need_s
+
+    def on_worker_lost(self, worker, now):
+        self.worker = self.backup
+        return super().on_worker_lost(worker, now)
+
+    def on_stage_done(self, report, now):
+        self.reports.append(report)
+        if report.reason != "worker lost":
+            return []
+        assert self.lost, "on_worker_lost comes before the reports of the batches it hit"
+        ok = tuple(r for r in report.requests if r.deadline_s >= now + self.need_s)
+        late = tuple(r for r in report.requests if r.deadline_s < now + self.need_s)
+        step = (RouteStep(0, self.worker, now, self.blocks),)
+        out = [Dispatch(self.new_batch_id(), report.model, ok, step)] if ok else []
+        return out + ([Drop(late, "deadline")] if late else [])
+
+
+def test_worker_loss_returns_batches_to_the_scheduler():
     s = linear_setup(n_gpus=2, alpha_s=0.01)
     ws = [w.id for w in s.placement.workers]
-    sched = Scripted(ws[0])
+    sched = Failover(ws[0], ws[1])
     sim = _sim(s, sched, _one([0.0, 0.001, 0.5]))
     sim.fail_worker(ws[0], 0.005)
     res = sim.run()
-    assert list(res.outcome) == [FAILED, FAILED, FAILED]
-    assert res.reasons[res.reason[0]] == "worker lost"
+    # the running batch and the queued one come back and are served on the backup
+    assert list(res.outcome) == [OK, OK, OK]
     assert sched.lost == [(ws[0], 0.005)]
+    lost = [r for r in sched.reports if r.reason == "worker lost"]
+    assert [r.requests[0].id for r in lost] == [0, 1] and not lost[0].completed
+    assert {r.worker for r in sched.reports if r.completed} == {ws[1]}
+    # when the deadline no longer allows it, the scheduler drops them instead
+    sched = Failover(ws[0], ws[1], need_s=100.0)
+    sim = _sim(s, sched, _one([0.0, 0.001]))
+    sim.fail_worker(ws[0], 0.005)
+    res = sim.run()
+    assert list(res.outcome) == [DROPPED, DROPPED]
+
+
+def test_a_scheduler_that_ignores_a_lost_worker_loses_nothing():
+    s = linear_setup(n_gpus=2, alpha_s=0.01)
+    ws = [w.id for w in s.placement.workers]
+    sim = _sim(s, Scripted(ws[0]), _one([0.0, 0.001, 0.5]))
+    sim.fail_worker(ws[0], 0.005)
+    res = sim.run()  # the returned requests stay held, and end dropped at the horizon
+    assert len(res.outcome) == 3 and all(o == DROPPED for o in res.outcome)
 
 
 def test_energy_accounting():
@@ -426,7 +468,7 @@ def test_open_route_errors_and_lost_sources():
     sim.fail_worker(sim.view.placement.stages[("resnet50", 0, 0)][0], 0.2)
     res = sim.run()
     assert list(res.outcome) == [FAILED, FAILED]
-    assert res.reasons[res.reason[0]] == "worker lost"
+    assert res.reasons[res.reason[0]] == "activations lost"
 
 
 def test_request_overhead_is_added_to_the_first_stage():

@@ -19,6 +19,12 @@ planned start; between stages the activations cross the links between the two wo
 ``StageReport`` follows every stage; every request ends exactly once (``on_done``).
 ``Load`` completes at once (the runtime starts with every planned block resident) and
 ``Evict`` is accepted; open routes are not supported yet.
+
+Faults: an executor that finds its worker gone (a dead Ray actor) calls
+:meth:`RuntimeEngine.worker_lost`; the scheduler hears of it first, then the batches on
+that worker come back to it (``reason="worker lost"``, protocol rule 9) to be re-dispatched
+on other workers or dropped. A stage that raises ends its batch's requests as failed with
+the error as the reason. Either way each request still ends exactly once.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.protocol import (
+    RETURNED,
     ClusterView,
     Dispatch,
     Drop,
@@ -138,13 +145,17 @@ class EmulatedExecutor:
                 cum.append(acc)
             self._cum[key] = cum
 
+        last = task.index == len(d.route) - 1
+
         def finish() -> None:
             engine.stage_finished(task, len(cum), None)
 
         def check(k: int) -> None:  # a block boundary: stop here if asked
             if task.dead:
                 return
-            if task.stop and k < len(cum):
+            # a stop at the end of a non-last stage still stops the batch (the simulator's
+            # rule: only the model's last block is no exit point)
+            if task.stop and (k < len(cum) or not last):
                 engine.stage_finished(task, k, None, preempted=True)
             elif k < len(cum):
                 engine.clock.call_at(now + cum[k], lambda: check(k + 1))
@@ -180,6 +191,7 @@ class RuntimeEngine:
         self.running: dict[str, _Task | None] = dict.fromkeys(view.workers)
         self.ready: dict[str, list] = {w: [] for w in view.workers}
         self.outcomes: dict[int, tuple[int, str]] = {}
+        self.lost: set[str] = set()
         self.dispatch_log: list[tuple[float, int, str, tuple[int, ...], tuple[str, ...]]] = []
         self._seq = 0
         self._nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
@@ -244,11 +256,19 @@ class RuntimeEngine:
         self._enqueue(first, now)
 
     def _enqueue(self, task: _Task, now: float) -> None:
+        if task.dead:
+            return
+        if task.worker in self.lost:
+            task.dead = True
+            self._end(task.batch, task, now, _lost_reason(task.batch), 0)
+            return
         self._seq += 1
         heapq.heappush(self.ready[task.worker], (task.planned_s, self._seq, task))
         self._try_start(task.worker, now)
 
     def _try_start(self, worker: str, now: float) -> None:
+        if worker in self.lost:
+            return
         q = self.ready[worker]
         while self.running[worker] is None and q:
             task = heapq.heappop(q)[2]
@@ -280,11 +300,44 @@ class RuntimeEngine:
         t = b.tasks[-1] if b.tasks else None
         return None if t is None or t.dead else t
 
+    # ------------------------------------------------------------------ faults
+    def worker_lost(self, worker: str) -> None:
+        """The worker is gone (protocol rule 9): nothing starts on it again; the scheduler
+        hears of it, then of the batches it held (running or queued)."""
+        if worker in self.lost or worker not in self.running:
+            return
+        now = self.clock.now()
+        self.lost.add(worker)
+        self._apply(self.scheduler.on_worker_lost(worker, now))
+        victims = [t for _, _, t in sorted(self.ready[worker], key=lambda e: e[:2])]
+        self.ready[worker] = []
+        cur = self.running[worker]
+        self.running[worker] = None
+        if cur is not None:
+            victims.insert(0, cur)
+        for t in victims:
+            if not t.dead and t.batch.d.batch_id in self.batches:
+                t.dead = True
+                self._end(t.batch, t, now, _lost_reason(t.batch), 0)
+
+    def stage_failed(self, task: _Task, error: str) -> None:
+        """A stage raised: its batch's requests end as failed, with the error as reason."""
+        if task.dead:
+            return
+        now = self.clock.now()
+        task.dead = True
+        if self.running.get(task.worker) is task:
+            self.running[task.worker] = None
+        self._end(task.batch, task, now, f"failed: {error}", 0)
+        self._try_start(task.worker, now)
+
     # ------------------------------------------------------------------ stage ends
     def stage_finished(
         self, task: _Task, blocks_done: int, output: Any, preempted: bool = False
     ) -> None:
         """An executor's stage ended (all its blocks, or ``blocks_done`` when stopped)."""
+        if task.dead:  # its worker was lost meanwhile: the batch was already ended
+            return
         now = self.clock.now()
         worker = task.worker
         self.running[worker] = None
@@ -334,7 +387,7 @@ class RuntimeEngine:
     def _end(self, b: _Batch, task: _Task, now: float, reason: str, blocks_done: int) -> None:
         d = b.d
         self.batches.pop(d.batch_id, None)
-        if reason == "preempted":
+        if reason in RETURNED:
             for r in d.requests:
                 self.held[r.id] = r
         else:
@@ -355,3 +408,9 @@ class RuntimeEngine:
         self.payloads.pop(r.id, None)
         if self.on_done is not None:
             self.on_done(r, outcome, reason, output)
+
+
+def _lost_reason(b: _Batch) -> str:
+    """A batch hit by a lost worker comes back if it started at block 0 (its inputs are
+    still here), and fails if it carried activations parked elsewhere."""
+    return "worker lost" if b.d.route[0].blocks[0] == 0 else "activations lost"

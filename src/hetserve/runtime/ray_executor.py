@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
 from hetserve.runtime.engine import RuntimeEngine, _Task
 from hetserve.runtime.torch_executor import _row
@@ -71,6 +72,7 @@ class RayExecutor:
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.actors: dict[str, Any] = {}
+        self.dead: set[str] = set()  # workers whose actor died
         for wid, info in view.workers.items():
             gpu = info.gpu.name != "CPU"
             opts = {"num_gpus": 1.0 / info.share, "num_cpus": 0} if gpu else {"num_cpus": 0}
@@ -87,6 +89,9 @@ class RayExecutor:
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         d = task.batch.d
         step = d.route[task.index]
+        if step.worker in self.dead:
+            engine.clock.call_at(now, lambda: engine.worker_lost(step.worker))
+            return
         x = task.batch.payload  # the requests' tensors, or the previous stage's reference
         if task.index == 0 and x is not None and all(p is None for p in x):
             x = None
@@ -97,9 +102,19 @@ class RayExecutor:
         )
 
         def done(fut: asyncio.Future[Any]) -> None:
-            blocks_done, completed = fut.result()
-            if completed and task.index == len(d.route) - 1:
-                out = ray.get(out_ref)
+            try:
+                blocks_done, completed = fut.result()
+                last = completed and task.index == len(d.route) - 1
+                out = ray.get(out_ref) if last else None
+            except RayActorError:  # the actor died (killed, its node lost): rule 9
+                self.dead.add(step.worker)
+                engine.worker_lost(step.worker)
+                return
+            except Exception as err:  # the stage raised in the actor
+                cause = getattr(err, "cause", None) or err
+                engine.stage_failed(task, f"{type(cause).__name__}: {cause}")
+                return
+            if last:
                 rows = [_row(out, i) for i in range(len(d.requests))]
                 engine.stage_finished(task, blocks_done, rows)
             else:

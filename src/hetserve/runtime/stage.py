@@ -97,5 +97,7 @@ class StageRunner:
                 lo, hi = self.blocks.bounds[k], self.blocks.bounds[k + 1]
                 x = self.model.run_layers(x, lo, hi)
                 done += 1
+        if not self.last and should_stop is not None and should_stop():
+            return StageResult(None, done, False)  # the cut is an exit point too
         out = x if self.last else encode_cut(x, self.cut_dtype)
         return StageResult(out, done, True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,13 +101,24 @@ class TorchExecutor:
                 out = [_row(out, i) for i in range(len(task.batch.d.requests))]
             engine.stage_finished(task, blocks_done, out, preempted=not completed)
 
+        def settle(f: asyncio.Future[tuple[Any, int, bool, float]]) -> None:
+            err = f.exception()
+            if err is not None:  # the stage raised: its requests fail, serving goes on
+                engine.stage_failed(task, f"{type(err).__name__}: {err}")
+            else:
+                done(f.result())
+
         if isinstance(engine.clock, VirtualClock):
-            result = work()
+            try:
+                result = work()
+            except Exception as err:
+                msg = f"{type(err).__name__}: {err}"
+                engine.clock.call_at(now, lambda: engine.stage_failed(task, msg))
+                return
             engine.clock.call_at(now + result[3], lambda: done(result))
             return
         loop = engine.clock.loop  # type: ignore[attr-defined]
-        fut = loop.run_in_executor(None, work)
-        fut.add_done_callback(lambda f: done(f.result()))
+        loop.run_in_executor(None, work).add_done_callback(settle)
 
 
 def _row(x: Any, i: int) -> Any:

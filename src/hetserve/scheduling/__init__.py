@@ -1,6 +1,7 @@
 """Data plane: one Scheduler protocol, one module per policy (registered by name)."""
 
 from hetserve.scheduling.protocol import (
+    RETURNED,
     SCHEDULERS,
     Action,
     BaseScheduler,
@@ -20,6 +21,7 @@ from hetserve.scheduling.protocol import (
 )
 
 __all__ = [
+    "RETURNED",
     "SCHEDULERS",
     "Action",
     "BaseScheduler",

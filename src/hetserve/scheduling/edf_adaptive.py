@@ -24,8 +24,9 @@ import heapq
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.pools import Pools, check_max_batch
+from hetserve.scheduling.pools import Pools, check_margin, check_max_batch
 from hetserve.scheduling.protocol import (
+    RETURNED,
     Action,
     BaseScheduler,
     ClusterView,
@@ -59,9 +60,12 @@ class _ModelState:
 
 @register("edf-adaptive")
 class EdfAdaptive(BaseScheduler):
-    def __init__(self, max_batch: int | None = None) -> None:
+    def __init__(self, max_batch: int | None = None, margin_s: float = 0.0) -> None:
+        """``margin_s``: a batch that waits to fill goes this much before the last moment
+        (on a wall clock timers fire late; ``hetserve serve`` sets 10 ms)."""
         super().__init__()
         self.max_batch_param = check_max_batch("edf-adaptive", max_batch)
+        self.margin_s = check_margin("edf-adaptive", margin_s)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
@@ -109,12 +113,13 @@ class EdfAdaptive(BaseScheduler):
             b_max = bisect.bisect_right(lat, slack)  # lat is non-decreasing in batch size
             n = len(q)
             if n < b_max:
-                t_wait = head_deadline - lat[n - 1]
+                t_wait = head_deadline - lat[n - 1] - self.margin_s
                 if t_wait > now + 1e-12:
                     if st.timer_at != t_wait:
-                        # the token is the model's state; only the latest armed time counts
+                        # the token names the model's state and the time; only the
+                        # latest armed time counts
                         st.timer_at = t_wait
-                        out.append(SetTimer(t_wait, st))
+                        out.append(SetTimer(t_wait, (st, t_wait)))
                     return
                 b = n
             else:
@@ -139,16 +144,18 @@ class EdfAdaptive(BaseScheduler):
         return out
 
     def on_timer(self, token: object, now: float) -> list[Action]:
-        st = token
-        if not isinstance(st, _ModelState) or st.timer_at != now:
-            return []  # a stale timer: a later arrival armed an earlier one
+        st, at = token  # type: ignore[misc]
+        if not isinstance(st, _ModelState) or st.timer_at != at:
+            # a stale timer: a later arrival armed an earlier one. (Compare the armed time,
+            # never ``now``: on a real clock the timer fires a little after it.)
+            return []
         st.timer_at = -1.0
         out: list[Action] = []
         self._try(st, now, out)
         return out
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
-        if report.kind == "stage" and not report.completed and report.reason == "preempted":
+        if report.kind == "stage" and not report.completed and report.reason in RETURNED:
             q = self.models[report.model].queue
             for r in report.requests:
                 heapq.heappush(q, (r.deadline_s, r.id, r))

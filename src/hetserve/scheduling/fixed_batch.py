@@ -16,6 +16,7 @@ from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.pools import Pools
 from hetserve.scheduling.protocol import (
+    RETURNED,
     Action,
     BaseScheduler,
     ClusterView,
@@ -105,7 +106,7 @@ class FixedBatch(BaseScheduler):
         return out
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
-        if report.kind == "stage" and not report.completed and report.reason == "preempted":
+        if report.kind == "stage" and not report.completed and report.reason in RETURNED:
             q = self.queues[report.model]
             for r in sorted(report.requests, key=lambda r: (r.arrival_s, r.id), reverse=True):
                 q.appendleft(r)

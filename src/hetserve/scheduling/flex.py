@@ -45,6 +45,7 @@ from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.pools import Pools
 from hetserve.scheduling.protocol import (
+    RETURNED,
     Action,
     BaseScheduler,
     ClusterView,
@@ -215,7 +216,7 @@ class _GroupScheduler(BaseScheduler):
             return []
         out: list[Action] = []
         w = self.of_batch.pop(report.batch_id, None)
-        if not report.completed and report.reason == "preempted":
+        if not report.completed and report.reason in RETURNED:
             back: list[_Model] = []
             for r in report.requests:
                 st = self.by_stream.get((r.model, r.stream)) if self.by_stream else None
@@ -226,7 +227,7 @@ class _GroupScheduler(BaseScheduler):
                     if st not in back:
                         back.append(st)
                 else:
-                    out.append(Drop((r,), "preempted"))
+                    out.append(Drop((r,), report.reason))
             for st in back:
                 self._arrived(st, now, out)
         if w is not None and w.bid == report.batch_id:

@@ -9,10 +9,11 @@ Rules every scheduler follows, and every engine relies on:
 2. ``start`` is called once, before any request, with the cluster view and the plan.
 3. ``on_arrival`` is called once per request. From then on the scheduler owns the request
    until it either dispatches it in a batch or drops it (``Drop``). A request it dispatched
-   comes back to it only in a ``StageReport`` with ``completed=False`` and
-   ``reason == "preempted"``, or at the end of an open route (``reason == "parked"``,
-   rule 4); it may then dispatch or drop it again. A preempted request stays where its
-   batch started: at block 0, or parked where the open route before it left it.
+   comes back to it only in a ``StageReport`` with ``completed=False`` and a reason in
+   ``RETURNED`` (``"preempted"``, or ``"worker lost"``: rule 9), or at the end of an open
+   route (``reason == "parked"``, rule 4); it may then dispatch or drop it again. A
+   returned request stays where its batch started: at block 0, or parked where the open
+   route before it left it.
 4. ``Dispatch`` names a batch id (unique per scheduler, chosen by the scheduler), the
    model, its requests and a route: one ``RouteStep`` per pipeline stage (block range,
    worker, planned start). Route steps cover the model's blocks contiguously, with
@@ -32,17 +33,25 @@ Rules every scheduler follows, and every engine relies on:
    so a scheduler that keeps reservations can correct them; ``last=True`` means the
    dispatch's route is done: the engine recorded the outcomes, or, after an open route,
    the requests are parked (``reason="parked"``) and the scheduler holds them again.
-   ``completed=False`` means the stage did not finish: ``reason`` is
-   ``"preempted"`` (requests returned to the scheduler) or a failure (the engine recorded
-   the requests as failed). Loads report with ``kind="load"``.
+   ``completed=False`` means the stage did not finish: ``reason`` is in ``RETURNED``
+   (requests returned to the scheduler) or a failure (the engine recorded the requests as
+   failed). Loads report with ``kind="load"``.
 6. ``SetTimer(at_s, token)`` calls ``on_timer(token, now)`` at ``at_s`` (not before); timers
-   cannot be cancelled — use a version in the token and ignore stale ones.
+   cannot be cancelled — use a version in the token and ignore stale ones. In the
+   simulator ``now == at_s``; on the runtime's wall clock ``now`` is a little later, so
+   recognise a timer by its token, never by comparing ``now`` with a time.
 7. ``Preempt(worker, batch_id)`` stops that batch at its next block boundary (or at once if
    its stage has not started); the requests come back in a ``StageReport``.
 8. ``Load(worker, model, blocks)`` moves weights over the host link before they can run;
    ``Evict`` frees them. A stage whose blocks are not resident (nor loading) on its worker
    fails.
-9. ``on_worker_lost``: the worker is gone; batches on it have failed (reported).
+9. ``on_worker_lost``: the worker is gone (a dead actor, a lost node); the engine never
+   starts anything on it again. It is called *before* the reports of the batches it hit,
+   so that the scheduler re-dispatches their requests elsewhere: a batch whose route
+   started at block 0 comes back (``reason="worker lost"``, in ``RETURNED``: its
+   requests' inputs are still at the front end); one that continued activations parked
+   on some worker, and activations parked on the lost worker, are gone (the batch fails,
+   ``reason="activations lost"``).
 """
 
 from __future__ import annotations
@@ -104,6 +113,9 @@ class Evict(NamedTuple):
 
 
 Action = Dispatch | Drop | Preempt | SetTimer | Load | Evict
+
+# Reasons with which a stopped batch's requests come back to the scheduler (rules 3, 9).
+RETURNED = frozenset({"preempted", "worker lost"})
 # Actions and reports are NamedTuples: immutable, and cheap to create on the hot path.
 
 

@@ -35,6 +35,7 @@ from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.pools import DeadlineQueues, PipelinePool, Pools
 from hetserve.scheduling.protocol import (
+    RETURNED,
     Action,
     BaseScheduler,
     ClusterView,
@@ -189,7 +190,7 @@ class Reactive(BaseScheduler):
             for r in report.requests:
                 heapq.heappush(q, (self._stage_deadline(r, nxt), r.id, r, report.worker))
             self._try_pool(nxt, now, out)
-        elif not report.completed and report.reason == "preempted":
+        elif not report.completed and report.reason in RETURNED:
             if s == 0:
                 self.first.requeue(report.requests)
             else:  # back to this pool's queue, still parked where they were

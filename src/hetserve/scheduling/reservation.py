@@ -33,8 +33,15 @@ from dataclasses import dataclass, field
 
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.pools import DeadlineQueues, PipelinePool, Pools, check_max_batch
+from hetserve.scheduling.pools import (
+    DeadlineQueues,
+    PipelinePool,
+    Pools,
+    check_margin,
+    check_max_batch,
+)
 from hetserve.scheduling.protocol import (
+    RETURNED,
     Action,
     BaseScheduler,
     ClusterView,
@@ -90,9 +97,12 @@ def _move(lst: list[tuple[float, WorkerId]], old: tuple[float, WorkerId], new_t:
 
 @register("reservation")
 class Reservation(BaseScheduler):
-    def __init__(self, max_batch: int | None = None) -> None:
+    def __init__(self, max_batch: int | None = None, margin_s: float = 0.0) -> None:
+        """``margin_s``: a batch that waits to fill goes this much before the last moment
+        (on a wall clock timers fire late; ``hetserve serve`` sets 10 ms)."""
         super().__init__()
         self.max_batch = check_max_batch("reservation", max_batch)
+        self.margin_s = check_margin("reservation", margin_s)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
@@ -304,7 +314,7 @@ class Reservation(BaseScheduler):
             n = len(q)
             if n < chosen.batch:
                 pr_n = probe(chosen.pipeline, n, now)
-                slack = q[0][0] - pr_n.finish_s
+                slack = q[0][0] - pr_n.finish_s - self.margin_s
                 if slack > _EPS:  # wait till the last moment the n can still make it
                     at = now + slack
                     t_at = self.timer_at.get(model)
@@ -359,7 +369,7 @@ class Reservation(BaseScheduler):
         if report.kind != "stage":
             return []
         changed = self._correct(report)  # (the tables say who is busy: no counts kept)
-        if not report.completed and report.reason == "preempted":
+        if not report.completed and report.reason in RETURNED:
             self.queue.requeue(report.requests)
             changed = True
         if not changed:

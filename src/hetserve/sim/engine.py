@@ -320,7 +320,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             if task.dead:
                 continue
             if w.lost:
-                self._fail_batch(task.batch, task, "worker lost", now)
+                self._fail_batch(task.batch, task, self._lost_reason(task.batch), now)
                 continue
             self._start(w, task, now)
 

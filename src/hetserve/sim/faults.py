@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from hetserve.core.outcome import FAILED
-from hetserve.scheduling.protocol import Preempt, StageReport
+from hetserve.scheduling.protocol import RETURNED, Preempt, StageReport
 from hetserve.sim.state import _AWAITING, _DONE, _PREEMPT_STOP, _Batch, _Task
 
 
@@ -66,7 +66,7 @@ class FaultsMixin:
         self.batches.pop(b.id, None)
         for t in b.tasks:
             t.dead = True
-        if reason == "preempted":
+        if reason in RETURNED:
             for r in b.requests:
                 self.state[r.id] = _AWAITING
         else:
@@ -102,11 +102,21 @@ class FaultsMixin:
         self._row(task, now, "failed")
         self._end_batch(b, task, now, reason, 0)
 
+    @staticmethod
+    def _lost_reason(b: _Batch) -> str:
+        """A batch hit by a lost worker: back to the scheduler if it started at block 0
+        (its inputs are still there), failed if it carried parked activations."""
+        return "worker lost" if b.route[0].blocks[0] == 0 else "activations lost"
+
     def _worker_lost(self, wid: str, now: float) -> None:
+        """Protocol rule 9: the scheduler hears of it first, then of the batches it hit."""
         w = self.workers[wid]
         if w.lost:
             return
         w.lost = True
+        acts = self.scheduler.on_worker_lost(wid, now)
+        if acts:
+            self._apply(acts, now)
         victims = []
         if w.running is not None:
             t = w.running
@@ -121,9 +131,6 @@ class FaultsMixin:
         w.waiting_load.clear()
         for t in victims:
             if not t.dead and t.batch.alive:
-                self._end_batch(t.batch, t, now, "worker lost", 0)
-        acts = self.scheduler.on_worker_lost(wid, now)
-        if acts:
-            self._apply(acts, now)
+                self._end_batch(t.batch, t, now, self._lost_reason(t.batch), 0)
 
     # ------------------------------------------------------------------ loading

@@ -39,7 +39,7 @@ class RoutesMixin:
         for src, k in counts.items():
             sw = self.workers[src]
             if sw.lost:
-                self._fail_batch(b, task, "worker lost", now)
+                self._fail_batch(b, task, "activations lost", now)
                 return
             path, bw, delay = self.links.path(sw.gpu_id, dst.gpu_id)
             s0, s1 = self.links.transfer(path, bw, delay, per_request * k, now)
