@@ -123,9 +123,82 @@ def test_a_standard_client_works_unchanged():
         inp.set_data_from_numpy(x, binary_data=False)
         res = client.infer("resnet18", [inp])
         assert res.as_numpy("output").shape == (1, 1000)
+        # the binary tensor extension, both ways
+        inp.set_data_from_numpy(x, binary_data=True)
+        out = httpclient.InferRequestedOutput("output", binary_data=True)
+        res2 = client.infer("resnet18", [inp], outputs=[out])
+        assert res2.get_response()["outputs"][0]["parameters"]["binary_data_size"] == 4000
+        assert np.allclose(res2.as_numpy("output"), res.as_numpy("output"), atol=1e-5)
     finally:
         server.should_exit = True
         th.join(timeout=10)
+
+
+def test_binary_tensor_data_is_checked():
+    import json
+
+    import numpy as np
+
+    x = build("resnet18").input_spec.example(1).numpy().astype(np.float32)
+    blob = x.tobytes()
+
+    def post(c, size, extra=b"", head=None):
+        inp = {"name": "input", "shape": list(x.shape), "datatype": "FP32",
+               "parameters": {"binary_data_size": size}}  # fmt: skip
+        js = json.dumps({"inputs": [inp], "parameters": {"binary_data_output": True}}).encode()
+        hdr = {"Inference-Header-Content-Length": head or str(len(js))}
+        return c.post("/v2/models/resnet18/infer", content=js + blob + extra, headers=hdr)
+
+    with TestClient(create_app(_cpu_server())) as c:
+        r = post(c, len(blob))
+        assert r.status_code == 200, r.text
+        n = int(r.headers["inference-header-content-length"])
+        head = json.loads(r.content[:n])
+        got = np.frombuffer(r.content[n:], dtype="<f4")
+        assert head["outputs"][0]["shape"] == [1, 1000] and got.shape == (1000,)
+        r = post(c, len(blob) + 4, extra=b"\0\0\0\0")
+        assert r.status_code == 400 and "shape [1, 3, 224, 224] of FP32 needs" in r.json()["error"]
+        r = post(c, len(blob) - 4)
+        assert r.status_code == 400 and "bytes follow the JSON header" in r.json()["error"]
+        r = post(c, len(blob), head="x")
+        assert r.status_code == 400 and "Inference-Header-Content-Length" in r.json()["error"]
+
+
+def test_graceful_shutdown_answers_requests_in_flight():
+    """uvicorn told to exit while requests are in flight: each still gets its answer (200),
+    then the workers are released."""
+    import concurrent.futures
+
+    import httpx
+    import uvicorn
+
+    # emulated: one CPU worker taking the estimated ~0.1 s per ResNet-50 request
+    s = build_setup("local-cpu", ["resnet50"], slo_ms={"resnet50": 20000.0}, max_batch=1)
+    srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 1}))
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(srv), host="127.0.0.1", port=port, log_level="error")
+    )
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    for _ in range(100):
+        if server.started:
+            break
+        time.sleep(0.05)
+    body = {"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0]}]}
+    url = f"http://127.0.0.1:{port}/v2/models/resnet50/infer"
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futs = [pool.submit(httpx.post, url, json=body, timeout=30) for _ in range(8)]
+        for _ in range(200):  # until all eight are held by the server
+            if srv.engine is not None and len(srv._futures) == 8:
+                break
+            time.sleep(0.01)
+        assert len(srv._futures) == 8
+        server.should_exit = True
+        codes = [f.result().status_code for f in futs]
+    th.join(timeout=30)
+    assert codes == [200] * 8 and not th.is_alive()
+    assert srv.draining and not srv._futures
 
 
 def test_serve_cli_reports_configuration_errors_in_one_line(capsys, tmp_path, monkeypatch):

@@ -11,12 +11,20 @@ Status codes: 400 for a malformed request (message names the field: shape, datat
 size, missing fields), 401 without the bearer token when one is set, 404 for an unknown
 model, 413 for a body over the limit, 429 when the server holds too many requests, 503
 when the scheduler drops a request (its deadline is unreachable), 500 when a worker fails
-it. The binary tensor extension is not implemented.
+it.
+
+The binary tensor extension (Triton's ``binary_data``) is supported both ways: a request
+whose ``Inference-Header-Content-Length`` header says how long its JSON part is may carry
+the input's bytes after it (``parameters.binary_data_size`` on the input, raw little-endian
+values, no ``data``); outputs come back as raw bytes after the JSON part when the request
+asks (``parameters.binary_data_output: true``, or ``parameters.binary_data: true`` on a
+requested output), with the same header on the response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,6 +35,8 @@ from fastapi.responses import JSONResponse, Response
 from hetserve.runtime.server import Server
 
 DTYPES = {"FP32": "float32", "FP16": "float16", "INT64": "int64", "INT32": "int32"}
+FIELDS = ("name", "shape", "datatype", "data")
+HEADER_LEN = "Inference-Header-Content-Length"
 STATUS = {"dropped": 503, "overloaded": 429, "failed": 500}
 
 
@@ -35,7 +45,7 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
     async def lifespan(app: Any) -> Any:
         server.start()
         yield
-        await server.drain()
+        await server.stop()  # graceful: answer what is in flight, then release workers
 
     app = FastAPI(title="hetserve", lifespan=lifespan)
 
@@ -61,7 +71,7 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
 
     @app.get("/v2")
     async def meta() -> Any:
-        return {"name": "hetserve", "version": "0.1.0", "extensions": []}
+        return {"name": "hetserve", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
 
     @app.get("/v2/models/{model}")
     async def model_meta(model: str) -> Any:
@@ -86,12 +96,23 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
     async def infer(model: str, request: Request) -> Any:
         if model not in server.models:
             return error(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
+        if server.draining:
+            return error(503, "the server is shutting down")
+        raw = await request.body()
+        head = request.headers.get(HEADER_LEN)
         try:
-            body = await request.json()
-        except Exception:
+            n_json = len(raw) if head is None else int(head)
+            if not 0 <= n_json <= len(raw):
+                raise ValueError
+        except ValueError:
+            return error(400, f"{HEADER_LEN} must be an integer within the body, got {head!r}")
+        try:
+            body = json.loads(raw[:n_json])
+        except (ValueError, UnicodeDecodeError):
             return error(400, "request body is not JSON")
         try:
-            rows, deadline_s, rid = _parse(body, server.cfg.emulate)
+            rows, deadline_s, rid = _parse(body, server.cfg.emulate, raw[n_json:])
+            binary_out = _wants_binary(body)
         except ValueError as e:
             return error(400, str(e))
         results = await asyncio.gather(*(server.infer(model, x, deadline_s) for x in rows))
@@ -105,7 +126,14 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
         late = sum(r.outcome == "late" for r in results)
         out["parameters"] = {"late": late}
         if results and results[0].output is not None:
-            out["outputs"] = _encode([r.output for r in results])
+            out["outputs"], blobs = _encode([r.output for r in results], binary_out)
+            if binary_out:
+                head_bytes = json.dumps(out).encode()
+                return Response(
+                    head_bytes + b"".join(blobs),
+                    media_type="application/octet-stream",
+                    headers={HEADER_LEN: str(len(head_bytes))},
+                )
         return out
 
     @app.get("/metrics")
@@ -117,19 +145,33 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
     return app
 
 
-def _parse(body: Any, emulate: bool) -> tuple[list[Any], float | None, Any]:
+def _wants_binary(body: dict[str, Any]) -> bool:
+    params = body.get("parameters") or {}
+    if params.get("binary_data_output") is True:
+        return True
+    outs = body.get("outputs") or []
+    if not isinstance(outs, list):
+        raise ValueError("'outputs' must be a list of requested outputs")
+    return any(
+        isinstance(o, dict) and (o.get("parameters") or {}).get("binary_data") is True for o in outs
+    )
+
+
+def _parse(body: Any, emulate: bool, binary: bytes = b"") -> tuple[list[Any], float | None, Any]:
     """Rows of the one input tensor, the deadline and the request id; ValueError names the
-    problem."""
+    problem. ``binary``: the body's bytes after its JSON part (binary tensor extension)."""
     if not isinstance(body, dict):
         raise ValueError("request body must be a JSON object")
     inputs = body.get("inputs")
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise ValueError("'inputs' must be a list with one tensor")
     t = inputs[0]
-    for key in ("name", "shape", "datatype", "data"):
+    tparams = t.get("parameters") or {}
+    size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
+    for key in ("name", "shape", "datatype") if size is not None else FIELDS:
         if key not in t:
             raise ValueError(f"inputs[0]: missing field {key!r}")
-    shape, dt, data = t["shape"], t["datatype"], t["data"]
+    shape, dt, data = t["shape"], t["datatype"], t.get("data")
     if (
         not isinstance(shape, list)
         or not shape
@@ -138,7 +180,13 @@ def _parse(body: Any, emulate: bool) -> tuple[list[Any], float | None, Any]:
         raise ValueError(f"inputs[0].shape must be a list of positive integers, got {shape!r}")
     if dt not in DTYPES:
         raise ValueError(f"inputs[0].datatype must be one of {', '.join(DTYPES)}, got {dt!r}")
-    if not isinstance(data, list):
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or size != len(binary):
+            raise ValueError(
+                f"inputs[0].parameters.binary_data_size is {size!r}, but {len(binary)} bytes "
+                f"follow the JSON header"
+            )
+    elif not isinstance(data, list):
         raise ValueError("inputs[0].data must be a (flat or nested) list of numbers")
     params = body.get("parameters") or {}
     deadline_s = None
@@ -153,10 +201,18 @@ def _parse(body: Any, emulate: bool) -> tuple[list[Any], float | None, Any]:
     import numpy as np
     import torch
 
-    try:
-        arr = np.asarray(data, dtype=DTYPES[dt])
-    except (TypeError, ValueError):
-        raise ValueError(f"inputs[0].data is not a list of {dt} numbers") from None
+    if size is not None:
+        want = math.prod(shape) * np.dtype(DTYPES[dt]).itemsize
+        if size != want:
+            raise ValueError(
+                f"inputs[0] has {size} bytes of binary data, shape {shape} of {dt} needs {want}"
+            )
+        arr = np.frombuffer(binary, dtype=np.dtype(DTYPES[dt]).newbyteorder("<")).copy()
+    else:
+        try:
+            arr = np.asarray(data, dtype=DTYPES[dt])
+        except (TypeError, ValueError):
+            raise ValueError(f"inputs[0].data is not a list of {dt} numbers") from None
     if arr.size != math.prod(shape):
         raise ValueError(
             f"inputs[0].data has {arr.size} values, shape {shape} needs {math.prod(shape)}"
@@ -165,20 +221,25 @@ def _parse(body: Any, emulate: bool) -> tuple[list[Any], float | None, Any]:
     return [x[i] for i in range(n)], deadline_s, body.get("id")
 
 
-def _encode(outputs: list[Any]) -> list[dict[str, Any]]:
+def _encode(outputs: list[Any], binary: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """The output tensors (FP32), as JSON data or as raw bytes to append (``binary``)."""
     import torch
 
     first = outputs[0]
     parts = list(first) if isinstance(first, tuple) else [first]
-    out = []
+    out, blobs = [], []
     for k in range(len(parts)):
         t = torch.stack([o[k] if isinstance(o, tuple) else o for o in outputs]).float()
-        out.append(
-            {
-                "name": "output" if len(parts) == 1 else f"output_{k}",
-                "datatype": "FP32",
-                "shape": list(t.shape),
-                "data": t.flatten().tolist(),
-            }
-        )
-    return out
+        entry: dict[str, Any] = {
+            "name": "output" if len(parts) == 1 else f"output_{k}",
+            "datatype": "FP32",
+            "shape": list(t.shape),
+        }
+        if binary:
+            blob = t.contiguous().numpy().astype("<f4").tobytes()
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = t.flatten().tolist()
+        out.append(entry)
+    return out, blobs

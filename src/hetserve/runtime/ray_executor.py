@@ -69,7 +69,8 @@ class RayExecutor:
         address: str | None = None,
         plan: Any = None,
     ) -> None:
-        if not ray.is_initialized():
+        self.owns_ray = not ray.is_initialized()
+        if self.owns_ray:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.actors: dict[str, Any] = {}
         self.dead: set[str] = set()  # workers whose actor died
@@ -125,3 +126,11 @@ class RayExecutor:
     def stop(self, task: _Task) -> None:
         step = task.batch.d.route[task.index]
         self.actors[step.worker].stop.remote(id(task))
+
+    def close(self) -> None:
+        """Release the actors (and the local Ray instance, if this executor started it)."""
+        for a in self.actors.values():
+            ray.kill(a, no_restart=True)
+        self.actors.clear()
+        if self.owns_ray:
+            ray.shutdown()

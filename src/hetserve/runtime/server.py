@@ -91,6 +91,7 @@ class Server:
         self._futures: dict[int, asyncio.Future[Result]] = {}
         self._ids = itertools.count()
         self._t0: dict[int, float] = {}
+        self.draining = False  # shutting down: new requests are refused (503)
 
     @property
     def models(self) -> list[str]:
@@ -152,6 +153,8 @@ class Server:
         if model not in self.setup.plan.models:
             raise HetserveError(f"no model {model!r} is served")
         slo = self.setup.plan.models[model].slo_s if deadline_s is None else deadline_s
+        if self.draining:
+            return Result("overloaded", "the server is shutting down")
         if len(self._futures) >= self.cfg.max_pending:
             self.metrics.requests.labels(model, "overloaded").inc()
             return Result("overloaded", f"more than {self.cfg.max_pending} requests pending")
@@ -179,6 +182,20 @@ class Server:
         pending = list(self._futures.values())
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Graceful shutdown: refuse new requests, answer those in flight (``drain``; any
+        still unanswered after ``timeout_s`` get ``failed: shutdown``), then release the
+        workers (Ray actors)."""
+        self.draining = True
+        await self.drain(timeout_s)
+        for rid, fut in list(self._futures.items()):
+            if not fut.done():
+                fut.set_result(Result("failed", "shutdown"))
+            self._futures.pop(rid, None)
+        close = getattr(self.engine.executor if self.engine else None, "close", None)
+        if close is not None:
+            close()
 
 
 class _Observed:
