@@ -18,21 +18,37 @@ def _cache_dir() -> Path:
     return Path(base) / "profiles"
 
 
-def measured_profiles(models: list[str], device: str, batches: list[int], n_blocks: int) -> Path:
+def default_cpu_threads() -> int:
+    """Threads for CPU workers: every core but one, which the HTTP front end keeps."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def measured_profiles(
+    models: list[str], device: str, batches: list[int], n_blocks: int, threads: int = 0
+) -> Path:
     """A profile set of this machine for the models: measured once, then reused (the cache
-    key is the machine, the device, the models, batches and blocks)."""
+    key is the machine, the device, the models, batches, blocks and CPU threads)."""
+    import torch
+
     from hetserve.profiling.measure import measure_profiles
 
+    threads = threads or default_cpu_threads()
     key = "|".join(
         [platform.node(), platform.processor(), str(os.cpu_count()), device,
-         ",".join(sorted(models)), ",".join(map(str, batches)), str(n_blocks)]
+         ",".join(sorted(models)), ",".join(map(str, batches)), str(n_blocks),
+         f"threads={threads}"]
     )  # fmt: skip
     folder = _cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:16]
     if (folder / "latency.csv").exists():
         console.print(f"reusing this machine's measured profiles in {folder}")
         return folder
-    with console.status(f"measuring {', '.join(models)} on {device} (once; cached)"):
-        ps, _ = measure_profiles(models, device, batches, (1,), n_blocks, warmup=2, repeats=5)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # as the workers will run
+    try:
+        with console.status(f"measuring {', '.join(models)} on {device} (once; cached)"):
+            ps, _ = measure_profiles(models, device, batches, (1,), n_blocks, warmup=2, repeats=5)
+    finally:
+        torch.set_num_threads(before)
     ps.write(folder)
     console.print(f"measured profiles written to {folder}")
     return folder
@@ -64,6 +80,13 @@ def measured_profiles(models: list[str], device: str, batches: list[int], n_bloc
 )
 @click.option("--address", default=None, help="Join this Ray cluster [default: start one].")
 @click.option("--max-batch", default=8, show_default=True)
+@click.option(
+    "--cpu-threads",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Torch threads of the CPU workers together [default: cores - 1; one core is left "
+    "to the HTTP front end]. Measured profiles are taken with the same threads.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True)
 @click.option("--token", default=None, help="Require 'Authorization: Bearer TOKEN'.")
@@ -82,6 +105,7 @@ def serve(
     engine: str,
     address: str | None,
     max_batch: int,
+    cpu_threads: int,
     host: str,
     port: int,
     token: str | None,
@@ -102,7 +126,7 @@ def serve(
         raise HetserveError("--models: give at least one model name")
     cluster = load_cluster(cluster_name)
     if profiles is None and not emulate and cluster.name == "local-cpu":
-        profiles = str(measured_profiles(names, device, [1, 2, 4, 8], 10))
+        profiles = str(measured_profiles(names, device, [1, 2, 4, 8], 10, cpu_threads))
     plan = plan_file
     if plan is None and planner != "default":
         from hetserve.core.plan import slos_from_scale
@@ -129,7 +153,7 @@ def serve(
         setup,
         ServerConfig(
             scheduler=scheduler, params=sp, emulate=emulate, build=build, engine=engine,
-            ray_address=address,
+            ray_address=address, cpu_threads=cpu_threads or default_cpu_threads(),
         ),
     )  # fmt: skip
     server.check()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
+import torch
 from ray.exceptions import RayActorError
 
 from hetserve.runtime.engine import RuntimeEngine, _Task
@@ -24,8 +25,15 @@ from hetserve.runtime.torch_executor import _row
 
 @ray.remote(max_concurrency=2)
 class StageActor:
-    def __init__(self, build: Callable[[str], Any], n_blocks: int, device: str) -> None:
+    def __init__(
+        self, build: Callable[[str], Any], n_blocks: int, device: str, threads: int = 0
+    ) -> None:
+        import torch
+
         from hetserve.runtime.torch_executor import TorchExecutor
+
+        if threads > 0:  # Ray sets OMP_NUM_THREADS=1 in actors; a CPU worker wants its share
+            torch.set_num_threads(threads)
 
         self.ex = TorchExecutor(build, n_blocks=n_blocks, device=device)
         self.stops: set[int] = set()
@@ -68,17 +76,25 @@ class RayExecutor:
         n_blocks: int = 10,
         address: str | None = None,
         plan: Any = None,
+        cpu_threads: int = 0,
     ) -> None:
+        """``cpu_threads``: torch threads of all CPU worker slots together, split evenly
+        (0: the threads torch uses in this process)."""
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.actors: dict[str, Any] = {}
         self.dead: set[str] = set()  # workers whose actor died
+        # CPU worker slots share this machine's cores (the threads torch would use here)
+        n_cpu = sum(1 for info in view.workers.values() if info.gpu.name == "CPU")
+        threads = max(1, (cpu_threads or torch.get_num_threads()) // max(1, n_cpu))
         for wid, info in view.workers.items():
             gpu = info.gpu.name != "CPU"
             opts = {"num_gpus": 1.0 / info.share, "num_cpus": 0} if gpu else {"num_cpus": 0}
             device = "cuda" if gpu else "cpu"
-            self.actors[wid] = StageActor.options(**opts).remote(build, n_blocks, device)
+            self.actors[wid] = StageActor.options(**opts).remote(
+                build, n_blocks, device, 0 if gpu else threads
+            )
         todo: dict[str, list[tuple[str, tuple[int, int]]]] = {w: [] for w in self.actors}
         for (model, pi, si), workers in view.placement.stages.items():
             if plan is not None and model in plan.models:

@@ -43,6 +43,8 @@ class ServerConfig:
     build: Callable[[str], Any] | None = None
     engine: str = "threads"  # real workers: "threads" (this process) or "ray" (actors)
     ray_address: str | None = None
+    # torch threads of all CPU workers together (0: torch's default); split among them
+    cpu_threads: int = 0
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
@@ -131,9 +133,14 @@ class Server:
                 from hetserve.runtime.ray_executor import RayExecutor
 
                 executor = RayExecutor(
-                    view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address, self.setup.plan
-                )
+                    view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address,
+                    self.setup.plan, self.cfg.cpu_threads,
+                )  # fmt: skip
             else:
+                if self.cfg.cpu_threads > 0:  # (process-wide: the stages run in this process)
+                    import torch
+
+                    torch.set_num_threads(self.cfg.cpu_threads)
                 executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
                 executor.prepare(self.setup.plan, self.setup.placement)
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)

@@ -1,0 +1,181 @@
+"""Live load: replay a trace against a running server over HTTP, and compare with the
+simulator.
+
+:func:`replay_http` sends each request of a :class:`~hetserve.workload.trace.Trace` at its
+arrival time (open loop: a slow server does not slow the sender) to
+``POST /v2/models/{m}/infer`` with the stream's SLO as ``parameters.deadline_ms``, using the
+binary tensor extension both ways (a ResNet input is 600 KB of floats: as JSON text its
+encoding alone would cost the sender and the server more than the model). Each request's
+outcome follows the server's answer: ``ok`` (200, on time), ``late`` (200 with
+``parameters.late``), ``dropped`` (503, or 429 overload) or ``failed`` (anything else).
+:func:`serve_in_thread` runs an app under uvicorn on loopback for the length of a block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.workload.trace import Trace
+
+HEADER_LEN = "Inference-Header-Content-Length"
+
+
+@dataclass
+class LiveRun:
+    outcome: np.ndarray  # per request: core.outcome codes
+    latency_s: np.ndarray  # send to answer, as the client saw it
+    status: np.ndarray  # HTTP status (0: no answer)
+    duration_s: float  # the trace's length
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.outcome)
+        ok = int((self.outcome == OK).sum())
+        served = self.outcome <= LATE
+        lat = self.latency_s[served]
+        return {
+            "requests": n,
+            "ok": ok,
+            "late": int((self.outcome == LATE).sum()),
+            "dropped": int((self.outcome == DROPPED).sum()),
+            "failed": int((self.outcome == FAILED).sum()),
+            "attainment": ok / n if n else 0.0,
+            "goodput_rps": ok / self.duration_s if self.duration_s > 0 else 0.0,
+            "latency_ms": {
+                "p50": float(np.percentile(lat, 50)) * 1e3 if len(lat) else None,
+                "p99": float(np.percentile(lat, 99)) * 1e3 if len(lat) else None,
+            },
+        }
+
+
+def binary_body(x: np.ndarray, deadline_ms: float | None = None) -> tuple[bytes, dict[str, str]]:
+    """An infer request carrying ``x`` (with its batch dimension) in binary, asking for
+    binary outputs: the body and its headers."""
+    blob = np.ascontiguousarray(x, dtype="<f4").tobytes()
+    params: dict[str, Any] = {"binary_data_output": True}
+    if deadline_ms is not None:
+        params["deadline_ms"] = deadline_ms
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": len(blob)},
+                }
+            ],
+            "parameters": params,
+        }
+    ).encode()
+    return head + blob, {HEADER_LEN: str(len(head)), "Content-Type": "application/octet-stream"}
+
+
+def _answer(status: int, content: bytes, headers: Mapping[str, str]) -> int:
+    if status == 200:
+        n = int(headers.get(HEADER_LEN, len(content)))
+        late = json.loads(content[:n]).get("parameters", {}).get("late", 0)
+        return LATE if late else OK
+    if status in (429, 503):
+        return DROPPED
+    return FAILED
+
+
+def replay_http(
+    url: str,
+    trace: Trace,
+    inputs: Mapping[str, np.ndarray],
+    token: str | None = None,
+    timeout_s: float = 60.0,
+) -> LiveRun:
+    """Send the trace's requests to the server at ``url`` (``http://host:port``) at their
+    arrival times; ``inputs[model]``: one request's input (no batch dimension)."""
+    missing = [m for m in trace.models() if m not in inputs]
+    if missing:
+        raise HetserveError(f"no input for model(s) {', '.join(missing)}")
+    return asyncio.run(_replay(url, trace, inputs, token, timeout_s))
+
+
+async def _replay(
+    url: str, trace: Trace, inputs: Mapping[str, np.ndarray], token: str | None, timeout_s: float
+) -> LiveRun:
+    import httpx
+
+    n = len(trace)
+    bodies: dict[int, tuple[str, bytes, dict[str, str]]] = {}
+    for k, st in enumerate(trace.streams):
+        body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3)
+        if token is not None:
+            hdr["Authorization"] = f"Bearer {token}"
+        bodies[k] = (f"{url}/v2/models/{st.model}/infer", body, hdr)
+    outcome = np.full(n, FAILED, dtype=np.int8)
+    latency = np.full(n, np.nan)
+    status = np.zeros(n, dtype=np.int32)
+    arrivals = trace.time_s
+    idx = trace.stream_idx
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time() + 0.05
+
+        async def one(i: int) -> None:
+            await asyncio.sleep(max(0.0, t0 + float(arrivals[i]) - loop.time()))
+            u, body, hdr = bodies[int(idx[i])]
+            t = time.perf_counter()
+            try:
+                r = await client.post(u, content=body, headers=hdr)
+            except httpx.HTTPError:
+                latency[i] = time.perf_counter() - t
+                return
+            latency[i] = time.perf_counter() - t
+            status[i] = r.status_code
+            outcome[i] = _answer(r.status_code, r.content, r.headers)
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+    return LiveRun(outcome, latency, status, trace.duration_s)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve_in_thread(
+    app: Any, port: int | None = None, start_timeout_s: float = 120.0
+) -> Iterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 in a thread; yields its URL; shuts it down
+    gracefully (requests in flight are answered) at the end of the block."""
+    import uvicorn
+
+    port = port or free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    )
+    th = threading.Thread(target=server.run, name="hetserve-http", daemon=True)
+    th.start()
+    t_end = time.monotonic() + start_timeout_s
+    while not server.started:
+        if not th.is_alive():
+            raise HetserveError("the HTTP server did not start (see the error above)")
+        if time.monotonic() > t_end:
+            server.should_exit = True
+            raise HetserveError(f"the HTTP server did not start within {start_timeout_s:g} s")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        th.join(timeout=60)
