@@ -12,8 +12,10 @@ $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 
+# The demo serves a model for real (step 10): PyTorch (CPU build, pinned) and the serving extras.
 $(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -e ".[torch,serve]"
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/bin/python pyproject.toml
@@ -34,6 +36,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_sim.py
 	$(VENV)/bin/python benchmarks/bench_planner.py
 	$(VENV)/bin/python benchmarks/bench_reservation.py
+	$(VENV)/bin/python benchmarks/bench_serving.py overhead frontend
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

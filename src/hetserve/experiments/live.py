@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import threading
 import time
@@ -38,6 +39,15 @@ class LiveRun:
     latency_s: np.ndarray  # send to answer, as the client saw it
     status: np.ndarray  # HTTP status (0: no answer)
     duration_s: float  # the trace's length
+    server_s: np.ndarray | None = None  # the server's own time (``parameters.server_ms``)
+
+    def added_ms(self) -> np.ndarray:
+        """What HTTP and the network added to each answered request (client latency minus
+        the server's own time), in ms."""
+        if self.server_s is None:
+            return np.array([])
+        d = (self.latency_s - self.server_s) * 1e3
+        return d[np.isfinite(d)]
 
     def summary(self) -> dict[str, Any]:
         n = len(self.outcome)
@@ -82,14 +92,16 @@ def binary_body(x: np.ndarray, deadline_ms: float | None = None) -> tuple[bytes,
     return head + blob, {HEADER_LEN: str(len(head)), "Content-Type": "application/octet-stream"}
 
 
-def _answer(status: int, content: bytes, headers: Mapping[str, str]) -> int:
+def _answer(status: int, content: bytes, headers: Mapping[str, str]) -> tuple[int, float]:
+    """The outcome, and the server's own time in seconds (NaN when not told)."""
     if status == 200:
         n = int(headers.get(HEADER_LEN, len(content)))
-        late = json.loads(content[:n]).get("parameters", {}).get("late", 0)
-        return LATE if late else OK
+        params = json.loads(content[:n]).get("parameters", {})
+        server_s = params.get("server_ms", math.nan) / 1e3
+        return (LATE if params.get("late", 0) else OK), server_s
     if status in (429, 503):
-        return DROPPED
-    return FAILED
+        return DROPPED, math.nan
+    return FAILED, math.nan
 
 
 def replay_http(
@@ -122,6 +134,7 @@ async def _replay(
     outcome = np.full(n, FAILED, dtype=np.int8)
     latency = np.full(n, np.nan)
     status = np.zeros(n, dtype=np.int32)
+    server_s = np.full(n, np.nan)
     arrivals = trace.time_s
     idx = trace.stream_idx
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
@@ -140,10 +153,10 @@ async def _replay(
                 return
             latency[i] = time.perf_counter() - t
             status[i] = r.status_code
-            outcome[i] = _answer(r.status_code, r.content, r.headers)
+            outcome[i], server_s[i] = _answer(r.status_code, r.content, r.headers)
 
         await asyncio.gather(*(one(i) for i in range(n)))
-    return LiveRun(outcome, latency, status, trace.duration_s)
+    return LiveRun(outcome, latency, status, trace.duration_s, server_s)
 
 
 def free_port() -> int:

@@ -124,7 +124,10 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
         if rid is not None:
             out["id"] = rid
         late = sum(r.outcome == "late" for r in results)
-        out["parameters"] = {"late": late}
+        # late rows, and the server's time for the request (arrival to answer, the slowest
+        # row): what a client's latency adds on top is the HTTP and network part
+        server_ms = 1e3 * max((r.latency_s for r in results), default=0.0)
+        out["parameters"] = {"late": late, "server_ms": round(server_ms, 3)}
         if results and results[0].output is not None:
             out["outputs"], blobs = _encode([r.output for r in results], binary_out)
             if binary_out:

@@ -1,0 +1,247 @@
+"""Benchmark: real serving on this machine (issue 7's targets), load on loopback only.
+
+- ``overhead``: ResNet-50 on the CPU at fixed batch sizes. A bare PyTorch loop (the batch,
+  forward, repeat) against hetserve serving the same batches (``fixed-batch`` scheduler,
+  requests sent over HTTP with binary tensors by a closed loop of 2 x batch clients), with
+  the same torch threads for the model (target: >= 85% of the bare loop's requests/s).
+- ``frontend``: ``--emulate`` workers (12 emulated V100s, ResNet-50, no queueing to speak
+  of), open-loop Poisson load over HTTP; the achieved requests/s and what HTTP added to each
+  request (client latency minus the server's own time; target: 3,000 req/s, p99 < 10 ms).
+- ``peer``: ResNet-18, the same Poisson load and SLO, served by hetserve (flex) and by Ray
+  Serve with ``@serve.batch`` (max batch 8, a batch wait swept and the best kept): goodput
+  and p99 at several loads (target: hetserve's goodput >= Ray Serve's, p99 lower). Needs
+  ``pip install "ray[serve]"`` (not a hetserve dependency).
+
+Run: ``.venv/bin/python benchmarks/bench_serving.py [overhead|frontend|peer ...]``.
+Each section prints a table and a JSON line; docs/benchmarks.md records the results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import numpy as np
+
+THREADS = 1  # torch threads for the model; the other core runs HTTP and the clients
+
+
+def _bare(model, x, seconds: float) -> float:
+    import torch
+
+    with torch.inference_mode():
+        model(x)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            model(x)
+            n += 1
+    return n * len(x) / (time.perf_counter() - t0)
+
+
+def _closed_loop(url: str, model: str, x: np.ndarray, clients: int, seconds: float) -> float:
+    """Requests/s of ``clients`` concurrent senders, each sending its next request when the
+    last is answered."""
+    import httpx
+
+    from hetserve.experiments.live import binary_body
+
+    body, hdr = binary_body(x[None], 1e7)
+
+    async def run() -> float:
+        done = 0
+        async with httpx.AsyncClient(timeout=600) as c:
+            t_end = time.perf_counter() + seconds
+
+            async def client() -> None:
+                nonlocal done
+                while time.perf_counter() < t_end:
+                    r = await c.post(f"{url}/v2/models/{model}/infer", content=body, headers=hdr)
+                    if r.status_code != 200:
+                        raise RuntimeError(r.text)
+                    done += 1
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(clients)))
+            return done / (time.perf_counter() - t0)
+
+    return asyncio.run(run())
+
+
+def overhead(batches=(1, 4, 8), seconds: float = 15.0) -> dict:
+    import torch
+
+    from hetserve.experiments.live import serve_in_thread
+    from hetserve.experiments.setup import build_setup
+    from hetserve.runtime.http import create_app
+    from hetserve.runtime.server import Server, ServerConfig
+    from hetserve.zoo.registry import build
+
+    torch.set_num_threads(THREADS)
+    net = build("resnet50").eval()
+    x1 = net.input_spec.example(1)[0]
+    rows = []
+    for b in batches:
+        bare = _bare(net, torch.stack([x1] * b), seconds)
+        row = {"batch": b, "bare_rps": bare}
+        for engine in ("threads", "ray"):
+            s = build_setup("local-cpu", ["resnet50"], slo_ms={"resnet50": 1e7}, max_batch=b)
+            cfg = ServerConfig(
+                scheduler="fixed-batch",
+                params={"max_batch": b, "max_queue_delay_s": 10.0},
+                build=build, engine=engine, cpu_threads=THREADS,
+            )  # fmt: skip
+            with serve_in_thread(create_app(Server(s, cfg))) as url:
+                _closed_loop(url, "resnet50", x1.numpy(), 2 * b, 3.0)  # warm
+                rps = _closed_loop(url, "resnet50", x1.numpy(), 2 * b, seconds)
+            row[f"{engine}_rps"] = rps
+            row[f"{engine}_of_bare"] = rps / bare
+        rows.append(row)
+        print(
+            f"batch {b}: bare {bare:.2f} req/s, hetserve threads {row['threads_rps']:.2f} "
+            f"({100 * row['threads_of_bare']:.0f}%), ray {row['ray_rps']:.2f} "
+            f"({100 * row['ray_of_bare']:.0f}%)",
+            flush=True,
+        )
+    return {"overhead": rows, "threads": THREADS}
+
+
+def frontend(rates=(1000.0, 2000.0, 3000.0), seconds: float = 5.0) -> dict:
+    from hetserve.experiments.live import replay_http, serve_in_thread
+    from hetserve.experiments.setup import build_trace
+    from hetserve.experiments.shepherd import group_setup
+    from hetserve.runtime.http import create_app
+    from hetserve.runtime.server import Server, ServerConfig
+
+    s = group_setup(12, {"resnet50": 1.0})
+    rows = []
+    for rate in rates:
+        trace = build_trace(s, "poisson", {"resnet50": rate}, seconds, seed=0)
+        srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 8}))
+        with serve_in_thread(create_app(srv)) as url:
+            t0 = time.perf_counter()
+            live = replay_http(url, trace, {"resnet50": np.zeros(1, dtype=np.float32)})
+            wall = time.perf_counter() - t0
+        add = live.added_ms()
+        sm = live.summary()
+        row = {
+            "offered_rps": len(trace) / seconds,
+            "answered_rps": int((live.status > 0).sum()) / wall,
+            "ok_share": sm["attainment"],
+            "added_ms_p50": float(np.percentile(add, 50)) if len(add) else None,
+            "added_ms_p99": float(np.percentile(add, 99)) if len(add) else None,
+            "client_p99_ms": sm["latency_ms"]["p99"],
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return {"frontend": rows}
+
+
+# ---------------------------------------------------------------- Ray Serve, the peer
+
+
+def _ray_serve_app(batch_wait_s: float):
+    import torch
+    from ray import serve
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    class ResNet:
+        def __init__(self) -> None:
+            from hetserve.zoo.registry import build
+
+            torch.set_num_threads(THREADS)
+            self.net = build("resnet18").eval()
+
+        @serve.batch(max_batch_size=8, batch_wait_timeout_s=batch_wait_s)
+        async def run(self, xs: list[torch.Tensor]) -> list[bytes]:
+            with torch.inference_mode():
+                out = self.net(torch.stack(xs))
+            return [o.numpy().astype("<f4").tobytes() for o in out]
+
+        async def __call__(self, req: Request) -> Response:
+            raw = await req.body()
+            n = int(req.headers["inference-header-content-length"])
+            head = json.loads(raw[:n])
+            shape = head["inputs"][0]["shape"]
+            x = torch.from_numpy(np.frombuffer(raw[n:], dtype="<f4").copy().reshape(shape))[0]
+            blob = await self.run(x)
+            h = json.dumps({"outputs": [{"name": "output", "datatype": "FP32",
+                            "shape": [1, 1000], "parameters": {"binary_data_size": len(blob)}}],
+                            "parameters": {"late": 0}}).encode()  # fmt: skip
+            return Response(h + blob, headers={"Inference-Header-Content-Length": str(len(h))})
+
+    return ResNet.bind()
+
+
+def _late_by_client(live, trace) -> dict:
+    """Ray Serve knows no deadlines: a request is good when the client saw it answered
+    within its SLO (the same rule applied to hetserve's answers)."""
+    from hetserve.core.outcome import LATE, OK
+
+    slo = np.array([trace.streams[k].slo_s for k in trace.stream_idx])
+    served = live.outcome <= LATE
+    good = served & (live.latency_s <= slo)
+    lat = live.latency_s[served]
+    return {
+        "goodput_rps": float(good.sum()) / trace.duration_s,
+        "attainment": float(good.mean()),
+        "p99_ms": float(np.percentile(lat, 99)) * 1e3 if len(lat) else None,
+        "ok_by_server": int((live.outcome == OK).sum()),
+    }
+
+
+def peer(loads=(0.3, 0.5, 0.7, 0.9), seconds: float = 10.0, waits=(0.005, 0.02, 0.05)) -> dict:
+    import ray
+    from ray import serve
+
+    from hetserve.cli_serve import measured_profiles
+    from hetserve.experiments.live import replay_http, serve_in_thread
+    from hetserve.experiments.setup import build_setup, build_trace
+    from hetserve.runtime.http import create_app
+    from hetserve.runtime.server import Server, ServerConfig
+    from hetserve.zoo.registry import build
+
+    folder = measured_profiles(["resnet18"], "cpu", [1, 2, 4, 8], 10, THREADS)
+    setup = build_setup("local-cpu", ["resnet18"], profiles=str(folder), max_batch=8)
+    x = build("resnet18").input_spec.example(1)[0].numpy()
+    rows = []
+    traces = {
+        lf: build_trace(setup, "poisson", setup.plan.rates_at(lf), seconds, seed=1) for lf in loads
+    }
+    for engine in ("threads", "ray"):
+        cfg = ServerConfig(
+            scheduler="flex", params={"max_batch": 8}, build=build, engine=engine,
+            cpu_threads=THREADS,
+        )  # fmt: skip
+        with serve_in_thread(create_app(Server(setup, cfg))) as url:
+            for lf, tr in traces.items():
+                r = _late_by_client(replay_http(url, tr, {"resnet18": x}), tr)
+                rows.append({"system": f"hetserve-{engine}", "load": lf, **r})
+                print(json.dumps(rows[-1]), flush=True)
+    ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    port = 8123
+    for wait in waits:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(_ray_serve_app(wait), route_prefix="/v2/models/resnet18/infer")
+        for lf, tr in traces.items():
+            r = _late_by_client(replay_http(f"http://127.0.0.1:{port}", tr, {"resnet18": x}), tr)
+            rows.append({"system": f"ray-serve(wait {wait * 1e3:g} ms)", "load": lf, **r})
+            print(json.dumps(rows[-1]), flush=True)
+        serve.shutdown()
+    ray.shutdown()
+    return {"peer": rows, "slo_ms": setup.slos_s["resnet18"] * 1e3}
+
+
+def main(argv: list[str]) -> None:
+    which = argv or ["overhead", "frontend", "peer"]
+    out = {}
+    for name in which:
+        out.update({"overhead": overhead, "frontend": frontend, "peer": peer}[name]())
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
