@@ -28,8 +28,6 @@ def measured_profiles(
 ) -> Path:
     """A profile set of this machine for the models: measured once, then reused (the cache
     key is the machine, the device, the models, batches, blocks and CPU threads)."""
-    import torch
-
     from hetserve.profiling.measure import measure_profiles
 
     threads = threads or default_cpu_threads()
@@ -42,13 +40,10 @@ def measured_profiles(
     if (folder / "latency.csv").exists():
         console.print(f"reusing this machine's measured profiles in {folder}")
         return folder
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)  # as the workers will run
-    try:
-        with console.status(f"measuring {', '.join(models)} on {device} (once; cached)"):
-            ps, _ = measure_profiles(models, device, batches, (1,), n_blocks, warmup=2, repeats=5)
-    finally:
-        torch.set_num_threads(before)
+    with console.status(f"measuring {', '.join(models)} on {device} (once; cached)"):
+        ps, _ = measure_profiles(
+            models, device, batches, (1,), n_blocks, warmup=2, repeats=5, threads=threads
+        )  # with the threads the workers will run with
     ps.write(folder)
     console.print(f"measured profiles written to {folder}")
     return folder

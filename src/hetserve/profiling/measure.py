@@ -106,9 +106,21 @@ def measure_profiles(
     warmup: int = 3,
     repeats: int = 10,
     progress: Callable[[str], None] | None = None,
+    threads: int = 0,
 ) -> tuple[ProfileSet, list[Fit]]:
-    """Measure a profile set (module docstring); returns it with the alpha/beta fits."""
+    """Measure a profile set (module docstring); returns it with the alpha/beta fits.
+    ``threads``: torch threads to measure with (0: as set), as the serving workers run."""
     import torch
+
+    if threads > 0:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return measure_profiles(
+                models, device, batches, shares, n_blocks, warmup, repeats, progress
+            )
+        finally:
+            torch.set_num_threads(before)
 
     from hetserve.zoo.layered import tensors_of
     from hetserve.zoo.registry import build
