@@ -18,7 +18,6 @@ Each section prints a table and a JSON line; docs/benchmarks.md records the resu
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -43,30 +42,12 @@ def _bare(model, x, seconds: float) -> float:
 def _closed_loop(url: str, model: str, x: np.ndarray, clients: int, seconds: float) -> float:
     """Requests/s of ``clients`` concurrent senders, each sending its next request when the
     last is answered."""
-    import httpx
-
     from hetserve.experiments.live import binary_body
+    from hetserve.experiments.loadgen import closed_loop, http_request
 
     body, hdr = binary_body(x[None], 1e7)
-
-    async def run() -> float:
-        done = 0
-        async with httpx.AsyncClient(timeout=600) as c:
-            t_end = time.perf_counter() + seconds
-
-            async def client() -> None:
-                nonlocal done
-                while time.perf_counter() < t_end:
-                    r = await c.post(f"{url}/v2/models/{model}/infer", content=body, headers=hdr)
-                    if r.status_code != 200:
-                        raise RuntimeError(r.text)
-                    done += 1
-
-            t0 = time.perf_counter()
-            await asyncio.gather(*(client() for _ in range(clients)))
-            return done / (time.perf_counter() - t0)
-
-    return asyncio.run(run())
+    req = http_request(url, f"/v2/models/{model}/infer", body, hdr)
+    return closed_loop(url, req, clients, seconds)
 
 
 def overhead(batches=(1, 4, 8), seconds: float = 15.0) -> dict:
@@ -107,34 +88,76 @@ def overhead(batches=(1, 4, 8), seconds: float = 15.0) -> dict:
     return {"overhead": rows, "threads": THREADS}
 
 
-def frontend(rates=(1000.0, 2000.0, 3000.0), seconds: float = 5.0) -> dict:
-    from hetserve.experiments.live import replay_http, serve_in_thread
-    from hetserve.experiments.setup import build_trace
+def _serve_emulated(port: int) -> None:
+    """The front-end benchmark's server (a process of its own, as a deployment has)."""
+    import uvicorn
+
     from hetserve.experiments.shepherd import group_setup
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
 
     s = group_setup(12, {"resnet50": 1.0})
+    srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 8}))
+    uvicorn.run(create_app(srv), host="127.0.0.1", port=port, log_level="error")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux)."""
+    import os
+
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def frontend(rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.0) -> dict:
+    """The server (``--emulate``, uvicorn) in its own process, the open-loop load generator
+    in this one: per offered rate, the answered rate, what HTTP added (client latency minus
+    the server's ``server_ms``), how late the generator sent, and the server's CPU time per
+    request."""
+    import multiprocessing
+
+    from hetserve.experiments.live import free_port, replay_http
+    from hetserve.experiments.loadgen import http_request, open_loop
+    from hetserve.experiments.setup import build_trace
+    from hetserve.experiments.shepherd import group_setup
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_serve_emulated, args=(port,), daemon=True
+    )
+    proc.start()
+    ping = http_request(url, "/v2/health/ready", b"", {}).replace(b"POST", b"GET", 1)
+    for _ in range(600):  # up to a minute to start
+        try:
+            if open_loop(url, [ping], np.zeros(1), connections=1, timeout_s=1).status[0] == 200:
+                break
+        except Exception:  # not listening yet
+            pass
+        time.sleep(0.1)
+    s = group_setup(12, {"resnet50": 1.0})
     rows = []
-    for rate in rates:
-        trace = build_trace(s, "poisson", {"resnet50": rate}, seconds, seed=0)
-        srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 8}))
-        with serve_in_thread(create_app(srv)) as url:
-            t0 = time.perf_counter()
+    try:
+        for rate in rates:
+            trace = build_trace(s, "poisson", {"resnet50": rate}, seconds, seed=0)
+            cpu0 = _cpu_s(proc.pid)
             live = replay_http(url, trace, {"resnet50": np.zeros(1, dtype=np.float32)})
-            wall = time.perf_counter() - t0
-        add = live.added_ms()
-        sm = live.summary()
-        row = {
-            "offered_rps": len(trace) / seconds,
-            "answered_rps": int((live.status > 0).sum()) / wall,
-            "ok_share": sm["attainment"],
-            "added_ms_p50": float(np.percentile(add, 50)) if len(add) else None,
-            "added_ms_p99": float(np.percentile(add, 99)) if len(add) else None,
-            "client_p99_ms": sm["latency_ms"]["p99"],
-        }
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+            cpu = _cpu_s(proc.pid) - cpu0
+            add = live.added_ms()
+            sm = live.summary()
+            row = {
+                "offered_rps": len(trace) / seconds,
+                "answered_rps": int((live.status > 0).sum()) / seconds,
+                "ok_share": sm["attainment"],
+                "added_ms_p50": float(np.percentile(add, 50)) if len(add) else None,
+                "added_ms_p99": float(np.percentile(add, 99)) if len(add) else None,
+                "client_p99_ms": sm["latency_ms"]["p99"],
+                "server_cpu_us_per_request": 1e6 * cpu / max(1, len(trace)),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        proc.kill()
     return {"frontend": rows}
 
 

@@ -13,7 +13,6 @@ outcome follows the server's answer: ``ok`` (200, on time), ``late`` (200 with
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import socket
@@ -92,10 +91,10 @@ def binary_body(x: np.ndarray, deadline_ms: float | None = None) -> tuple[bytes,
     return head + blob, {HEADER_LEN: str(len(head)), "Content-Type": "application/octet-stream"}
 
 
-def _answer(status: int, content: bytes, headers: Mapping[str, str]) -> tuple[int, float]:
+def _answer(status: int, content: bytes, headers: Mapping[bytes, bytes]) -> tuple[int, float]:
     """The outcome, and the server's own time in seconds (NaN when not told)."""
     if status == 200:
-        n = int(headers.get(HEADER_LEN, len(content)))
+        n = int(headers.get(HEADER_LEN.lower().encode(), len(content)))
         params = json.loads(content[:n]).get("parameters", {})
         server_s = params.get("server_ms", math.nan) / 1e3
         return (LATE if params.get("late", 0) else OK), server_s
@@ -110,53 +109,32 @@ def replay_http(
     inputs: Mapping[str, np.ndarray],
     token: str | None = None,
     timeout_s: float = 60.0,
+    connections: int = 128,
 ) -> LiveRun:
     """Send the trace's requests to the server at ``url`` (``http://host:port``) at their
-    arrival times; ``inputs[model]``: one request's input (no batch dimension)."""
+    arrival times, over ``connections`` keep-alive connections
+    (:func:`hetserve.experiments.loadgen.open_loop`; latency counts from each request's
+    arrival time); ``inputs[model]``: one request's input (no batch dimension)."""
+    from hetserve.experiments.loadgen import http_request, open_loop
+
     missing = [m for m in trace.models() if m not in inputs]
     if missing:
         raise HetserveError(f"no input for model(s) {', '.join(missing)}")
-    return asyncio.run(_replay(url, trace, inputs, token, timeout_s))
-
-
-async def _replay(
-    url: str, trace: Trace, inputs: Mapping[str, np.ndarray], token: str | None, timeout_s: float
-) -> LiveRun:
-    import httpx
-
-    n = len(trace)
-    bodies: dict[int, tuple[str, bytes, dict[str, str]]] = {}
-    for k, st in enumerate(trace.streams):
+    payloads = []
+    for st in trace.streams:
         body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3)
         if token is not None:
             hdr["Authorization"] = f"Bearer {token}"
-        bodies[k] = (f"{url}/v2/models/{st.model}/infer", body, hdr)
+        payloads.append(http_request(url, f"/v2/models/{st.model}/infer", body, hdr))
+    shots = open_loop(url, payloads, trace.time_s, trace.stream_idx, connections, timeout_s)
+    n = len(trace)
     outcome = np.full(n, FAILED, dtype=np.int8)
-    latency = np.full(n, np.nan)
-    status = np.zeros(n, dtype=np.int32)
     server_s = np.full(n, np.nan)
-    arrivals = trace.time_s
-    idx = trace.stream_idx
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time() + 0.05
-
-        async def one(i: int) -> None:
-            await asyncio.sleep(max(0.0, t0 + float(arrivals[i]) - loop.time()))
-            u, body, hdr = bodies[int(idx[i])]
-            t = time.perf_counter()
-            try:
-                r = await client.post(u, content=body, headers=hdr)
-            except httpx.HTTPError:
-                latency[i] = time.perf_counter() - t
-                return
-            latency[i] = time.perf_counter() - t
-            status[i] = r.status_code
-            outcome[i], server_s[i] = _answer(r.status_code, r.content, r.headers)
-
-        await asyncio.gather(*(one(i) for i in range(n)))
-    return LiveRun(outcome, latency, status, trace.duration_s, server_s)
+    for i in range(n):
+        body, headers = shots.bodies[i], shots.headers[i]
+        if shots.status[i] and body is not None and headers is not None:
+            outcome[i], server_s[i] = _answer(int(shots.status[i]), body, headers)
+    return LiveRun(outcome, shots.latency_s, shots.status, trace.duration_s, server_s)
 
 
 def free_port() -> int:

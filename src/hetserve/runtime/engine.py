@@ -30,6 +30,7 @@ the error as the reason. Either way each request still ends exactly once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import math
 from collections.abc import Callable
@@ -109,6 +110,8 @@ class _Task:
     transfer: tuple[float, float] | None = None
     stop: bool = False  # a preemption asked it to stop at the next block boundary
     dead: bool = False
+    emu: list[float] | None = None  # emulated: the time at each block boundary
+    stop_blocks: int = 0  # emulated: the boundary it stops at (0: none)
 
 
 @dataclass
@@ -145,24 +148,34 @@ class EmulatedExecutor:
                 cum.append(acc)
             self._cum[key] = cum
 
-        last = task.index == len(d.route) - 1
+        task.emu = cum
 
         def finish() -> None:
-            engine.stage_finished(task, len(cum), None)
+            if not task.dead and not task.stop_blocks:
+                engine.stage_finished(task, len(cum), None)
 
-        def check(k: int) -> None:  # a block boundary: stop here if asked
-            if task.dead:
-                return
-            # a stop at the end of a non-last stage still stops the batch (the simulator's
-            # rule: only the model's last block is no exit point)
-            if task.stop and (k < len(cum) or not last):
-                engine.stage_finished(task, k, None, preempted=True)
-            elif k < len(cum):
-                engine.clock.call_at(now + cum[k], lambda: check(k + 1))
-            else:
-                finish()
+        engine.clock.call_at(now + cum[-1], finish)
 
-        engine.clock.call_at(now + cum[0], lambda: check(1))
+    def stop(self, engine: RuntimeEngine, task: _Task) -> None:
+        """A preemption: the stage stops at its next block boundary, as in the simulator
+        (a boundary at this very moment counts; the model's last block is no exit point,
+        the end of a non-last stage is). One timer per stage, none per block."""
+        cum = task.emu
+        if cum is None or task.stop_blocks:
+            return  # not started here, or already stopping (the earlier boundary wins)
+        elapsed = engine.clock.now() - task.start_s
+        k = 0
+        while k < len(cum) - 1 and cum[k] < elapsed - 1e-12:
+            k += 1
+        if k == len(cum) - 1 and task.index == len(task.batch.d.route) - 1:
+            return  # the next exit point is the end: the batch simply completes
+        task.stop_blocks = k + 1
+
+        def stop_here() -> None:
+            if not task.dead and engine.running.get(task.worker) is task:
+                engine.stage_finished(task, k + 1, None, preempted=True)
+
+        engine.clock.call_at(task.start_s + cum[k], stop_here)
 
 
 class RuntimeEngine:
@@ -177,7 +190,10 @@ class RuntimeEngine:
         clock: Clock,
         on_done: Callable[[Request, int, str, Any], None] | None = None,
         emulate_links: bool = True,
+        log_limit: int | None = None,
     ) -> None:
+        """``log_limit``: keep only the last so many ``dispatch_log`` entries (a server
+        runs for long; None: all)."""
         self.view = view
         self.plan = plan
         self.scheduler = scheduler
@@ -190,9 +206,12 @@ class RuntimeEngine:
         self.payloads: dict[int, Any] = {}
         self.running: dict[str, _Task | None] = dict.fromkeys(view.workers)
         self.ready: dict[str, list] = {w: [] for w in view.workers}
-        self.outcomes: dict[int, tuple[int, str]] = {}
+        self.open: set[int] = set()  # requests submitted and not yet ended
         self.lost: set[str] = set()
-        self.dispatch_log: list[tuple[float, int, str, tuple[int, ...], tuple[str, ...]]] = []
+        # (time, batch id, model, request ids, workers of the route) per dispatch
+        self.dispatch_log: collections.deque[
+            tuple[float, int, str, tuple[int, ...], tuple[str, ...]]
+        ] = collections.deque(maxlen=log_limit)
         self._seq = 0
         self._nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
 
@@ -204,6 +223,9 @@ class RuntimeEngine:
         """A request arrives now; its outcome comes through ``on_done`` exactly once."""
         if request.model not in self.plan.models:
             raise HetserveError(f"no model {request.model!r} is served")
+        if request.id in self.open:
+            raise HetserveError(f"request {request.id} submitted twice")
+        self.open.add(request.id)
         self.held[request.id] = request
         if payload is not None:
             self.payloads[request.id] = payload
@@ -288,8 +310,8 @@ class RuntimeEngine:
         if self.running[cur.worker] is cur:
             cur.stop = True  # at the next block boundary
             stop = getattr(self.executor, "stop", None)
-            if stop is not None:  # an executor in another process needs telling
-                stop(cur)
+            if stop is not None:  # the executor stops it (the others check ``stop``)
+                stop(self, cur)
         else:
             cur.dead = True
             self._end(b, cur, now, "preempted", 0)
@@ -402,9 +424,9 @@ class RuntimeEngine:
         self._apply(self.scheduler.on_stage_done(rep, now))
 
     def _finish(self, r: Request, outcome: int, reason: str, output: Any) -> None:
-        if r.id in self.outcomes:
+        if r.id not in self.open:
             raise HetserveError(f"request {r.id} ended twice")
-        self.outcomes[r.id] = (outcome, reason)
+        self.open.discard(r.id)
         self.payloads.pop(r.id, None)
         if self.on_done is not None:
             self.on_done(r, outcome, reason, output)

@@ -59,8 +59,9 @@ class StageActor:
         if x is None:  # the first stage, no payloads: the model's example inputs
             net = self.ex._models[model]
             x = net.input_spec.example(n)
-        elif isinstance(x, list):
-            x = torch.stack(x)
+        elif isinstance(x, list):  # some requests came without a tensor
+            ex = self.ex._models[model].input_spec.example(1)[0]
+            x = torch.stack([p if p is not None else ex for p in x])
         res = runner.run(x, lambda: key in self.stops)
         self.stops.discard(key)
         return res.output, (res.blocks_done, res.completed)
@@ -110,36 +111,48 @@ class RayExecutor:
             engine.clock.call_at(now, lambda: engine.worker_lost(step.worker))
             return
         x = task.batch.payload  # the requests' tensors, or the previous stage's reference
-        if task.index == 0 and x is not None and all(p is None for p in x):
-            x = None
+        if task.index == 0 and x is not None:
+            if all(p is None for p in x):
+                x = None
+            elif all(p is not None for p in x):  # one tensor, put in the store once
+                x = torch.stack(x)
         out_ref, meta_ref = (
             self.actors[step.worker]
             .run.options(num_returns=2)
             .remote(id(task), step.worker, d.model, step.blocks, x, len(d.requests))
         )
 
-        def done(fut: asyncio.Future[Any]) -> None:
-            try:
-                blocks_done, completed = fut.result()
-                last = completed and task.index == len(d.route) - 1
-                out = ray.get(out_ref) if last else None
-            except RayActorError:  # the actor died (killed, its node lost): rule 9
+        def failed(err: BaseException) -> None:
+            if isinstance(err, RayActorError):  # the actor died (killed, node lost): rule 9
                 self.dead.add(step.worker)
                 engine.worker_lost(step.worker)
-                return
-            except Exception as err:  # the stage raised in the actor
+            else:  # the stage raised in the actor
                 cause = getattr(err, "cause", None) or err
                 engine.stage_failed(task, f"{type(cause).__name__}: {cause}")
-                return
-            if last:
-                rows = [_row(out, i) for i in range(len(d.requests))]
-                engine.stage_finished(task, blocks_done, rows)
+
+        def output(fut: asyncio.Future[Any], blocks_done: int) -> None:
+            err = fut.exception()
+            if err is not None:
+                return failed(err)
+            out = fut.result()
+            rows = [_row(out, i) for i in range(len(d.requests))]
+            engine.stage_finished(task, blocks_done, rows)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            err = fut.exception()
+            if err is not None:
+                return failed(err)
+            blocks_done, completed = fut.result()
+            if completed and task.index == len(d.route) - 1:
+                # the result comes to this process without blocking the loop
+                nxt = asyncio.wrap_future(out_ref.future())
+                nxt.add_done_callback(lambda f: output(f, blocks_done))
             else:
                 engine.stage_finished(task, blocks_done, out_ref, preempted=not completed)
 
         asyncio.wrap_future(meta_ref.future()).add_done_callback(done)
 
-    def stop(self, task: _Task) -> None:
+    def stop(self, engine: RuntimeEngine, task: _Task) -> None:
         step = task.batch.d.route[task.index]
         self.actors[step.worker].stop.remote(id(task))
 

@@ -11,6 +11,7 @@ flight (graceful shutdown).
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import time
 from collections.abc import Callable
@@ -81,6 +82,16 @@ class Metrics:
             "hetserve_worker_busy_seconds", "Time each worker spent running stages",
             ["worker"], registry=self.registry,
         )  # fmt: skip
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def of(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once (the lookup costs more than the
+        update, on the per-request path)."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
 
 class Server:
@@ -146,9 +157,13 @@ class Server:
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         self.engine = RuntimeEngine(
             view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),
-            self._done, emulate_links=self.cfg.emulate,
+            self._done, emulate_links=self.cfg.emulate, log_limit=10_000,
         )  # fmt: skip
         self.engine.start()
+        # what exists now (models, plan, libraries) lives as long as the server: keep it out
+        # of the garbage collector's full passes, which otherwise stall the loop for ms
+        gc.collect()
+        gc.freeze()
 
     async def infer(
         self, model: str, tensor: Any = None, deadline_s: float | None = None
@@ -163,7 +178,7 @@ class Server:
         if self.draining:
             return Result("overloaded", "the server is shutting down")
         if len(self._futures) >= self.cfg.max_pending:
-            self.metrics.requests.labels(model, "overloaded").inc()
+            self.metrics.of(self.metrics.requests, model, "overloaded").inc()
             return Result("overloaded", f"more than {self.cfg.max_pending} requests pending")
         rid = next(self._ids)
         now = eng.clock.now()
@@ -176,10 +191,11 @@ class Server:
     def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
         name = _NAMES.get(outcome, "failed")
         dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
-        self.metrics.requests.labels(r.model, name).inc()
-        self.metrics.latency.labels(r.model).observe(dt)
+        m = self.metrics
+        m.of(m.requests, r.model, name).inc()
+        m.of(m.latency, r.model).observe(dt)
         if name in ("dropped", "failed"):
-            self.metrics.drops.labels(r.model, reason).inc()
+            m.of(m.drops, r.model, reason).inc()
         fut = self._futures.pop(r.id, None)
         if fut is not None and not fut.done():
             fut.set_result(Result(name, reason, output, dt))
@@ -220,7 +236,8 @@ class _Observed:
 
         for a in acts:
             if type(a) is Dispatch:
-                self.server.metrics.batch.labels(a.model).observe(len(a.requests))
+                m = self.server.metrics
+                m.of(m.batch, a.model).observe(len(a.requests))
         return acts
 
     def start(self, view: Any, plan: Any, now: float) -> list[Any]:
@@ -238,6 +255,7 @@ class _Observed:
     def on_stage_done(self, rep: Any, now: float) -> list[Any]:
         if rep.kind == "stage":
             dur = max(0.0, rep.end_s - rep.start_s)
-            self.server.metrics.stage.labels(rep.model, rep.worker).observe(dur)
-            self.server.metrics.busy.labels(rep.worker).inc(dur)
+            m = self.server.metrics
+            m.of(m.stage, rep.model, rep.worker).observe(dur)
+            m.of(m.busy, rep.worker).inc(dur)
         return self._seen(self.inner.on_stage_done(rep, now))

@@ -1,0 +1,82 @@
+"""The open-loop load generator: answers, queueing counted from the arrival time, errors."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("httptools")
+
+from hetserve.core.errors import HetserveError  # noqa: E402
+from hetserve.experiments.live import free_port, serve_in_thread  # noqa: E402
+from hetserve.experiments.loadgen import closed_loop, http_request, open_loop  # noqa: E402
+
+
+def _slow_app(delay_s: float):
+    """ASGI: answers each POST after ``delay_s`` with its body reversed; 418 for /teapot."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                m = await receive()
+                await send({"type": m["type"] + ".complete"})
+                if m["type"] == "lifespan.shutdown":
+                    return
+        body = b""
+        while True:
+            m = await receive()
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        await asyncio.sleep(delay_s)
+        status = 418 if scope["path"] == "/teapot" else 200
+        out = body[::-1]
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(out)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": out})
+
+    return app
+
+
+def test_open_loop_answers_every_request_and_counts_queueing_from_the_arrival():
+    with serve_in_thread(_slow_app(0.05)) as url:
+        big = bytes(range(256)) * 4000  # 1 MB: several writes and reads per request
+        payloads = [http_request(url, "/x", b"abc", {}), http_request(url, "/y", big, {})]
+        # one connection, three requests at once: the last waits for the first two
+        shots = open_loop(url, payloads, np.zeros(3), np.array([0, 1, 0]), connections=1)
+    assert list(shots.status) == [200, 200, 200]
+    assert shots.bodies[0] == b"cba" and shots.bodies[1] == big[::-1]
+    assert shots.headers[0][b"content-length"] == b"3"
+    lat = np.sort(shots.latency_s)
+    assert lat[0] >= 0.045 and lat[1] >= 0.095 and lat[2] >= 0.145
+    assert shots.lag_s[2] >= 0.09  # it left when the connection came free
+
+
+def test_open_loop_keeps_the_schedule_with_enough_connections():
+    arrivals = np.arange(20) * 0.01
+    with serve_in_thread(_slow_app(0.02)) as url:
+        shots = open_loop(url, [http_request(url, "/", b"", {})], arrivals, connections=8)
+    assert (shots.status == 200).all()
+    assert np.all(shots.lag_s < 0.02)
+    assert np.all(shots.latency_s >= 0.018) and np.median(shots.latency_s) < 0.2
+
+
+def test_closed_loop_counts_answers_and_reports_errors():
+    with serve_in_thread(_slow_app(0.01)) as url:
+        rps = closed_loop(url, http_request(url, "/", b"hi", {}), clients=2, seconds=0.5)
+        assert 20 < rps < 200 + 1  # 2 clients, 10 ms each: at most 200 req/s
+        with pytest.raises(HetserveError, match="HTTP 418"):
+            closed_loop(url, http_request(url, "/teapot", b"", {}), clients=1, seconds=0.3)
+
+
+def test_unanswered_requests_and_bad_arguments():
+    with serve_in_thread(_slow_app(5.0)) as url:
+        shots = open_loop(url, [http_request(url, "/", b"", {})], np.zeros(2), timeout_s=0.2)
+    assert list(shots.status) == [0, 0]  # no answer within the timeout
+    with pytest.raises(HetserveError, match="sorted"):
+        open_loop("http://127.0.0.1:1", [b""], np.array([1.0, 0.0]))
+    with pytest.raises(HetserveError, match="URL like"):
+        open_loop("ftp://x", [b""], np.zeros(1))
+    with pytest.raises(HetserveError, match="cannot connect"):
+        open_loop(f"http://127.0.0.1:{free_port()}", [b""], np.zeros(1))
