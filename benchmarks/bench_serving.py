@@ -170,7 +170,8 @@ def _ray_serve_app(batch_wait_s: float):
     from starlette.requests import Request
     from starlette.responses import Response
 
-    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    # max_ongoing_requests (default 5) caps what a replica can batch: raised above the batch
+    @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64)
     class ResNet:
         def __init__(self) -> None:
             from hetserve.zoo.registry import build
@@ -255,7 +256,45 @@ def peer(loads=(0.3, 0.5, 0.7, 0.9), seconds: float = 10.0, waits=(0.005, 0.02, 
             print(json.dumps(rows[-1]), flush=True)
         serve.shutdown()
     ray.shutdown()
-    return {"peer": rows, "slo_ms": setup.slos_s["resnet18"] * 1e3}
+    out = {"peer": rows, "slo_ms": setup.slos_s["resnet18"] * 1e3}
+    save_peer(out)
+    return out
+
+
+RESULTS = "docs/results/serving"
+
+
+def save_peer(out: dict, folder: str = RESULTS) -> None:
+    """The peer comparison's rows (``peer.json``) and its two curves (``peer.png``:
+    goodput and p99 latency against load, one line per system)."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    with open(f"{folder}/peer.json", "w") as f:
+        json.dump(out, f, indent=1)
+    systems = list(dict.fromkeys(r["system"] for r in out["peer"]))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in systems:
+        rs = [r for r in out["peer"] if r["system"] == name]
+        style = "-o" if name.startswith("hetserve") else "--s"
+        ax1.plot([r["load"] for r in rs], [r["goodput_rps"] for r in rs], style, label=name)
+        ax2.plot([r["load"] for r in rs], [r["p99_ms"] for r in rs], style, label=name)
+    ax1.set(xlabel="offered load (x planned capacity)", ylabel="goodput (req/s within SLO)")
+    ax2.set(xlabel="offered load (x planned capacity)", ylabel="p99 latency of answers (ms)")
+    ax2.axhline(out["slo_ms"], color="grey", lw=0.8, ls=":")
+    ax2.set_yscale("log")
+    ax1.legend(fontsize=8)
+    ax1.grid(alpha=0.3)
+    ax2.grid(alpha=0.3)
+    fig.suptitle(f"ResNet-18 on this CPU, Poisson load, SLO {out['slo_ms']:.0f} ms")
+    fig.tight_layout()
+    fig.savefig(f"{folder}/peer.png", dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str]) -> None:

@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("uvicorn")
 pytest.importorskip("httptools")
 
-from hetserve.core.errors import HetserveError  # noqa: E402
-from hetserve.experiments.live import free_port, serve_in_thread  # noqa: E402
-from hetserve.experiments.loadgen import closed_loop, http_request, open_loop  # noqa: E402
+from hetserve.core.errors import HetserveError
+from hetserve.experiments.live import free_port, serve_in_thread
+from hetserve.experiments.loadgen import closed_loop, http_request, open_loop
 
 
 def _slow_app(delay_s: float):

@@ -6,7 +6,8 @@ import pytest
 from hetserve.core.outcome import OK
 from hetserve.experiments.setup import build_setup, build_trace
 from hetserve.experiments.shepherd import group_setup
-from hetserve.runtime.engine import EmulatedExecutor, RuntimeEngine, VirtualClock
+from hetserve.runtime.emulated import EmulatedExecutor
+from hetserve.runtime.engine import RuntimeEngine, VirtualClock
 from hetserve.scheduling import ClusterView, make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload.maf import maf_trace
@@ -112,19 +113,49 @@ def test_parity_when_a_worker_is_lost(name):
     assert (res.outcome == OK).mean() > 0.5
 
 
-def test_parity_reservation_pipelines_with_transfers():
+def _two_pool_setup(model="resnet50", n=(12, 4)):
     from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
     from hetserve.experiments.setup import Setup
 
-    base = build_setup("hc1-s", ["resnet50"])
-    st = (Stage((0, 5), "P4", 1, 12), Stage((5, 10), "L4", 1, 4))
-    plan = Plan(
-        {"resnet50": ModelPlan(base.slos_s["resnet50"], 1.0, (Pipeline(st, 4, 0.0, 2000.0),))}
-    )
-    s = Setup(base.cluster, base.latency, ["resnet50"], base.slos_s, plan, bind(plan, base.cluster))
+    base = build_setup("hc1-s", [model])
+    st = (Stage((0, 5), "P4", 1, n[0]), Stage((5, 10), "L4", 1, n[1]))
+    plan = Plan({model: ModelPlan(base.slos_s[model], 1.0, (Pipeline(st, 4, 0.0, 2000.0),))})
+    return Setup(base.cluster, base.latency, [model], base.slos_s, plan, bind(plan, base.cluster))
+
+
+def test_parity_reservation_pipelines_with_transfers():
+    s = _two_pool_setup()
     tr = build_trace(s, "poisson", {"resnet50": 1500.0}, 1.0, seed=1)
     res, _ = _check_parity(s, "reservation", tr)
     assert any(row[2] == 1 for row in res.stage_rows)  # two-stage batches ran
+
+
+def test_parity_reactive_open_routes():
+    """reactive runs one stage per dispatch (open routes, rule 4): requests park on a P4
+    worker and a later dispatch gathers them, possibly from several, onto an L4 worker."""
+    s = _two_pool_setup()
+    tr = build_trace(s, "poisson", {"resnet50": 1500.0}, 1.0, seed=1)
+    res, eng = _check_parity_open(s, "reactive", tr)
+    assert not eng.parked  # every request ended, nothing left parked
+    assert (res.outcome == OK).mean() > 0.5
+
+
+def _check_parity_open(setup, name, trace):
+    """Open routes: a request is dispatched once per stage, so compare every dispatch (its
+    worker and size) and every outcome."""
+    sim = Simulator(
+        setup.cluster, setup.latency, setup.plan, setup.placement,
+        make_scheduler(name), trace, SimConfig(),
+    )  # fmt: skip
+    res = sim.run()
+    eng, done = _runtime(setup, name, trace)
+    sim_d = {row[0]: (row[3], row[5]) for row in res.stage_rows}
+    rt_d = {bid: (ws[0], len(ids)) for _, bid, _, ids, ws in eng.dispatch_log}
+    assert sim_d == rt_d
+    assert any(row[2] == 1 and row[5] > 1 for row in res.stage_rows)  # continued, batched
+    assert len(done) == len(trace)
+    assert [done[i] for i in range(len(trace))] == res.outcome.tolist()
+    return res, eng
 
 
 def test_unknown_model_is_refused():
@@ -142,9 +173,12 @@ def test_unknown_model_is_refused():
 
 
 @pytest.mark.torch
-def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts():
+@pytest.mark.parametrize("sched", ["fixed-batch", "reactive"])
+def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts(sched):
     """Requests with payloads go through a P4 stage and an L4 stage running the zoo model's
-    blocks for real; every request's output is the single-process output (FP16 cut)."""
+    blocks for real; every request's output is the single-process output (FP16 cut).
+    ``reactive`` runs each stage as an open route: activations park on the P4 worker(s)
+    and are gathered for the L4 stage."""
     torch = pytest.importorskip("torch")
     from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
     from hetserve.core.requests import Request
@@ -161,7 +195,8 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts():
     clock = VirtualClock()
     eng = RuntimeEngine(
         ClusterView.build(s.cluster, s.latency, s.placement), plan,
-        make_scheduler("fixed-batch", {"max_batch": 2, "max_queue_delay_s": 0.001}),
+        make_scheduler(sched, {"max_batch": 2, "max_queue_delay_s": 0.001} if sched ==
+                       "fixed-batch" else {}),
         TorchExecutor(build), clock, lambda r, o, why, out: outs.__setitem__(r.id, (o, out)),
     )  # fmt: skip
     eng.start()
@@ -179,7 +214,10 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts():
     for i in range(5):
         got = outs[i][1]
         assert ((got - ref[i]).norm() / ref[i].norm()).item() < 1e-3
-    assert any(len(ids) == 2 for _, _, _, ids, _ in eng.dispatch_log)  # batched
+    assert any(len(ids) >= 2 for _, _, _, ids, _ in eng.dispatch_log)  # batched
+    if sched == "reactive":  # every request was dispatched once per stage
+        assert len({ws for *_, ws in eng.dispatch_log}) >= 2 and not eng.parked
+        assert sum(len(ids) for *_, ids, _ in eng.dispatch_log) == 10
 
 
 class _LateClock(VirtualClock):

@@ -119,3 +119,40 @@ def test_a_killed_actor_loses_no_request(scheduler):
         for o in ("ok", "late")
     )
     assert served == n + 1
+
+
+def test_open_routes_park_activations_in_the_object_store():
+    """``reactive`` dispatches one stage at a time (open routes): the first stage's output
+    stays in the object store, parked per request, and the L4-like second stage gathers
+    the rows from both first-stage actors. Outputs equal the single-process model's within
+    the FP16-cut tolerance."""
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+    from hetserve.experiments.setup import Setup
+
+    model = build("resnet18")
+    n = 12
+    x = _inputs(model, n)
+    base = build_setup(_cpus(3), ["resnet18"], slo_ms={"resnet18": 60000.0}, max_batch=4)
+    st = (Stage((0, 5), "CPU", 1, 2), Stage((5, 10), "CPU", 1, 1))
+    plan = Plan({"resnet18": ModelPlan(60.0, 1.0, (Pipeline(st, 4, 0.0, 100.0),))})
+    s = Setup(base.cluster, base.latency, ["resnet18"], {"resnet18": 60.0}, plan,
+              bind(plan, base.cluster))  # fmt: skip
+    srv = Server(s, ServerConfig(scheduler="reactive", build=build, engine="ray"))
+
+    async def scenario():
+        srv.start()
+        try:
+            return await asyncio.gather(*(srv.infer("resnet18", x[i]) for i in range(n)))
+        finally:
+            await srv.stop()
+
+    results = asyncio.run(scenario())
+    assert [r.outcome for r in results] == ["ok"] * n
+    eng = srv.engine
+    assert not eng.parked
+    first_ws = {ws[0] for _, _, _, _, ws in eng.dispatch_log}
+    assert len(first_ws) == 3  # both first-stage actors and the second-stage one ran
+    with torch.inference_mode():
+        ref = model(x)
+    for i, r in enumerate(results):
+        assert ((r.output - ref[i]).norm() / ref[i].norm()).item() < 1e-3

@@ -6,9 +6,9 @@ The engine is single-threaded and callback-driven: everything happens in callbac
 at wall-clock times (serving); :class:`VirtualClock` runs them in time order without
 waiting (tests and the parity check with the simulator). Executors run stages:
 
-- :class:`EmulatedExecutor` (``--emulate``): a stage takes the latency model's time, as in
-  Shepherd's and Clockwork's emulated workers; a ``Preempt`` stops it at the next block
-  boundary;
+- ``runtime.emulated.EmulatedExecutor`` (``--emulate``): a stage takes the latency
+  model's time, as in Shepherd's and Clockwork's emulated workers; a ``Preempt`` stops it
+  at the next block boundary;
 - :class:`TorchExecutor`: the zoo model's blocks really run (``runtime.stage.StageRunner``)
   on a thread, and the result comes back to the loop.
 
@@ -18,7 +18,9 @@ planned start; between stages the activations cross the links between the two wo
 (emulated: the simulator's link model; in one process they are handed over); a
 ``StageReport`` follows every stage; every request ends exactly once (``on_done``).
 ``Load`` completes at once (the runtime starts with every planned block resident) and
-``Evict`` is accepted; open routes are not supported yet.
+``Evict`` is accepted. Open routes (rule 4) park their requests' activations on the last
+worker (the executor's ``split`` cuts a batch's output into per-request parts); a later
+dispatch gathers them over the links from every worker they are parked on.
 
 Faults: an executor that finds its worker gone (a dead Ray actor) calls
 :meth:`RuntimeEngine.worker_lost`; the scheduler hears of it first, then the batches on
@@ -127,57 +129,6 @@ class Executor(Protocol):
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None: ...
 
 
-class EmulatedExecutor:
-    """A stage takes the latency model's time for its blocks at the batch's size."""
-
-    def __init__(self) -> None:
-        # (model, worker, batch, blocks) -> cumulative time at each block boundary
-        self._cum: dict[tuple[str, str, int, tuple[int, int]], list[float]] = {}
-
-    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
-        d = task.batch.d
-        step = d.route[task.index]
-        key = (d.model, step.worker, len(d.requests), step.blocks)
-        cum = self._cum.get(key)
-        if cum is None:
-            w = engine.view.workers[step.worker]
-            lat = engine.view.latency
-            cum, acc = [], 0.0
-            for k in range(*step.blocks):
-                acc += lat.latency(d.model, w.gpu, w.share, len(d.requests), range(k, k + 1))
-                cum.append(acc)
-            self._cum[key] = cum
-
-        task.emu = cum
-
-        def finish() -> None:
-            if not task.dead and not task.stop_blocks:
-                engine.stage_finished(task, len(cum), None)
-
-        engine.clock.call_at(now + cum[-1], finish)
-
-    def stop(self, engine: RuntimeEngine, task: _Task) -> None:
-        """A preemption: the stage stops at its next block boundary, as in the simulator
-        (a boundary at this very moment counts; the model's last block is no exit point,
-        the end of a non-last stage is). One timer per stage, none per block."""
-        cum = task.emu
-        if cum is None or task.stop_blocks:
-            return  # not started here, or already stopping (the earlier boundary wins)
-        elapsed = engine.clock.now() - task.start_s
-        k = 0
-        while k < len(cum) - 1 and cum[k] < elapsed - 1e-12:
-            k += 1
-        if k == len(cum) - 1 and task.index == len(task.batch.d.route) - 1:
-            return  # the next exit point is the end: the batch simply completes
-        task.stop_blocks = k + 1
-
-        def stop_here() -> None:
-            if not task.dead and engine.running.get(task.worker) is task:
-                engine.stage_finished(task, k + 1, None, preempted=True)
-
-        engine.clock.call_at(task.start_s + cum[k], stop_here)
-
-
 class RuntimeEngine:
     """Runs a Scheduler against workers on a clock (module docstring)."""
 
@@ -207,6 +158,8 @@ class RuntimeEngine:
         self.running: dict[str, _Task | None] = dict.fromkeys(view.workers)
         self.ready: dict[str, list] = {w: [] for w in view.workers}
         self.open: set[int] = set()  # requests submitted and not yet ended
+        # requests parked after an open route (rule 4): (next block, worker, activations)
+        self.parked: dict[int, tuple[int, str, Any]] = {}
         self.lost: set[str] = set()
         # (time, batch id, model, request ids, workers of the route) per dispatch
         self.dispatch_log: collections.deque[
@@ -259,23 +212,63 @@ class RuntimeEngine:
         self._apply(self.scheduler.on_timer(token, self.clock.now()))
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
-        nb = self._nblocks[d.model]
-        if d.route[0].blocks[0] != 0 or d.route[-1].blocks[1] != nb:
-            raise HetserveError(f"Dispatch {d.batch_id}: open routes are not supported yet")
+        first = d.route[0].blocks[0]
+        if d.route[-1].blocks[1] > self._nblocks[d.model] or not d.requests:
+            raise HetserveError(f"Dispatch {d.batch_id}: no requests, or a route past the end")
+        for r in d.requests:
+            at = self.parked.get(r.id)
+            if (0 if at is None else at[0]) != first:
+                raise HetserveError(
+                    f"Dispatch {d.batch_id}: request {r.id} is at block "
+                    f"{0 if at is None else at[0]}, the route starts at block {first}"
+                )
         for r in d.requests:
             if self.held.pop(r.id, None) is None:
                 raise HetserveError(f"Dispatch {d.batch_id}: request {r.id} is not held")
         b = _Batch(d, now)
-        if self.payloads:
+        if first > 0:  # a continued batch (rule 4): its input is the parked activations
+            b.payload = [self.parked[r.id][2] for r in d.requests]
+        elif self.payloads:
             b.payload = [self.payloads.get(r.id) for r in d.requests]
         self.batches[d.batch_id] = b
         self.dispatch_log.append(
             (now, d.batch_id, d.model, tuple(r.id for r in d.requests),
              tuple(s.worker for s in d.route))
         )  # fmt: skip
-        first = _Task(b, 0, d.route[0].worker, d.route[0].planned_start_s)
-        b.tasks.append(first)
-        self._enqueue(first, now)
+        task = _Task(b, 0, d.route[0].worker, d.route[0].planned_start_s)
+        b.tasks.append(task)
+        if first == 0:
+            self._enqueue(task, now)
+        else:
+            self._gather(task, first, now)
+
+    def _gather(self, task: _Task, first: int, now: float) -> None:
+        """A continued batch's input: one transfer per worker its requests are parked on,
+        each over the links to the stage's worker (the simulator's rule); the stage may
+        start when all have arrived. Activations parked on a lost worker are gone."""
+        b = task.batch
+        counts: dict[str, int] = {}
+        for r in b.d.requests:
+            src = self.parked[r.id][1]
+            counts[src] = counts.get(src, 0) + 1
+        if any(src in self.lost for src in counts):
+            task.dead = True
+            self._end(b, task, now, "activations lost", 0)
+            return
+        t0, t1 = math.inf, now
+        if self.links is not None:
+            per_request = self.view.latency.out_bytes(b.d.model, first - 1)
+            per_request *= self.view.cut_bytes_factor
+            dst = self.view.workers[task.worker].gpu_id
+            for src, k in counts.items():
+                path, bw, delay = self.links.path(self.view.workers[src].gpu_id, dst)
+                s0, s1 = self.links.transfer(path, bw, delay, per_request * k, now)
+                t0, t1 = min(t0, s0), max(t1, s1)
+        task.transfer = (min(t0, t1), t1)
+        if t1 > now:
+            self.clock.call_at(t1, lambda: self._enqueue(task, self.clock.now()))
+        else:
+            self._enqueue(task, now)
 
     def _enqueue(self, task: _Task, now: float) -> None:
         if task.dead:
@@ -371,7 +364,18 @@ class RuntimeEngine:
             self._try_start(worker, now)
             return
         last = task.index == len(d.route) - 1
-        if last:
+        reason = ""
+        end_block = d.route[-1].blocks[1]
+        if last and end_block < self._nblocks[d.model]:
+            # an open route: the requests are parked here, back with the scheduler
+            self.batches.pop(d.batch_id, None)
+            reason = "parked"
+            split = getattr(self.executor, "split", None)
+            rows = split(output, len(d.requests)) if split else [None] * len(d.requests)
+            for r, row in zip(d.requests, rows, strict=True):
+                self.parked[r.id] = (end_block, worker, row)
+                self.held[r.id] = r
+        elif last:
             self.batches.pop(d.batch_id, None)
             outs = output if isinstance(output, list) else [None] * len(d.requests)
             for r, out in zip(d.requests, outs, strict=True):
@@ -400,7 +404,7 @@ class RuntimeEngine:
         tr = task.transfer
         rep = StageReport(
             "stage", d.batch_id, d.model, step.stage, worker, task.start_s, now, d.requests,
-            True, last, "", step.blocks, blocks_done,
+            True, last, reason, step.blocks, blocks_done,
             None if tr is None else tr[0], None if tr is None else tr[1],
         )  # fmt: skip
         self._apply(self.scheduler.on_stage_done(rep, now))
@@ -427,6 +431,7 @@ class RuntimeEngine:
         if r.id not in self.open:
             raise HetserveError(f"request {r.id} ended twice")
         self.open.discard(r.id)
+        self.parked.pop(r.id, None)
         self.payloads.pop(r.id, None)
         if self.on_done is not None:
             self.on_done(r, outcome, reason, output)

@@ -12,6 +12,7 @@ Without an address Ray starts a local instance; with one it joins that cluster.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -51,12 +52,28 @@ class StageActor:
         self.stops.add(key)
 
     def run(
-        self, key: int, worker: str, model: str, blocks: tuple[int, int], x: Any, n: int
+        self,
+        key: int,
+        worker: str,
+        model: str,
+        blocks: tuple[int, int],
+        x: Any,
+        n: int,
+        parked: list[tuple[Any, int]] | None = None,
     ) -> tuple[Any, tuple[int, bool]]:
+        """One stage. ``x``: the input batch, the requests' tensors, the previous stage's
+        output, or None (example inputs); ``parked``: a continued batch's input, each
+        request's (output of an open route, row)."""
         import torch
 
+        from hetserve.runtime.torch_executor import _row, _stack
+
         runner = self.ex.runner(worker, model, blocks)
-        if x is None:  # the first stage, no payloads: the model's example inputs
+        if parked is not None:
+            refs = list({r.hex(): r for r, _ in parked}.values())
+            got = dict(zip([r.hex() for r in refs], ray.get(refs), strict=True))
+            x = _stack([_row(got[r.hex()], i) for r, i in parked])
+        elif x is None:  # the first stage, no payloads: the model's example inputs
             net = self.ex._models[model]
             x = net.input_spec.example(n)
         elif isinstance(x, list):  # some requests came without a tensor
@@ -83,7 +100,10 @@ class RayExecutor:
         (0: the threads torch uses in this process)."""
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address=address, include_dashboard=False, log_to_driver=False,
+                logging_level=logging.ERROR,
+            )  # fmt: skip
         self.actors: dict[str, Any] = {}
         self.dead: set[str] = set()  # workers whose actor died
         # CPU worker slots share this machine's cores (the threads torch would use here)
@@ -111,7 +131,10 @@ class RayExecutor:
             engine.clock.call_at(now, lambda: engine.worker_lost(step.worker))
             return
         x = task.batch.payload  # the requests' tensors, or the previous stage's reference
-        if task.index == 0 and x is not None:
+        parked = None
+        if task.index == 0 and step.blocks[0] > 0:  # a continued batch (open routes)
+            x, parked = None, x
+        elif task.index == 0 and x is not None:
             if all(p is None for p in x):
                 x = None
             elif all(p is not None for p in x):  # one tensor, put in the store once
@@ -119,7 +142,7 @@ class RayExecutor:
         out_ref, meta_ref = (
             self.actors[step.worker]
             .run.options(num_returns=2)
-            .remote(id(task), step.worker, d.model, step.blocks, x, len(d.requests))
+            .remote(id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked)
         )
 
         def failed(err: BaseException) -> None:
@@ -143,7 +166,7 @@ class RayExecutor:
             if err is not None:
                 return failed(err)
             blocks_done, completed = fut.result()
-            if completed and task.index == len(d.route) - 1:
+            if completed and step.blocks[1] == engine._nblocks[d.model]:  # the model's end
                 # the result comes to this process without blocking the loop
                 nxt = asyncio.wrap_future(out_ref.future())
                 nxt.add_done_callback(lambda f: output(f, blocks_done))
@@ -151,6 +174,11 @@ class RayExecutor:
                 engine.stage_finished(task, blocks_done, out_ref, preempted=not completed)
 
         asyncio.wrap_future(meta_ref.future()).add_done_callback(done)
+
+    @staticmethod
+    def split(out_ref: Any, n: int) -> list[tuple[Any, int]]:
+        """An open route's output stays in the store: each request parks (reference, row)."""
+        return [(out_ref, i) for i in range(n)]
 
     def stop(self, engine: RuntimeEngine, task: _Task) -> None:
         step = task.batch.d.route[task.index]

@@ -21,7 +21,8 @@ from typing import Any
 from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.requests import Request
-from hetserve.runtime.engine import EmulatedExecutor, LoopClock, RuntimeEngine
+from hetserve.runtime.emulated import EmulatedExecutor
+from hetserve.runtime.engine import LoopClock, RuntimeEngine
 from hetserve.scheduling import ClusterView, make_scheduler
 
 

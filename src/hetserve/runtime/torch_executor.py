@@ -77,6 +77,8 @@ class TorchExecutor:
         b = task.batch
         if task.index > 0:
             return b.payload
+        if b.d.route[0].blocks[0] > 0:  # a continued batch: the parked activations
+            return _stack(b.payload)
         net = self._models.get(b.d.model) or self.build(b.d.model)
         self._models[b.d.model] = net
         xs = [
@@ -84,6 +86,10 @@ class TorchExecutor:
             for p in (b.payload or [None] * len(b.d.requests))
         ]
         return torch.stack(xs)
+
+    @staticmethod
+    def split(out: Any, n: int) -> list[Any]:
+        return split(out, n)
 
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         step = task.batch.d.route[task.index]
@@ -119,6 +125,19 @@ class TorchExecutor:
             return
         loop = engine.clock.loop  # type: ignore[attr-defined]
         loop.run_in_executor(None, work).add_done_callback(settle)
+
+
+def split(out: Any, n: int) -> list[Any]:
+    """A batch's output cut into its ``n`` requests' parts (parked after an open route)."""
+    return [_row(out, i) for i in range(n)]
+
+
+def _stack(rows: list[Any]) -> Any:
+    """Requests' parts (tensors, or tuples of them) stacked back into one batch."""
+    first = rows[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(rows)
+    return type(first)(_stack([r[k] for r in rows]) for k in range(len(first)))
 
 
 def _row(x: Any, i: int) -> Any:

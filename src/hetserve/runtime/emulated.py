@@ -1,0 +1,62 @@
+"""The emulated executor (``--emulate``): a stage takes the latency model's time for its
+blocks at the batch's size, as in Shepherd's and Clockwork's emulated workers, so one
+machine can stand in for a large cluster. One timer per stage; a ``Preempt`` schedules the
+stop at the stage's next block boundary (the simulator's rule)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hetserve.runtime.engine import RuntimeEngine, _Task
+
+
+class EmulatedExecutor:
+    """A stage takes the latency model's time for its blocks at the batch's size."""
+
+    def __init__(self) -> None:
+        # (model, worker, batch, blocks) -> cumulative time at each block boundary
+        self._cum: dict[tuple[str, str, int, tuple[int, int]], list[float]] = {}
+
+    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
+        d = task.batch.d
+        step = d.route[task.index]
+        key = (d.model, step.worker, len(d.requests), step.blocks)
+        cum = self._cum.get(key)
+        if cum is None:
+            w = engine.view.workers[step.worker]
+            lat = engine.view.latency
+            cum, acc = [], 0.0
+            for k in range(*step.blocks):
+                acc += lat.latency(d.model, w.gpu, w.share, len(d.requests), range(k, k + 1))
+                cum.append(acc)
+            self._cum[key] = cum
+
+        task.emu = cum
+
+        def finish() -> None:
+            if not task.dead and not task.stop_blocks:
+                engine.stage_finished(task, len(cum), None)
+
+        engine.clock.call_at(now + cum[-1], finish)
+
+    def stop(self, engine: RuntimeEngine, task: _Task) -> None:
+        """A preemption: the stage stops at its next block boundary, as in the simulator
+        (a boundary at this very moment counts; the model's last block is no exit point,
+        the end of a non-last stage is). One timer per stage, none per block."""
+        cum = task.emu
+        if cum is None or task.stop_blocks:
+            return  # not started here, or already stopping (the earlier boundary wins)
+        elapsed = engine.clock.now() - task.start_s
+        k = 0
+        while k < len(cum) - 1 and cum[k] < elapsed - 1e-12:
+            k += 1
+        if k == len(cum) - 1 and task.index == len(task.batch.d.route) - 1:
+            return  # the next exit point is the end: the batch simply completes
+        task.stop_blocks = k + 1
+
+        def stop_here() -> None:
+            if not task.dead and engine.running.get(task.worker) is task:
+                engine.stage_finished(task, k + 1, None, preempted=True)
+
+        engine.clock.call_at(task.start_s + cum[k], stop_here)
