@@ -62,6 +62,16 @@ def test_open_loop_keeps_the_schedule_with_enough_connections():
     assert np.all(shots.latency_s >= 0.018) and np.median(shots.latency_s) < 0.2
 
 
+def test_connections_the_server_closes_are_replaced():
+    """uvicorn closes idle keep-alive connections (here after 1 s): requests after a longer
+    pause go out on new ones."""
+    arrivals = np.array([0.0, 0.01, 1.6, 1.61])
+    with serve_in_thread(_slow_app(0.0), timeout_keep_alive=1) as url:
+        shots = open_loop(url, [http_request(url, "/", b"x", {})], arrivals, connections=2)
+    assert list(shots.status) == [200] * 4
+    assert np.all(shots.lag_s < 0.5)
+
+
 def test_closed_loop_counts_answers_and_reports_errors():
     with serve_in_thread(_slow_app(0.01)) as url:
         rps = closed_loop(url, http_request(url, "/", b"hi", {}), clients=2, seconds=0.5)

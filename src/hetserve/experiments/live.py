@@ -145,16 +145,16 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(
-    app: Any, port: int | None = None, start_timeout_s: float = 120.0
+    app: Any, port: int | None = None, start_timeout_s: float = 120.0, **uvicorn_options: Any
 ) -> Iterator[str]:
     """Run ``app`` under uvicorn on 127.0.0.1 in a thread; yields its URL; shuts it down
-    gracefully (requests in flight are answered) at the end of the block."""
+    gracefully (requests in flight are answered) at the end of the block.
+    ``uvicorn_options``: more of ``uvicorn.Config``'s (e.g. ``timeout_keep_alive``)."""
     import uvicorn
 
     port = port or free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
-    )
+    opts: dict[str, Any] = {"log_level": "error", "access_log": False, **uvicorn_options}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **opts))
     th = threading.Thread(target=server.run, name="hetserve-http", daemon=True)
     th.start()
     t_end = time.monotonic() + start_timeout_s

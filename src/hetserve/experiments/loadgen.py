@@ -114,6 +114,16 @@ class _Gen:
         self.left = n
         self.t0 = 0.0
         self.done = asyncio.get_running_loop().create_future()
+        self.conns: set[_Conn] = set()
+        self.address: tuple[str, int] = ("", 0)
+        self.closing = False
+        self.reconnects = 0  # how many more times a lost connection is replaced
+
+    async def connect(self) -> None:
+        _, conn = await asyncio.get_running_loop().create_connection(
+            lambda: _Conn(self), *self.address
+        )
+        self.conns.add(conn)
 
     def idle(self, conn: _Conn) -> None:
         if self.waiting:
@@ -142,15 +152,28 @@ class _Gen:
     def lost(self, conn: _Conn) -> None:
         if conn in self.free:
             self.free.remove(conn)
+        self.conns.discard(conn)
         if conn.current >= 0:  # its request got no answer
             i, conn.current = conn.current, -1
             self.latency[i] = time.perf_counter() - self.t0 - self.arrivals[i]
             self._one_less()
+        if not self.closing and self.left > 0 and self.reconnects > 0:
+            self.reconnects -= 1
+            # the server closed it (an idle keep-alive connection times out): a new one
+            task = asyncio.get_running_loop().create_task(self.connect())
+            task.add_done_callback(_quiet)
 
     def _one_less(self) -> None:
         self.left -= 1
         if self.left == 0 and not self.done.done():
             self.done.set_result(None)
+
+
+def _quiet(task: asyncio.Task[Any]) -> None:
+    """A reconnection that failed: the requests it would have carried wait for the others
+    (or, with none left, get no answer)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _run(
@@ -164,17 +187,14 @@ async def _run(
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise HetserveError(f"load generator: expected a URL like http://host:port, got {url!r}")
-    loop = asyncio.get_running_loop()
     gen = _Gen(payloads, arrivals, which)
-    conns = []
+    gen.address = (parts.hostname, parts.port or 80)
+    gen.reconnects = 10 * connections
     for _ in range(connections):
         try:
-            _, c = await loop.create_connection(
-                lambda: _Conn(gen), parts.hostname, parts.port or 80
-            )
+            await gen.connect()
         except OSError as e:
             raise HetserveError(f"load generator: cannot connect to {url}: {e}") from None
-        conns.append(c)
     gen.t0 = time.perf_counter() + 0.05
     n = len(arrivals)
     k = 0
@@ -188,7 +208,8 @@ async def _run(
                 await asyncio.sleep(max(0.0, float(arrivals[k]) - now))
         with contextlib.suppress(TimeoutError):  # the unanswered keep status 0
             await asyncio.wait_for(gen.done, timeout_s)
-    for c in conns:
+    gen.closing = True
+    for c in list(gen.conns):
         if c.transport is not None:
             c.transport.close()
     return Shots(gen.status, gen.latency, gen.lag, gen.headers, gen.bodies)

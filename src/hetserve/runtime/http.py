@@ -87,9 +87,9 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
 
     @api.get("/metrics")
     async def metrics() -> Any:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(server.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
 
     return _OipApp(api, server, token, max_body_bytes)
 

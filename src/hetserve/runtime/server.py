@@ -23,7 +23,7 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.requests import Request
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import LoopClock, RuntimeEngine
-from hetserve.scheduling import ClusterView, make_scheduler
+from hetserve.scheduling import ClusterView, Dispatch, make_scheduler
 
 
 @dataclass
@@ -83,7 +83,28 @@ class Metrics:
             "hetserve_worker_busy_seconds", "Time each worker spent running stages",
             ["worker"], registry=self.registry,
         )  # fmt: skip
+        self.queue = Histogram(
+            "hetserve_queue_seconds", "Arrival to first dispatch", ["model"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.energy = Counter(
+            "hetserve_energy_joules", "Energy of the stages run, by worker; source: "
+            "'model' (the latency model's power for the stage's time) or 'rapl' (this "
+            "machine's CPU package counter, where readable)", ["worker", "source"],
+            registry=self.registry,
+        )  # fmt: skip
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._rapl = _RaplReader()
+        self._rapl.read_j()  # from now on
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition (RAPL's energy read now, where readable)."""
+        from prometheus_client import generate_latest
+
+        joules = self._rapl.read_j()
+        if joules > 0:
+            self.of(self.energy, "cpu-package", "rapl").inc(joules)
+        return bytes(generate_latest(self.registry))
 
     def of(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once (the lookup costs more than the
@@ -105,6 +126,7 @@ class Server:
         self._futures: dict[int, asyncio.Future[Result]] = {}
         self._ids = itertools.count()
         self._t0: dict[int, float] = {}
+        self._queued: set[int] = set()  # requests not yet dispatched
         self.draining = False  # shutting down: new requests are refused (503)
 
     @property
@@ -186,11 +208,13 @@ class Server:
         fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._futures[rid] = fut
         self._t0[rid] = time.perf_counter()
+        self._queued.add(rid)
         eng.submit(Request(rid, model, "http", now, now + slo), tensor)
         return await fut
 
     def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
         name = _NAMES.get(outcome, "failed")
+        self._queued.discard(r.id)
         dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
         m = self.metrics
         m.of(m.requests, r.model, name).inc()
@@ -228,20 +252,48 @@ class _Observed:
     def __init__(self, inner: Any, server: Server) -> None:
         self.inner = inner
         self.server = server
+        self._view: ClusterView | None = None
+
+    def _energy(self, rep: Any) -> float:
+        """The latency model's energy for the part of the stage that ran (0 where it has
+        no power figures)."""
+        view = self._view
+        if view is None or rep.blocks is None or not rep.requests:
+            return 0.0
+        w = view.workers.get(rep.worker)
+        first, stop = rep.blocks
+        done = rep.blocks_done if rep.blocks_done else stop - first
+        if w is None or done <= 0:
+            return 0.0
+        try:
+            return float(
+                view.latency.energy(
+                    rep.model, w.gpu, w.share, len(rep.requests), range(first, first + done)
+                )
+            )
+        except Exception:  # a latency model without power figures for this device
+            return 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def _seen(self, acts: list[Any]) -> list[Any]:
-        from hetserve.scheduling import Dispatch
-
         for a in acts:
             if type(a) is Dispatch:
-                m = self.server.metrics
+                srv = self.server
+                m = srv.metrics
                 m.of(m.batch, a.model).observe(len(a.requests))
+                if a.route[0].blocks[0] == 0:  # first dispatches: the requests' queueing
+                    q = m.of(m.queue, a.model)
+                    now = srv.engine.clock.now() if srv.engine else 0.0
+                    for r in a.requests:
+                        if r.id in srv._queued:
+                            srv._queued.discard(r.id)
+                            q.observe(max(0.0, now - r.arrival_s))
         return acts
 
     def start(self, view: Any, plan: Any, now: float) -> list[Any]:
+        self._view = view
         return self._seen(self.inner.start(view, plan, now))
 
     def on_arrival(self, r: Request, now: float) -> list[Any]:
@@ -259,4 +311,39 @@ class _Observed:
             m = self.server.metrics
             m.of(m.stage, rep.model, rep.worker).observe(dur)
             m.of(m.busy, rep.worker).inc(dur)
+            joules = self._energy(rep)
+            if joules > 0:
+                m.of(m.energy, rep.worker, "model").inc(joules)
         return self._seen(self.inner.on_stage_done(rep, now))
+
+
+class _RaplReader:
+    """This machine's CPU package energy counter (RAPL), where readable: exported as
+    ``hetserve_energy_joules_total{worker="cpu-package",source="rapl"}`` at each scrape."""
+
+    def __init__(self) -> None:
+        import os
+        from pathlib import Path
+
+        path = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
+        self.path = path if path.exists() and os.access(path, os.R_OK) else None
+        self.last: int | None = None
+
+    def read_j(self) -> float:
+        """Joules since the last read (0 without RAPL; the counter's wrap is handled)."""
+        if self.path is None:
+            return 0.0
+        try:
+            uj = int(self.path.read_text())
+        except (OSError, ValueError):
+            return 0.0
+        prev, self.last = self.last, uj
+        if prev is None:
+            return 0.0
+        if uj < prev:  # wrapped
+            top = self.path.with_name("max_energy_range_uj")
+            try:
+                return (int(top.read_text()) - prev + uj) / 1e6
+            except (OSError, ValueError):
+                return 0.0
+        return (uj - prev) / 1e6
