@@ -81,6 +81,12 @@ def profile_estimate(
     type=click.Path(file_okay=False),
     help="Folder to write latency.csv, blocks.csv (and energy.csv where power is readable).",
 )
+@click.option(
+    "--layers/--no-layers",
+    default=None,
+    help="Also write DeepPlan's per-layer layers.csv (load, on-GPU and from-host execution "
+    "times) [default: on CUDA devices].",
+)
 def profile_measure(
     models: str,
     device: str,
@@ -90,6 +96,7 @@ def profile_measure(
     warmup: int,
     repeats: int,
     out: str,
+    layers: bool | None,
 ) -> None:
     """Measure the zoo's PyTorch models block by block on this machine (profile-set
     format), and fit Shepherd's alpha/beta to each."""
@@ -99,6 +106,10 @@ def profile_measure(
     if not names:
         raise HetserveError("--models: give at least one model name")
     b_list, s_list = _int_list(batches, "batches"), _int_list(shares, "shares")
+    if layers and not device.startswith("cuda"):
+        raise HetserveError(
+            f"--layers: DeepPlan's per-layer times need a CUDA device, not {device!r}"
+        )
     runs = len(names) * len(b_list) * len(s_list)
     with progress_bar("measuring", runs) as tick:
         ps, fits = measure_profiles(
@@ -113,6 +124,18 @@ def profile_measure(
             f"{f.params.beta_s * 1e3:.3f} ms (Shepherd Eq. 1), largest fit error "
             f"{100 * f.max_rel_error:.1f}%"
         )
+    if layers is None:
+        layers = device.startswith("cuda")
+    if layers:
+        from hetserve.profiling.layers import measure_layers, write_layers_csv
+
+        rows = []
+        with progress_bar("layers", len(names)) as tick:
+            for name in names:
+                rows += measure_layers(name, device, 1, warmup, repeats)
+                tick()
+        path = write_layers_csv(rows, folder / "layers.csv")
+        console.print(f"wrote {path} ({len(rows)} layers)")
 
 
 # ------------------------------------------------------------------ traces

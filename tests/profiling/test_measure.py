@@ -53,6 +53,10 @@ def test_cli_and_errors(tmp_path, capsys):
     )  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0 and "alpha" in out and (tmp_path / "p" / "latency.csv").exists()
+    assert not (tmp_path / "p" / "layers.csv").exists()  # on CUDA devices only
+    rc = main(["profile", "measure", "--models", "resnet18", "--layers", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--layers: DeepPlan's per-layer times need a CUDA device" in err
     with pytest.raises(HetserveError, match="cpu or cuda"):
         measure_profiles(["resnet18"], "tpu")
     with pytest.raises(HetserveError, match="repeats >= 1"):

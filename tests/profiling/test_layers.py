@@ -1,0 +1,100 @@
+"""DeepPlan's layers.csv: the format, the DLPack wrapper (on the CPU) and, where CUDA is
+present, the measurement itself."""
+
+import gc
+
+import pytest
+
+from hetserve.core.errors import ConfigError
+from hetserve.profiling.layers import (
+    LAYER_COLUMNS,
+    LayerRow,
+    read_layers_csv,
+    write_layers_csv,
+)
+
+
+def test_layers_csv_round_trip(tmp_path):
+    rows = [
+        LayerRow("resnet18", 0, "Conv2d", 37632, 5.1, 21.25, 48.0),
+        LayerRow("resnet18", 1, "BatchNorm2d", 512, 1.0, 3.5, 4.0),
+        LayerRow("bert-base", 0, "Embedding", 93763584, 900.0, 12.0, 15.5),
+    ]
+    path = write_layers_csv(rows, tmp_path / "layers.csv")
+    assert path.read_text().splitlines()[0] == ",".join(LAYER_COLUMNS)
+    assert read_layers_csv(path) == rows
+
+
+@pytest.mark.parametrize(
+    "line, msg",
+    [
+        ("m,0,Conv2d,-1,1,1,1", "layers.csv:2: field 'param_bytes': expected an integer >= 0"),
+        ("m,0,Conv2d,10,x,1,1", "field 'load_us': expected a non-negative number"),
+        ("m,0,Conv2d,10,1,nan,1", "field 'exec_gpu_us'"),
+        ("m,1,Conv2d,10,1,1,1", "layers must be numbered 0, 1, ... in order; expected 0, got 1"),
+        (",0,Conv2d,10,1,1,1", "field 'model': expected a model name"),
+        ("m,0,Conv2d,10,1,1", "layers.csv:2: expected 7 fields"),
+    ],
+)
+def test_bad_layers_csv_names_file_line_and_field(tmp_path, line, msg):
+    path = tmp_path / "layers.csv"
+    path.write_text(",".join(LAYER_COLUMNS) + "\n" + line + "\n")
+    with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(".", r"\.")):
+        read_layers_csv(path)
+
+
+def test_a_dlpack_capsule_shares_memory_and_frees_it():
+    """The capsule the CUDA alias is made of, checked on the CPU: the tensor torch makes of
+    it has the buffer's shape, dtype and values, writes go to the same memory, and the
+    buffer is released when the tensor is dropped."""
+    torch = pytest.importorskip("torch")
+    from hetserve.profiling import layers
+
+    for dtype in (torch.float32, torch.float16, torch.int64):
+        src = torch.arange(12, dtype=dtype).reshape(3, 4)
+        t = torch.from_dlpack(layers.dlpack_capsule(src, layers.KDL_CPU))
+        assert t.shape == (3, 4) and t.dtype == dtype and torch.equal(t, src)
+        src[1, 2] = 99
+        assert t[1, 2].item() == 99  # the same memory, not a copy
+        assert t.data_ptr() == src.data_ptr()
+        n = len(layers._ALIVE)
+        del t
+        gc.collect()
+        assert len(layers._ALIVE) == n - 1  # the deleter ran
+    with pytest.raises(Exception, match="contiguous"):
+        layers.dlpack_capsule(torch.zeros(4, 4).t(), layers.KDL_CPU)
+
+
+def test_weighted_layers_are_the_leaves_with_weights():
+    pytest.importorskip("torch")
+    from hetserve.profiling.layers import weighted_layers
+    from hetserve.zoo.registry import build
+
+    net = build("resnet18")
+    kinds = [type(m).__name__ for _, m in weighted_layers(net)]
+    assert set(kinds) == {"Conv2d", "BatchNorm2d", "Linear"}
+    assert kinds.count("Conv2d") == 20 and kinds[-1] == "Linear"  # ResNet-18
+
+
+def test_measurement_needs_cuda():
+    torch = pytest.importorskip("torch")
+    from hetserve.core.errors import HetserveError
+    from hetserve.profiling.layers import measure_layers
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present: the measurement test below runs instead")
+    with pytest.raises(HetserveError, match="needs a CUDA device"):
+        measure_layers("resnet18", "cuda")
+
+
+def test_measurement_on_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from hetserve.profiling.layers import measure_layers
+
+    rows = measure_layers("resnet18", "cuda", batch=1, warmup=1, repeats=3)
+    assert [r.layer for r in rows] == list(range(len(rows)))
+    assert all(r.load_us > 0 and r.exec_gpu_us > 0 and r.exec_host_us > 0 for r in rows)
+    big = max(rows, key=lambda r: r.param_bytes)
+    assert big.exec_host_us > big.exec_gpu_us  # weights over PCIe are slower to read
