@@ -93,6 +93,30 @@ def test_token_and_overload_in_emulation():
         assert r.status_code == 429
 
 
+def test_unknown_model_token_and_body_limit_on_the_infer_route():
+    """The infer route is a plain ASGI handler: it must give the same statuses as the
+    framework routes (404, 401, 413 by header and while the body streams in)."""
+    s = group_setup(1, {"resnet50": 1.0})
+    srv = Server(s, ServerConfig(scheduler="flex", emulate=True))
+    body = {"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0]}]}
+    h = {"Authorization": "Bearer k"}
+    with TestClient(create_app(srv, token="k", max_body_bytes=1000)) as c:
+        r = c.post("/v2/models/bert/infer", json=body, headers=h)
+        assert r.status_code == 404 and "unknown model 'bert'" in r.json()["error"]
+        assert c.post("/v2/models/resnet50/infer", json=body).status_code == 401
+        assert c.post("/v2/models/resnet50/infer", json=body, headers=h).status_code == 200
+        r = c.post("/v2/models/resnet50/infer", content=b"x" * 2000, headers=h)
+        assert r.status_code == 413 and "exceeds 1000" in r.json()["error"]
+
+        def chunks():  # no content-length: the limit applies as the body arrives
+            for _ in range(5):
+                yield b"y" * 400
+
+        r = c.post("/v2/models/resnet50/infer", content=chunks(), headers=h)
+        assert r.status_code == 413
+        assert c.get("/v2/models/resnet50/other", headers=h).status_code == 404
+
+
 def test_metrics_count_queueing_batches_and_energy_in_emulation():
     """Emulated V100s: every request is counted once in the queue histogram (first dispatch),
     each worker's busy time and its energy from the latency model's power figures."""

@@ -244,6 +244,7 @@ class Server:
         close = getattr(self.engine.executor if self.engine else None, "close", None)
         if close is not None:
             close()
+        gc.unfreeze()  # what start() froze may be collected again
 
 
 class _Observed:
