@@ -12,7 +12,8 @@
   and p99 at several loads (target: hetserve's goodput >= Ray Serve's, p99 lower). Needs
   ``pip install "ray[serve]"`` (not a hetserve dependency).
 
-Run: ``.venv/bin/python benchmarks/bench_serving.py [overhead|frontend|peer ...]``.
+Run: ``.venv/bin/python benchmarks/bench_serving.py [overhead|frontend|peer ...]
+[--seconds S] [--waits-ms 5,20,50]``.
 Each section prints a table and a JSON line; docs/benchmarks.md records the results.
 """
 
@@ -298,10 +299,23 @@ def save_peer(out: dict, folder: str = RESULTS) -> None:
 
 
 def main(argv: list[str]) -> None:
-    which = argv or ["overhead", "frontend", "peer"]
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sections = {"overhead": overhead, "frontend": frontend, "peer": peer}
+    ap.add_argument("sections", nargs="*", help="overhead, frontend, peer [default: all]")
+    ap.add_argument("--seconds", type=float, default=None, help="per point (peer: per trace)")
+    ap.add_argument("--waits-ms", default="5,20,50", help="peer: Ray Serve batch waits")
+    args = ap.parse_args(argv)
+    bad = [n for n in args.sections if n not in sections]
+    if bad:
+        ap.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(sections)}")
     out = {}
-    for name in which:
-        out.update({"overhead": overhead, "frontend": frontend, "peer": peer}[name]())
+    for name in args.sections or list(sections):
+        kw: dict = {} if args.seconds is None else {"seconds": args.seconds}
+        if name == "peer":
+            kw["waits"] = tuple(float(w) / 1e3 for w in args.waits_ms.split(","))
+        out.update(sections[name](**kw))
     print(json.dumps(out))
 
 
