@@ -93,6 +93,15 @@ def test_token_and_overload_in_emulation():
         assert r.status_code == 429
 
 
+def test_the_in_process_engine_refuses_gpu_workers():
+    from hetserve.core.errors import HetserveError
+
+    s = group_setup(1, {"resnet50": 1.0})  # one V100
+    srv = Server(s, ServerConfig(scheduler="flex", build=build, engine="threads"))
+    with pytest.raises(HetserveError, match="runs on this CPU only, but the plan has V100"):
+        srv.check()
+
+
 def test_unknown_model_token_and_body_limit_on_the_infer_route():
     """The infer route is a plain ASGI handler: it must give the same statuses as the
     framework routes (404, 401, 413 by header and while the body streams in)."""

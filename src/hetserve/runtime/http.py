@@ -293,7 +293,7 @@ def _encode(outputs: list[Any], binary: bool = False) -> tuple[list[dict[str, An
     parts = list(first) if isinstance(first, tuple) else [first]
     out, blobs = [], []
     for k in range(len(parts)):
-        t = torch.stack([o[k] if isinstance(o, tuple) else o for o in outputs]).float()
+        t = torch.stack([o[k] if isinstance(o, tuple) else o for o in outputs]).float().cpu()
         entry: dict[str, Any] = {
             "name": "output" if len(parts) == 1 else f"output_{k}",
             "datatype": "FP32",

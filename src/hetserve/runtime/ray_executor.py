@@ -87,14 +87,24 @@ class StageActor:
         # activations between stages go to the store as NumPy arrays: Ray stores those
         # without pickling the data, and the next actor maps them (a torch tensor is
         # pickled, about 2x the cost at a batch of 8 ResNet inputs)
-        out = res.output if runner.last else _numpy(res.output)
+        # (the model's output goes back to the scheduler host, which may have no GPU)
+        out = _cpu(res.output) if runner.last else _numpy(res.output)
         return out, (res.blocks_done, res.completed)
 
 
-def _numpy(x: Any) -> Any:
-    """Tensors (or tuples of them) as NumPy arrays."""
+def _cpu(x: Any) -> Any:
+    """Tensors (or tuples of them) in host memory."""
     if isinstance(x, torch.Tensor):
-        return x.detach().contiguous().numpy()
+        return x.detach().cpu()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_cpu(v) for v in x)
+    return x
+
+
+def _numpy(x: Any) -> Any:
+    """Tensors (or tuples of them, on any device) as NumPy arrays in host memory."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().contiguous().numpy()
     if isinstance(x, (tuple, list)):
         return tuple(_numpy(v) for v in x)
     return x

@@ -150,12 +150,26 @@ class Server:
         """Start a throwaway scheduler on the plan: configuration errors surface here, as
         one-line errors, before the HTTP server starts."""
         view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
+        self._check_engine(view)
         make_scheduler(self.cfg.scheduler, self.cfg.params).start(view, self.setup.plan, 0.0)
+
+    def _check_engine(self, view: ClusterView) -> None:
+        """The in-process engine runs every stage on this process's CPU: a plan with GPU
+        workers needs the Ray engine (whose actors are placed on GPUs) or ``--emulate``."""
+        if self.cfg.emulate or self.cfg.engine != "threads":
+            return
+        gpus = sorted({w.gpu.name for w in view.workers.values() if w.gpu.name != "CPU"})
+        if gpus:
+            raise HetserveError(
+                f"--engine threads runs on this CPU only, but the plan has {', '.join(gpus)} "
+                f"workers; use --engine ray (or --emulate)"
+            )
 
     def start(self) -> None:
         """Start on the running loop (call from inside it)."""
         loop = asyncio.get_running_loop()
         view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
+        self._check_engine(view)
         if self.cfg.emulate:
             executor: Any = EmulatedExecutor()
         else:
