@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from hetserve.cli import cli, cluster_show, console, gpus, model_show
+from hetserve.cli.common import console
+from hetserve.cli.views import print_summary, show_cluster, show_gpus, show_model, write_run
 
 # ------------------------------------------------------------------ demo
 
 
-@cli.command()
+@click.command()
 @click.option("--out", default="demo-out", show_default=True, type=click.Path(file_okay=False))
 def demo(out: str) -> None:
     """A tour: the GPU catalog, a PPipe cluster preset, a model's blocks, the per-layer
@@ -27,12 +28,11 @@ def demo(out: str) -> None:
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     console.rule("1. GPU catalog")
-    ctx = click.get_current_context()
-    ctx.invoke(gpus)
+    show_gpus(None, False)
     console.rule("2. A heterogeneous cluster: PPipe's HC1-L")
-    ctx.invoke(cluster_show, name_or_file="hc1-l")
+    show_cluster("hc1-l", False)
     console.rule("3. EfficientNet-B8 cut into 10 blocks")
-    ctx.invoke(model_show, name="efficientnet-b8")
+    show_model("efficientnet-b8", 10, "V100", False, False)
     console.rule("4. Why heterogeneous pipelines: latency ratios differ across layers")
     rm = RooflineModel()
     p4, l4, v100 = get_gpu("P4"), get_gpu("L4"), get_gpu("V100")
@@ -53,7 +53,6 @@ def demo(out: str) -> None:
         f"wrote {folder}/ (latency.csv, blocks.csv, energy.csv; format in docs/profiles.md)"
     )
     console.rule("6. Simulate: the same kind of cluster, two schedulers")
-    from hetserve.cli_sim import print_summary, write_run
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.report import write_report
     from hetserve.experiments.setup import build_setup, build_trace
@@ -163,17 +162,17 @@ def _live_step(outdir: Path, duration_s: float = 8.0, load_factor: float = 0.5) 
     """10. Serve ResNet-18 for real over HTTP and compare with the simulator."""
     import json
 
-    from hetserve.cli_serve import measured_profiles
     from hetserve.experiments.live import replay_http, serve_in_thread
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.setup import build_setup, build_trace, simulate
+    from hetserve.profiling.cache import measured_profiles
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
     from hetserve.zoo.registry import build
 
     console.rule("10. Serve for real: ResNet-18 on this machine's CPU, over HTTP")
     threads = 1  # one core computes; the other serves HTTP and sends the load
-    folder = measured_profiles(["resnet18"], "cpu", [1, 2, 4, 8], 10, threads)
+    folder = measured_profiles(["resnet18"], "cpu", [1, 2, 4, 8], 10, threads, say=console.print)
     setup = build_setup("local-cpu", ["resnet18"], profiles=str(folder), max_batch=8)
     rates = setup.plan.rates_at(load_factor)
     trace = build_trace(setup, "poisson", rates, duration_s, seed=0)

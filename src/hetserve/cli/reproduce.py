@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetserve.cli import _csv, cli, console
+from hetserve.cli.common import console, csv_list
 from hetserve.core.errors import HetserveError
 
 
-@cli.group()
+@click.group()
 def reproduce() -> None:
     """Reproduce a paper's evaluation on the simulator (results.json, report.html)."""
 
@@ -94,15 +94,15 @@ def reproduce_ppipe(
     cfg = S.quick_config(profiles) if quick else S.StudyConfig(profiles=profiles)
     changes: dict[str, Any] = {}
     if clusters:
-        changes["clusters"] = tuple(_csv(clusters))
+        changes["clusters"] = tuple(csv_list(clusters))
     if custom_groups:
-        groups = {k: tuple(_csv(v)) for k, v in _named(custom_groups, "--group").items()}
+        groups = {k: tuple(csv_list(v)) for k, v in _named(custom_groups, "--group").items()}
         bad = [g for g, ms in groups.items() if not ms]
         if bad:
             raise HetserveError(f"--group {bad[0]}: give at least one model")
         changes["groups"] = groups
     elif group_names:
-        sel = _csv(group_names)
+        sel = csv_list(group_names)
         unknown = [g for g in sel if g not in S.GROUPS]
         if unknown:
             raise HetserveError(
@@ -221,7 +221,7 @@ def reproduce_shepherd(
     ):
         if text is not None:
             try:
-                vals = tuple(conv(x) for x in _csv(text))
+                vals = tuple(conv(x) for x in csv_list(text))
             except ValueError:
                 raise HetserveError(
                     f"{opt}: expected comma-separated numbers, got {text!r}"

@@ -2,54 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
-from pathlib import Path
-
 import click
 
-from hetserve.cli import _csv, cli, console
+from hetserve.cli.common import console, csv_list
 from hetserve.core.errors import HetserveError
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("HETSERVE_CACHE") or Path.home() / ".cache" / "hetserve"
-    return Path(base) / "profiles"
-
-
-def default_cpu_threads() -> int:
-    """Threads for CPU workers: every core but one, which the HTTP front end keeps."""
-    return max(1, (os.cpu_count() or 1) - 1)
-
-
-def measured_profiles(
-    models: list[str], device: str, batches: list[int], n_blocks: int, threads: int = 0
-) -> Path:
-    """A profile set of this machine for the models: measured once, then reused (the cache
-    key is the machine, the device, the models, batches, blocks and CPU threads)."""
-    from hetserve.profiling.measure import measure_profiles
-
-    threads = threads or default_cpu_threads()
-    key = "|".join(
-        [platform.node(), platform.processor(), str(os.cpu_count()), device,
-         ",".join(sorted(models)), ",".join(map(str, batches)), str(n_blocks),
-         f"threads={threads}"]
-    )  # fmt: skip
-    folder = _cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:16]
-    if (folder / "latency.csv").exists():
-        console.print(f"reusing this machine's measured profiles in {folder}")
-        return folder
-    with console.status(f"measuring {', '.join(models)} on {device} (once; cached)"):
-        ps, _ = measure_profiles(
-            models, device, batches, (1,), n_blocks, warmup=2, repeats=5, threads=threads
-        )  # with the threads the workers will run with
-    ps.write(folder)
-    console.print(f"measured profiles written to {folder}")
-    return folder
-
-
-@cli.command("serve")
+@click.command("serve")
 @click.option("--cluster", "cluster_name", default="local-cpu", show_default=True)
 @click.option("--models", required=True, help="Comma-separated model names.")
 @click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False))
@@ -112,16 +71,19 @@ def serve(
 
     from hetserve.core.cluster import load_cluster
     from hetserve.experiments.setup import build_setup, parse_slo
+    from hetserve.profiling.cache import default_cpu_threads, measured_profiles
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
     from hetserve.scheduling.protocol import parse_params
 
-    names = _csv(models)
+    names = csv_list(models)
     if not names:
         raise HetserveError("--models: give at least one model name")
     cluster = load_cluster(cluster_name)
     if profiles is None and not emulate and cluster.name == "local-cpu":
-        profiles = str(measured_profiles(names, device, [1, 2, 4, 8], 10, cpu_threads))
+        profiles = str(
+            measured_profiles(names, device, [1, 2, 4, 8], 10, cpu_threads, say=console.print)
+        )
     plan = plan_file
     if plan is None and planner != "default":
         from hetserve.core.plan import slos_from_scale

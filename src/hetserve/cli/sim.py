@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetserve.cli import _csv, cli, console
+from hetserve.cli.common import console, csv_list
+from hetserve.cli.views import print_summary, write_run
 from hetserve.core.errors import HetserveError
 
 
@@ -112,7 +113,7 @@ def _build(
         raise HetserveError(f"--max-batch must be >= 1, got {max_batch}")
     return build_setup(
         cluster_name,
-        _csv(models),
+        csv_list(models),
         profiles=profiles,
         slo_ms=parse_slo(slo),
         slo_scale=slo_scale,
@@ -132,65 +133,7 @@ def _sim_config(seed: int, jitter_cv: float, cut_bytes: str) -> Any:
     )
 
 
-def print_summary(s: dict[str, Any], title: str) -> None:
-    t = Table(title=title)
-    for col in (
-        "model",
-        "arrived",
-        "attainment",
-        "goodput/s",
-        "offered/s",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "late",
-        "dropped",
-        "failed",
-    ):
-        t.add_column(col, justify="left" if col == "model" else "right")
-
-    def row(name: str, m: dict[str, Any]) -> None:
-        lat = m["latency_ms"]
-
-        def ms(k: str) -> str:
-            return "-" if lat[k] is None else f"{lat[k]:.2f}"
-
-        t.add_row(
-            name,
-            str(m["arrived"]),
-            f"{100 * m['attainment']:.2f}%",
-            f"{m['goodput_rps']:.1f}",
-            f"{m['offered_rps']:.1f}",
-            ms("p50"),
-            ms("p90"),
-            ms("p99"),
-            str(m["late"]),
-            str(m["dropped"]),
-            str(m["failed"]),
-        )
-
-    for name, m in s["per_model"].items():
-        row(name, m)
-    row("all", s)
-    console.print(t)
-    util = ", ".join(f"{g} {100 * u:.1f}%" for g, u in s["utilization"].items())
-    epr = s["energy_per_request_j"]
-    console.print(
-        f"utilisation: {util}; energy {s['energy_j']:.1f} J"
-        + (f" ({epr:.3f} J/request)" if epr is not None else "")
-        + (f"; mean batch {s['mean_batch_size']:.2f}" if s["mean_batch_size"] else "")
-    )
-
-
-def write_run(folder: Path, res: Any, summary: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    res.write_requests_csv(folder / "requests.csv")
-    res.write_batches_csv(folder / "batches.csv")
-    res.write_workers_csv(folder / "workers.csv")
-
-
-@cli.command()
+@click.command()
 @_setup_options
 @click.option(
     "--scheduler",
@@ -280,7 +223,7 @@ def simulate(
 
 def _seeds(value: str) -> list[int]:
     try:
-        out = [int(v) for v in _csv(value)]
+        out = [int(v) for v in csv_list(value)]
     except ValueError:
         raise HetserveError(f"--seeds: expected integers like 0,1,2, got {value!r}") from None
     if not out:
@@ -288,7 +231,7 @@ def _seeds(value: str) -> list[int]:
     return out
 
 
-@cli.command()
+@click.command()
 @_setup_options
 @click.option("--schedulers", default="fixed-batch,edf-adaptive", show_default=True)
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
@@ -338,7 +281,7 @@ def sweep(
     cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes)
     sched_params = parse_params(params)
     results: dict[str, Any] = {}
-    names = _csv(schedulers)
+    names = csv_list(schedulers)
     with Progress(
         TextColumn("[bold]{task.description}"),
         TextColumn("{task.fields[info]}"),
@@ -399,7 +342,7 @@ def sweep(
     console.print(f"wrote {folder}/sweep.json")
 
 
-@cli.command()
+@click.command()
 @click.argument("folder", type=click.Path())
 def report(folder: str) -> None:
     """Write FOLDER/report.html (plots of a simulate or sweep output folder)."""

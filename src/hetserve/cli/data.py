@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from hetserve.cli import _csv, _int_list, _print_json, cli, console, progress_bar
+from hetserve.cli.common import console, csv_list, int_list, print_json, progress_bar
 from hetserve.core.errors import HetserveError
 
 # ------------------------------------------------------------------ profiles
 
 
-@cli.group()
+@click.group()
 def profile() -> None:
     """Profile sets (per-block latency and energy tables)."""
 
@@ -43,7 +43,7 @@ def profile_estimate(
     from hetserve.core.profiles import estimate_profiles
 
     c = load_cluster(cluster_name)
-    names = _csv(models)
+    names = csv_list(models)
     if not names:
         raise HetserveError("--models: give at least one model name")
     for n in names:
@@ -55,8 +55,8 @@ def profile_estimate(
             rm,
             [get_graph(n).name for n in names],
             gpus_,
-            _int_list(shares, "shares"),
-            _int_list(batches, "batches"),
+            int_list(shares, "shares"),
+            int_list(batches, "batches"),
             progress=tick,
         )
     folder = ps.write(out)
@@ -102,10 +102,10 @@ def profile_measure(
     format), and fit Shepherd's alpha/beta to each."""
     from hetserve.profiling.measure import measure_profiles
 
-    names = _csv(models)
+    names = csv_list(models)
     if not names:
         raise HetserveError("--models: give at least one model name")
-    b_list, s_list = _int_list(batches, "batches"), _int_list(shares, "shares")
+    b_list, s_list = int_list(batches, "batches"), int_list(shares, "shares")
     if layers and not device.startswith("cuda"):
         raise HetserveError(
             f"--layers: DeepPlan's per-layer times need a CUDA device, not {device!r}"
@@ -141,7 +141,7 @@ def profile_measure(
 # ------------------------------------------------------------------ traces
 
 
-@cli.group()
+@click.group()
 def trace() -> None:
     """Workload traces: generate and summarise."""
 
@@ -222,7 +222,7 @@ def trace_gen(
     if slo_s <= 0:
         raise HetserveError(f"--slo: expected seconds > 0, got {slo_s}")
     proc = parse_process(process)
-    names = _csv(models)
+    names = csv_list(models)
     per = proc.with_rate(proc.rate_rps / n_streams)
     streams = [Stream(f"s{i}", names[i % len(names)], slo_s, per) for i in range(n_streams)]
     tr = generate(streams, duration_s, seed)
@@ -301,7 +301,7 @@ def trace_stats(
             if head.startswith("app,")
             else "arrivals"
         )
-    names = _csv(models)
+    names = csv_list(models)
     if fmt == "azure2019":
         tr = read_azure2019(path, names, slo_s, seed, target_rate_rps=rate_rps)
     elif fmt == "azure2021":
@@ -310,7 +310,7 @@ def trace_stats(
         tr = Trace.read_csv(path)
     s = stats(tr, bin_s)
     if as_json:
-        _print_json({"format": fmt, **s})
+        print_json({"format": fmt, **s})
     else:
         t = Table(title=f"{path} ({fmt})")
         t.add_column("statistic")
@@ -326,7 +326,7 @@ def trace_stats(
 # ------------------------------------------------------------------ zoo
 
 
-@cli.group()
+@click.group()
 def zoo() -> None:
     """The PyTorch model zoo (needs the torch extra)."""
 
@@ -343,7 +343,7 @@ def zoo_export(models: str | None, out: str) -> None:
         raise HetserveError(
             f"zoo export needs PyTorch: pip install 'hetserve[torch]' ({e})"
         ) from None
-    names = _csv(models) if models else list(MODELS)
+    names = csv_list(models) if models else list(MODELS)
     with progress_bar("exporting", len(names)) as tick:
         written = export_all(names, out, lambda _: tick())
     console.print(f"wrote {len(written)} graphs to {out}")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
-from rich.table import Table
 
-from hetserve.cli import _csv, _int_list, cli, console
+from hetserve.cli.common import console, csv_list, int_list
+from hetserve.cli.views import print_plan
 from hetserve.core.errors import HetserveError
 
 
@@ -16,7 +15,7 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
     if not text:
         return None
     out: dict[str, float] = {}
-    for item in _csv(text):
+    for item in csv_list(text):
         m, eq, v = item.partition("=")
         try:
             out[m.strip()] = float(v)
@@ -30,44 +29,7 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
     return out
 
 
-def print_plan(plan: Any, title: str) -> None:
-    t = Table(title=title)
-    for col in (
-        "model",
-        "SLO ms",
-        "pipeline",
-        "batch",
-        "req/s",
-        "latency ms",
-        "stages (blocks GPU/share x slices: ms, transfer ms)",
-    ):
-        t.add_column(
-            col,
-            justify="left"
-            if col in ("model", "stages (blocks GPU/share x slices: ms, transfer ms)")
-            else "right",
-        )
-    for name, m in plan.models.items():
-        for pi, p in enumerate(m.pipelines):
-            stages = "  ->  ".join(
-                f"[{st.blocks[0]},{st.blocks[1]}) {st.gpu}/{st.share} x{st.instances}: "
-                f"{st.latency_s * 1e3:.2f}"
-                + (f", {st.transfer_s * 1e3:.2f}" if st.transfer_s else "")
-                for st in p.stages
-            )
-            t.add_row(
-                name if pi == 0 else "",
-                f"{m.slo_s * 1e3:.1f}" if pi == 0 else "",
-                str(pi),
-                str(p.batch),
-                f"{p.throughput_rps:.1f}",
-                f"{p.latency_s * 1e3:.2f}",
-                stages,
-            )
-    console.print(t)
-
-
-@cli.command()
+@click.command()
 @click.option("--cluster", "cluster_name", required=True, help="Preset name or YAML file.")
 @click.option("--models", required=True, help="Comma-separated model names.")
 @click.option(
@@ -167,7 +129,7 @@ def plan(
     if slo_scale <= 0:
         raise HetserveError(f"--slo-scale must be > 0, got {slo_scale}")
     c = load_cluster(cluster_name)
-    lat, names = latency_source(c, _csv(models), profiles, n_blocks)
+    lat, names = latency_source(c, csv_list(models), profiles, n_blocks)
     slos = slos_from_scale(c, lat, names, slo_scale, slo_ref_gpu)
     given = parse_slo(slo)
     if given:
@@ -179,8 +141,8 @@ def plan(
         planner=planner,
         slo_margin=slo_margin,
         max_stages=max_stages,
-        shares=tuple(_int_list(shares, "shares")),
-        batches=tuple(_int_list(batches, "batches")),
+        shares=tuple(int_list(shares, "shares")),
+        batches=tuple(int_list(batches, "batches")),
         time_limit_s=time_limit_s,
         mip_rel_gap=mip_gap,
         cut_bytes_factor=0.5 if cut_bytes == "fp16" else 1.0,

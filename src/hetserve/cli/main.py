@@ -1,0 +1,69 @@
+"""The ``hetserve`` entry point: the command group, every command module's commands added
+to it, and the one place where errors become one line on stderr and an exit status.
+
+Bad input ends in one line on stderr naming the file, row or field and what was expected,
+and exit status 2 — never a traceback. Every command is documented in ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hetserve import __version__
+from hetserve.cli import catalog, data, demo, plan, reproduce, serve, sim
+from hetserve.cli.common import report_error
+from hetserve.core.errors import HetserveError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hetserve")
+def cli() -> None:
+    """hetserve: DNN inference serving on heterogeneous GPU clusters under latency SLOs."""
+
+
+for _command in (
+    catalog.gpus, catalog.cluster, catalog.model,
+    data.profile, data.trace, data.zoo,
+    plan.plan,
+    sim.simulate, sim.sweep, sim.report,
+    reproduce.reproduce,
+    serve.serve,
+    demo.demo,
+):  # fmt: skip
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="hetserve", standalone_mode=False)
+    except HetserveError as e:
+        return report_error(str(e))
+    except OSError as e:  # writing an output file or folder
+        where = f"{e.filename}: " if e.filename else ""
+        return report_error(f"{where}{e.strerror or e}")
+    except click.exceptions.Abort:
+        click.echo("hetserve: aborted", err=True)
+        return 130
+    except click.exceptions.NoArgsIsHelpError as e:  # a group without its command: help
+        click.echo(e.format_message())
+        return 2
+    except click.ClickException as e:
+        return report_error(_one_line(e), e.exit_code if e.exit_code else 2)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _one_line(e: click.ClickException) -> str:
+    """Click's usage errors as one line: the command, then the message (Click prints a
+    usage block, a hint and the message on four lines)."""
+    ctx = getattr(e, "ctx", None)
+    where = f"{ctx.command_path}: " if ctx is not None else ""
+    where = where.removeprefix("hetserve: ").removeprefix("hetserve ")
+    return f"{where}{e.format_message()}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
