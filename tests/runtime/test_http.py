@@ -25,6 +25,13 @@ def _cpu_server(**cfg):
     return Server(s, ServerConfig(scheduler="flex", build=build, **cfg))
 
 
+def _zeros(n, shape=(3, 224, 224)):
+    """An infer body of ``n`` all-zero ResNet inputs (as the emulated server expects)."""
+    count = n * int(torch.tensor(shape).prod())
+    return {"inputs": [{"name": "input", "shape": [n, *shape], "datatype": "FP32",
+                        "data": [0] * count}]}  # fmt: skip
+
+
 def _body(x, **params):
     return {
         "id": "r1",
@@ -60,16 +67,20 @@ def test_infer_health_metadata_and_metrics():
 @pytest.mark.parametrize(
     "mutate, status, msg",
     [
-        (lambda b: b["inputs"][0].pop("shape"), 400, "missing field 'shape'"),
-        (lambda b: b["inputs"][0].update(datatype="FP8"), 400, "datatype must be one of"),
+        (lambda b: b["inputs"][0].pop("shape"), 400, "shape must be a list of integers"),
+        (lambda b: b["inputs"][0].update(datatype="FP8"), 400, "datatype 'FP8', expected 'FP32'"),
         (
             lambda b: b["inputs"][0].update(shape=[1, 3, 224, 223]),
             400,
-            "shape [1, 3, 224, 223] needs",
+            "shape [1, 3, 224, 223], expected [-1, 3, 224, 224]",
         ),
-        (lambda b: b.update(inputs=[]), 400, "'inputs' must be a list with one tensor"),
+        (lambda b: b.update(inputs=[]), 400, "'inputs' must be a list of tensors"),
         (lambda b: b.update(parameters={"deadline_ms": -1}), 400, "deadline_ms must be"),
-        (lambda b: b.update(parameters={"deadline_ms": 0.001}), 503, "request dropped: deadline"),
+        (
+            lambda b: b.update(parameters={"deadline_ms": 0.001}),
+            503,
+            "request refused: deadline unreachable at arrival",
+        ),
     ],
 )
 def test_bad_requests_get_a_status_and_a_message(mutate, status, msg):
@@ -86,10 +97,10 @@ def test_token_and_overload_in_emulation():
     s = group_setup(1, {"resnet50": 0.2})
     srv = Server(s, ServerConfig(scheduler="flex", emulate=True, max_pending=0))
     with TestClient(create_app(srv, token="t0p")) as c:
-        assert c.get("/v2/health/live").status_code == 401
+        assert c.get("/v2/models/resnet50").status_code == 401
+        assert c.get("/v2/health/live").status_code == 200  # probes are public by default
         h = {"Authorization": "Bearer t0p"}
-        body = {"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0]}]}
-        r = c.post("/v2/models/resnet50/infer", json=body, headers=h)
+        r = c.post("/v2/models/resnet50/infer", json=_zeros(1), headers=h)
         assert r.status_code == 429
 
 
@@ -107,19 +118,19 @@ def test_unknown_model_token_and_body_limit_on_the_infer_route():
     framework routes (404, 401, 413 by header and while the body streams in)."""
     s = group_setup(1, {"resnet50": 1.0})
     srv = Server(s, ServerConfig(scheduler="flex", emulate=True))
-    body = {"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0]}]}
+    body = _zeros(1)
     h = {"Authorization": "Bearer k"}
-    with TestClient(create_app(srv, token="k", max_body_bytes=1000)) as c:
+    with TestClient(create_app(srv, token="k", max_body_bytes=2_000_000)) as c:
         r = c.post("/v2/models/bert/infer", json=body, headers=h)
         assert r.status_code == 404 and "unknown model 'bert'" in r.json()["error"]
         assert c.post("/v2/models/resnet50/infer", json=body).status_code == 401
         assert c.post("/v2/models/resnet50/infer", json=body, headers=h).status_code == 200
-        r = c.post("/v2/models/resnet50/infer", content=b"x" * 2000, headers=h)
-        assert r.status_code == 413 and "exceeds 1000" in r.json()["error"]
+        r = c.post("/v2/models/resnet50/infer", content=b"x" * 2_000_001, headers=h)
+        assert r.status_code == 413 and "exceeds 2000000" in r.json()["error"]
 
         def chunks():  # no content-length: the limit applies as the body arrives
             for _ in range(5):
-                yield b"y" * 400
+                yield b"y" * 400_001
 
         r = c.post("/v2/models/resnet50/infer", content=chunks(), headers=h)
         assert r.status_code == 413
@@ -131,7 +142,7 @@ def test_metrics_count_queueing_batches_and_energy_in_emulation():
     each worker's busy time and its energy from the latency model's power figures."""
     s = group_setup(2, {"resnet50": 1.0})
     srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 4}))
-    body = {"inputs": [{"name": "input", "shape": [6], "datatype": "FP32", "data": [0] * 6}]}
+    body = _zeros(6)
     with TestClient(create_app(srv)) as c:
         for _ in range(3):
             assert c.post("/v2/models/resnet50/infer", json=body).status_code == 200
@@ -214,9 +225,9 @@ def test_binary_tensor_data_is_checked():
         got = np.frombuffer(r.content[n:], dtype="<f4")
         assert head["outputs"][0]["shape"] == [1, 1000] and got.shape == (1000,)
         r = post(c, len(blob) + 4, extra=b"\0\0\0\0")
-        assert r.status_code == 400 and "shape [1, 3, 224, 224] of FP32 needs" in r.json()["error"]
+        assert r.status_code == 400 and "602116, shape [1, 3, 224, 224] of FP32 needs" in r.json()["error"]
         r = post(c, len(blob) - 4)
-        assert r.status_code == 400 and "bytes follow the JSON header" in r.json()["error"]
+        assert r.status_code == 400 and "binary_data_size 602108" in r.json()["error"]
         r = post(c, len(blob), head="x")
         assert r.status_code == 400 and "Inference-Header-Content-Length" in r.json()["error"]
 
@@ -242,11 +253,15 @@ def test_graceful_shutdown_answers_requests_in_flight():
         if server.started:
             break
         time.sleep(0.05)
-    body = {"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0]}]}
+    from hetserve.experiments.live import binary_body
+
+    body, hdr = binary_body(torch.zeros(1, 3, 224, 224).numpy())
     url = f"http://127.0.0.1:{port}/v2/models/resnet50/infer"
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        futs = [pool.submit(httpx.post, url, json=body, timeout=30) for _ in range(8)]
-        for _ in range(200):  # until all eight are held by the server
+        futs = [
+            pool.submit(httpx.post, url, content=body, headers=hdr, timeout=30) for _ in range(8)
+        ]
+        for _ in range(500):  # until all eight are held by the server
             if srv.engine is not None and len(srv._futures) == 8:
                 break
             time.sleep(0.01)

@@ -289,11 +289,9 @@ def trace_stats(
     from hetserve.workload.trace import Trace
 
     if fmt == "auto":
-        try:
-            with open(path) as f:
-                head = f.readline()
-        except OSError as e:
-            raise HetserveError(f"{path}: cannot read: {e.strerror}") from None
+        from hetserve.core.files import read_text
+
+        head = read_text(path, "trace").split("\n", 1)[0]
         fmt = (
             "azure2019"
             if head.startswith("HashOwner")

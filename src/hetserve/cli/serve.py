@@ -1,17 +1,142 @@
-"""``hetserve serve``: real serving over HTTP (Open Inference Protocol)."""
+"""``hetserve serve``: real serving over HTTP (Open Inference Protocol).
+
+Every option can also come from a YAML file (``--config serve.yaml``): its keys are the
+option names (``max-batch`` or ``max_batch``), its values what the option takes (a list
+for ``param``); options given on the command line win. The file is checked like the
+options: an unknown key or a bad value is a one-line error naming the file and the key.
+
+SIGTERM and SIGINT stop the server gracefully: new requests get 503 while the requests in
+flight are answered (up to ``--drain-timeout``), then the workers are released and the
+process exits with status 0.
+"""
 
 from __future__ import annotations
+
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+from typing import Any
 
 import click
 
 from hetserve.cli.common import console, csv_list
 from hetserve.core.errors import HetserveError
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--config FILE``: the file's settings become the options' defaults."""
+    if not value:
+        return
+    from hetserve.core.files import read_yaml
+
+    data = read_yaml(value, "serve configuration")
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        raise HetserveError(f"{value}: expected a mapping of serve options (key: value)")
+    by_key: dict[str, click.Parameter] = {}
+    for p in ctx.command.params:
+        if isinstance(p, click.Option) and p.name != "config":
+            for opt in p.opts:
+                if opt.startswith("--"):
+                    by_key[opt[2:].replace("-", "_")] = p
+    defaults: dict[str, Any] = {}
+    for key, v in data.items():
+        p = by_key.get(str(key).replace("-", "_"))
+        if p is None:
+            raise HetserveError(
+                f"{value}: unknown setting {key!r}; settings are the options of hetserve "
+                f"serve: {', '.join(sorted(by_key))}"
+            )
+        if isinstance(v, (dict, list)) and not (p.multiple and isinstance(v, list)):
+            raise HetserveError(f"{value}: {key}: expected a single value, got {v!r}")
+        try:
+            p.type_cast_value(ctx, v if not p.multiple or isinstance(v, list) else [v])
+        except click.BadParameter as e:
+            raise HetserveError(f"{value}: {key}: {e.message}") from None
+        assert p.name is not None
+        defaults[p.name] = v
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+
+
+def _check_host(host: str) -> str:
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        raise HetserveError(
+            f"--host {host!r}: not an IP address or a host name this machine resolves"
+        ) from None
+    return host
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket (bound here, so that a taken port or a bad host is a one-line
+    error before anything starts; port 0 takes any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise HetserveError(f"--host {host} --port {port}: cannot listen: {e.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _token(token: str | None, token_file: str | None) -> str | None:
+    if token is not None and token_file is not None:
+        raise HetserveError("give --token (or HETSERVE_TOKEN) or --token-file, not both")
+    if token_file is not None:
+        from hetserve.core.files import read_text
+
+        token = read_text(token_file, "token file").strip()
+        if not token:
+            raise HetserveError(f"{token_file}: the token file is empty")
+    if token is not None and (not token.strip() or any(c.isspace() for c in token.strip())):
+        raise HetserveError("--token: expected a non-empty token without spaces")
+    return None if token is None else token.strip()
+
+
+def _setup_logging(level: str, access_log: bool) -> None:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(fmt)
+    root = logging.getLogger("hetserve")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+    access = logging.getLogger("hetserve.access")
+    access.setLevel(logging.INFO if access_log else logging.WARNING)
+
 
 @click.command("serve")
-@click.option("--cluster", "cluster_name", default="local-cpu", show_default=True)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    is_eager=True,
+    expose_value=False,
+    callback=_load_config,
+    help="YAML file of serve options (keys: option names); command-line options win.",
+)
+@click.option(
+    "--cluster", "cluster_name", default="local-cpu", show_default=True,
+    help="Cluster preset name or cluster YAML file.",
+)  # fmt: skip
 @click.option("--models", required=True, help="Comma-separated model names.")
-@click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--plan", "plan_file", type=click.Path(exists=True, dir_okay=False),
+    help="A plan JSON (hetserve plan --output) to serve instead of planning at start-up.",
+)  # fmt: skip
 @click.option(
     "--planner",
     type=click.Choice(["default", "np", "ppipe", "dart-r"]),
@@ -19,9 +144,19 @@ from hetserve.core.errors import HetserveError
     show_default=True,
     help="Without --plan: plan at start-up (default: every model whole on every GPU).",
 )
-@click.option("--scheduler", default="flex", show_default=True)
-@click.option("--param", "params", multiple=True, help="Scheduler parameter key=value.")
-@click.option("--profiles", type=click.Path(exists=True, file_okay=False))
+@click.option("--scheduler", default="flex", show_default=True, help="Scheduler name.")
+@click.option(
+    "--param", "params", multiple=True,
+    help="Scheduler parameter key=value (repeatable), e.g. max_batch=4.",
+)  # fmt: skip
+@click.option(
+    "--profiles", type=click.Path(exists=True, file_okay=False),
+    help="Profile-set folder [default on local-cpu: this machine's, measured once and cached].",
+)  # fmt: skip
+@click.option(
+    "--remeasure", is_flag=True,
+    help="Measure this machine's profiles again instead of reusing the cached ones.",
+)  # fmt: skip
 @click.option("--slo", help="Per-model SLOs in ms: m1=ms,m2=ms [default: 5 x batch-1 latency].")
 @click.option("--emulate", is_flag=True, help="Workers sleep for the latency model's time.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
@@ -33,7 +168,22 @@ from hetserve.core.errors import HetserveError
     help="Real workers as Ray actors, or as threads of this process.",
 )
 @click.option("--address", default=None, help="Join this Ray cluster [default: start one].")
-@click.option("--max-batch", default=8, show_default=True)
+@click.option(
+    "--max-batch", type=click.IntRange(1, 1024), default=8, show_default=True,
+    help="Largest batch a worker runs (the plan's and the scheduler's).",
+)  # fmt: skip
+@click.option(
+    "--max-request-batch", type=click.IntRange(1, 4096), default=64, show_default=True,
+    help="Rows one infer request may carry (its batch dimension): the model's max_batch_size.",
+)  # fmt: skip
+@click.option(
+    "--max-pending", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
+    help="Requests held at once; more get 429.",
+)  # fmt: skip
+@click.option(
+    "--admission/--no-admission", default=True, show_default=True,
+    help="Refuse (503 at once) a request whose deadline even the best case misses.",
+)  # fmt: skip
 @click.option(
     "--cpu-threads",
     type=click.IntRange(min=0),
@@ -41,10 +191,44 @@ from hetserve.core.errors import HetserveError
     help="Torch threads of the CPU workers together [default: cores - 1; one core is left "
     "to the HTTP front end]. Measured profiles are taken with the same threads.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True)
-@click.option("--token", default=None, help="Require 'Authorization: Bearer TOKEN'.")
-@click.option("--max-body-mb", default=64, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+    help="Port to listen on (0: any free port, printed at start-up).",
+)  # fmt: skip
+@click.option(
+    "--token", default=None, envvar="HETSERVE_TOKEN", show_envvar=True,
+    help="Require 'Authorization: Bearer TOKEN' (prefer the environment variable or "
+    "--token-file: argv is visible to ps).",
+)  # fmt: skip
+@click.option(
+    "--token-file", type=click.Path(dir_okay=False), default=None,
+    help="Read the bearer token from this file.",
+)  # fmt: skip
+@click.option(
+    "--public-health/--private-health", default=True, show_default=True,
+    help="Health probes answer without the token.",
+)  # fmt: skip
+@click.option(
+    "--public-metrics/--private-metrics", default=False, show_default=True,
+    help="/metrics answers without the token.",
+)  # fmt: skip
+@click.option(
+    "--max-body-mb", type=click.FloatRange(0, 4096, min_open=True), default=64,
+    show_default=True, help="Largest request body in MiB; larger ones get 413.",
+)  # fmt: skip
+@click.option(
+    "--drain-timeout", type=click.FloatRange(0, 3600), default=30.0, show_default=True,
+    help="Seconds a shutdown waits for the requests in flight.",
+)  # fmt: skip
+@click.option(
+    "--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True,
+    help="Level of the server's log (stderr).",
+)  # fmt: skip
+@click.option(
+    "--access-log/--no-access-log", default=True, show_default=True,
+    help="One log line per HTTP request (client, method, path, status, milliseconds).",
+)  # fmt: skip
 def serve(
     cluster_name: str,
     models: str,
@@ -53,36 +237,54 @@ def serve(
     scheduler: str,
     params: tuple[str, ...],
     profiles: str | None,
+    remeasure: bool,
     slo: str | None,
     emulate: bool,
     device: str,
     engine: str,
     address: str | None,
     max_batch: int,
+    max_request_batch: int,
+    max_pending: int,
+    admission: bool,
     cpu_threads: int,
     host: str,
     port: int,
     token: str | None,
-    max_body_mb: int,
+    token_file: str | None,
+    public_health: bool,
+    public_metrics: bool,
+    max_body_mb: float,
+    drain_timeout: float,
+    log_level: str,
+    access_log: bool,
 ) -> None:
     """Serve models over HTTP (KServe v2 / Open Inference Protocol) with a hetserve
-    scheduler: real PyTorch workers (or --emulate), /metrics for Prometheus."""
+    scheduler: real PyTorch workers (or --emulate), /metrics for Prometheus. SIGTERM or
+    SIGINT: drain (503 to new requests, answer those in flight), release workers, exit 0."""
     import uvicorn
 
     from hetserve.core.cluster import load_cluster
     from hetserve.experiments.setup import build_setup, parse_slo
     from hetserve.profiling.cache import default_cpu_threads, measured_profiles
-    from hetserve.runtime.http import create_app
-    from hetserve.runtime.server import Server, ServerConfig
+    from hetserve.runtime.http import HttpConfig, create_app
+    from hetserve.runtime.server import Server, ServerConfig, check_served
     from hetserve.scheduling.protocol import parse_params
 
     names = csv_list(models)
     if not names:
         raise HetserveError("--models: give at least one model name")
+    secret = _token(token, token_file)
+    _check_host(host)
     cluster = load_cluster(cluster_name)
+    slo_ms = parse_slo(slo)
+    if emulate:
+        engine = "emulated"
     if profiles is None and not emulate and cluster.name == "local-cpu":
         profiles = str(
-            measured_profiles(names, device, [1, 2, 4, 8], 10, cpu_threads, say=console.print)
+            measured_profiles(
+                names, device, [1, 2, 4, 8], 10, cpu_threads, remeasure, say=console.print
+            )
         )
     plan = plan_file
     if plan is None and planner != "default":
@@ -92,11 +294,11 @@ def serve(
 
         lat, names = latency_source(cluster, names, profiles, 10)
         slos = slos_from_scale(cluster, lat, names, 5.0)
-        slos.update({m: v / 1e3 for m, v in (parse_slo(slo) or {}).items()})
+        slos.update({m: v / 1e3 for m, v in (slo_ms or {}).items()})
         plan = plan_models(cluster, lat, slos, None, PlanOptions(planner=planner))
+        check_served(plan, _placement(plan, cluster), names)
     setup = build_setup(
-        cluster, names, profiles=profiles, slo_ms=parse_slo(slo) or None, plan=plan,
-        max_batch=max_batch,
+        cluster, names, profiles=profiles, slo_ms=slo_ms, plan=plan, max_batch=max_batch,
     )  # fmt: skip
     sp = parse_params(params)
     if scheduler in ("flex", "flex-np", "clockwork", "nexus"):
@@ -109,14 +311,124 @@ def serve(
     server = Server(
         setup,
         ServerConfig(
-            scheduler=scheduler, params=sp, emulate=emulate, build=build, engine=engine,
-            ray_address=address, cpu_threads=cpu_threads or default_cpu_threads(),
+            scheduler=scheduler, params=sp, emulate=emulate, build=build,
+            engine="threads" if engine == "emulated" else engine, ray_address=address,
+            cpu_threads=cpu_threads or default_cpu_threads(), max_pending=max_pending,
+            admission=admission, max_request_batch=max_request_batch,
+            drain_timeout_s=drain_timeout,
         ),
     )  # fmt: skip
     server.check()
-    app = create_app(server, token=token, max_body_bytes=max_body_mb << 20)
+    _setup_logging(log_level, access_log)
+    http_cfg = HttpConfig(
+        token=secret, max_body_bytes=int(max_body_mb * (1 << 20)),
+        public_health=public_health, public_metrics=public_metrics, access_log=access_log,
+    )  # fmt: skip
+    app = create_app(server, config=http_cfg)
+    sock = _listen(host, port)
+    bound = sock.getsockname()[1]
+    _print_summary(server, setup, scheduler, engine, host, bound, http_cfg)
+    config = uvicorn.Config(
+        app, log_level=log_level if log_level != "info" else "warning", access_log=False,
+        timeout_graceful_shutdown=drain_timeout,
+    )  # fmt: skip
+    userver = _DrainingServer(config, server)
+    # uvicorn puts back the handlers it found and raises the signal again once stopped:
+    # handlers that do nothing make that a clean exit (status 0) instead of a kill
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    userver.run(sockets=[sock])
+    _print_shutdown(server, userver.stop_signal)
+
+
+class _DrainingServer:
+    """uvicorn's server, with the hetserve server told to drain as soon as a signal comes
+    (new requests on open connections get 503 while those in flight are answered)."""
+
+    def __init__(self, config: Any, server: Any) -> None:
+        import uvicorn
+
+        hs = server
+        outer = self
+
+        class _Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                hs.draining = True
+                if outer.stop_signal is None:
+                    outer.stop_signal = signal.Signals(sig).name
+                    console.print(
+                        f"hetserve: {outer.stop_signal}: draining {hs.in_flight} requests in "
+                        f"flight (new requests get 503)",
+                        markup=False,
+                    )
+                super().handle_exit(sig, frame)
+
+        self.stop_signal: str | None = None
+        self.server = _Server(config)
+
+    def run(self, sockets: list[socket.socket]) -> None:
+        self.server.run(sockets=sockets)
+
+
+def _placement(plan: Any, cluster: Any) -> Any:
+    from hetserve.core.plan import bind
+
+    return bind(plan, cluster)
+
+
+def _print_summary(
+    server: Any, setup: Any, scheduler: str, engine: str, host: str, port: int, http: Any
+) -> None:
+    from hetserve import __version__
+
+    shown = f"[{host}]" if ":" in host else host
+    n_workers = len(setup.placement.workers)
     console.print(
-        f"serving {', '.join(setup.models)} on {cluster.name} with {scheduler}"
-        f"{' (emulated workers)' if emulate else ''} at http://{host}:{port}/v2"
+        f"hetserve {__version__} serving {', '.join(setup.models)} on {setup.cluster.name} "
+        f"with {scheduler} ({engine} engine, {n_workers} worker(s)) at "
+        f"http://{shown}:{port}/v2"
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    for m in setup.models:
+        mp = setup.plan.models[m]
+        pipes = []
+        for p in mp.pipelines:
+            stages = " -> ".join(
+                f"blocks {s.blocks[0]}-{s.blocks[1]} on {s.instances}x {s.gpu}"
+                + (f"/{s.share}" if s.share > 1 else "")
+                for s in p.stages
+            )
+            pipes.append(f"[{stages}, batch {p.batch}]")
+        t = server.tensors(m)
+        ins = ", ".join(f"{s.name} {s.datatype}{[-1, *s.shape]}" for s in t.inputs)
+        console.print(
+            f"  {m}: SLO {mp.slo_s * 1e3:.1f} ms, input {ins}, up to {t.max_batch} rows per "
+            f"request; {' '.join(pipes)}",
+            markup=False,
+        )
+    auth = "none"
+    if http.token is not None:
+        public = [x for x, on in (("health", http.public_health), ("metrics", http.public_metrics))
+                  if on]  # fmt: skip
+        auth = "bearer token" + (f" ({' and '.join(public)} public)" if public else "")
+    console.print(
+        f"  auth: {auth}; admission {'on' if server.cfg.admission else 'off'}; max pending "
+        f"{server.cfg.max_pending}; metrics at /metrics; SIGTERM or Ctrl+C drains and stops",
+        markup=False,
+    )
+
+
+def _print_shutdown(server: Any, sig: str | None) -> None:
+    get = server.metrics.registry.get_sample_value
+    counts: dict[str, int] = {}
+    for m in server.models:
+        for outcome in ("ok", "late", "dropped", "refused", "overloaded", "failed"):
+            v = get("hetserve_requests_total", {"model": m, "outcome": outcome}) or 0
+            counts[outcome] = counts.get(outcome, 0) + int(v)
+    total = sum(counts.values())
+    parts = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    console.print(
+        f"hetserve: stopped{f' ({sig})' if sig else ''}; {total} requests"
+        + (f" ({parts})" if parts else "")
+        + "; workers released",
+        markup=False,
+    )

@@ -14,10 +14,25 @@ from hetserve.core.errors import ConfigError
 
 
 def read_text(path: str | Path, what: str) -> str:
+    """A UTF-8 text file (a byte-order mark is allowed); one-line errors otherwise."""
     try:
-        return Path(path).read_text()
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: cannot read {what}: it is a directory") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read {what}: {e.strerror}") from None
+    return decode_utf8(data, path, what)
+
+
+def decode_utf8(data: bytes, path: str | Path, what: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: {what} is not UTF-8 text (byte {e.start}: "
+            f"{data[e.start : e.start + 1]!r}); save it as UTF-8"
+        ) from None
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
@@ -38,11 +53,10 @@ def read_json(path: str | Path, what: str) -> Any:
 
 def csv_rows(path: str | Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """``(line number, row)`` of a CSV file with a header holding at least ``columns``."""
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
+    import io
+
+    text = read_text(path, "CSV file")
+    with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
         missing = [c for c in columns if c not in header]

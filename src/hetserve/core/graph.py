@@ -28,6 +28,7 @@ from typing import Any
 
 from hetserve.core.errors import ConfigError, unknown
 from hetserve.core.files import read_json
+from hetserve.core.tensors import TensorSpec, default_inputs
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,14 @@ class ModelGraph:
     input_bytes: float
     layers: tuple[Layer, ...]
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    # the request's tensors as a client sees them (``core.tensors``); graph files without
+    # them get one FP32 input named "input" and no known outputs
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            object.__setattr__(self, "inputs", default_inputs(self.input_shape))
 
     @property
     def flops(self) -> float:
@@ -80,6 +89,8 @@ class ModelGraph:
             "input_shape": list(self.input_shape),
             "input_bytes": self.input_bytes,
             "meta": self.meta,
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
             "layers": [asdict(layer) for layer in self.layers],
         }
 
@@ -118,12 +129,21 @@ class ModelGraph:
                 input_bytes=float(data["input_bytes"]),
                 layers=tuple(layers),
                 meta=dict(data.get("meta", {})),
+                inputs=_tensors(data, "inputs", source),
+                outputs=_tensors(data, "outputs", source),
             )
         except KeyError as e:
             raise ConfigError(f"{source}: missing field {e}") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def _tensors(data: Any, key: str, source: str) -> tuple[TensorSpec, ...]:
+    rows = data.get(key, [])
+    if not isinstance(rows, list):
+        raise ConfigError(f"{source}: {key}: expected a list of tensors")
+    return tuple(TensorSpec.from_json(r, f"{source}: {key}[{i}]") for i, r in enumerate(rows))
 
 
 def load_graph_file(path: str | Path) -> ModelGraph:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from hetserve.core.errors import HetserveError
+from hetserve.core.files import read_json
 
 
 def _plt() -> Any:
@@ -139,7 +140,22 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
 
 
 def write_report(folder: str | Path) -> Path:
+    """``FOLDER/report.html``; a file in the folder that is not what hetserve wrote is a
+    one-line error naming it."""
     folder = Path(folder)
+    current = [folder]
+    try:
+        return _write_report(folder, current)
+    except HetserveError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise HetserveError(
+            f"{current[-1]}: not as hetserve simulate/sweep writes it ({type(e).__name__}: "
+            f"{e}); re-run the command that wrote it"
+        ) from None
+
+
+def _write_report(folder: Path, current: list[Path]) -> Path:
     if not folder.is_dir():
         raise HetserveError(f"{folder}: not a folder with simulate or sweep output")
     parts: list[str] = []
@@ -147,7 +163,8 @@ def write_report(folder: str | Path) -> Path:
     sweep = folder / "sweep.json"
     if sweep.exists():
         found = True
-        data = json.loads(sweep.read_text())
+        current.append(sweep)
+        data = read_json(sweep, "sweep results")
         rows = "".join(
             f"<tr><td>{html.escape(k)}</td><td>{v['max_load_factor']:.3f}</td></tr>"
             for k, v in data.items()
@@ -161,7 +178,10 @@ def write_report(folder: str | Path) -> Path:
     summ = folder / "summary.json"
     if summ.exists():
         found = True
-        s = json.loads(summ.read_text())
+        current.append(summ)
+        s = read_json(summ, "run summary")
+        if not isinstance(s, dict):
+            raise HetserveError(f"{summ}: expected a JSON object (a run summary)")
         keys = [
             "attainment",
             "goodput_rps",
@@ -183,11 +203,13 @@ def write_report(folder: str | Path) -> Path:
     req = folder / "requests.csv"
     if req.exists():
         found = True
+        current.append(req)
         cdf = plot_latency_cdf(_read_csv(req, ("model", "latency_ms")))
         parts.append(f"<h2>Latency</h2><img src='data:image/png;base64,{cdf}'>")
     bat = folder / "batches.csv"
     if bat.exists():
         found = True
+        current.append(bat)
         rows = _read_csv(bat, ("worker", "model", "start_s", "end_s", "status"))
         parts.append(f"<h2>Timeline</h2><img src='data:image/png;base64,{plot_timeline(rows)}'>")
     if not found:

@@ -123,8 +123,10 @@ def parse_slo(text: str | None) -> dict[str, float] | None:
             out[m.strip()] = float(v)
         except ValueError:
             raise HetserveError(f"--slo: expected model=milliseconds, got {item!r}") from None
-        if not eq or out[m.strip()] <= 0:
-            raise HetserveError(f"--slo: expected model=milliseconds > 0, got {item!r}")
+        if not eq or not m.strip() or not 0 < out[m.strip()] < math.inf:
+            raise HetserveError(
+                f"--slo: expected model=milliseconds, a finite number > 0, got {item!r}"
+            )
     return out
 
 

@@ -1,50 +1,74 @@
-"""The HTTP front end: the Open Inference Protocol (KServe v2) over FastAPI.
+"""The HTTP front end: the Open Inference Protocol (KServe v2, with Triton's extensions
+that standard clients call) over FastAPI.
 
-Endpoints: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{m}``,
-``GET /v2/models/{m}/ready``, ``POST /v2/models/{m}/infer`` (JSON tensors) and
-``GET /metrics`` (Prometheus). An infer request carries one input tensor whose first
-dimension is the number of requests (each row is served as its own request, batched by the
-scheduler with others); ``parameters.deadline_ms`` sets the deadline (default: the model's
-SLO).
+Routes (each ``/v2/models/{m}/...`` also as ``/v2/models/{m}/versions/1/...``; every model
+has the one version ``1``, other versions are 404):
 
-Status codes: 400 for a malformed request (message names the field: shape, datatype, data
-size, missing fields), 401 without the bearer token when one is set, 404 for an unknown
-model, 413 for a body over the limit, 429 when the server holds too many requests, 503
-when the scheduler drops a request (its deadline is unreachable), 500 when a worker fails
-it.
+- ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``
+- ``GET /v2/models/{m}`` (metadata: the model's tensors), ``GET /v2/models/{m}/ready``
+- ``GET /v2/models/{m}/config`` (Triton's model configuration: max_batch_size, tensors)
+- ``POST /v2/models/{m}/infer`` (request format in ``runtime.oip``)
+- ``GET /v2/models/stats``, ``GET /v2/models/{m}/stats`` (Triton's statistics extension)
+- ``POST /v2/repository/index`` (Triton's model repository index)
+- ``GET /metrics`` (Prometheus)
 
-The binary tensor extension (Triton's ``binary_data``) is supported both ways: a request
-whose ``Inference-Header-Content-Length`` header says how long its JSON part is may carry
-the input's bytes after it (``parameters.binary_data_size`` on the input, raw little-endian
-values, no ``data``); outputs come back as raw bytes after the JSON part when the request
-asks (``parameters.binary_data_output: true``, or ``parameters.binary_data: true`` on a
-requested output), with the same header on the response.
+Status codes: 400 for a malformed request (the message names the tensor or field, what was
+sent and what was expected), 401 without the bearer token when one is set (with
+``WWW-Authenticate: Bearer``), 404 for an unknown model, version or route, 405 for a wrong
+method, 413 for a body over the limit, 429 when the server holds ``max_pending`` requests,
+503 when a request's deadline cannot be met (at arrival or later) or the server is
+shutting down, 500 when a worker fails a request (a bug or a lost worker). Every error body
+is ``{"error": "..."}``.
+
+The binary tensor extension (Triton's ``binary_data``) is supported both ways: a body whose
+``Inference-Header-Content-Length`` header says how long its JSON part is may carry inputs'
+bytes after it; outputs come back as raw bytes when asked for, with the same header.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
-import math
+import logging
+import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hetserve import __version__
+from hetserve.runtime.oip import HEADER_LEN, RequestError, encode_outputs, parse_request, split_body
 from hetserve.runtime.server import Server
 
-DTYPES = {"FP32": "float32", "FP16": "float16", "INT64": "int64", "INT32": "int32"}
-FIELDS = ("name", "shape", "datatype", "data")
-HEADER_LEN = "Inference-Header-Content-Length"
-STATUS = {"dropped": 503, "overloaded": 429, "failed": 500}
+STATUS = {"dropped": 503, "overloaded": 429, "failed": 500, "refused": 503}
+VERSION = "1"
+ACCESS = logging.getLogger("hetserve.access")
 
 
-def create_app(server: Server, token: str | None = None, max_body_bytes: int = 64 << 20) -> Any:
-    """The ASGI app: ``POST /v2/models/{m}/infer`` is answered by a plain ASGI handler (the
-    hot path: no framework routing, middleware or task groups, about a quarter of the CPU
-    time per request that a FastAPI route with an HTTP middleware took); everything else is
-    a FastAPI app. The bearer token and the body limit apply to every request."""
+@dataclass(frozen=True)
+class HttpConfig:
+    token: str | None = None  # require "Authorization: Bearer <token>"
+    max_body_bytes: int = 64 << 20
+    public_health: bool = True  # health probes answer without the token
+    public_metrics: bool = False  # /metrics answers without the token
+    access_log: bool = False  # one line per request on the hetserve.access logger
+
+
+def create_app(
+    server: Server,
+    token: str | None = None,
+    max_body_bytes: int = 64 << 20,
+    config: HttpConfig | None = None,
+) -> Any:
+    """The ASGI app: ``POST .../infer`` is answered by a plain ASGI handler (the hot path:
+    no framework routing, middleware or task groups); everything else is a FastAPI app. The
+    guard (token, body limit) applies to every request."""
+    cfg = config or HttpConfig(token=token, max_body_bytes=max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
@@ -52,7 +76,22 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
         yield
         await server.stop()  # graceful: answer what is in flight, then release workers
 
-    api = FastAPI(title="hetserve", lifespan=lifespan)
+    api = FastAPI(title="hetserve", version=__version__, lifespan=lifespan)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
+        msg = {404: f"no route {request.url.path}", 405: "method not allowed"}.get(
+            exc.status_code, str(exc.detail)
+        )
+        if exc.status_code == 405:
+            msg = f"{request.method} is not allowed on {request.url.path}"
+        return JSONResponse({"error": msg}, exc.status_code, headers=exc.headers)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Any:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        return _error(400, f"{where}: {first.get('msg', 'invalid request')}")
 
     @api.get("/v2/health/live")
     async def live() -> Any:
@@ -64,68 +103,188 @@ def create_app(server: Server, token: str | None = None, max_body_bytes: int = 6
 
     @api.get("/v2")
     async def meta() -> Any:
-        return {"name": "hetserve", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
+        return {
+            "name": "hetserve",
+            "version": __version__,
+            "extensions": ["binary_tensor_data", "model_configuration", "statistics",
+                           "model_repository"],
+        }  # fmt: skip
+
+    @api.get("/v2/models/stats")
+    async def all_stats() -> Any:
+        return {"model_stats": [server.stats.of(m) for m in server.models]}
 
     @api.get("/v2/models/{model}")
     async def model_meta(model: str) -> Any:
         if model not in server.models:
-            return _error(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
-        shape: list[int] = [-1, *(server.input_shape(model) or [])]
+            return _unknown(server, model)
+        t = server.tensors(model)
         return {
             "name": model,
-            "versions": ["1"],
+            "versions": [VERSION],
             "platform": "pytorch",
-            "inputs": [{"name": "input", "datatype": "FP32", "shape": shape}],
-            "outputs": [{"name": "output", "datatype": "FP32", "shape": [-1]}],
+            "inputs": [_meta(s) for s in t.inputs],
+            "outputs": [_meta(s) for s in t.outputs],
         }
 
     @api.get("/v2/models/{model}/ready")
     async def model_ready(model: str) -> Any:
         if model not in server.models:
-            return _error(404, f"unknown model {model!r}")
-        return JSONResponse({"name": model, "ready": server.ready}, status_code=200)
+            return _unknown(server, model)
+        ok = server.ready
+        return JSONResponse({"name": model, "ready": ok}, status_code=200 if ok else 503)
+
+    @api.get("/v2/models/{model}/config")
+    async def model_config(model: str) -> Any:
+        if model not in server.models:
+            return _unknown(server, model)
+        t = server.tensors(model)
+        plan = server.setup.plan.models[model]
+        return {
+            "name": model,
+            "platform": "pytorch",
+            "backend": "hetserve",
+            "max_batch_size": t.max_batch,
+            "input": [_config(s) for s in t.inputs],
+            "output": [_config(s) for s in t.outputs],
+            "parameters": {
+                "slo_ms": {"string_value": f"{plan.slo_s * 1e3:g}"},
+                "scheduler": {"string_value": server.cfg.scheduler},
+            },
+        }
+
+    @api.get("/v2/models/{model}/stats")
+    async def model_stats(model: str) -> Any:
+        if model not in server.models:
+            return _unknown(server, model)
+        return {"model_stats": [server.stats.of(model)]}
+
+    @api.post("/v2/repository/index")
+    async def repository_index() -> Any:
+        state = "READY" if server.ready else "UNAVAILABLE"
+        return [{"name": m, "version": VERSION, "state": state} for m in server.models]
 
     @api.get("/metrics")
     async def metrics() -> Any:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        return Response(server.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
+        return Response(server.scrape(), media_type=CONTENT_TYPE_LATEST)
 
-    return _OipApp(api, server, token, max_body_bytes)
+    return _OipApp(api, server, cfg)
+
+
+def _meta(s: Any) -> dict[str, Any]:
+    return {"name": s.name, "datatype": s.datatype, "shape": [-1, *s.shape]}
+
+
+def _config(s: Any) -> dict[str, Any]:
+    return {"name": s.name, "data_type": f"TYPE_{s.datatype}", "dims": list(s.shape)}
 
 
 def _error(status: int, msg: str) -> Any:
     return JSONResponse({"error": msg}, status_code=status)
 
 
+def _unknown(server: Server, model: str) -> Any:
+    return _error(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
+
+
 _JSON = [(b"content-type", b"application/json")]
+_PUBLIC_HEALTH = ("/v2/health/live", "/v2/health/ready")
+
+
+def _route(path: str) -> str:
+    """A bounded label for the metrics: which kind of route a path is."""
+    if path.endswith("/infer"):
+        return "infer"
+    if path.startswith("/v2/health"):
+        return "health"
+    if path == "/metrics":
+        return "metrics"
+    if path.startswith("/v2/models") or path.startswith("/v2/repository") or path == "/v2":
+        return "metadata"
+    return "other"
 
 
 class _OipApp:
-    """ASGI: the guard (token, body limit) for every request, the infer route, and the
-    FastAPI app for the rest (and for the lifespan)."""
+    """ASGI: the guard (token, body limit) for every request, versioned paths, the infer
+    route, and the FastAPI app for the rest (and for the lifespan)."""
 
-    def __init__(self, api: Any, server: Server, token: str | None, max_body: int) -> None:
+    def __init__(self, api: Any, server: Server, cfg: HttpConfig) -> None:
         self.api = api
         self.server = server
-        self.auth = None if token is None else f"Bearer {token}".encode()
-        self.max_body = max_body
+        self.cfg = cfg
+        self.token = None if cfg.token is None else cfg.token.encode()
+        self.max_body = cfg.max_body_bytes
+
+    def _authorised(self, headers: dict[bytes, bytes], path: str) -> bool:
+        if self.token is None:
+            return True
+        if (self.cfg.public_health and path in _PUBLIC_HEALTH) or (
+            self.cfg.public_metrics and path == "/metrics"
+        ):
+            return True
+        scheme, _, value = headers.get(b"authorization", b"").partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self.token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.api(scope, receive, send)
+        t0 = time.perf_counter()
+        status_box = [0]
+
+        async def counted(msg: dict[str, Any]) -> None:
+            if msg["type"] == "http.response.start":
+                status_box[0] = msg["status"]
+            await send(msg)
+
+        try:
+            await self._handle(scope, receive, counted)
+        finally:
+            path: str = scope["path"]
+            self.server.metrics.http(_route(path), status_box[0])
+            if self.cfg.access_log:
+                client = scope.get("client") or ("-", 0)
+                ACCESS.info(
+                    '%s "%s %s" %d %.1f ms', client[0], scope["method"], path,
+                    status_box[0], 1e3 * (time.perf_counter() - t0),
+                )  # fmt: skip
+
+    async def _handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = dict(scope["headers"])
-        if self.auth is not None and headers.get(b"authorization") != self.auth:
-            return await _send(send, 401, "missing or wrong bearer token")
+        path: str = scope["path"]
+        if not self._authorised(headers, path):
+            return await _send(
+                send, 401, "missing or wrong bearer token",
+                [(b"www-authenticate", b'Bearer realm="hetserve"')],
+            )  # fmt: skip
         size = headers.get(b"content-length", b"")
         if size.isdigit() and int(size) > self.max_body:
             return await _send(
                 send, 413, f"request body of {int(size)} bytes exceeds {self.max_body}"
             )
-        path: str = scope["path"]
-        if scope["method"] == "POST" and path.startswith("/v2/models/") and path.endswith("/infer"):
+        if path.startswith("/v2/models/") and "/versions/" in path:
+            model, _, rest = path[len("/v2/models/") :].partition("/versions/")
+            version, _, tail = rest.partition("/")
+            if "/" in model:
+                return await _send(send, 404, f"no route {path}")
+            if model not in self.server.models:
+                served = ", ".join(self.server.models)
+                return await _send(send, 404, f"unknown model {model!r}; served: {served}")
+            if version != VERSION:
+                return await _send(
+                    send, 404, f"model {model!r} has no version {version!r}; versions: {VERSION}"
+                )
+            path = f"/v2/models/{model}" + (f"/{tail}" if tail else "")
+            scope = {**scope, "path": path, "raw_path": path.encode()}
+        if path.startswith("/v2/models/") and path.endswith("/infer"):
             model = path[len("/v2/models/") : -len("/infer")]
             if "/" not in model:
+                if scope["method"] != "POST":
+                    return await _send(
+                        send, 405, f"{scope['method']} is not allowed on {path}; use POST",
+                        [(b"allow", b"POST")],
+                    )  # fmt: skip
                 raw = bytearray()
                 while True:
                     msg = await receive()
@@ -143,8 +302,8 @@ class _OipApp:
         return await self.api(scope, receive, send)
 
 
-async def _send(send: Any, status: int, msg: str) -> None:
-    await _respond(send, status, json.dumps({"error": msg}).encode(), _JSON)
+async def _send(send: Any, status: int, msg: str, headers: list[Any] | None = None) -> None:
+    await _respond(send, status, json.dumps({"error": msg}).encode(), [*_JSON, *(headers or [])])
 
 
 async def _respond(send: Any, status: int, body: bytes, headers: list[Any]) -> None:
@@ -165,41 +324,31 @@ async def _infer(
         return _fail(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
     if server.draining:
         return _fail(503, "the server is shutting down")
+    tensors = server.tensors(model)
     try:
-        n_json = len(raw) if head is None else int(head)
-        if not 0 <= n_json <= len(raw):
-            raise ValueError
-    except ValueError:
-        shown = None if head is None else head.decode("latin-1")
-        return _fail(400, f"{HEADER_LEN} must be an integer within the body, got {shown!r}")
-    try:
-        body = json.loads(raw[:n_json])
-    except (ValueError, UnicodeDecodeError):
-        return _fail(400, "request body is not JSON")
-    try:
-        rows, deadline_s, rid = _parse(body, server.cfg.emulate, raw[n_json:])
-        binary_out = _wants_binary(body)
-    except ValueError as e:
-        return _fail(400, str(e))
-    if len(rows) == 1:
-        results = [await server.infer(model, rows[0], deadline_s)]
+        body, binary = split_body(raw, head)
+        req = parse_request(body, binary, tensors, decode=not server.cfg.emulate)
+    except RequestError as e:
+        return _fail(400, f"model {model!r}: {e}")
+    if req.n == 1:
+        results = [await server.infer(model, req.rows[0], req.deadline_s)]
     else:
-        results = await asyncio.gather(*(server.infer(model, x, deadline_s) for x in rows))
+        results = await asyncio.gather(*(server.infer(model, x, req.deadline_s) for x in req.rows))
     for r in results:
         if r.outcome in STATUS:
             why = r.reason or r.outcome
             return _fail(STATUS[r.outcome], f"request {r.outcome}: {why}")
-    out: dict[str, Any] = {"model_name": model, "model_version": "1", "outputs": []}
-    if rid is not None:
-        out["id"] = rid
+    out: dict[str, Any] = {"model_name": model, "model_version": VERSION, "outputs": []}
+    if req.id is not None:
+        out["id"] = req.id
     late = sum(r.outcome == "late" for r in results)
     # late rows, and the server's time for the request (arrival to answer, the slowest
     # row): what a client's latency adds on top is the HTTP and network part
     server_ms = 1e3 * max((r.latency_s for r in results), default=0.0)
     out["parameters"] = {"late": late, "server_ms": round(server_ms, 3)}
     if results and results[0].output is not None:
-        out["outputs"], blobs = _encode([r.output for r in results], binary_out)
-        if binary_out:
+        out["outputs"], blobs = encode_outputs([r.output for r in results], tensors, req)
+        if blobs:
             head_bytes = json.dumps(out).encode()
             extra = [
                 (b"content-type", b"application/octet-stream"),
@@ -207,103 +356,3 @@ async def _infer(
             ]
             return 200, head_bytes + b"".join(blobs), extra
     return 200, json.dumps(out).encode(), _JSON
-
-
-def _wants_binary(body: dict[str, Any]) -> bool:
-    params = body.get("parameters") or {}
-    if params.get("binary_data_output") is True:
-        return True
-    outs = body.get("outputs") or []
-    if not isinstance(outs, list):
-        raise ValueError("'outputs' must be a list of requested outputs")
-    return any(
-        isinstance(o, dict) and (o.get("parameters") or {}).get("binary_data") is True for o in outs
-    )
-
-
-def _parse(body: Any, emulate: bool, binary: bytes = b"") -> tuple[list[Any], float | None, Any]:
-    """Rows of the one input tensor, the deadline and the request id; ValueError names the
-    problem. ``binary``: the body's bytes after its JSON part (binary tensor extension)."""
-    if not isinstance(body, dict):
-        raise ValueError("request body must be a JSON object")
-    inputs = body.get("inputs")
-    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
-        raise ValueError("'inputs' must be a list with one tensor")
-    t = inputs[0]
-    tparams = t.get("parameters") or {}
-    size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
-    for key in ("name", "shape", "datatype") if size is not None else FIELDS:
-        if key not in t:
-            raise ValueError(f"inputs[0]: missing field {key!r}")
-    shape, dt, data = t["shape"], t["datatype"], t.get("data")
-    if (
-        not isinstance(shape, list)
-        or not shape
-        or not all(isinstance(s, int) and s > 0 for s in shape)
-    ):
-        raise ValueError(f"inputs[0].shape must be a list of positive integers, got {shape!r}")
-    if dt not in DTYPES:
-        raise ValueError(f"inputs[0].datatype must be one of {', '.join(DTYPES)}, got {dt!r}")
-    if size is not None:
-        if not isinstance(size, int) or size < 0 or size != len(binary):
-            raise ValueError(
-                f"inputs[0].parameters.binary_data_size is {size!r}, but {len(binary)} bytes "
-                f"follow the JSON header"
-            )
-    elif not isinstance(data, list):
-        raise ValueError("inputs[0].data must be a (flat or nested) list of numbers")
-    params = body.get("parameters") or {}
-    deadline_s = None
-    if "deadline_ms" in params:
-        d = params["deadline_ms"]
-        if not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
-            raise ValueError(f"parameters.deadline_ms must be a positive number, got {d!r}")
-        deadline_s = d / 1e3
-    n = shape[0]
-    if emulate:
-        return [None] * n, deadline_s, body.get("id")
-    import numpy as np
-    import torch
-
-    if size is not None:
-        want = math.prod(shape) * np.dtype(DTYPES[dt]).itemsize
-        if size != want:
-            raise ValueError(
-                f"inputs[0] has {size} bytes of binary data, shape {shape} of {dt} needs {want}"
-            )
-        arr = np.frombuffer(binary, dtype=np.dtype(DTYPES[dt]).newbyteorder("<")).copy()
-    else:
-        try:
-            arr = np.asarray(data, dtype=DTYPES[dt])
-        except (TypeError, ValueError):
-            raise ValueError(f"inputs[0].data is not a list of {dt} numbers") from None
-    if arr.size != math.prod(shape):
-        raise ValueError(
-            f"inputs[0].data has {arr.size} values, shape {shape} needs {math.prod(shape)}"
-        )
-    x = torch.from_numpy(arr.reshape(shape)).float()
-    return [x[i] for i in range(n)], deadline_s, body.get("id")
-
-
-def _encode(outputs: list[Any], binary: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """The output tensors (FP32), as JSON data or as raw bytes to append (``binary``)."""
-    import torch
-
-    first = outputs[0]
-    parts = list(first) if isinstance(first, tuple) else [first]
-    out, blobs = [], []
-    for k in range(len(parts)):
-        t = torch.stack([o[k] if isinstance(o, tuple) else o for o in outputs]).float().cpu()
-        entry: dict[str, Any] = {
-            "name": "output" if len(parts) == 1 else f"output_{k}",
-            "datatype": "FP32",
-            "shape": list(t.shape),
-        }
-        if binary:
-            blob = t.contiguous().numpy().astype("<f4").tobytes()
-            entry["parameters"] = {"binary_data_size": len(blob)}
-            blobs.append(blob)
-        else:
-            entry["data"] = t.flatten().tolist()
-        out.append(entry)
-    return out, blobs

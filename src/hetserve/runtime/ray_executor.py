@@ -12,8 +12,11 @@ Without an address Ray starts a local instance; with one it joins that cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -119,6 +122,24 @@ def _torch(x: Any) -> Any:
     return x
 
 
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """``ray.init`` replaces the driver's SIGTERM handler with one that calls
+    ``sys.exit``, which would raise ``SystemExit`` inside the HTTP server's event loop and fail
+    the requests in flight. The server's own handlers (uvicorn's: stop accepting, drain,
+    shut down) are put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:
+                signal.signal(s, handler)
+
+
 class RayExecutor:
     """Stages on Ray actors (module docstring)."""
 
@@ -135,10 +156,11 @@ class RayExecutor:
         (0: the threads torch uses in this process)."""
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            ray.init(
-                address=address, include_dashboard=False, log_to_driver=False,
-                logging_level=logging.ERROR,
-            )  # fmt: skip
+            with _keep_signal_handlers():
+                ray.init(
+                    address=address, include_dashboard=False, log_to_driver=False,
+                    logging_level=logging.ERROR,
+                )  # fmt: skip
         self.actors: dict[str, Any] = {}
         self.dead: set[str] = set()  # workers whose actor died
         # CPU worker slots share this machine's cores (the threads torch would use here)

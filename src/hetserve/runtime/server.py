@@ -2,10 +2,16 @@
 with one awaitable result per request and Prometheus metrics.
 
 ``Server.infer(model, tensor, deadline_s)`` returns the request's outcome exactly once:
-its output, or an error with a reason (``dropped: deadline`` when the scheduler finds the
-deadline unreachable, ``overloaded`` when more than ``max_pending`` requests are held
-before any work is spent on it, ``failed: ...``). ``drain()`` waits for the requests in
-flight (graceful shutdown).
+its output, or an error with a reason: ``refused`` at arrival (the server is draining, or
+admission control finds that even the best case misses the deadline:
+``scheduling.admission``), ``overloaded`` when ``max_pending`` requests are held already,
+``dropped`` when the scheduler finds the deadline unreachable later, ``failed`` when a
+worker fails it. ``drain()`` waits for the requests in flight (graceful shutdown).
+
+Metrics (Prometheus, a registry of the server's own): requests by model and outcome; drops
+and failures by model and a *bounded* reason (``DROP_REASONS``, ``FAILURE_REASONS``);
+HTTP responses by route kind and status; queue depth and requests in flight per model
+(gauges); request, queueing and stage seconds; batch sizes; worker busy seconds; energy.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import logging
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +31,43 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.requests import Request
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import LoopClock, RuntimeEngine
+from hetserve.runtime.oip import ModelTensors
 from hetserve.scheduling import ClusterView, Dispatch, make_scheduler
+from hetserve.scheduling.admission import Admission
+
+LOG = logging.getLogger("hetserve.server")
+# the bounded label values of hetserve_drops_total and hetserve_failures_total
+DROP_REASONS = ("deadline", "admission", "overloaded", "shutdown", "not_provisioned", "other")
+FAILURE_REASONS = ("stage_error", "worker_lost", "shutdown", "other")
+
+
+def drop_reason(reason: str) -> str:
+    """The bounded label of a drop's reason text."""
+    r = reason.lower()
+    if "deadline" in r:
+        return "deadline"
+    if "provision" in r:
+        return "not_provisioned"
+    if "shut" in r:
+        return "shutdown"
+    return "other"
+
+
+def failure_reason(reason: str) -> str:
+    """The bounded label of a failure's reason text (the text itself goes to the log)."""
+    r = reason.lower()
+    if "lost" in r:
+        return "worker_lost"
+    if "shutdown" in r:
+        return "shutdown"
+    if "error" in r or ":" in r:
+        return "stage_error"
+    return "other"
 
 
 @dataclass
 class Result:
-    outcome: str  # "ok" | "late" | "dropped" | "failed" | "overloaded"
+    outcome: str  # "ok" | "late" | "dropped" | "failed" | "overloaded" | "refused"
     reason: str = ""
     output: Any = None
     latency_s: float = 0.0
@@ -40,6 +79,11 @@ class ServerConfig:
     params: dict[str, Any] = field(default_factory=dict)
     emulate: bool = False
     max_pending: int = 10_000
+    # refuse at arrival a request whose deadline even the best case misses (503 at once)
+    admission: bool = True
+    # rows (requests) in one infer request, at most: the model's max_batch_size
+    max_request_batch: int = 64
+    drain_timeout_s: float = 30.0  # a shutdown waits this long for the requests in flight
     n_blocks: int = 10
     # the models' builder for real workers (``hetserve.zoo.registry.build``)
     build: Callable[[str], Any] | None = None
@@ -56,7 +100,7 @@ class Metrics:
     """The server's Prometheus metrics, in a registry of its own."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -64,7 +108,24 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         self.drops = Counter(
-            "hetserve_drops", "Dropped or failed requests by reason", ["model", "reason"],
+            "hetserve_drops", "Requests dropped or refused, by model and reason "
+            f"({', '.join(DROP_REASONS)})", ["model", "reason"], registry=self.registry,
+        )  # fmt: skip
+        self.failures = Counter(
+            "hetserve_failures", "Requests failed by a worker, by model and reason "
+            f"({', '.join(FAILURE_REASONS)})", ["model", "reason"], registry=self.registry,
+        )  # fmt: skip
+        self.responses = Counter(
+            "hetserve_http_responses", "HTTP responses by route kind (infer, metadata, "
+            "health, metrics, other) and status code", ["route", "status"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "hetserve_queue_depth", "Requests arrived and not yet dispatched", ["model"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "hetserve_requests_in_flight", "Requests arrived and not yet answered", ["model"],
             registry=self.registry,
         )  # fmt: skip
         self.latency = Histogram(
@@ -97,6 +158,9 @@ class Metrics:
         self._rapl = _RaplReader()
         self._rapl.read_j()  # from now on
 
+    def http(self, route: str, status: int) -> None:
+        self.of(self.responses, route, str(status)).inc()
+
     def scrape(self) -> bytes:
         """The Prometheus text exposition (RAPL's energy read now, where readable)."""
         from prometheus_client import generate_latest
@@ -122,35 +186,44 @@ class Server:
         self.setup = setup
         self.cfg = config or ServerConfig()
         self.metrics = Metrics()
+        self.stats = ModelStats(self.models)
         self.engine: RuntimeEngine | None = None
+        self.admission: Admission | None = None
+        self.watch: ProfileWatch | None = None
         self._futures: dict[int, asyncio.Future[Result]] = {}
         self._ids = itertools.count()
         self._t0: dict[int, float] = {}
         self._queued: set[int] = set()  # requests not yet dispatched
+        self._queued_n: dict[str, int] = dict.fromkeys(self.models, 0)
+        self._pending_n: dict[str, int] = dict.fromkeys(self.models, 0)
+        self._tensors: dict[str, ModelTensors] = {}
         self.draining = False  # shutting down: new requests are refused (503)
 
     @property
     def models(self) -> list[str]:
         return list(self.setup.plan.models)
 
-    def input_shape(self, model: str) -> list[int] | None:
-        """One request's input shape, where the builder can tell it."""
-        if self.cfg.build is None:
-            return None
-        try:
-            return list(self.cfg.build(model).input_spec.shape)
-        except Exception:  # not a model the builder knows
-            return None
+    def tensors(self, model: str) -> ModelTensors:
+        """The model's input and output tensors (from its graph, so the same for real and
+        emulated workers) and the largest batch one infer request may carry."""
+        t = self._tensors.get(model)
+        if t is None:
+            from hetserve.core.graph import get_graph
+
+            g = get_graph(model)
+            t = self._tensors[model] = ModelTensors(g.inputs, g.outputs, self.cfg.max_request_batch)
+        return t
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None
+        return self.engine is not None and not self.draining
 
     def check(self) -> None:
         """Start a throwaway scheduler on the plan: configuration errors surface here, as
         one-line errors, before the HTTP server starts."""
         view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
         self._check_engine(view)
+        check_served(self.setup.plan, self.setup.placement, self.models)
         make_scheduler(self.cfg.scheduler, self.cfg.params).start(view, self.setup.plan, 0.0)
 
     def _check_engine(self, view: ClusterView) -> None:
@@ -191,6 +264,10 @@ class Server:
                     torch.set_num_threads(self.cfg.cpu_threads)
                 executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
                 executor.prepare(self.setup.plan, self.setup.placement)
+            self.watch = ProfileWatch(view)
+        if self.cfg.admission:
+            mb = self.cfg.params.get("max_batch")
+            self.admission = Admission(view, self.setup.plan, mb if isinstance(mb, int) else 0)
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         self.engine = RuntimeEngine(
             view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),
@@ -202,10 +279,18 @@ class Server:
         gc.collect()
         gc.freeze()
 
+    def _refuse(self, model: str, reason: str, label: str) -> Result:
+        m = self.metrics
+        m.of(m.requests, model, "refused").inc()
+        m.of(m.drops, model, label).inc()
+        self.stats.failed(model, 0.0)
+        return Result("refused", reason)
+
     async def infer(
         self, model: str, tensor: Any = None, deadline_s: float | None = None
     ) -> Result:
-        """Serve one request (``tensor``: one request's input, without the batch dim)."""
+        """Serve one request (``tensor``: one request's input, without the batch dim);
+        ``deadline_s``: relative to now (default: the model's SLO)."""
         eng = self.engine
         if eng is None:
             raise HetserveError("the server is not started")
@@ -213,31 +298,74 @@ class Server:
             raise HetserveError(f"no model {model!r} is served")
         slo = self.setup.plan.models[model].slo_s if deadline_s is None else deadline_s
         if self.draining:
-            return Result("overloaded", "the server is shutting down")
+            return self._refuse(model, "the server is shutting down", "shutdown")
         if len(self._futures) >= self.cfg.max_pending:
             self.metrics.of(self.metrics.requests, model, "overloaded").inc()
+            self.metrics.of(self.metrics.drops, model, "overloaded").inc()
+            self.stats.failed(model, 0.0)
             return Result("overloaded", f"more than {self.cfg.max_pending} requests pending")
+        if self.admission is not None:
+            ahead = self._queued_n[model]
+            best_s = self.admission.best_finish_s(model, ahead)
+            if best_s > slo:
+                return self._refuse(
+                    model,
+                    f"deadline unreachable at arrival: {ahead} requests queued ahead, the best "
+                    f"case needs {best_s * 1e3:.3g} ms, the deadline is {slo * 1e3:.3g} ms",
+                    "admission",
+                )
         rid = next(self._ids)
         now = eng.clock.now()
         fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._futures[rid] = fut
         self._t0[rid] = time.perf_counter()
         self._queued.add(rid)
+        self._queued_n[model] += 1
+        self._pending_n[model] += 1
         eng.submit(Request(rid, model, "http", now, now + slo), tensor)
         return await fut
 
+    def dequeue(self, r: Request) -> bool:
+        """A request leaves the queue (first dispatch, or its end): True the first time."""
+        if r.id in self._queued:
+            self._queued.discard(r.id)
+            self._queued_n[r.model] -= 1
+            return True
+        return False
+
     def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
         name = _NAMES.get(outcome, "failed")
-        self._queued.discard(r.id)
+        self.dequeue(r)
+        self._pending_n[r.model] -= 1
         dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
         m = self.metrics
         m.of(m.requests, r.model, name).inc()
         m.of(m.latency, r.model).observe(dt)
-        if name in ("dropped", "failed"):
-            m.of(m.drops, r.model, reason).inc()
+        if name == "dropped":
+            m.of(m.drops, r.model, drop_reason(reason)).inc()
+        elif name == "failed":
+            label = failure_reason(reason)
+            m.of(m.failures, r.model, label).inc()
+            LOG.warning("request %d of %s failed: %s", r.id, r.model, reason)
+        if name in ("ok", "late"):
+            self.stats.succeeded(r.model, dt)
+        else:
+            self.stats.failed(r.model, dt)
         fut = self._futures.pop(r.id, None)
         if fut is not None and not fut.done():
             fut.set_result(Result(name, reason, output, dt))
+
+    def scrape(self) -> bytes:
+        """The Prometheus text, with the gauges set to now."""
+        m = self.metrics
+        for model in self.models:
+            m.of(m.queue_depth, model).set(self._queued_n[model])
+            m.of(m.in_flight, model).set(self._pending_n[model])
+        return m.scrape()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures)
 
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Wait for every request in flight to get its answer."""
@@ -245,12 +373,12 @@ class Server:
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
 
-    async def stop(self, timeout_s: float = 30.0) -> None:
+    async def stop(self, timeout_s: float | None = None) -> None:
         """Graceful shutdown: refuse new requests, answer those in flight (``drain``; any
-        still unanswered after ``timeout_s`` get ``failed: shutdown``), then release the
-        workers (Ray actors)."""
+        still unanswered after ``timeout_s``, default ``drain_timeout_s``, get ``failed:
+        shutdown``), then release the workers (Ray actors)."""
         self.draining = True
-        await self.drain(timeout_s)
+        await self.drain(self.cfg.drain_timeout_s if timeout_s is None else timeout_s)
         for rid, fut in list(self._futures.items()):
             if not fut.done():
                 fut.set_result(Result("failed", "shutdown"))
@@ -259,6 +387,125 @@ class Server:
         if close is not None:
             close()
         gc.unfreeze()  # what start() froze may be collected again
+
+
+def check_served(plan: Any, placement: Any, models: list[str]) -> None:
+    """Every requested model has a pipeline whose every stage has workers: else a one-line
+    error naming the model and why."""
+    for m in models:
+        mp = plan.models.get(m)
+        if mp is None:
+            raise HetserveError(f"the plan does not serve {m!r}: it has no entry for it")
+        if not mp.pipelines:
+            raise HetserveError(
+                f"the plan leaves {m!r} without workers: it has no pipeline for it (the "
+                f"cluster may be too small for all models, or the SLO too tight); plan with "
+                f"fewer models, a looser --slo or another --planner"
+            )
+        for p_idx, pipe in enumerate(mp.pipelines):
+            for s_idx, _ in enumerate(pipe.stages):
+                if not placement.stages.get((m, p_idx, s_idx)):
+                    raise HetserveError(
+                        f"the plan leaves {m!r} without workers: pipeline {p_idx} stage "
+                        f"{s_idx} is bound to no GPU of the cluster"
+                    )
+
+
+class ModelStats:
+    """Per-model counts and times in the shape of Triton's statistics extension
+    (``GET /v2/models/{m}/stats``); durations in nanoseconds."""
+
+    def __init__(self, models: list[str]) -> None:
+        keys = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+        self._d: dict[str, dict[str, Any]] = {
+            m: {
+                "inference": {k: [0, 0] for k in keys},
+                "inference_count": 0,
+                "execution_count": 0,
+                "last_inference": 0,
+                "batches": {},
+            }
+            for m in models
+        }
+
+    def succeeded(self, model: str, dt_s: float) -> None:
+        d = self._d[model]
+        _add(d["inference"]["success"], dt_s)
+        d["inference_count"] += 1
+        d["last_inference"] = int(time.time() * 1e3)
+
+    def failed(self, model: str, dt_s: float) -> None:
+        _add(self._d[model]["inference"]["fail"], dt_s)
+
+    def queued(self, model: str, dt_s: float) -> None:
+        _add(self._d[model]["inference"]["queue"], dt_s)
+
+    def executed(self, model: str, batch: int, dt_s: float, first: bool) -> None:
+        d = self._d[model]
+        _add(d["inference"]["compute_infer"], dt_s)
+        if first:
+            d["execution_count"] += 1
+        _add(d["batches"].setdefault(batch, [0, 0]), dt_s)
+
+    def of(self, model: str) -> dict[str, Any]:
+        d = self._d[model]
+        return {
+            "name": model,
+            "version": "1",
+            "last_inference": d["last_inference"],
+            "inference_count": d["inference_count"],
+            "execution_count": d["execution_count"],
+            "inference_stats": {k: {"count": c, "ns": ns} for k, (c, ns) in d["inference"].items()},
+            "batch_stats": [
+                {"batch_size": b, "compute_infer": {"count": c, "ns": ns}}
+                for b, (c, ns) in sorted(d["batches"].items())
+            ],
+        }
+
+
+def _add(cell: list[int], dt_s: float) -> None:
+    cell[0] += 1
+    cell[1] += int(max(0.0, dt_s) * 1e9)
+
+
+class ProfileWatch:
+    """Real workers against the latency model they were planned with: after the first
+    ``first_n`` batches of a model on a worker, a warning when their median measured time is
+    more than ``factor`` times what the profile says (a stale cached profile, another load
+    on the machine, other threads): the plan and the SLOs then rest on wrong numbers."""
+
+    def __init__(self, view: ClusterView, first_n: int = 20, factor: float = 1.5) -> None:
+        self.view = view
+        self.first_n = first_n
+        self.factor = factor
+        self.ratios: dict[tuple[str, str], list[float]] = {}
+        self.verdicts: dict[tuple[str, str], float] = {}  # median measured / profile
+
+    def observe(self, rep: Any) -> None:
+        key = (rep.model, rep.worker)
+        if key in self.verdicts or not rep.completed or not rep.requests:
+            return
+        if rep.blocks_done and rep.blocks_done != rep.blocks[1] - rep.blocks[0]:
+            return  # a preempted stage ran part of its blocks
+        try:
+            want = self.view.stage_latency_s(rep.model, rep.worker, len(rep.requests), rep.blocks)
+        except Exception:  # a batch size the profile lacks
+            return
+        if want <= 0:
+            return
+        rs = self.ratios.setdefault(key, [])
+        rs.append(max(0.0, rep.end_s - rep.start_s) / want)
+        if len(rs) >= self.first_n:
+            med = statistics.median(rs)
+            self.verdicts[key] = med
+            del self.ratios[key]
+            if med > self.factor:
+                LOG.warning(
+                    "%s on %s: the first %d batches ran %.1fx slower than the profile says "
+                    "(median); deadlines planned on it will be missed. Re-measure "
+                    "(hetserve serve --remeasure) or check the machine's load and threads.",
+                    rep.model, rep.worker, len(rs), med,
+                )  # fmt: skip
 
 
 class _Observed:
@@ -302,9 +549,10 @@ class _Observed:
                     q = m.of(m.queue, a.model)
                     now = srv.engine.clock.now() if srv.engine else 0.0
                     for r in a.requests:
-                        if r.id in srv._queued:
-                            srv._queued.discard(r.id)
-                            q.observe(max(0.0, now - r.arrival_s))
+                        if srv.dequeue(r):
+                            wait = max(0.0, now - r.arrival_s)
+                            q.observe(wait)
+                            srv.stats.queued(r.model, wait)
         return acts
 
     def start(self, view: Any, plan: Any, now: float) -> list[Any]:
@@ -329,6 +577,11 @@ class _Observed:
             joules = self._energy(rep)
             if joules > 0:
                 m.of(m.energy, rep.worker, "model").inc(joules)
+            if rep.requests:
+                first = rep.blocks is not None and rep.blocks[0] == 0
+                self.server.stats.executed(rep.model, len(rep.requests), dur, first)
+            if self.server.watch is not None:
+                self.server.watch.observe(rep)
         return self._seen(self.inner.on_stage_done(rep, now))
 
 

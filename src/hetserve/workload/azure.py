@@ -23,13 +23,14 @@ minutes (sporadic timers and bursty event triggers).
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from hetserve.core.errors import ConfigError, HetserveError
-from hetserve.core.files import csv_rows
+from hetserve.core.files import csv_rows, read_text
 from hetserve.core.requests import Stream
 from hetserve.workload.arrivals import _uniform_in
 from hetserve.workload.trace import Trace
@@ -116,11 +117,7 @@ def _slo_map(models: Sequence[str], slo_s: float | Sequence[float]) -> dict[str,
 
 
 def _read_2019_counts(path: Path) -> tuple[list[str], np.ndarray]:
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
+    with io.StringIO(read_text(path, "Azure Functions 2019 file"), newline="") as f:
         r = csv.reader(f)
         header = next(r, None)
         if header is None or tuple(header[:4]) != AZURE2019_KEYS:

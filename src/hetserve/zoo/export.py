@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from hetserve.core.graph import Layer, ModelGraph
+from hetserve.core.tensors import TORCH_TO_DATATYPE, TensorSpec
 from hetserve.zoo.layered import LayeredModel, tensors_of
 from hetserve.zoo.registry import build
 
@@ -51,6 +52,30 @@ class TrafficCounter(TorchDispatchMode):
         return out
 
 
+def tensor_specs(
+    model: LayeredModel, final: Any = None
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """The model's input and output tensors as the serving protocol shows them (one
+    request's shapes, without the batch dimension). ``final``: the model's output at batch
+    1, when the caller has it (else the model runs once)."""
+    spec = model.input_spec
+    dtype = TORCH_TO_DATATYPE[str(spec.dtype)]
+    vr = (0, spec.vocab) if spec.vocab and not spec.dtype.is_floating_point else None
+    inputs = (TensorSpec(spec.name, dtype, tuple(spec.shape), vr),)
+    if final is None:
+        with torch.no_grad():
+            final = model(spec.example(batch=1))
+    outs = tensors_of(final)
+    names = model.output_names or (
+        ("output",) if len(outs) == 1 else tuple(f"output_{k}" for k in range(len(outs)))
+    )
+    outputs = tuple(
+        TensorSpec(n, TORCH_TO_DATATYPE[str(o.dtype)], tuple(o.shape[1:]))
+        for n, o in zip(names, outs, strict=True)
+    )
+    return inputs, outputs
+
+
 def export_model(model: LayeredModel) -> ModelGraph:
     x = model.input_spec.example(batch=1)
     input_bytes = float(x.nbytes)
@@ -77,6 +102,7 @@ def export_model(model: LayeredModel) -> ModelGraph:
                     n_ops=counter.ops,
                 )
             )
+    inputs, outputs = tensor_specs(model, x)
     return ModelGraph(
         name=model.model_name,
         family=model.family,
@@ -84,6 +110,8 @@ def export_model(model: LayeredModel) -> ModelGraph:
         input_shape=tuple(model.input_spec.shape),
         input_bytes=input_bytes,
         layers=tuple(layers),
+        inputs=inputs,
+        outputs=outputs,
         meta={
             "exported_by": "hetserve.zoo.export",
             "torch": torch.__version__.split("+")[0],

@@ -21,6 +21,7 @@ class InputSpec:
     shape: tuple[int, ...]  # per request, without the batch dimension
     dtype: torch.dtype = torch.float32
     vocab: int = 0  # for token inputs: ids are drawn from 0..vocab-1
+    name: str = "input"  # the tensor's name in the serving protocol
 
     def example(self, batch: int = 1, seed: int = 0) -> torch.Tensor:
         g = torch.Generator().manual_seed(seed)
@@ -37,6 +38,7 @@ class LayeredModel(nn.Module):
         input_spec: InputSpec,
         family: str,
         task: str,
+        output_names: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.model_name = name
@@ -46,6 +48,8 @@ class LayeredModel(nn.Module):
         self.input_spec = input_spec
         self.family = family
         self.task = task
+        # names of the output tensors ("output", or "output_0".. for several)
+        self.output_names = tuple(output_names)
 
     def run_layers(self, x: Any, start: int, stop: int) -> Any:
         for layer in self.layers[start:stop]:

@@ -140,7 +140,11 @@ def bert_base(seq_len: int = 128) -> LayeredModel:
     layers += [(f"encoder{i}", "encoder", PostNormBlock(768, 12)) for i in range(12)]
     layers.append(("pooler", "head", Pooler()))
     return LayeredModel(
-        "bert-base", layers, InputSpec((seq_len,), torch.int64, 30522), "bert", "nlp-encoder"
+        "bert-base",
+        layers,
+        InputSpec((seq_len,), torch.int64, 30522, "input_ids"),
+        "bert",
+        "nlp-encoder",
     )
 
 
@@ -166,5 +170,9 @@ def gpt2_small(seq_len: int = 128) -> LayeredModel:
     ]
     layers.append(("lm_head", "head", LMHead(768, 50257)))
     return LayeredModel(
-        "gpt2", layers, InputSpec((seq_len,), torch.int64, 50257), "gpt2", "nlp-decoder"
+        "gpt2",
+        layers,
+        InputSpec((seq_len,), torch.int64, 50257, "input_ids"),
+        "gpt2",
+        "nlp-decoder",
     )
