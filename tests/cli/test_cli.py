@@ -223,3 +223,17 @@ def test_demo(capsys, tmp_path):
         s: float(rows[s].split("│")[2].replace(",", "")) for s in ("flex", "clockwork", "nexus")
     }
     assert good["flex"] > 1.3 * max(good["clockwork"], good["nexus"])
+
+
+def test_a_plan_leaving_a_model_unserved_is_a_one_line_error(capsys):
+    rc = main(["serve", "--models", "resnet18,bert-base", "--planner", "np", "--emulate"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "leaves 'bert-base' without workers" in err
+
+
+def test_custom_scheduler_paths_must_name_a_scheduler_class(capsys, tmp_path):
+    rc = main(["simulate", "--cluster", "hc1-s", "--models", "resnet50", "--scheduler",
+               "os:system", "--duration", "1", "--rate", "10", "--out", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "not a scheduler class" in err

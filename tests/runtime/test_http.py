@@ -225,7 +225,10 @@ def test_binary_tensor_data_is_checked():
         got = np.frombuffer(r.content[n:], dtype="<f4")
         assert head["outputs"][0]["shape"] == [1, 1000] and got.shape == (1000,)
         r = post(c, len(blob) + 4, extra=b"\0\0\0\0")
-        assert r.status_code == 400 and "602116, shape [1, 3, 224, 224] of FP32 needs" in r.json()["error"]
+        assert (
+            r.status_code == 400
+            and "602116, shape [1, 3, 224, 224] of FP32 needs" in r.json()["error"]
+        )
         r = post(c, len(blob) - 4)
         assert r.status_code == 400 and "binary_data_size 602108" in r.json()["error"]
         r = post(c, len(blob), head="x")

@@ -115,3 +115,26 @@ def test_bad_parameters():
         make_scheduler("fixed-batch", {"colour": 1})
     with pytest.raises(HetserveError, match="did you mean 'fixed-batch'"):
         make_scheduler("fixed-bach")
+
+
+def test_every_scheduler_copes_with_a_model_without_pipelines():
+    """A plan that gives a model no pipeline: every scheduler starts, and requests for that
+    model are dropped at arrival as "not provisioned" (the other models are served)."""
+    from hetserve.core.plan import ModelPlan, Plan, bind
+    from hetserve.core.requests import Request
+    from hetserve.experiments.setup import build_setup
+    from hetserve.scheduling import ClusterView, Drop, make_scheduler
+    from hetserve.scheduling.protocol import SCHEDULERS, _load_builtin
+
+    _load_builtin()
+    s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
+    models = dict(s.plan.models)
+    models["efficientnet-b0"] = ModelPlan(models["efficientnet-b0"].slo_s)
+    plan = Plan(models, s.plan.shared_pools, s.plan.meta, s.plan.groups)
+    view = ClusterView.build(s.cluster, s.latency, bind(plan, s.cluster))
+    for name in sorted(SCHEDULERS):
+        sched = make_scheduler(name, {})
+        sched.start(view, plan, 0.0)
+        acts = sched.on_arrival(Request(1, "efficientnet-b0", "s", 0.0, 1.0), 0.0)
+        assert acts == [Drop(acts[0].requests, "not provisioned")], name
+        sched.on_arrival(Request(2, "resnet50", "s", 0.0, 1.0), 0.0)  # served as before

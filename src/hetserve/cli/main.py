@@ -7,8 +7,6 @@ and exit status 2 — never a traceback. Every command is documented in ``docs/c
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from hetserve import __version__
@@ -63,7 +61,3 @@ def _one_line(e: click.ClickException) -> str:
     where = f"{ctx.command_path}: " if ctx is not None else ""
     where = where.removeprefix("hetserve: ").removeprefix("hetserve ")
     return f"{where}{e.format_message()}"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

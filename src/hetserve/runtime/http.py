@@ -327,6 +327,7 @@ async def _infer(
     tensors = server.tensors(model)
     try:
         body, binary = split_body(raw, head)
+        _check_names(body, model)
         req = parse_request(body, binary, tensors, decode=not server.cfg.emulate)
     except RequestError as e:
         return _fail(400, f"model {model!r}: {e}")
@@ -356,3 +357,14 @@ async def _infer(
             ]
             return 200, head_bytes + b"".join(blobs), extra
     return 200, json.dumps(out).encode(), _JSON
+
+
+def _check_names(body: dict[str, Any], model: str) -> None:
+    """Clients (kserve's) repeat the model's name and version in the body: they must match
+    the route's."""
+    name = body.pop("model_name", model)
+    if name != model:
+        raise RequestError(f"model_name {name!r} in the body, but the route names {model!r}")
+    version = body.pop("model_version", VERSION)
+    if version not in (VERSION, "", None):
+        raise RequestError(f"model_version {version!r}: the only version is {VERSION!r}")

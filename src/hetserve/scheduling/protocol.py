@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from hetserve.core.cluster import Cluster
@@ -259,16 +259,65 @@ def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Schedu
         mod, _, cls_name = name.partition(":")
         try:
             factory = getattr(importlib.import_module(mod), cls_name)
-        except (ImportError, AttributeError) as e:
+        except (ImportError, AttributeError, ValueError) as e:
             raise HetserveError(f"scheduler {name!r}: cannot import ({e})") from None
+        hooks = ("start", "on_arrival", "on_stage_done", "on_timer", "on_worker_lost")
+        if not isinstance(factory, type) or not all(
+            callable(getattr(factory, h, None)) for h in hooks
+        ):
+            raise HetserveError(
+                f"scheduler {name!r}: not a scheduler class (it must define {', '.join(hooks)})"
+            )
     else:
         if name not in SCHEDULERS:
             raise unknown("scheduler", name, SCHEDULERS)
         factory = SCHEDULERS[name]
     try:
-        return factory(**params)
+        return Provisioned(factory(**params))
     except TypeError as e:
         raise HetserveError(f"scheduler {name!r}: bad parameters {params} ({e})") from None
+
+
+class Provisioned:
+    """A scheduler, made to cope with a plan that gives some model no pipeline: the
+    scheduler starts on the models that have one, and requests for the others are dropped
+    at arrival (``"not provisioned"``). With every model provisioned the calls go straight
+    to the scheduler (its bound methods replace these)."""
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.unserved: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        self.unserved = frozenset(m for m, mp in plan.models.items() if not mp.pipelines)
+        inner = self.inner
+        if self.unserved:
+            served = {m: mp for m, mp in plan.models.items() if m not in self.unserved}
+            groups = tuple(g for g in plan.groups if not any(m in self.unserved for m in g.models))
+            plan = replace(plan, models=served, groups=groups)
+        else:  # nothing to filter: no wrapper cost per event
+            self.on_arrival = inner.on_arrival  # type: ignore[method-assign]
+        self.on_stage_done = inner.on_stage_done  # type: ignore[method-assign]
+        self.on_timer = inner.on_timer  # type: ignore[method-assign]
+        self.on_worker_lost = inner.on_worker_lost  # type: ignore[method-assign]
+        return inner.start(view, plan, now)
+
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        if request.model in self.unserved:
+            return [Drop((request,), "not provisioned")]
+        return self.inner.on_arrival(request, now)
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        return self.inner.on_stage_done(report, now)
+
+    def on_timer(self, token: object, now: float) -> list[Action]:
+        return self.inner.on_timer(token, now)
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        return self.inner.on_worker_lost(worker, now)
 
 
 def _load_builtin() -> None:

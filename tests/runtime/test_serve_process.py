@@ -1,0 +1,110 @@
+"""``hetserve serve`` as users run it: a real process, sent a real SIGTERM (or SIGINT) while
+requests are in flight, for both engines."""
+
+import concurrent.futures
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+httpx = pytest.importorskip("httpx")
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+
+def _start(tmp_path, *args):
+    env = {**os.environ, "HETSERVE_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    out = open(tmp_path / "serve.out", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetserve", "serve", "--port", "0", *args],
+        stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        out.seek(0)
+        m = re.search(r"at http://127\.0\.0\.1:(\d+)/v2", out.read())
+        if m:
+            url = f"http://127.0.0.1:{m.group(1)}"
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    return proc, url, out
+            except httpx.TransportError:
+                pass
+        if proc.poll() is not None:
+            out.seek(0)
+            pytest.fail(f"serve exited with {proc.returncode}: {out.read()}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("serve did not become ready in 120 s")
+
+
+def _in_flight(url):
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return sum(
+        float(v) for v in re.findall(r"^hetserve_requests_in_flight\{[^}]*\} (\S+)$", text, re.M)
+    )
+
+
+@pytest.mark.parametrize("engine", ["threads", "ray", "emulated"])
+def test_sigterm_drains_the_requests_in_flight_and_exits_0(tmp_path, engine):
+    from hetserve.core.profiles import estimate_profiles  # noqa: F401  (import check)
+
+    profiles = tmp_path / "profiles"
+    subprocess.run(
+        [sys.executable, "-m", "hetserve", "profile", "estimate", "--cluster",
+         "local-cpu", "--models", "resnet18", "--batches", "1-2", "--out", str(profiles)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    args = ["--models", "resnet18", "--slo", "resnet18=120000", "--max-batch", "1",
+            "--profiles", str(profiles), "--cpu-threads", "1"]  # fmt: skip
+    args += ["--emulate"] if engine == "emulated" else ["--engine", engine]
+    proc, url, out = _start(tmp_path, *args)
+    from hetserve.experiments.live import binary_body
+    from hetserve.zoo.registry import build
+
+    x = build("resnet18").input_spec.example(4).numpy()  # 4 rows: 32 requests in all
+    body, hdr = binary_body(x)
+    infer = f"{url}/v2/models/resnet18/infer"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futs = [pool.submit(httpx.post, infer, content=body, headers=hdr, timeout=120)
+                    for _ in range(8)]  # fmt: skip
+            for _ in range(600):
+                if _in_flight(url) >= 16:
+                    break
+                time.sleep(0.02)
+            assert _in_flight(url) >= 16
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            late = []  # a request sent while draining: 503, or the connection refused
+            try:
+                late.append(httpx.post(infer, content=body, headers=hdr, timeout=30).status_code)
+            except httpx.TransportError:
+                late.append("refused")
+            codes = [f.result().status_code for f in futs]
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out.seek(0)
+    log = out.read()
+    assert codes == [200] * 8, log
+    assert late[0] in (503, "refused"), log
+    assert rc == 0, log
+    assert "Traceback" not in log and "stopped (SIGTERM)" in log, log
+
+
+def test_sigint_stops_an_idle_server_with_status_0(tmp_path):
+    proc, _url, out = _start(
+        tmp_path, "--models", "resnet50", "--cluster", "shepherd-12xv100", "--emulate"
+    )
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=60)
+    out.seek(0)
+    log = out.read()
+    assert rc == 0 and "stopped (SIGINT)" in log and "Traceback" not in log, log
