@@ -60,8 +60,105 @@ def print_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 
 
+def model_names(value: str, option: str = "--models") -> list[str]:
+    """Comma-separated names of shipped model graphs (case-insensitive); at least one."""
+    from hetserve.core.graph import get_graph
+
+    names = csv_list(value)
+    if not names:
+        raise HetserveError(f"{option}: give at least one model name")
+    return [get_graph(n).name for n in names]
+
+
+def names_list(value: str, option: str) -> list[str]:
+    """Comma-separated names; at least one."""
+    names = csv_list(value)
+    if not names:
+        raise HetserveError(f"{option}: give at least one name, got {value!r}")
+    return names
+
+
 def report_error(message: str, status: int = 2) -> int:
     """One line on stderr, ``hetserve: error: ...``; the exit status to return."""
     first = " ".join(message.split())  # one line, whatever the message held
     click.echo(f"hetserve: error: {first}", err=True)
     return status
+
+
+# ------------------------------------------------------------------ validation
+#
+# One layer for every command's numbers: ``harden`` (called once on the command tree)
+# gives every float option a finite range and every count, size and seed an integer range,
+# by option name, so that ``nan``, ``inf``, a negative seed or ``--blocks 0`` is a one-line
+# usage error (exit 2) naming the option and the range — whatever the command.
+
+
+class Finite(click.FloatRange):
+    """A finite float (no nan or inf) within an optional range."""
+
+    name = "finite number"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        rv = click.ParamType.convert(self, value, param, ctx)
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number.", param, ctx)
+        if x != x or x in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        del rv
+        return super().convert(x, param, ctx)
+
+
+# option name -> (low, high, low open): bounds of float options
+FLOAT_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "duration": (0.0, 1e8, True),
+    "slo": (0.0, 3600.0, True),
+    "slo_s": (0.0, 3600.0, True),
+    "rate": (0.0, 1e8, True),
+    "bin_s": (0.0, 1e7, True),
+    "slo_scale": (0.0, 1e4, True),
+    "slo_margin": (0.0, 0.99, False),
+    "time_limit_s": (0.0, 1e6, True),
+    "mip_gap": (0.0, 1.0, False),
+    "jitter_cv": (0.0, 10.0, False),
+    "target": (0.0, 1.0, True),
+    "resolution": (0.0, 1.0, True),
+    "start": (0.0, 100.0, True),
+    "load_factor": (0.0, 100.0, True),
+    "lf_step": (0.0, 1.0, True),
+    "lf_max": (0.0, 100.0, True),
+}
+# option name -> (low, high): bounds of integer options
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "seed": (0, 2**32 - 1),
+    "n_blocks": (1, 1000),
+    "batch": (1, 4096),
+    "window": (1, 100_000),
+    "streams": (1, 100_000),
+    "functions": (1, 1_000_000),
+    "minutes": (1, 20_160),
+    "warmup": (0, 10_000),
+    "repeats": (1, 100_000),
+    "max_stages": (1, 16),
+    "jobs": (1, 256),
+    "max_batch": (1, 1024),
+}
+
+
+def harden(command: click.Command) -> None:
+    """Give the options of ``command`` and its subcommands their validated types."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            harden(sub)
+    for p in command.params:
+        name = p.name or ""
+        if isinstance(p.type, click.types.FloatParamType) and not isinstance(p.type, Finite):
+            old = p.type
+            lo, hi, lo_open = FLOAT_RANGES.get(name, (None, None, False))
+            if isinstance(old, click.FloatRange):
+                lo, hi, lo_open = old.min, old.max, old.min_open
+            p.type = Finite(lo, hi, min_open=lo_open)
+        elif type(p.type) is click.types.IntParamType and name in INT_RANGES:
+            lo_i, hi_i = INT_RANGES[name]
+            p.type = click.IntRange(lo_i, hi_i)

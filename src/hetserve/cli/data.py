@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list, int_list, print_json, progress_bar
+from hetserve.cli.common import console, csv_list, int_list, model_names, print_json, progress_bar
 from hetserve.core.errors import HetserveError
 
 # ------------------------------------------------------------------ profiles
@@ -222,7 +222,7 @@ def trace_gen(
     if slo_s <= 0:
         raise HetserveError(f"--slo: expected seconds > 0, got {slo_s}")
     proc = parse_process(process)
-    names = csv_list(models)
+    names = model_names(models)
     per = proc.with_rate(proc.rate_rps / n_streams)
     streams = [Stream(f"s{i}", names[i % len(names)], slo_s, per) for i in range(n_streams)]
     tr = generate(streams, duration_s, seed)
@@ -299,7 +299,7 @@ def trace_stats(
             if head.startswith("app,")
             else "arrivals"
         )
-    names = csv_list(models)
+    names = model_names(models)
     if fmt == "azure2019":
         tr = read_azure2019(path, names, slo_s, seed, target_rate_rps=rate_rps)
     elif fmt == "azure2021":

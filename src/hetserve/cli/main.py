@@ -11,7 +11,7 @@ import click
 
 from hetserve import __version__
 from hetserve.cli import catalog, data, demo, plan, reproduce, serve, sim
-from hetserve.cli.common import report_error
+from hetserve.cli.common import harden, report_error
 from hetserve.core.errors import HetserveError
 
 
@@ -31,6 +31,7 @@ for _command in (
     demo.demo,
 ):  # fmt: skip
     cli.add_command(_command)
+harden(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import signal
 import socket
 import sys
@@ -229,6 +230,11 @@ def _setup_logging(level: str, access_log: bool) -> None:
     "--access-log/--no-access-log", default=True, show_default=True,
     help="One log line per HTTP request (client, method, path, status, milliseconds).",
 )  # fmt: skip
+@click.option(
+    "--check", "check_only", is_flag=True,
+    help="Check the configuration, the plan and the port, print the summary and exit "
+    "(nothing is served).",
+)  # fmt: skip
 def serve(
     cluster_name: str,
     models: str,
@@ -258,6 +264,7 @@ def serve(
     drain_timeout: float,
     log_level: str,
     access_log: bool,
+    check_only: bool,
 ) -> None:
     """Serve models over HTTP (KServe v2 / Open Inference Protocol) with a hetserve
     scheduler: real PyTorch workers (or --emulate), /metrics for Prometheus. SIGTERM or
@@ -276,6 +283,8 @@ def serve(
         raise HetserveError("--models: give at least one model name")
     secret = _token(token, token_file)
     _check_host(host)
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise HetserveError(f"--device: expected cpu or cuda[:N], got {device!r}")
     cluster = load_cluster(cluster_name)
     slo_ms = parse_slo(slo)
     if emulate:
@@ -328,6 +337,10 @@ def serve(
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
     _print_summary(server, setup, scheduler, engine, host, bound, http_cfg)
+    if check_only:
+        sock.close()
+        console.print("hetserve: configuration checked (--check): not serving")
+        return
     config = uvicorn.Config(
         app, log_level=log_level if log_level != "info" else "warning", access_log=False,
         timeout_graceful_shutdown=drain_timeout,

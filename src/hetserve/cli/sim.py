@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list
+from hetserve.cli.common import console, csv_list, names_list
 from hetserve.cli.views import print_summary, write_run
 from hetserve.core.errors import HetserveError
 
@@ -228,6 +228,8 @@ def _seeds(value: str) -> list[int]:
         raise HetserveError(f"--seeds: expected integers like 0,1,2, got {value!r}") from None
     if not out:
         raise HetserveError("--seeds: give at least one seed")
+    if not all(0 <= s < 2**32 for s in out):
+        raise HetserveError(f"--seeds: seeds must be in 0..2**32-1, got {value!r}")
     return out
 
 
@@ -281,7 +283,7 @@ def sweep(
     cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes)
     sched_params = parse_params(params)
     results: dict[str, Any] = {}
-    names = csv_list(schedulers)
+    names = names_list(schedulers, "--schedulers")
     with Progress(
         TextColumn("[bold]{task.description}"),
         TextColumn("{task.fields[info]}"),
@@ -307,8 +309,11 @@ def sweep(
                 start=min(start_lf, 64.0),
                 on_sample=sampled,
             )
+            best = max((a for _, a in r.curve), default=0.0)
             results[name] = {
                 "max_load_factor": r.max_load_factor,
+                "reached_target": r.max_load_factor > 0,
+                "best_attainment": best,
                 "curve": [[lf, a] for lf, a in r.curve],
             }
     results["config"] = {
@@ -330,15 +335,24 @@ def sweep(
     )
     for col in ("scheduler", "max load factor", "req/s", "samples"):
         t.add_column(col, justify="left" if col == "scheduler" else "right")
+    never = []
     for name in names:
         r = results[name]
+        reached = r["reached_target"]
+        if not reached:
+            never.append(f"{name} (best {100 * r['best_attainment']:.1f}%)")
         t.add_row(
             name,
-            f"{r['max_load_factor']:.3f}",
-            f"{r['max_load_factor'] * setup.plan.capacity_rps():.1f}",
+            f"{r['max_load_factor']:.3f}" if reached else "never reached",
+            f"{r['max_load_factor'] * setup.plan.capacity_rps():.1f}" if reached else "-",
             str(len(r["curve"])),
         )
     console.print(t)
+    if never:
+        console.print(
+            f"[yellow]not at {100 * target:g}% attainment at any load factor tried: "
+            f"{', '.join(never)}[/yellow] (a looser --target or --slo, or another plan)"
+        )
     console.print(f"wrote {folder}/sweep.json")
 
 

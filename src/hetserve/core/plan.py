@@ -400,10 +400,17 @@ def best_batch(
     latency: LatencyModel, model: str, gpu: str, share: int, budget_s: float, max_batch: int
 ) -> tuple[int, float]:
     """Largest batch ``<= max_batch`` whose latency fits ``budget_s`` -> (batch, latency);
-    (0, inf) if even batch 1 does not fit. Latency grows with batch size."""
+    (0, inf) if even batch 1 does not fit. Latency grows with batch size. A latency model
+    that covers only some batch sizes (a profile set) bounds the batch too: the largest
+    profiled batch is the most it plans."""
     best = (0, math.inf)
     for b in range(1, max_batch + 1):
-        t = latency.latency(model, gpu, share, b)
+        try:
+            t = latency.latency(model, gpu, share, b)
+        except HetserveError:
+            if b == 1:
+                raise
+            break  # not profiled at this batch size
         if t > budget_s:
             break
         best = (b, t)

@@ -206,10 +206,53 @@ def simulate(
     params: Mapping[str, Any] | None = None,
     config: SimConfig | None = None,
 ) -> SimResult:
-    sched = make_scheduler(scheduler, params)
+    sched = make_scheduler(scheduler, fit_params(setup, scheduler, params))
     return Simulator(
         setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, config
     ).run()
+
+
+def covered_max_batch(setup: Setup, limit: int = 1024) -> int:
+    """The largest batch size that the latency model covers for every model on every GPU
+    type and share of the placement (a profile set may cover only some; the roofline and
+    linear models cover all, up to ``limit``)."""
+    kinds = {(w.gpu, w.share) for w in setup.placement.workers}
+    best = limit
+    for m in setup.models:
+        for gpu, share in kinds:
+            b = 1
+            while b < best:
+                try:
+                    setup.latency.latency(m, gpu, share, b + 1)
+                except HetserveError:
+                    break
+                b += 1
+            best = min(best, b)
+    return best
+
+
+def fit_params(setup: Setup, scheduler: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The scheduler's parameters, with ``max_batch`` (where it takes one and none is given)
+    kept to the batch sizes the latency model covers: a profile set of batches 1..4 must
+    not fail on the scheduler's default of 8 or 128."""
+    import inspect
+
+    from hetserve.scheduling.protocol import SCHEDULERS, _load_builtin
+
+    out = dict(params or {})
+    if "max_batch" in out:
+        return out
+    _load_builtin()
+    factory = SCHEDULERS.get(scheduler)
+    if factory is None:
+        return out
+    p = inspect.signature(factory).parameters.get("max_batch")
+    if p is None or not isinstance(p.default, int):
+        return out
+    cap = covered_max_batch(setup, p.default)
+    if cap < p.default:
+        out["max_batch"] = cap
+    return out
 
 
 def attainment(res: SimResult) -> tuple[int, int]:

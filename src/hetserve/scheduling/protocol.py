@@ -272,10 +272,53 @@ def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Schedu
         if name not in SCHEDULERS:
             raise unknown("scheduler", name, SCHEDULERS)
         factory = SCHEDULERS[name]
+    _check_params(name, factory, params)
     try:
         return Provisioned(factory(**params))
     except TypeError as e:
         raise HetserveError(f"scheduler {name!r}: bad parameters {params} ({e})") from None
+
+
+def _check_params(name: str, factory: Any, params: Mapping[str, Any]) -> None:
+    """Each parameter is one the scheduler takes, of the type its constructor declares (an
+    integer for ``int``, a finite number for ``float``, true/false for ``bool``)."""
+    import inspect
+    import math
+    import typing
+
+    try:
+        sig = inspect.signature(factory)
+        hints = typing.get_type_hints(factory.__init__)
+    except (TypeError, ValueError, NameError):
+        return
+    known = [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
+    for key, value in params.items():
+        if key not in sig.parameters:
+            raise HetserveError(
+                f"scheduler {name!r}: unknown parameter {key!r}; it takes "
+                f"{', '.join(known) or 'no parameters'}"
+            )
+        hint = hints.get(key)
+        allowed = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+        if value is None and type(None) in allowed:
+            continue
+        ok = True
+        if bool in allowed:
+            ok = isinstance(value, bool)
+        elif int in allowed and float not in allowed:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif float in allowed:
+            ok = (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            )
+        if not ok:
+            want = {bool: "true or false", int: "an integer", float: "a finite number"}
+            kind = next((want[a] for a in (bool, int, float) if a in allowed), "a value")
+            raise HetserveError(
+                f"scheduler {name!r}: parameter {key} must be {kind}, got {value!r}"
+            )
 
 
 class Provisioned:

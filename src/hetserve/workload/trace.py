@@ -12,6 +12,7 @@ Arrivals CSV (written by ``hetserve trace gen``, read by ``trace stats``)::
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,33 @@ def merge(parts: Sequence[np.ndarray], streams: Sequence[Stream], duration_s: fl
     return Trace(times[order], idx[order], tuple(streams), duration_s)
 
 
+MAX_REQUESTS_ENV = "HETSERVE_MAX_REQUESTS"
+DEFAULT_MAX_REQUESTS = 20_000_000  # about 6 GiB of simulator state
+
+
+def max_requests() -> int:
+    """The most requests a generated trace may hold: ``$HETSERVE_MAX_REQUESTS`` or 20
+    million (a simulated request costs a few hundred bytes from arrival to report)."""
+    raw = os.environ.get(MAX_REQUESTS_ENV, "")
+    try:
+        return int(raw) if raw else DEFAULT_MAX_REQUESTS
+    except ValueError:
+        raise HetserveError(f"${MAX_REQUESTS_ENV}: expected an integer, got {raw!r}") from None
+
+
+def check_trace_size(expected_requests: float) -> None:
+    """Refuse, before any memory is spent, a trace whose expected size (rate x duration)
+    exceeds ``max_requests()``."""
+    limit = max_requests()
+    if not expected_requests <= limit:
+        raise HetserveError(
+            f"the workload would hold about {expected_requests:.3g} requests (rate x "
+            f"duration), more than the limit of {limit:,}; shorten the duration or lower the "
+            f"rate, or raise the limit with {MAX_REQUESTS_ENV}=N if the machine has the "
+            f"memory (a few hundred bytes per request)"
+        )
+
+
 def generate(streams: Sequence[Stream], duration_s: float, seed: int) -> Trace:
     """Arrivals of every stream over ``[0, duration_s)``.
 
@@ -135,6 +163,7 @@ def generate(streams: Sequence[Stream], duration_s: float, seed: int) -> Trace:
         raise HetserveError(f"duration must be > 0 seconds, got {duration_s}")
     if not streams:
         raise HetserveError("no streams to generate")
+    check_trace_size(sum(s.process.rate_rps for s in streams if s.process is not None) * duration_s)
     children = np.random.SeedSequence(seed).spawn(len(streams))
     parts = []
     for s, ss in zip(streams, children, strict=True):
