@@ -142,7 +142,8 @@ def frontend(rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.
         for rate in rates:
             trace = build_trace(s, "poisson", {"resnet50": rate}, seconds, seed=0)
             cpu0 = _cpu_s(proc.pid)
-            live = replay_http(url, trace, {"resnet50": np.zeros(1, dtype=np.float32)})
+            x = np.zeros((3, 224, 224), dtype=np.float32)  # what the server checks it against
+            live = replay_http(url, trace, {"resnet50": x})
             cpu = _cpu_s(proc.pid) - cpu0
             add = live.added_ms()
             sm = live.summary()

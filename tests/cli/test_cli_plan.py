@@ -115,7 +115,7 @@ def test_np_plan_runs_with_edf_adaptive(capsys, tmp_path):
             ("--models", "resnet50", "--planner", "dart-r", "--cluster", "shepherd-12xv100"),
             "dart-r pairs",
         ),
-        (("--models", "resnet50", "--slo-margin", "1.5"), "--slo-margin must be in [0, 1)"),
+        (("--models", "resnet50", "--slo-margin", "1.5"), "1.5 is not in the range 0.0<=x<=0.99"),
         (("--models", "resnet50", "--slo-ref-gpu", "L5"), "unknown GPU type 'L5'"),
         (("--models", "resnt50"), "did you mean 'resnet50'"),
     ],

@@ -111,8 +111,10 @@ def test_bad_parameters():
 
     with pytest.raises(HetserveError):
         make_scheduler("fixed-batch", {"max_batch": 0})
-    with pytest.raises(HetserveError, match="bad parameters"):
+    with pytest.raises(HetserveError, match="unknown parameter 'colour'; it takes max_batch"):
         make_scheduler("fixed-batch", {"colour": 1})
+    with pytest.raises(HetserveError, match="max_batch must be an integer, got 'abc'"):
+        make_scheduler("fixed-batch", {"max_batch": "abc"})
     with pytest.raises(HetserveError, match="did you mean 'fixed-batch'"):
         make_scheduler("fixed-bach")
 

@@ -135,7 +135,7 @@ def test_parameters_are_checked():
         ("flex", {"priority": "x"}, "priority must be"),
         ("clockwork", {"max_batch": 0}, "max_batch must be >= 1"),
         ("flex-np", {"overhead_s": -1}, "overhead_s must be >= 0"),
-        ("flex", {"lambda_": "x"}, "lambda_ must be a number, got 'x'"),
+        ("flex", {"lambda_": "x"}, "lambda_ must be a finite number, got 'x'"),
         ("nexus", {"epoch_s": 0}, "epoch_s must be > 0"),
     ]:
         with pytest.raises(HetserveError, match=msg):

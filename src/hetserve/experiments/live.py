@@ -68,10 +68,14 @@ class LiveRun:
         }
 
 
-def binary_body(x: np.ndarray, deadline_ms: float | None = None) -> tuple[bytes, dict[str, str]]:
-    """An infer request carrying ``x`` (with its batch dimension) in binary, asking for
-    binary outputs: the body and its headers."""
-    blob = np.ascontiguousarray(x, dtype="<f4").tobytes()
+def binary_body(
+    x: np.ndarray, deadline_ms: float | None = None, name: str = "input"
+) -> tuple[bytes, dict[str, str]]:
+    """An infer request carrying ``x`` (with its batch dimension; FP32, or INT64 for
+    integer arrays) as input ``name`` in binary, asking for binary outputs: the body and
+    its headers."""
+    integer = np.issubdtype(x.dtype, np.integer)
+    blob = np.ascontiguousarray(x, dtype="<i8" if integer else "<f4").tobytes()
     params: dict[str, Any] = {"binary_data_output": True}
     if deadline_ms is not None:
         params["deadline_ms"] = deadline_ms
@@ -79,9 +83,9 @@ def binary_body(x: np.ndarray, deadline_ms: float | None = None) -> tuple[bytes,
         {
             "inputs": [
                 {
-                    "name": "input",
+                    "name": name,
                     "shape": list(x.shape),
-                    "datatype": "FP32",
+                    "datatype": "INT64" if integer else "FP32",
                     "parameters": {"binary_data_size": len(blob)},
                 }
             ],
@@ -115,6 +119,7 @@ def replay_http(
     arrival times, over ``connections`` keep-alive connections
     (:func:`hetserve.experiments.loadgen.open_loop`; latency counts from each request's
     arrival time); ``inputs[model]``: one request's input (no batch dimension)."""
+    from hetserve.core.graph import get_graph
     from hetserve.experiments.loadgen import http_request, open_loop
 
     missing = [m for m in trace.models() if m not in inputs]
@@ -122,7 +127,8 @@ def replay_http(
         raise HetserveError(f"no input for model(s) {', '.join(missing)}")
     payloads = []
     for st in trace.streams:
-        body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3)
+        name = get_graph(st.model).inputs[0].name
+        body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3, name)
         if token is not None:
             hdr["Authorization"] = f"Bearer {token}"
         payloads.append(http_request(url, f"/v2/models/{st.model}/infer", body, hdr))
