@@ -4,9 +4,11 @@
   forward, repeat) against hetserve serving the same batches (``fixed-batch`` scheduler,
   requests sent over HTTP with binary tensors by a closed loop of 2 x batch clients), with
   the same torch threads for the model (target: >= 85% of the bare loop's requests/s).
-- ``frontend``: ``--emulate`` workers (12 emulated V100s, ResNet-50, no queueing to speak
-  of), open-loop Poisson load over HTTP; the achieved requests/s and what HTTP added to each
-  request (client latency minus the server's own time; target: 3,000 req/s, p99 < 10 ms).
+- ``frontend``: ``--emulate`` workers (240 emulated V100s serving BERT-Base, whose request
+  is 1 KB of token ids: no queueing to speak of), open-loop Poisson load over HTTP; the
+  achieved requests/s and what HTTP added to each request (client latency minus the
+  server's own time; target: 3,000 req/s, p99 < 10 ms). ``--model resnet50`` sends
+  ResNet-50's 600 KB input instead (12 V100s): the cost of moving real image inputs.
 - ``peer``: ResNet-18, the same Poisson load and SLO, served by hetserve (flex) and by Ray
   Serve with ``@serve.batch`` (max batch 8, a batch wait swept and the best kept): goodput
   and p99 at several loads (target: hetserve's goodput >= Ray Serve's, p99 lower). Needs
@@ -89,7 +91,10 @@ def overhead(batches=(1, 4, 8), seconds: float = 15.0) -> dict:
     return {"overhead": rows, "threads": THREADS}
 
 
-def _serve_emulated(port: int) -> None:
+FRONTEND = {"bert-base": 240, "resnet50": 12}  # model -> emulated V100s
+
+
+def _serve_emulated(port: int, model: str = "bert-base") -> None:
     """The front-end benchmark's server (a process of its own, as a deployment has)."""
     import uvicorn
 
@@ -97,7 +102,7 @@ def _serve_emulated(port: int) -> None:
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
 
-    s = group_setup(12, {"resnet50": 1.0})
+    s = group_setup(FRONTEND[model], {model: 1.0})
     srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 8}))
     uvicorn.run(create_app(srv), host="127.0.0.1", port=port, log_level="error")
 
@@ -110,7 +115,9 @@ def _cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def frontend(rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.0) -> dict:
+def frontend(
+    rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.0, model: str = "bert-base"
+) -> dict:
     """The server (``--emulate``, uvicorn) in its own process, the open-loop load generator
     in this one: per offered rate, the answered rate, what HTTP added (client latency minus
     the server's ``server_ms``), how late the generator sent, and the server's CPU time per
@@ -125,7 +132,7 @@ def frontend(rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = multiprocessing.get_context("spawn").Process(
-        target=_serve_emulated, args=(port,), daemon=True
+        target=_serve_emulated, args=(port, model), daemon=True
     )
     proc.start()
     ping = http_request(url, "/v2/health/ready", b"", {}).replace(b"POST", b"GET", 1)
@@ -136,14 +143,17 @@ def frontend(rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.
         except Exception:  # not listening yet
             pass
         time.sleep(0.1)
-    s = group_setup(12, {"resnet50": 1.0})
+    s = group_setup(FRONTEND[model], {model: 1.0})
+    from hetserve.core.graph import get_graph
+
+    spec = get_graph(model).inputs[0]
+    x = np.zeros(spec.shape, dtype=np.int64 if spec.datatype == "INT64" else np.float32)
     rows = []
     try:
         for rate in rates:
-            trace = build_trace(s, "poisson", {"resnet50": rate}, seconds, seed=0)
+            trace = build_trace(s, "poisson", {model: rate}, seconds, seed=0)
             cpu0 = _cpu_s(proc.pid)
-            x = np.zeros((3, 224, 224), dtype=np.float32)  # what the server checks it against
-            live = replay_http(url, trace, {"resnet50": x})
+            live = replay_http(url, trace, {model: x})
             cpu = _cpu_s(proc.pid) - cpu0
             add = live.added_ms()
             sm = live.summary()
@@ -160,7 +170,7 @@ def frontend(rates=(1000.0, 2000.0, 3000.0, 4000.0, 5000.0), seconds: float = 5.
             print(json.dumps(row), flush=True)
     finally:
         proc.kill()
-    return {"frontend": rows}
+    return {"frontend": rows, "model": model}
 
 
 # ---------------------------------------------------------------- Ray Serve, the peer
@@ -307,6 +317,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("sections", nargs="*", help="overhead, frontend, peer [default: all]")
     ap.add_argument("--seconds", type=float, default=None, help="per point (peer: per trace)")
     ap.add_argument("--waits-ms", default="5,20,50", help="peer: Ray Serve batch waits")
+    ap.add_argument("--model", default="bert-base", help="frontend: bert-base or resnet50")
     args = ap.parse_args(argv)
     bad = [n for n in args.sections if n not in sections]
     if bad:
@@ -314,6 +325,8 @@ def main(argv: list[str]) -> None:
     out = {}
     for name in args.sections or list(sections):
         kw: dict = {} if args.seconds is None else {"seconds": args.seconds}
+        if name == "frontend":
+            kw["model"] = args.model
         if name == "peer":
             kw["waits"] = tuple(float(w) / 1e3 for w in args.waits_ms.split(","))
         out.update(sections[name](**kw))

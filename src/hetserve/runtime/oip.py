@@ -69,7 +69,7 @@ def _reject_constant(name: str) -> Any:
     raise RequestError(f"request body contains {name}, which is not JSON (send finite numbers)")
 
 
-def split_body(raw: bytes, header_length: bytes | None) -> tuple[dict[str, Any], bytes]:
+def split_body(raw: bytes, header_length: bytes | None) -> tuple[dict[str, Any], Any]:
     """The JSON part (an object) and the binary part of a body."""
     try:
         n_json = len(raw) if header_length is None else int(header_length)
@@ -80,15 +80,16 @@ def split_body(raw: bytes, header_length: bytes | None) -> tuple[dict[str, Any],
         raise RequestError(
             f"{HEADER_LEN} must be an integer within the body's {len(raw)} bytes, got {shown!r}"
         ) from None
+    view = memoryview(raw)
     try:
-        body = json.loads(raw[:n_json], parse_constant=_reject_constant)
+        body = json.loads(bytes(view[:n_json]), parse_constant=_reject_constant)
     except RequestError:
         raise
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"request body is not JSON ({e})") from None
     if not isinstance(body, dict):
         raise RequestError(f"request body must be a JSON object, got {type(body).__name__}")
-    return body, raw[n_json:]
+    return body, view[n_json:]  # no copy of the binary part
 
 
 def parse_request(
@@ -296,10 +297,11 @@ def _tensor(
                 f"{what}: binary_data_size {size}, but only {len(binary) - offset} bytes "
                 f"follow the JSON part"
             )
-        arr = np.frombuffer(binary, dtype=np_dtype, count=count, offset=offset)
-        arr = arr.astype(np_dtype.newbyteorder("="), copy=True).reshape(shape)
-        _check_values(arr, spec, what)
-        return n, arr if decode else None, size
+        arr = np.frombuffer(binary, dtype=np_dtype, count=count, offset=offset).reshape(shape)
+        _check_values(arr, spec, what)  # (on the body's bytes: no copy unless decoded)
+        if not decode:
+            return n, None, size
+        return n, arr.astype(np_dtype.newbyteorder("="), copy=True), size
     if "data" not in t:
         raise RequestError(f"{what}: missing 'data' (or parameters.binary_data_size)")
     arr = _json_data(t["data"], spec, shape, count, what)
@@ -351,6 +353,8 @@ def _check_values(arr: Any, spec: TensorSpec, what: str) -> None:
         raise RequestError(f"{what}: data holds NaN or infinite values")
     if spec.value_range is not None and arr.size:
         lo, hi = spec.value_range
+        if arr.min() >= lo and arr.max() < hi:
+            return
         bad = (arr < lo) | (arr >= hi)
         if bad.any():
             v = arr[bad].flat[0]
