@@ -43,11 +43,15 @@ def _start(tmp_path, *args):
     pytest.fail("serve did not become ready in 120 s")
 
 
-def _in_flight(url):
+def _rows(url):
+    """(rows in flight, rows received in all) from /metrics."""
     text = httpx.get(f"{url}/metrics", timeout=5).text
-    return sum(
-        float(v) for v in re.findall(r"^hetserve_requests_in_flight\{[^}]*\} (\S+)$", text, re.M)
-    )
+
+    def total(pattern):
+        return sum(float(v) for v in re.findall(pattern, text, re.M))
+
+    flying = total(r"^hetserve_requests_in_flight\{[^}]*\} (\S+)$")
+    return flying, flying + total(r"^hetserve_requests_total\{[^}]*\} (\S+)$")
 
 
 @pytest.mark.parametrize("engine", ["threads", "ray", "emulated"])
@@ -74,11 +78,12 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(tmp_path, engine):
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             futs = [pool.submit(httpx.post, infer, content=body, headers=hdr, timeout=120)
                     for _ in range(8)]  # fmt: skip
-            for _ in range(600):
-                if _in_flight(url) >= 16:
+            for _ in range(1500):  # until all 32 rows have arrived, some still in flight
+                flying, received = _rows(url)
+                if received >= 32:
                     break
                 time.sleep(0.02)
-            assert _in_flight(url) >= 16
+            assert received >= 32 and flying >= 4, (flying, received)
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.2)
             late = []  # a request sent while draining: 503, or the connection refused
