@@ -41,7 +41,7 @@ BY_NAME = {
     "name_or_file": ["nosuch-cluster", "{tmp}/latin1.yaml", "{tmp}/binary.bin"],
     "name": ["nosuchmodel"],
     "slo": ["resnet50=inf", "resnet50=nan", "resnet50=-3", "x"],
-    "batches": ["0", "a-b", ""],
+    "batches": ["0", "a-b", "", "1-1000000000", "8-1", "99999"],
     "shares": ["0", "x"],
     "params": ["max_batch=abc", "nosuch=1", "max_batch=0", "novalue"],
     "scheduler": ["os:system", "nosuch", "hetserve.cli:main"],

@@ -284,3 +284,15 @@ def test_serve_cli_reports_configuration_errors_in_one_line(capsys, tmp_path, mo
     err = capsys.readouterr().err
     assert rc == 2 and "bert" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_draining_server_is_not_ready_and_refuses_new_requests():
+    s = group_setup(1, {"resnet50": 1.0})
+    srv = Server(s, ServerConfig(scheduler="flex", emulate=True))
+    with TestClient(create_app(srv)) as c:
+        assert c.get("/v2/health/ready").status_code == 200
+        srv.draining = True
+        assert c.get("/v2/health/ready").status_code == 503
+        assert c.get("/v2/models/resnet50/ready").status_code == 503
+        r = c.post("/v2/models/resnet50/infer", json=_zeros(1))
+        assert r.status_code == 503 and "shutting down" in r.json()["error"]

@@ -23,6 +23,9 @@ def csv_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+INT_LIST_MAX = 4096  # batch sizes, shares: no list option needs more
+
+
 def int_list(value: str, what: str) -> list[int]:
     """``1,2,4`` or ``1-8``."""
     out: list[int] = []
@@ -30,15 +33,21 @@ def int_list(value: str, what: str) -> list[int]:
         for part in csv_list(value):
             if "-" in part:
                 a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                lo, hi = int(a), int(b)
+                if hi > INT_LIST_MAX or lo > hi:
+                    raise HetserveError(
+                        f"--{what}: a range must be LOW-HIGH with HIGH <= {INT_LIST_MAX}, "
+                        f"got {part!r}"
+                    )
+                out.extend(range(lo, hi + 1))
             else:
                 out.append(int(part))
     except ValueError:
         raise HetserveError(
             f"--{what}: expected integers like 1,2,4 or 1-8, got {value!r}"
         ) from None
-    if not out or min(out) < 1:
-        raise HetserveError(f"--{what}: expected integers >= 1, got {value!r}")
+    if not out or min(out) < 1 or max(out) > INT_LIST_MAX:
+        raise HetserveError(f"--{what}: expected integers 1..{INT_LIST_MAX}, got {value!r}")
     return sorted(set(out))
 
 
