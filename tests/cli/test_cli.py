@@ -54,7 +54,7 @@ def test_cluster_commands(capsys, tmp_path):
                 "--batches",
                 "0-2",
             ),
-            "--batches: expected integers >= 1",
+            "--batches: expected integers 1..4096",
         ),
         (
             ("trace", "gen", "--process", "poison:rate=3", "--out", "x.csv"),
