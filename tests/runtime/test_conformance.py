@@ -256,13 +256,13 @@ def test_metrics_have_bounded_labels_http_counts_and_gauges():
     assert "hetserve_queue_depth" in text and "hetserve_requests_in_flight" in text
     reasons = {s.labels["reason"] for m in srv.metrics.registry.collect()
                if m.name in ("hetserve_drops", "hetserve_failures") for s in m.samples}  # fmt: skip
-    from hetserve.runtime.server import DROP_REASONS, FAILURE_REASONS
+    from hetserve.runtime.metrics import DROP_REASONS, FAILURE_REASONS
 
     assert reasons <= set(DROP_REASONS) | set(FAILURE_REASONS)
 
 
 def test_failure_reasons_are_bounded():
-    from hetserve.runtime.server import drop_reason, failure_reason
+    from hetserve.runtime.metrics import drop_reason, failure_reason
 
     assert failure_reason("failed: RuntimeError: Expected 3D input of size [1, 150528]") == (
         "stage_error"

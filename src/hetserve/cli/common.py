@@ -4,6 +4,7 @@ bars, JSON output. It imports no command module (DESIGN.md: the ``cli/`` package
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -108,14 +109,12 @@ class Finite(click.FloatRange):
     name = "finite number"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        rv = click.ParamType.convert(self, value, param, ctx)
         try:
             x = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number.", param, ctx)
-        if x != x or x in (float("inf"), float("-inf")):
+        if not math.isfinite(x):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
-        del rv
         return super().convert(x, param, ctx)
 
 

@@ -8,7 +8,7 @@ beside it: when it was measured (``measured_at``, UTC ISO 8601), with how many t
 threads (``threads``), on which host and device, for which models, batches and blocks.
 ``remeasure=True`` measures again and replaces the entry. A cached profile can be stale
 (another load on the machine, a changed thread count, a new library): the server compares
-the first real batches with it (``runtime.server.ProfileWatch``) and warns.
+the first real batches with it (``runtime.metrics.ProfileWatch``) and warns.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ admission control finds that even the best case misses the deadline:
 ``dropped`` when the scheduler finds the deadline unreachable later, ``failed`` when a
 worker fails it. ``drain()`` waits for the requests in flight (graceful shutdown).
 
-Metrics (Prometheus, a registry of the server's own): requests by model and outcome; drops
+Metrics (Prometheus, a registry of the server's own; ``runtime.metrics``): requests by model
+and outcome; drops
 and failures by model and a *bounded* reason (``DROP_REASONS``, ``FAILURE_REASONS``);
 HTTP responses by route kind and status; queue depth and requests in flight per model
 (gauges); request, queueing and stage seconds; batch sizes; worker busy seconds; energy.
@@ -19,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import logging
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,38 +30,17 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.requests import Request
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import LoopClock, RuntimeEngine
+from hetserve.runtime.metrics import (
+    LOG,
+    Metrics,
+    ModelStats,
+    ProfileWatch,
+    drop_reason,
+    failure_reason,
+)
 from hetserve.runtime.oip import ModelTensors
 from hetserve.scheduling import ClusterView, Dispatch, make_scheduler
 from hetserve.scheduling.admission import Admission
-
-LOG = logging.getLogger("hetserve.server")
-# the bounded label values of hetserve_drops_total and hetserve_failures_total
-DROP_REASONS = ("deadline", "admission", "overloaded", "shutdown", "not_provisioned", "other")
-FAILURE_REASONS = ("stage_error", "worker_lost", "shutdown", "other")
-
-
-def drop_reason(reason: str) -> str:
-    """The bounded label of a drop's reason text."""
-    r = reason.lower()
-    if "deadline" in r:
-        return "deadline"
-    if "provision" in r:
-        return "not_provisioned"
-    if "shut" in r:
-        return "shutdown"
-    return "other"
-
-
-def failure_reason(reason: str) -> str:
-    """The bounded label of a failure's reason text (the text itself goes to the log)."""
-    r = reason.lower()
-    if "lost" in r:
-        return "worker_lost"
-    if "shutdown" in r:
-        return "shutdown"
-    if "error" in r or ":" in r:
-        return "stage_error"
-    return "other"
 
 
 @dataclass
@@ -94,90 +72,6 @@ class ServerConfig:
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
-
-
-class Metrics:
-    """The server's Prometheus metrics, in a registry of its own."""
-
-    def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "hetserve_requests", "Requests by model and outcome", ["model", "outcome"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.drops = Counter(
-            "hetserve_drops", "Requests dropped or refused, by model and reason "
-            f"({', '.join(DROP_REASONS)})", ["model", "reason"], registry=self.registry,
-        )  # fmt: skip
-        self.failures = Counter(
-            "hetserve_failures", "Requests failed by a worker, by model and reason "
-            f"({', '.join(FAILURE_REASONS)})", ["model", "reason"], registry=self.registry,
-        )  # fmt: skip
-        self.responses = Counter(
-            "hetserve_http_responses", "HTTP responses by route kind (infer, metadata, "
-            "health, metrics, other) and status code", ["route", "status"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.queue_depth = Gauge(
-            "hetserve_queue_depth", "Requests arrived and not yet dispatched", ["model"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.in_flight = Gauge(
-            "hetserve_requests_in_flight", "Requests arrived and not yet answered", ["model"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.latency = Histogram(
-            "hetserve_request_seconds", "Arrival to response", ["model"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.stage = Histogram(
-            "hetserve_stage_seconds", "Stage compute time", ["model", "worker"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.batch = Histogram(
-            "hetserve_batch_size", "Requests per dispatched batch", ["model"],
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
-        )  # fmt: skip
-        self.busy = Counter(
-            "hetserve_worker_busy_seconds", "Time each worker spent running stages",
-            ["worker"], registry=self.registry,
-        )  # fmt: skip
-        self.queue = Histogram(
-            "hetserve_queue_seconds", "Arrival to first dispatch", ["model"],
-            registry=self.registry,
-        )  # fmt: skip
-        self.energy = Counter(
-            "hetserve_energy_joules", "Energy of the stages run, by worker; source: "
-            "'model' (the latency model's power for the stage's time) or 'rapl' (this "
-            "machine's CPU package counter, where readable)", ["worker", "source"],
-            registry=self.registry,
-        )  # fmt: skip
-        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
-        self._rapl = _RaplReader()
-        self._rapl.read_j()  # from now on
-
-    def http(self, route: str, status: int) -> None:
-        self.of(self.responses, route, str(status)).inc()
-
-    def scrape(self) -> bytes:
-        """The Prometheus text exposition (RAPL's energy read now, where readable)."""
-        from prometheus_client import generate_latest
-
-        joules = self._rapl.read_j()
-        if joules > 0:
-            self.of(self.energy, "cpu-package", "rapl").inc(joules)
-        return bytes(generate_latest(self.registry))
-
-    def of(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, looked up once (the lookup costs more than the
-        update, on the per-request path)."""
-        key = (metric, labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
 
 
 class Server:
@@ -411,103 +305,6 @@ def check_served(plan: Any, placement: Any, models: list[str]) -> None:
                     )
 
 
-class ModelStats:
-    """Per-model counts and times in the shape of Triton's statistics extension
-    (``GET /v2/models/{m}/stats``); durations in nanoseconds."""
-
-    def __init__(self, models: list[str]) -> None:
-        keys = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-        self._d: dict[str, dict[str, Any]] = {
-            m: {
-                "inference": {k: [0, 0] for k in keys},
-                "inference_count": 0,
-                "execution_count": 0,
-                "last_inference": 0,
-                "batches": {},
-            }
-            for m in models
-        }
-
-    def succeeded(self, model: str, dt_s: float) -> None:
-        d = self._d[model]
-        _add(d["inference"]["success"], dt_s)
-        d["inference_count"] += 1
-        d["last_inference"] = int(time.time() * 1e3)
-
-    def failed(self, model: str, dt_s: float) -> None:
-        _add(self._d[model]["inference"]["fail"], dt_s)
-
-    def queued(self, model: str, dt_s: float) -> None:
-        _add(self._d[model]["inference"]["queue"], dt_s)
-
-    def executed(self, model: str, batch: int, dt_s: float, first: bool) -> None:
-        d = self._d[model]
-        _add(d["inference"]["compute_infer"], dt_s)
-        if first:
-            d["execution_count"] += 1
-        _add(d["batches"].setdefault(batch, [0, 0]), dt_s)
-
-    def of(self, model: str) -> dict[str, Any]:
-        d = self._d[model]
-        return {
-            "name": model,
-            "version": "1",
-            "last_inference": d["last_inference"],
-            "inference_count": d["inference_count"],
-            "execution_count": d["execution_count"],
-            "inference_stats": {k: {"count": c, "ns": ns} for k, (c, ns) in d["inference"].items()},
-            "batch_stats": [
-                {"batch_size": b, "compute_infer": {"count": c, "ns": ns}}
-                for b, (c, ns) in sorted(d["batches"].items())
-            ],
-        }
-
-
-def _add(cell: list[int], dt_s: float) -> None:
-    cell[0] += 1
-    cell[1] += int(max(0.0, dt_s) * 1e9)
-
-
-class ProfileWatch:
-    """Real workers against the latency model they were planned with: after the first
-    ``first_n`` batches of a model on a worker, a warning when their median measured time is
-    more than ``factor`` times what the profile says (a stale cached profile, another load
-    on the machine, other threads): the plan and the SLOs then rest on wrong numbers."""
-
-    def __init__(self, view: ClusterView, first_n: int = 20, factor: float = 1.5) -> None:
-        self.view = view
-        self.first_n = first_n
-        self.factor = factor
-        self.ratios: dict[tuple[str, str], list[float]] = {}
-        self.verdicts: dict[tuple[str, str], float] = {}  # median measured / profile
-
-    def observe(self, rep: Any) -> None:
-        key = (rep.model, rep.worker)
-        if key in self.verdicts or not rep.completed or not rep.requests:
-            return
-        if rep.blocks_done and rep.blocks_done != rep.blocks[1] - rep.blocks[0]:
-            return  # a preempted stage ran part of its blocks
-        try:
-            want = self.view.stage_latency_s(rep.model, rep.worker, len(rep.requests), rep.blocks)
-        except Exception:  # a batch size the profile lacks
-            return
-        if want <= 0:
-            return
-        rs = self.ratios.setdefault(key, [])
-        rs.append(max(0.0, rep.end_s - rep.start_s) / want)
-        if len(rs) >= self.first_n:
-            med = statistics.median(rs)
-            self.verdicts[key] = med
-            del self.ratios[key]
-            if med > self.factor:
-                LOG.warning(
-                    "%s on %s: the first %d batches ran %.1fx slower than the profile says "
-                    "(median); deadlines planned on it will be missed. Re-measure "
-                    "(hetserve serve --remeasure) or check the machine's load and threads.",
-                    rep.model, rep.worker, len(rs), med,
-                )  # fmt: skip
-
-
 class _Observed:
     """The scheduler, with its dispatches and stage reports counted in the metrics."""
 
@@ -583,35 +380,3 @@ class _Observed:
             if self.server.watch is not None:
                 self.server.watch.observe(rep)
         return self._seen(self.inner.on_stage_done(rep, now))
-
-
-class _RaplReader:
-    """This machine's CPU package energy counter (RAPL), where readable: exported as
-    ``hetserve_energy_joules_total{worker="cpu-package",source="rapl"}`` at each scrape."""
-
-    def __init__(self) -> None:
-        import os
-        from pathlib import Path
-
-        path = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
-        self.path = path if path.exists() and os.access(path, os.R_OK) else None
-        self.last: int | None = None
-
-    def read_j(self) -> float:
-        """Joules since the last read (0 without RAPL; the counter's wrap is handled)."""
-        if self.path is None:
-            return 0.0
-        try:
-            uj = int(self.path.read_text())
-        except (OSError, ValueError):
-            return 0.0
-        prev, self.last = self.last, uj
-        if prev is None:
-            return 0.0
-        if uj < prev:  # wrapped
-            top = self.path.with_name("max_energy_range_uj")
-            try:
-                return (int(top.read_text()) - prev + uj) / 1e6
-            except (OSError, ValueError):
-                return 0.0
-        return (uj - prev) / 1e6
