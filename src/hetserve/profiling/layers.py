@@ -1,122 +1,40 @@
 """DeepPlan's per-layer measurements (``layers.csv``), on CUDA.
 
-For every layer of a zoo model that holds weights (a leaf module with parameters or
-buffers), three times, each the median of ``repeats`` runs after ``warmup`` (CUDA events):
+For every row of a zoo model's layer table (``hetserve.core.layertable``: one row per
+leaf-module call in execution order, the same numbering as the shipped tables and the
+estimate), three times, each the median of ``repeats`` runs after ``warmup`` (CUDA events):
 
-- ``load_us``: copying the layer's weights from pinned host memory to the GPU (what a
+- ``load_us``: copying the row's weights from pinned host memory to the GPU (what a
   pipelined load pays per layer);
-- ``exec_gpu_us``: running the layer with its weights on the GPU;
+- ``exec_gpu_us``: running the row with its weights on the GPU;
 - ``exec_host_us``: running it with its weights left in pinned host memory, read by the
   kernels over PCIe (DeepPlan's *direct-host-access*: no load at all, a slower run).
 
-Each layer runs on the input it gets in a whole forward pass of the model at ``batch``.
 The weights in host memory are handed to the kernels as CUDA tensors that alias the pinned
 buffers (:func:`host_alias`): with unified virtual addressing a pinned buffer's host
 address is valid on the device, and a DLPack capsule that says "CUDA" gives PyTorch a
-tensor over it without a copy.
+tensor over it without a copy. The format (read and written in ``core.layertable``) is in
+``docs/profiles.md``.
 
-Format (``layers.csv``, one row per layer, in execution order)::
-
-    model,layer,kind,param_bytes,load_us,exec_gpu_us,exec_host_us
-    resnet50,0,Conv2d,37632,5.1,21.3,48.0
-
-``layer`` is the index among the model's weighted layers, ``kind`` the module's class.
-
-Status: written without a GPU to run it on. The DLPack wrapper is tested on the CPU
-(``tests/profiling/test_layers.py``: a capsule over a host buffer becomes a tensor that
-shares its memory and frees it when dropped); the CUDA timings have not been run yet.
+Status: written without a GPU to run it on. The DLPack wrapper and the measurement's
+bookkeeping (rows numbered like the table) are tested on the CPU
+(``tests/profiling/test_layers.py``, ``tests/zoo/test_leaves.py``); the CUDA timings have
+not been run yet.
 """
 
 from __future__ import annotations
 
-import csv
 import ctypes
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import itertools
 from typing import Any
 
-from hetserve.core.errors import ConfigError, HetserveError
-from hetserve.core.files import csv_rows
-
-LAYER_COLUMNS = (
-    "model",
-    "layer",
-    "kind",
-    "param_bytes",
-    "load_us",
-    "exec_gpu_us",
-    "exec_host_us",
+from hetserve.core.errors import HetserveError
+from hetserve.core.layertable import (  # noqa: F401  (the format lives in core)
+    LAYER_COLUMNS,
+    LayerRow,
+    read_layers_csv,
+    write_layers_csv,
 )
-
-
-@dataclass(frozen=True)
-class LayerRow:
-    model: str
-    layer: int
-    kind: str
-    param_bytes: int
-    load_us: float
-    exec_gpu_us: float
-    exec_host_us: float
-
-
-def write_layers_csv(rows: Sequence[LayerRow], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(LAYER_COLUMNS)
-        for r in rows:
-            w.writerow(
-                [r.model, r.layer, r.kind, r.param_bytes]
-                + [f"{v:.3f}" for v in (r.load_us, r.exec_gpu_us, r.exec_host_us)]
-            )
-    return path
-
-
-def read_layers_csv(path: str | Path) -> list[LayerRow]:
-    """The rows of a ``layers.csv``; a bad field is a one-line error naming file and line."""
-    path = Path(path)
-    rows: list[LayerRow] = []
-    seen: dict[str, int] = {}
-    for line, row in csv_rows(path, LAYER_COLUMNS):
-
-        def bad(col: str, want: str, line: int = line, row: dict = row) -> ConfigError:
-            return ConfigError(f"{path}:{line}: field '{col}': expected {want}, got {row[col]!r}")
-
-        model, kind = row["model"].strip(), row["kind"].strip()
-        if not model:
-            raise bad("model", "a model name")
-        if not kind:
-            raise bad("kind", "a layer kind")
-        ints = {}
-        for col in ("layer", "param_bytes"):
-            try:
-                ints[col] = int(row[col])
-            except ValueError:
-                raise bad(col, "an integer >= 0") from None
-            if ints[col] < 0:
-                raise bad(col, "an integer >= 0")
-        nums = {}
-        for col in ("load_us", "exec_gpu_us", "exec_host_us"):
-            try:
-                nums[col] = float(row[col])
-            except ValueError:
-                raise bad(col, "a non-negative number of microseconds") from None
-            if not math.isfinite(nums[col]) or nums[col] < 0:
-                raise bad(col, "a non-negative number of microseconds")
-        want = seen.get(model, 0)
-        if ints["layer"] != want:
-            raise ConfigError(
-                f"{path}:{line}: model {model}: layers must be numbered 0, 1, ... in order; "
-                f"expected {want}, got {ints['layer']}"
-            )
-        seen[model] = want + 1
-        rows.append(LayerRow(model, ints["layer"], kind, ints["param_bytes"], **nums))
-    return rows
-
 
 # ------------------------------------------------------------------ DLPack
 
@@ -209,90 +127,138 @@ def host_alias(t: Any, device_id: int = 0) -> Any:
 # ------------------------------------------------------------------ measuring
 
 
-def weighted_layers(net: Any) -> list[tuple[str, Any]]:
-    """The leaf modules that hold weights (parameters or buffers), in definition order."""
-    out = []
-    for name, mod in net.named_modules():
-        if next(mod.children(), None) is not None:
-            continue
-        if any(True for _ in mod.parameters(recurse=False)) or any(
-            True for _ in mod.buffers(recurse=False)
-        ):
-            out.append((name, mod))
-    return out
+class _Clock:
+    """Time stamps on a stream: CUDA events on a GPU, ``perf_counter`` on the CPU (where
+    the measurement only checks its own bookkeeping)."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+
+    def stamp(self) -> Any:
+        if self.cuda:
+            import torch
+
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        import time
+
+        return time.perf_counter()
+
+    def elapsed_us(self, a: Any, b: Any) -> float:
+        if self.cuda:
+            b.synchronize()
+            return float(a.elapsed_time(b)) * 1e3
+        return (b - a) * 1e6
 
 
-def _median_us(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
 
 
 def measure_layers(
     model: str, device: str = "cuda", batch: int = 1, warmup: int = 3, repeats: int = 10
 ) -> list[LayerRow]:
-    """The module docstring's three times for every weighted layer of ``model``."""
+    """The module docstring's three times for every row of ``model``'s layer table (the
+    leaf-module calls of :func:`hetserve.zoo.leaves.trace_rows`, at the input size of the
+    shipped table), so that a measured ``layers.csv`` and an estimated one number their
+    layers alike.
+
+    Execution times come from one whole forward pass with a time stamp where each row
+    opens (each leaf-module call), so the operators between leaf modules count with the
+    row before them, as in the table; the DHA pass runs the whole model on host aliases of
+    pinned copies of every weight. Loads copy each row's weights (those it is first to
+    read). ``device="cpu"`` runs the same bookkeeping without a host link (loads 0, DHA =
+    in-memory): for tests, not for planning.
+    """
     import torch
 
+    from hetserve.zoo.leaves import DEEPPLAN_SEQ_LEN, trace_rows
     from hetserve.zoo.registry import build
 
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        raise HetserveError(
-            f"layers.csv needs a CUDA device (got {device!r}; CUDA available: "
-            f"{torch.cuda.is_available()})"
-        )
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise HetserveError(f"layers.csv: {device!r} asked for, but CUDA is not available")
+    if not cuda and device != "cpu":
+        raise HetserveError(f"layers.csv: device must be cpu or cuda[:N], got {device!r}")
+    seq = DEEPPLAN_SEQ_LEN.get(model)
+    net = build(model, seq_len=seq) if seq else build(model)
+    rows, _ = trace_rows(net)
+    by_ptr = {
+        v.untyped_storage().data_ptr(): n
+        for n, v in [*net.named_parameters(), *net.named_buffers()]
+    }
+    row_weights = [[by_ptr[p] for p in r.weight_ptrs] for r in rows]
     dev = torch.device(device)
-    dev_id = dev.index if dev.index is not None else torch.cuda.current_device()
-    net = build(model).eval().to(dev)
-    layers = weighted_layers(net)
-    inputs: dict[str, tuple[Any, ...]] = {}
+    net = net.to(dev)
+    dev_id = (dev.index if dev.index is not None else torch.cuda.current_device()) if cuda else 0
+    clock = _Clock(cuda)
+    opens = {r.name for r in rows if not r.own}
+    own = {r.name for r in rows if r.own}
+    named = dict(net.named_modules())
+    stamps: list[Any] = []
 
-    def keep(name: str) -> Callable[..., None]:
-        def hook(_mod: Any, args: tuple[Any, ...]) -> None:
-            inputs.setdefault(name, tuple(a.detach().clone() for a in args))
+    def mark(_mod: Any, _args: Any) -> None:
+        stamps.append(clock.stamp())
 
-        return hook
+    hooks = [named[n].register_forward_pre_hook(mark) for n in sorted(opens | own)]
+    x = net.input_spec.example(batch).to(dev)
+    state = {**dict(net.named_parameters()), **dict(net.named_buffers())}
+    if cuda:
+        host = {n: v.detach().cpu().pin_memory() for n, v in state.items()}
+        aliases = {n: host_alias(v, dev_id) for n, v in host.items()}
+    else:
+        host, aliases = {n: v.detach() for n, v in state.items()}, dict(state)
 
-    handles = [mod.register_forward_pre_hook(keep(name)) for name, mod in layers]
-    with torch.inference_mode():
-        net(net.input_spec.example(batch).to(dev))
-    for h in handles:
-        h.remove()
-    rows = []
-    with torch.inference_mode():
-        for name, mod in layers:
-            if name not in inputs:
-                continue  # not on the forward path (an unused head)
-            args = inputs[name]
-            state = {**dict(mod.named_parameters(recurse=False)),
-                     **dict(mod.named_buffers(recurse=False))}  # fmt: skip
-            nbytes = sum(v.numel() * v.element_size() for v in state.values())
-            pinned = {n: v.detach().cpu().pin_memory() for n, v in state.items()}
-            targets = {n: torch.empty_like(v) for n, v in state.items()}
+    def pass_times(weights: dict[str, Any] | None) -> list[float]:
+        stamps.clear()
+        if weights is None:
+            net(x)
+        else:
+            torch.func.functional_call(net, weights, (x,))
+        stamps.append(clock.stamp())
+        if len(stamps) != len(rows) + 1:
+            raise HetserveError(
+                f"{model}: {len(stamps) - 1} leaf calls in a pass, the layer table has "
+                f"{len(rows)} rows"
+            )
+        return [clock.elapsed_us(a, b) for a, b in itertools.pairwise(stamps)]
 
-            def load(pinned: dict = pinned, targets: dict = targets) -> None:
-                for n, host in pinned.items():
-                    targets[n].copy_(host, non_blocking=True)
+    try:
+        with torch.inference_mode():
+            gpu_runs, host_runs = [], []
+            for k in range(warmup + repeats):
+                g, h = pass_times(None), pass_times(aliases)
+                if k >= warmup:
+                    gpu_runs.append(g)
+                    host_runs.append(h)
+    finally:
+        for hk in hooks:
+            hk.remove()
+    targets = {n: torch.empty_like(v) for n, v in state.items()}
 
-            def on_gpu(mod: Any = mod, args: tuple = args) -> Any:
-                return mod(*args)
+    def load_us(names: list[str]) -> float:
+        if not names or not cuda:
+            return 0.0
+        times = []
+        for k in range(warmup + repeats):
+            a = clock.stamp()
+            for n in names:
+                targets[n].copy_(host[n], non_blocking=True)
+            b = clock.stamp()
+            if k >= warmup:
+                times.append(clock.elapsed_us(a, b))
+        return _median(times)
 
-            aliases = {n: host_alias(v, dev_id) for n, v in pinned.items()}
-
-            def on_host(mod: Any = mod, args: tuple = args, aliases: dict = aliases) -> Any:
-                return torch.func.functional_call(mod, aliases, args)
-
-            times = [_median_us(f, warmup, repeats) for f in (load, on_gpu, on_host)]
-            rows.append(LayerRow(model, len(rows), type(mod).__name__, nbytes, *times))
-    return rows
+    out = []
+    for i, r in enumerate(rows):
+        nbytes = int(sum(state[n].nbytes for n in row_weights[i]))
+        out.append(
+            LayerRow(
+                model, i, r.kind, nbytes, load_us(row_weights[i]),
+                _median([run[i] for run in gpu_runs]), _median([run[i] for run in host_runs]),
+                torch.cuda.get_device_name(dev) if cuda else "cpu", batch,
+            )
+        )  # fmt: skip
+    return out

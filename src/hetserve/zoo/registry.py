@@ -7,7 +7,7 @@ from functools import partial
 
 import torch
 
-from hetserve.core.errors import unknown
+from hetserve.core.errors import HetserveError, unknown
 from hetserve.zoo import cnn, transformers
 from hetserve.zoo.layered import LayeredModel
 
@@ -24,16 +24,30 @@ MODELS: dict[str, Callable[[], LayeredModel]] = {
     "convnext-t": cnn.convnext_tiny,
     "vit-b16": transformers.vit_b16,
     "bert-base": transformers.bert_base,
+    "bert-large": transformers.bert_large,
+    "roberta-base": transformers.roberta_base,
+    "roberta-large": transformers.roberta_large,
     "gpt2": transformers.gpt2_small,
+    "gpt2-medium": transformers.gpt2_medium,
     "fcn-resnet101": cnn.fcn_resnet101,
     "resnet50-fpn": cnn.resnet50_fpn,
 }
 
 
-def build(name: str, seed: int = 0) -> LayeredModel:
-    """A zoo model in eval mode with seeded random weights."""
+SEQUENCE_MODELS = frozenset(
+    {"bert-base", "bert-large", "roberta-base", "roberta-large", "gpt2", "gpt2-medium"}
+)
+
+
+def build(name: str, seed: int = 0, seq_len: int | None = None) -> LayeredModel:
+    """A zoo model in eval mode with seeded random weights; ``seq_len`` sets a token
+    model's sequence length (default 128)."""
     key = name.lower().replace("_", "-")
     if key not in MODELS:
         raise unknown("zoo model", name, MODELS)
     torch.manual_seed(seed)
-    return MODELS[key]().eval()
+    if seq_len is None:
+        return MODELS[key]().eval()
+    if key not in SEQUENCE_MODELS:
+        raise HetserveError(f"model {name}: only token models take a sequence length")
+    return MODELS[key](seq_len=seq_len).eval()

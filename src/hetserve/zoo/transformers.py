@@ -64,12 +64,12 @@ class PreNormBlock(nn.Module):
 class PostNormBlock(nn.Module):
     """BERT block: ln(x + attn(x)), then ln(x + mlp(x))."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, eps: float = 1e-12) -> None:
         super().__init__()
         self.attn = SelfAttention(dim, heads)
-        self.ln1 = nn.LayerNorm(dim, eps=1e-12)
+        self.ln1 = nn.LayerNorm(dim, eps=eps)
         self.mlp = MLP(dim, 4 * dim)
-        self.ln2 = nn.LayerNorm(dim, eps=1e-12)
+        self.ln2 = nn.LayerNorm(dim, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.ln1(x + self.attn(x))
@@ -133,19 +133,38 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(x[:, 0]))
 
 
-def bert_base(seq_len: int = 128) -> LayeredModel:
+def _bert(
+    name: str, family: str, dim: int, depth: int, heads: int, vocab: int, positions: int,
+    types: int, eps: float, seq_len: int,
+) -> LayeredModel:  # fmt: skip
     layers: list[tuple[str, str, nn.Module]] = [
-        ("embed", "embedding", TokenEmbed(30522, 512, 768, types=2, norm_eps=1e-12))
+        ("embed", "embedding", TokenEmbed(vocab, positions, dim, types=types, norm_eps=eps))
     ]
-    layers += [(f"encoder{i}", "encoder", PostNormBlock(768, 12)) for i in range(12)]
-    layers.append(("pooler", "head", Pooler()))
+    layers += [(f"encoder{i}", "encoder", PostNormBlock(dim, heads, eps)) for i in range(depth)]
+    layers.append(("pooler", "head", Pooler(dim)))
     return LayeredModel(
-        "bert-base",
-        layers,
-        InputSpec((seq_len,), torch.int64, 30522, "input_ids"),
-        "bert",
+        name, layers, InputSpec((seq_len,), torch.int64, vocab, "input_ids"), family,
         "nlp-encoder",
-    )
+    )  # fmt: skip
+
+
+def bert_base(seq_len: int = 128) -> LayeredModel:
+    return _bert("bert-base", "bert", 768, 12, 12, 30522, 512, 2, 1e-12, seq_len)
+
+
+def bert_large(seq_len: int = 128) -> LayeredModel:
+    """BERT-Large (Devlin et al. 2019): 24 layers, 1,024 wide, 16 heads."""
+    return _bert("bert-large", "bert", 1024, 24, 16, 30522, 512, 2, 1e-12, seq_len)
+
+
+def roberta_base(seq_len: int = 128) -> LayeredModel:
+    """RoBERTa-Base (Liu et al. 2019): BERT-Base's shape with a 50,265-token vocabulary,
+    514 positions, one token type and LayerNorm eps 1e-5."""
+    return _bert("roberta-base", "roberta", 768, 12, 12, 50265, 514, 1, 1e-5, seq_len)
+
+
+def roberta_large(seq_len: int = 128) -> LayeredModel:
+    return _bert("roberta-large", "roberta", 1024, 24, 16, 50265, 514, 1, 1e-5, seq_len)
 
 
 class LMHead(nn.Module):
@@ -158,21 +177,27 @@ class LMHead(nn.Module):
         return self.fc(self.norm(x))
 
 
+def _gpt2(name: str, dim: int, depth: int, heads: int, seq_len: int) -> LayeredModel:
+    layers: list[tuple[str, str, nn.Module]] = [
+        ("embed", "embedding", TokenEmbed(50257, 1024, dim))
+    ]
+    layers += [
+        (f"block{i}", "decoder", PreNormBlock(dim, heads, 1e-5, causal=True, approximate="tanh"))
+        for i in range(depth)
+    ]
+    layers.append(("lm_head", "head", LMHead(dim, 50257)))
+    return LayeredModel(
+        name, layers, InputSpec((seq_len,), torch.int64, 50257, "input_ids"), "gpt2",
+        "nlp-decoder",
+    )  # fmt: skip
+
+
 def gpt2_small(seq_len: int = 128) -> LayeredModel:
     """GPT-2 small. The LM head has its own copy of the token-embedding matrix (GPT-2 ties
     them), because blocks may run on different workers: each needs the weights."""
-    layers: list[tuple[str, str, nn.Module]] = [
-        ("embed", "embedding", TokenEmbed(50257, 1024, 768))
-    ]
-    layers += [
-        (f"block{i}", "decoder", PreNormBlock(768, 12, 1e-5, causal=True, approximate="tanh"))
-        for i in range(12)
-    ]
-    layers.append(("lm_head", "head", LMHead(768, 50257)))
-    return LayeredModel(
-        "gpt2",
-        layers,
-        InputSpec((seq_len,), torch.int64, 50257, "input_ids"),
-        "gpt2",
-        "nlp-decoder",
-    )
+    return _gpt2("gpt2", 768, 12, 12, seq_len)
+
+
+def gpt2_medium(seq_len: int = 128) -> LayeredModel:
+    """GPT-2 Medium: 24 layers, 1,024 wide, 16 heads (untied LM head as in GPT-2 small)."""
+    return _gpt2("gpt2-medium", 1024, 24, 16, seq_len)

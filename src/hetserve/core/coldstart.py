@@ -1,0 +1,175 @@
+"""The cold-start timeline: how long a model takes to run while its weights arrive.
+
+DeepPlan (EuroSys 2023, sections 3-4). A *load plan* says, per layer of a layer table
+(``core.layertable``), how the layer gets its weights:
+
+- ``LOAD`` over part ``k``: part 0 is the primary GPU's own host link; part ``k >= 1``
+  is the host link of secondary GPU ``k``, then NVLink from it to the primary (DeepPlan's
+  parallel transmission, PT);
+- ``DHA``: never loaded, executed reading its weights from pinned host memory.
+
+The primary's *load stream* copies the part-0 layers in order, back to back. Each
+secondary copies its part's layers in order and a *migration stream* forwards each over
+NVLink as soon as it has arrived and the previous forward is done. The *execution
+stream* runs the layers in order; a loaded layer starts when the previous layer has
+finished and its weights are on the primary (the gap is its *stall*); a DHA layer and a
+layer without weights never wait for a load. Without pipelining (``pipelined=False``,
+the baseline) execution starts when every load has finished.
+
+``load_scale[k]`` multiplies the load times over part ``k``'s host link (2.0: the link is
+shared with another cold start, DeepPlan's Table 4). The function is pure: the planner
+optimises over it, the simulator and the emulated runtime follow it, and the runtime's
+CUDA loader is measured against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.layertable import LayerRow
+
+LOAD, DHA = "load", "dha"
+PLAN_KINDS = ("baseline", "pipeswitch", "dha", "pt", "pt+dha", "optimal")
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """Per layer: ``modes[i]`` (``"load"`` or ``"dha"``) and ``parts[i]`` (the host link
+    a loaded layer comes over: 0 primary, ``k`` secondary ``k``; -1 for DHA)."""
+
+    kind: str
+    modes: tuple[str, ...]
+    parts: tuple[int, ...]
+    pipelined: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.modes) != len(self.parts):
+            raise HetserveError(f"load plan {self.kind}: one part per layer expected")
+        for i, (m, p) in enumerate(zip(self.modes, self.parts, strict=True)):
+            if m not in (LOAD, DHA):
+                raise HetserveError(f"load plan {self.kind}: layer {i}: mode {m!r}")
+            if (m == DHA) != (p < 0):
+                raise HetserveError(
+                    f"load plan {self.kind}: layer {i}: a DHA layer has part -1, a loaded "
+                    f"layer a part >= 0 (got {m} over part {p})"
+                )
+
+    @property
+    def n_parts(self) -> int:
+        return max(self.parts, default=0) + 1
+
+    @property
+    def dha_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, m in enumerate(self.modes) if m == DHA)
+
+    @staticmethod
+    def all_loaded(n: int, kind: str = "pipeswitch", pipelined: bool = True) -> LoadPlan:
+        return LoadPlan(kind, (LOAD,) * n, (0,) * n, pipelined)
+
+    @staticmethod
+    def from_sets(
+        kind: str, n: int, dha: Sequence[int] = (), parts: Sequence[int] | None = None
+    ) -> LoadPlan:
+        """A plan with layers ``dha`` on DHA and the rest loaded over ``parts`` (default 0)."""
+        d = set(dha)
+        ps = list(parts) if parts is not None else [0] * n
+        return LoadPlan(
+            kind,
+            tuple(DHA if i in d else LOAD for i in range(n)),
+            tuple(-1 if i in d else ps[i] for i in range(n)),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "pipelined": self.pipelined,
+            "dha": list(self.dha_layers),
+            "parts": [p for p in self.parts],
+        }
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Per layer (seconds from the cold start): when its weights are on the primary GPU
+    (``ready_s``; 0 for DHA and weightless layers), its execution start and end, and its
+    stall; the total latency and the bytes involved."""
+
+    ready_s: tuple[float, ...]
+    exec_start_s: tuple[float, ...]
+    exec_end_s: tuple[float, ...]
+    stall_s: tuple[float, ...]
+    latency_s: float
+    gpu_bytes: int  # weights resident on the primary GPU once loaded
+    loaded_bytes: tuple[int, ...] = field(default=())  # per part
+    dha_bytes: int = 0  # weights left in host memory
+
+    @property
+    def total_stall_s(self) -> float:
+        return sum(self.stall_s)
+
+    @property
+    def load_done_s(self) -> float:
+        return max(self.ready_s, default=0.0)
+
+
+def _check(rows: Sequence[LayerRow], plan: LoadPlan) -> None:
+    if len(rows) != len(plan.modes):
+        raise HetserveError(
+            f"load plan {plan.kind} has {len(plan.modes)} layers; the layer table has {len(rows)}"
+        )
+
+
+def timeline(
+    rows: Sequence[LayerRow],
+    plan: LoadPlan,
+    nvlink_gbps: float | None = None,
+    load_scale: Sequence[float] = (),
+) -> Timeline:
+    """The module docstring's timeline of ``plan`` over the layer times ``rows``."""
+    _check(rows, plan)
+    if plan.n_parts > 1 and not nvlink_gbps:
+        raise HetserveError(
+            f"load plan {plan.kind} loads over {plan.n_parts} GPUs' host links: parallel "
+            f"transmission needs NVLink between them (no NVLink bandwidth given)"
+        )
+    scale = list(load_scale) + [1.0] * (plan.n_parts - len(load_scale))
+    link_free = [0.0] * plan.n_parts  # each part's host link
+    fwd_free = [0.0] * plan.n_parts  # each secondary's migration stream
+    loaded = [0] * plan.n_parts
+    ready = []
+    for r, m, p in zip(rows, plan.modes, plan.parts, strict=True):
+        if m == DHA or r.param_bytes == 0:
+            ready.append(0.0)
+            continue
+        loaded[p] += r.param_bytes
+        link_free[p] += r.load_us * 1e-6 * scale[p]
+        t = link_free[p]
+        if p > 0:
+            assert nvlink_gbps is not None
+            fwd_free[p] = max(fwd_free[p], t) + r.param_bytes / (nvlink_gbps * 1e9)
+            t = fwd_free[p]
+        ready.append(t)
+    start0 = max(ready, default=0.0) if not plan.pipelined else 0.0
+    prev = start0
+    starts, ends, stalls = [], [], []
+    for r, m, a in zip(rows, plan.modes, ready, strict=True):
+        s = max(prev, a)
+        stalls.append(s - prev)
+        prev = s + (r.exec_host_us if m == DHA else r.exec_gpu_us) * 1e-6
+        starts.append(s)
+        ends.append(prev)
+    dha = sum(r.param_bytes for r, m in zip(rows, plan.modes, strict=True) if m == DHA)
+    return Timeline(
+        tuple(ready), tuple(starts), tuple(ends), tuple(stalls), prev,
+        sum(loaded), tuple(loaded), dha,
+    )  # fmt: skip
+
+
+def warm_latency_s(rows: Sequence[LayerRow], plan: LoadPlan) -> float:
+    """Latency once the loaded layers are resident (DHA layers still read host memory)."""
+    _check(rows, plan)
+    return 1e-6 * sum(
+        r.exec_host_us if m == DHA else r.exec_gpu_us for r, m in zip(rows, plan.modes, strict=True)
+    )

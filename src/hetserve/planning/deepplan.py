@@ -1,0 +1,264 @@
+"""DeepPlan's load plans (EuroSys 2023, section 4.3), and the exact optimum.
+
+Given a model's ``layers.csv`` rows (estimated or measured, ``core.layertable``):
+
+- ``baseline``: load every layer, then execute;
+- ``pipeswitch``: load every layer over the primary's host link, executing each as soon
+  as it has arrived (PipeSwitch);
+- ``dha``: Algorithm 1 as the paper writes it (:func:`algorithm1`);
+- ``pt``: parallel transmission: the model cut into ``parallelism`` contiguous parts of
+  equal weight bytes, part ``k`` loaded over GPU ``k``'s host link and forwarded over
+  NVLink (section 4.3.3: every layer of parts 2.. is loaded);
+- ``pt+dha``: PT's parts, and Algorithm 1 over the first part's layers, with the stalls
+  taken from the PT timeline;
+- ``optimal`` (beyond the paper): the DHA set that minimises the single-GPU cold-start
+  latency, exactly (:func:`optimal_dha`).
+
+The parallelism comes from the cluster (:func:`pt_parallelism`): one GPU per PCIe switch,
+all joined by NVLink to the primary; ``p3-8xlarge`` gives 2 (section 4.3.3).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetserve.core.cluster import Cluster
+from hetserve.core.coldstart import DHA, LOAD, PLAN_KINDS, LoadPlan, Timeline, timeline
+from hetserve.core.errors import HetserveError, unknown
+from hetserve.core.graph import balanced_partition
+from hetserve.core.layertable import LayerRow
+
+EPS_S = 1e-12
+
+
+def pt_parallelism(cluster: Cluster, cap: int | None = None) -> tuple[int, float | None]:
+    """How many GPUs' host links a cold start may use (DeepPlan section 4.3.3), and the
+    NVLink bandwidth (GB/s) between them: the largest set of GPUs of one node under
+    *different* PCIe switches, every pair joined by NVLink. A node without PCIe switch
+    groups counts each GPU as its own switch. 1 when no two qualify."""
+    best, bw_best = 1, None
+    for node in cluster.nodes:
+        groups: dict[object, list[int]] = {}
+        for g in node.gpus:
+            sw = node.pcie_switch_of[g.index] if node.pcie_switch_of else None
+            groups.setdefault(sw if sw is not None else ("own", g.index), []).append(g.index)
+        reps = [min(v) for v in groups.values()]
+        pairs = {frozenset(p) for p in node.nvlink_pairs}
+        for k in range(len(reps), 1, -1):
+            if k <= best:
+                break
+            for combo in itertools.combinations(reps, k):
+                if all(frozenset(p) in pairs for p in itertools.combinations(combo, 2)):
+                    bws = [node.gpus[i].type.nvlink_gbps or 0.0 for i in combo]
+                    if min(bws) > 0:
+                        best, bw_best = k, min(bws)
+                        break
+    if cap is not None:
+        best = max(1, min(best, cap))
+    return best, (bw_best if best > 1 else None)
+
+
+def pt_parts(rows: Sequence[LayerRow], n_parts: int) -> list[int]:
+    """Per layer, the part (0..n_parts-1) of a cut into contiguous parts of about equal
+    weight bytes (the largest part as small as possible)."""
+    n = len(rows)
+    n_parts = max(1, min(n_parts, n))
+    bounds = balanced_partition([float(r.param_bytes) for r in rows], n_parts)
+    out = [0] * n
+    for k in range(n_parts):
+        for i in range(bounds[k], bounds[k + 1]):
+            out[i] = k
+    return out
+
+
+def algorithm1(
+    rows: Sequence[LayerRow],
+    parts: Sequence[int] | None = None,
+    nvlink_gbps: float | None = None,
+    kind: str = "dha",
+) -> LoadPlan:
+    """DeepPlan's Algorithm 1: for each layer with a stall, take earlier layers (not yet
+    DHA, sorted by PerfDiff ascending) onto direct host access while the stall exceeds
+    their PerfDiff, reducing it by their load time plus their PerfDiff; once a layer's
+    stall is eliminated (or its candidates exhausted), the pipeline is recomputed from the
+    new plan. With ``parts`` (PT), only layers loaded over the primary's link (part 0)
+    are candidates: the others' loads are not on the primary's link."""
+    n = len(rows)
+    ps = list(parts) if parts is not None else [0] * n
+    dha: set[int] = set()
+
+    def current() -> LoadPlan:
+        return LoadPlan.from_sets(kind, n, sorted(dha), ps)
+
+    tl = timeline(rows, current(), nvlink_gbps)
+    for i in range(n):
+        stall_us = tl.stall_s[i] * 1e6
+        if stall_us <= EPS_S * 1e6:
+            continue
+        cands = sorted(
+            (j for j in range(i + 1) if j not in dha and ps[j] == 0 and rows[j].param_bytes > 0),
+            key=lambda j: (rows[j].perf_diff_us, j),
+        )
+        changed = False
+        for j in cands:
+            if stall_us < rows[j].perf_diff_us:
+                break
+            dha.add(j)
+            changed = True
+            stall_us -= rows[j].load_us + rows[j].perf_diff_us
+            if stall_us <= 0:
+                break
+        if changed:
+            tl = timeline(rows, current(), nvlink_gbps)
+    return current()
+
+
+def optimal_dha(rows: Sequence[LayerRow], upper_bound_s: float | None = None) -> LoadPlan:
+    """The DHA set with the least single-GPU cold-start latency, exactly.
+
+    The timeline's recursion is ``e' = max(e, c + load) + exec_gpu`` for a loaded layer
+    (``c' = c + load``) and ``e' = e + exec_host`` for a DHA one, where ``e`` is the
+    execution stream's end and ``c`` the load stream's. A partial plan is worth keeping
+    only if no other has both a smaller ``e`` and a smaller ``c``, so a dynamic programme
+    over layers keeps the Pareto front of ``(e, c)`` pairs, pruned by a lower bound (``e``
+    plus the least possible execution of the remaining layers) against the best complete
+    plan known (``upper_bound_s``, default: PipeSwitch's and Algorithm 1's)."""
+    n = len(rows)
+    if n == 0:
+        return LoadPlan("optimal", (), ())
+    load = np.array([r.load_us * 1e-6 for r in rows])
+    g = np.array([r.exec_gpu_us * 1e-6 for r in rows])
+    h = np.array([r.exec_host_us * 1e-6 for r in rows])
+    weighted = np.array([r.param_bytes > 0 for r in rows])
+    rest_min = np.concatenate([np.cumsum(np.where(weighted, np.minimum(g, h), g)[::-1])[::-1], [0]])
+    if upper_bound_s is None:
+        upper_bound_s = min(
+            timeline(rows, LoadPlan.all_loaded(n)).latency_s,
+            timeline(rows, algorithm1(rows)).latency_s,
+        )
+    ub = upper_bound_s * (1 + 1e-9) + 1e-15
+    e = np.zeros(1)
+    c = np.zeros(1)
+    # decisions as a parent-pointer forest: per layer, per state, (parent index, is_dha)
+    parents: list[np.ndarray] = []
+    choices: list[np.ndarray] = []
+    for i in range(n):
+        if not weighted[i]:
+            e = e + g[i]
+            parents.append(np.arange(len(e)))
+            choices.append(np.zeros(len(e), dtype=bool))
+            continue
+        e_load = np.maximum(e, c + load[i]) + g[i]
+        c_load = c + load[i]
+        e_dha = e + h[i]
+        ee = np.concatenate([e_load, e_dha])
+        cc = np.concatenate([c_load, c])
+        par = np.concatenate([np.arange(len(e)), np.arange(len(e))])
+        ch = np.concatenate([np.zeros(len(e), dtype=bool), np.ones(len(e), dtype=bool)])
+        keep = ee + rest_min[i + 1] <= ub
+        ee, cc, par, ch = ee[keep], cc[keep], par[keep], ch[keep]
+        # Pareto front: sort by c then e; keep a state only if its e beats every smaller c
+        order = np.lexsort((ee, cc))
+        ee, cc, par, ch = ee[order], cc[order], par[order], ch[order]
+        best_before = np.minimum.accumulate(np.concatenate([[np.inf], ee[:-1]]))
+        front = ee < best_before
+        e, c = ee[front], cc[front]
+        parents.append(par[front])
+        choices.append(ch[front])
+        if len(e) == 0:
+            raise HetserveError("optimal_dha: the upper bound pruned every plan (a bug)")
+    k = int(np.argmin(e))
+    dha = []
+    for i in range(n - 1, -1, -1):
+        if choices[i][k]:
+            dha.append(i)
+        k = int(parents[i][k])
+    return LoadPlan.from_sets("optimal", n, sorted(dha))
+
+
+def brute_force_dha(rows: Sequence[LayerRow]) -> tuple[float, LoadPlan]:
+    """Every subset of the weighted layers on DHA (for tests on small tables)."""
+    n = len(rows)
+    weighted = [i for i, r in enumerate(rows) if r.param_bytes > 0]
+    if len(weighted) > 20:
+        raise HetserveError(f"brute force over {len(weighted)} layers: 2^{len(weighted)} plans")
+    best: tuple[float, LoadPlan] | None = None
+    for mask in range(1 << len(weighted)):
+        dha = [weighted[b] for b in range(len(weighted)) if mask >> b & 1]
+        p = LoadPlan.from_sets("optimal", n, dha)
+        t = timeline(rows, p).latency_s
+        if best is None or t < best[0] - 1e-15:
+            best = (t, p)
+    assert best is not None
+    return best
+
+
+@dataclass(frozen=True)
+class PlannedLoad:
+    """A load plan with its predicted cold-start timeline and warm latency."""
+
+    model: str
+    plan: LoadPlan
+    timeline: Timeline
+    warm_s: float
+    parallelism: int
+    nvlink_gbps: float | None
+
+    @property
+    def cold_s(self) -> float:
+        return self.timeline.latency_s
+
+
+def make_load_plan(
+    kind: str,
+    rows: Sequence[LayerRow],
+    parallelism: int = 1,
+    nvlink_gbps: float | None = None,
+) -> LoadPlan:
+    """The load plan of ``kind`` (one of :data:`~hetserve.core.coldstart.PLAN_KINDS`)."""
+    n = len(rows)
+    if kind not in PLAN_KINDS:
+        raise unknown("load plan kind", kind, PLAN_KINDS)
+    if kind in ("pt", "pt+dha"):
+        if parallelism < 2 or not nvlink_gbps:
+            raise HetserveError(
+                f"load plan {kind}: parallel transmission needs two or more GPUs under "
+                f"different PCIe switches joined by NVLink (the cluster gives "
+                f"{parallelism} GPU{'s' if parallelism != 1 else ''}"
+                f"{'' if nvlink_gbps else ', no NVLink'})"
+            )
+        parts = pt_parts(rows, parallelism)
+        if kind == "pt":
+            return LoadPlan("pt", (LOAD,) * n, tuple(parts))
+        return algorithm1(rows, parts, nvlink_gbps, kind="pt+dha")
+    if kind == "baseline":
+        return LoadPlan.all_loaded(n, "baseline", pipelined=False)
+    if kind == "pipeswitch":
+        return LoadPlan.all_loaded(n, "pipeswitch")
+    if kind == "dha":
+        return algorithm1(rows)
+    return optimal_dha(rows)
+
+
+def plan_load(
+    model: str,
+    kind: str,
+    rows: Sequence[LayerRow],
+    parallelism: int = 1,
+    nvlink_gbps: float | None = None,
+) -> PlannedLoad:
+    from hetserve.core.coldstart import warm_latency_s
+
+    p = make_load_plan(kind, rows, parallelism, nvlink_gbps)
+    tl = timeline(rows, p, nvlink_gbps)
+    par = p.n_parts
+    return PlannedLoad(model, p, tl, warm_latency_s(rows, p), par, nvlink_gbps if par > 1 else None)
+
+
+def dha_summary(rows: Sequence[LayerRow], plan: LoadPlan) -> list[str]:
+    """``"index:kind"`` of the DHA layers (the paper's Table 3 excerpts)."""
+    return [f"{i}:{rows[i].kind}" for i, m in enumerate(plan.modes) if m == DHA]
