@@ -151,6 +151,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "max_stages": (1, 16),
     "jobs": (1, 256),
     "max_batch": (1, 1024),
+    "pt_max": (1, 64),
 }
 
 

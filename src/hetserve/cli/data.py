@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.table import Table
 
@@ -33,8 +35,22 @@ def profile() -> None:
 @click.option(
     "--ref-gpu", default="V100", show_default=True, help="Reference GPU for pre-partitioning."
 )
+@click.option(
+    "--layers/--no-layers",
+    default=False,
+    show_default=True,
+    help="Also write DeepPlan's layers.csv (per-layer load, on-GPU and host-access "
+    "execution) for every model, GPU type and batch, from the shipped layer tables.",
+)
 def profile_estimate(
-    cluster_name: str, models: str, out: str, shares: str, batches: str, n_blocks: int, ref_gpu: str
+    cluster_name: str,
+    models: str,
+    out: str,
+    shares: str,
+    batches: str,
+    n_blocks: int,
+    ref_gpu: str,
+    layers: bool,
 ) -> None:
     """Write a profile set estimated by the roofline model for the cluster's GPU types."""
     from hetserve.core.cluster import load_cluster
@@ -65,6 +81,26 @@ def profile_estimate(
         f"batch rows of {n_blocks} blocks), blocks.csv, energy.csv for "
         f"{', '.join(g.name for g in gpus_)}"
     )
+    if layers:
+        from hetserve.core.layertable import (
+            estimate_layer_rows,
+            get_layer_table,
+            write_layers_csv,
+        )
+
+        tables = [get_layer_table(get_graph(n).name) for n in names]
+        rows = [
+            r
+            for t in tables
+            for g in gpus_
+            for b in int_list(batches, "batches")
+            for r in estimate_layer_rows(t, g, b)
+        ]
+        path = write_layers_csv(rows, Path(folder) / "layers.csv")
+        console.print(
+            f"wrote {path} ({len(rows)} rows: {len(tables)} model(s) x {len(gpus_)} GPU "
+            f"type(s) x {len(int_list(batches, 'batches'))} batch size(s))"
+        )
 
 
 @profile.command("measure")
@@ -327,6 +363,25 @@ def trace_stats(
 @click.group()
 def zoo() -> None:
     """The PyTorch model zoo (needs the torch extra)."""
+
+
+@zoo.command("layers")
+@click.option("--models", default=None, help="Comma-separated (default: all).")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def zoo_layers(models: str | None, out: str) -> None:
+    """Export layer tables (one row per leaf-module call: DeepPlan's layers) as JSON, at
+    DeepPlan's input sizes (384 tokens for BERT and RoBERTa, 1,024 for GPT-2)."""
+    try:
+        from hetserve.zoo.leaves import export_layer_tables
+        from hetserve.zoo.registry import MODELS
+    except ImportError as e:
+        raise HetserveError(
+            f"zoo layers needs PyTorch: pip install 'hetserve[torch]' ({e})"
+        ) from None
+    names = csv_list(models) if models else list(MODELS)
+    with progress_bar("exporting", len(names)) as tick:
+        written = export_layer_tables(names, out, lambda _: tick())
+    console.print(f"wrote {len(written)} layer tables to {out}")
 
 
 @zoo.command("export")

@@ -60,8 +60,35 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
 )
 @click.option("--max-stages", default=2, show_default=True)
 @click.option(
-    "--planner", type=click.Choice(["ppipe", "np", "dart-r"]), default="ppipe", show_default=True
+    "--planner",
+    type=click.Choice(["ppipe", "np", "dart-r", "deepplan"]),
+    default="ppipe",
+    show_default=True,
+    help="deepplan: per-model load plans for cold starts (DeepPlan).",
 )
+@click.option(
+    "--kind",
+    type=click.Choice(["baseline", "pipeswitch", "dha", "pt", "pt+dha", "optimal"]),
+    default="pt+dha",
+    show_default=True,
+    help="deepplan: the load plan kind written to the plan (every kind is printed).",
+)
+@click.option(
+    "--layers",
+    "layers_csv",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="deepplan: a layers.csv (measured or estimated); default: estimated.",
+)
+@click.option("--batch", default=1, show_default=True, help="deepplan: batch size of cold starts.")
+@click.option(
+    "--pt-max",
+    "pt_max",
+    type=int,
+    default=None,
+    help="deepplan: at most this many GPUs per parallel transmission (default: the topology's).",
+)
+@click.option("--gpu", default=None, help="deepplan: the GPU type (default: the cluster's only).")
 @click.option("--shares", default="1-4", show_default=True, help="Virtual-GPU shares k.")
 @click.option("--batches", default="1-8", show_default=True)
 @click.option(
@@ -117,8 +144,14 @@ def plan(
     time_limit_s: float,
     mip_gap: float,
     output: str,
+    kind: str,
+    layers_csv: str | None,
+    batch: int,
+    pt_max: int | None,
+    gpu: str | None,
 ) -> None:
-    """Plan pooled pipelines (PPipe MILP) or a baseline (np, dart-r) for a cluster."""
+    """Plan pooled pipelines (PPipe MILP), a baseline (np, dart-r), or cold-start load
+    plans (deepplan) for a cluster."""
     from hetserve.core.cluster import load_cluster
     from hetserve.core.plan import slos_from_scale
     from hetserve.experiments.setup import latency_source, parse_slo
@@ -126,6 +159,11 @@ def plan(
 
     if profiles and estimate:
         raise HetserveError("give --profiles DIR or --estimate, not both")
+    if planner == "deepplan":
+        c = load_cluster(cluster_name)
+        lat, names = latency_source(c, csv_list(models), profiles, n_blocks)
+        _deepplan(c, lat, names, kind, parse_slo(slo), layers_csv, batch, pt_max, gpu, output)
+        return
     if slo_scale <= 0:
         raise HetserveError(f"--slo-scale must be > 0, got {slo_scale}")
     c = load_cluster(cluster_name)
@@ -164,3 +202,48 @@ def plan(
         f"{100 * solve['gap']:.3f}%, {solve['candidates']} candidate pipelines); "
         f"wrote {output}"
     )
+
+
+def _deepplan(
+    cluster: object,
+    latency: object,
+    names: list[str],
+    kind: str,
+    slo_ms: dict[str, float] | None,
+    layers_csv: str | None,
+    batch: int,
+    pt_max: int | None,
+    gpu: str | None,
+    output: str,
+) -> None:
+    from hetserve.cli.common import progress_bar
+    from hetserve.cli.views import print_load_plans
+    from hetserve.planning.deepplan import plan_cold_starts
+
+    slos = {m: v / 1e3 for m, v in (slo_ms or {}).items()}
+    bad = [m for m in slos if m not in names]
+    if bad:
+        raise HetserveError(f"--slo names {', '.join(bad)}, not among --models")
+    with progress_bar("planning cold starts", len(names)) as tick:
+        p, every = plan_cold_starts(
+            cluster,
+            names,
+            latency,
+            kind,
+            slos,
+            batch,
+            layers_csv,
+            pt_max,
+            gpu,
+            tick,  # type: ignore[arg-type]
+        )
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    p.save(output)
+    solve = p.meta["solve"]
+    print_load_plans(
+        every,
+        kind,
+        f"DeepPlan load plans on {solve['gpu']} (batch {batch}; parallel transmission over "
+        f"{solve['parallelism']} GPU{'s' if solve['parallelism'] != 1 else ''})",
+    )
+    console.print(f"wrote {output} (load plans of kind {kind})")

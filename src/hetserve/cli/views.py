@@ -295,3 +295,30 @@ def print_plan(plan: Any, title: str) -> None:
                 stages,
             )
     console.print(t)
+
+
+def print_load_plans(every: dict[str, dict[str, Any]], chosen: str, title: str) -> None:
+    """Per model: layers loaded / DHA, bytes, predicted cold and warm latency per kind."""
+    kinds = [k for k in ("baseline", "pipeswitch", "dha", "pt", "pt+dha", "optimal")
+             if any(k in v for v in every.values())]  # fmt: skip
+    t = Table(
+        title=title,
+        caption="cold-start latency (ms) per plan kind; * the kind written (its layers, "
+        "memory and warm latency shown)",
+    )
+    t.add_column("model")
+    for col in ("layers", "loaded/DHA", "GPU MB", "host MB"):
+        t.add_column(col, justify="right")
+    for k in kinds:
+        t.add_column(f"{k}{'*' if k == chosen else ''}", justify="right")
+    t.add_column("warm ms", justify="right")
+    for m, plans in every.items():
+        p = plans[chosen]
+        n_dha = len(p.plan.dha_layers)
+        n = len(p.plan.modes)
+        t.add_row(
+            m, str(n), f"{n - n_dha}/{n_dha}", f"{p.timeline.gpu_bytes / 1e6:.1f}",
+            f"{p.timeline.dha_bytes / 1e6:.1f}",
+            *[f"{plans[k].cold_s * 1e3:.2f}" for k in kinds], f"{p.warm_s * 1e3:.2f}",
+        )  # fmt: skip
+    console.print(t)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.layertable import LayerRow
@@ -81,13 +82,67 @@ class LoadPlan:
             tuple(-1 if i in d else ps[i] for i in range(n)),
         )
 
+
+@dataclass(frozen=True)
+class ModelLoadPlan:
+    """A plan file's per-model load plan (``load_plans`` in docs/formats.md#plans): the
+    plan for cold starts on ``gpu`` at ``batch``, with the predictions it was chosen by."""
+
+    plan: LoadPlan
+    gpu: str
+    batch: int = 1
+    parallelism: int = 1
+    nvlink_gbps: float | None = None
+    layers_source: str = "estimate"
+    predicted: dict[str, float] = field(default_factory=dict)
+
     def to_json(self) -> dict[str, object]:
         return {
-            "kind": self.kind,
-            "pipelined": self.pipelined,
-            "dha": list(self.dha_layers),
-            "parts": [p for p in self.parts],
+            "kind": self.plan.kind,
+            "gpu": self.gpu,
+            "batch": self.batch,
+            "pipelined": self.plan.pipelined,
+            "layers": len(self.plan.modes),
+            "parallelism": self.parallelism,
+            "nvlink_gbps": self.nvlink_gbps,
+            "layers_source": self.layers_source,
+            "dha": list(self.plan.dha_layers),
+            "parts": list(self.plan.parts),
+            "predicted": dict(self.predicted),
         }
+
+    @staticmethod
+    def from_json(data: Any, where: str) -> ModelLoadPlan:
+        from hetserve.core.errors import ConfigError
+
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected an object")
+        try:
+            parts = [int(p) for p in data["parts"]]
+            if int(data["layers"]) != len(parts):
+                raise ConfigError(
+                    f"{where}.parts: {len(parts)} entries for {data['layers']} layers"
+                )
+            plan = LoadPlan(
+                str(data["kind"]),
+                tuple(DHA if p < 0 else LOAD for p in parts),
+                tuple(max(p, -1) for p in parts),
+                bool(data.get("pipelined", True)),
+            )
+            nv = data.get("nvlink_gbps")
+            return ModelLoadPlan(
+                plan,
+                str(data["gpu"]),
+                int(data.get("batch", 1)),
+                int(data.get("parallelism", plan.n_parts)),
+                float(nv) if nv is not None else None,
+                str(data.get("layers_source", "")),
+                {str(k): float(v) for k, v in dict(data.get("predicted", {})).items()},
+            )
+        except KeyError as e:
+            raise ConfigError(f"{where}: missing field {e}") from None
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: malformed load plan ({e})") from None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.core.cluster import Cluster
+from hetserve.core.coldstart import ModelLoadPlan
 from hetserve.core.errors import ConfigError, HetserveError
 from hetserve.core.files import read_json
 from hetserve.core.latency import LatencyModel
@@ -78,6 +79,8 @@ class Plan:
     shared_pools: bool = False  # True: every model's pipelines use the same GPUs
     meta: dict[str, Any] = field(default_factory=dict)
     groups: tuple[ServingGroup, ...] = ()  # non-empty: the models share GPUs by group
+    # DeepPlan: per model, how a cold start loads it (``core.coldstart``)
+    load_plans: dict[str, ModelLoadPlan] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.groups:
@@ -153,6 +156,8 @@ class Plan:
                 | ({"streams": list(g.streams)} if g.streams else {})
                 for g in self.groups
             ]
+        if self.load_plans:
+            out["load_plans"] = {m: lp.to_json() for m, lp in self.load_plans.items()}
         for n, m in self.models.items():
             out["models"][n] = {
                 "slo_ms": m.slo_s * 1e3,
@@ -256,7 +261,16 @@ class Plan:
                 )
                 for g in data.get("groups", [])
             )
-            return Plan(models, bool(data.get("shared_pools", False)), meta, groups)
+            load_plans = {
+                str(m): ModelLoadPlan.from_json(lp, f"{source}: load_plans.{m}")
+                for m, lp in dict(data.get("load_plans", {})).items()
+            }
+            unknown_lp = sorted(set(load_plans) - set(models))
+            if unknown_lp:
+                raise ConfigError(
+                    f"{source}: load_plans names {unknown_lp[0]}, not among the plan's models"
+                )
+            return Plan(models, bool(data.get("shared_pools", False)), meta, groups, load_plans)
         except KeyError as e:
             raise ConfigError(f"{source}: missing field {e}") from None
         except (TypeError, ValueError, AttributeError) as e:

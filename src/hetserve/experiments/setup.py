@@ -82,7 +82,10 @@ def build_setup(
             for g in plan.groups
             if any(m in names for m in g.models)
         )
-        plan = Plan({m: plan.models[m] for m in names}, plan.shared_pools, plan.meta, groups)
+        plan = Plan(
+            {m: plan.models[m] for m in names}, plan.shared_pools, plan.meta, groups,
+            {m: lp for m, lp in plan.load_plans.items() if m in names},
+        )  # fmt: skip
         plan.check_against(latency)
         slos = {m: plan.models[m].slo_s for m in names}
     else:

@@ -21,16 +21,33 @@ all joined by NVLink to the primary; ``p3-8xlarge`` gives 2 (section 4.3.3).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from hetserve.core.cluster import Cluster
-from hetserve.core.coldstart import DHA, LOAD, PLAN_KINDS, LoadPlan, Timeline, timeline
+from hetserve.core.coldstart import (
+    DHA,
+    LOAD,
+    PLAN_KINDS,
+    LoadPlan,
+    ModelLoadPlan,
+    Timeline,
+    timeline,
+)
 from hetserve.core.errors import HetserveError, unknown
+from hetserve.core.gpus import GpuType
 from hetserve.core.graph import balanced_partition
-from hetserve.core.layertable import LayerRow
+from hetserve.core.latency import LatencyModel
+from hetserve.core.layertable import (
+    LayerRow,
+    estimate_layer_rows,
+    get_layer_table,
+    read_layers_csv,
+    select_rows,
+)
+from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
 
 EPS_S = 1e-12
 
@@ -262,3 +279,96 @@ def plan_load(
 def dha_summary(rows: Sequence[LayerRow], plan: LoadPlan) -> list[str]:
     """``"index:kind"`` of the DHA layers (the paper's Table 3 excerpts)."""
     return [f"{i}:{rows[i].kind}" for i, m in enumerate(plan.modes) if m == DHA]
+
+
+# ------------------------------------------------------------------ plans for a cluster
+
+
+def layer_rows_for(
+    model: str, gpu: GpuType, batch: int = 1, layers_csv: str | None = None
+) -> tuple[list[LayerRow], str]:
+    """A model's ``layers.csv`` rows on ``gpu``: from a file (measured or estimated), or
+    estimated from the shipped layer table. Returns the rows and where they came from."""
+    if layers_csv:
+        rows = select_rows(read_layers_csv(layers_csv), model, gpu.name, batch, layers_csv)
+        return rows, layers_csv
+    return estimate_layer_rows(get_layer_table(model), gpu, batch), "estimate"
+
+
+def plan_cold_starts(
+    cluster: Cluster,
+    models: Sequence[str],
+    latency: LatencyModel,
+    kind: str = "pt+dha",
+    slos_s: dict[str, float] | None = None,
+    batch: int = 1,
+    layers_csv: str | None = None,
+    pt_max: int | None = None,
+    gpu: str | None = None,
+    progress: Callable[[], None] | None = None,
+) -> tuple[Plan, dict[str, dict[str, PlannedLoad]]]:
+    """A DeepPlan plan: every model served whole on every GPU of type ``gpu`` (the
+    cluster's only type by default), one instance per GPU, with the ``kind`` load plan per
+    model. Returns the plan and, per model, every kind's planned load (for reports)."""
+    types = [g.name for g in cluster.gpu_types()]
+    if gpu is None:
+        if len(types) > 1:
+            raise HetserveError(
+                f"cluster {cluster.name} has GPU types {', '.join(types)}: name one with --gpu"
+            )
+        gpu = types[0]
+    g = cluster.catalog.get(gpu)
+    if g.name not in types:
+        raise HetserveError(f"--gpu {gpu}: cluster {cluster.name} has {', '.join(types)}")
+    if kind not in PLAN_KINDS:
+        raise unknown("load plan kind", kind, PLAN_KINDS)
+    par, nv = pt_parallelism(cluster, pt_max)
+    if kind in ("pt", "pt+dha") and par < 2:
+        raise HetserveError(
+            f"--kind {kind}: cluster {cluster.name} has no two GPUs under different PCIe "
+            f"switches joined by NVLink (parallel transmission needs them)"
+            + (f"; --pt-max {pt_max} allows one" if pt_max == 1 else "")
+        )
+    n_gpus = cluster.gpu_counts()[g.name]
+    slos_s = slos_s or {}
+    models_out: dict[str, ModelPlan] = {}
+    load_plans: dict[str, ModelLoadPlan] = {}
+    every: dict[str, dict[str, PlannedLoad]] = {}
+    for m in models:
+        rows, source = layer_rows_for(m, g, batch, layers_csv)
+        every[m] = {
+            k: plan_load(m, k, rows, par, nv)
+            for k in PLAN_KINDS
+            if k not in ("pt", "pt+dha") or par >= 2
+        }
+        chosen = every[m][kind]
+        tl = chosen.timeline
+        load_plans[m] = ModelLoadPlan(
+            chosen.plan, g.name, batch, chosen.parallelism, chosen.nvlink_gbps, source,
+            {
+                "cold_ms": chosen.cold_s * 1e3,
+                "warm_ms": chosen.warm_s * 1e3,
+                "stall_ms": tl.total_stall_s * 1e3,
+                "gpu_mb": tl.gpu_bytes / 1e6,
+                "dha_mb": tl.dha_bytes / 1e6,
+            },
+        )  # fmt: skip
+        nb = latency.num_blocks(m)
+        warm = chosen.warm_s
+        stage = Stage((0, nb), g.name, 1, n_gpus, warm)
+        models_out[m] = ModelPlan(
+            slos_s.get(m, 0.1), 1.0, (Pipeline((stage,), batch, warm, n_gpus * batch / warm),)
+        )
+        if progress is not None:
+            progress()
+    plan = Plan(
+        models_out,
+        shared_pools=True,
+        meta={
+            "planner": "deepplan",
+            "objective": {"kind": kind},
+            "solve": {"parallelism": par, "nvlink_gbps": nv, "gpu": g.name, "batch": batch},
+        },
+        load_plans=load_plans,
+    )
+    return plan, every
