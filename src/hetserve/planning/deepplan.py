@@ -289,16 +289,19 @@ def layer_rows_for(
 ) -> tuple[list[LayerRow], str]:
     """A model's ``layers.csv`` rows on ``gpu``: from a file (measured or estimated), or
     estimated from the shipped layer table. Returns the rows and where they came from."""
+    from hetserve.core.layerlatency import base_model
+
+    arch = base_model(model)
     if layers_csv:
-        rows = select_rows(read_layers_csv(layers_csv), model, gpu.name, batch, layers_csv)
+        rows = select_rows(read_layers_csv(layers_csv), arch, gpu.name, batch, layers_csv)
         return rows, layers_csv
-    return estimate_layer_rows(get_layer_table(model), gpu, batch), "estimate"
+    return estimate_layer_rows(get_layer_table(arch), gpu, batch), "estimate"
 
 
 def plan_cold_starts(
     cluster: Cluster,
     models: Sequence[str],
-    latency: LatencyModel,
+    latency: LatencyModel | None,
     kind: str = "pt+dha",
     slos_s: dict[str, float] | None = None,
     batch: int = 1,
@@ -334,13 +337,16 @@ def plan_cold_starts(
     models_out: dict[str, ModelPlan] = {}
     load_plans: dict[str, ModelLoadPlan] = {}
     every: dict[str, dict[str, PlannedLoad]] = {}
+    by_arch: dict[str, tuple[dict[str, PlannedLoad], str]] = {}
+    from hetserve.core.layerlatency import base_model
+
     for m in models:
-        rows, source = layer_rows_for(m, g, batch, layers_csv)
-        every[m] = {
-            k: plan_load(m, k, rows, par, nv)
-            for k in PLAN_KINDS
-            if k not in ("pt", "pt+dha") or par >= 2
-        }
+        arch = base_model(m)
+        if arch not in by_arch:  # instances of one architecture share its plans
+            rows, source = layer_rows_for(arch, g, batch, layers_csv)
+            kinds = [k for k in PLAN_KINDS if k not in ("pt", "pt+dha") or par >= 2]
+            by_arch[arch] = ({k: plan_load(arch, k, rows, par, nv) for k in kinds}, source)
+        every[m], source = by_arch[arch]
         chosen = every[m][kind]
         tl = chosen.timeline
         load_plans[m] = ModelLoadPlan(
@@ -353,7 +359,7 @@ def plan_cold_starts(
                 "dha_mb": tl.dha_bytes / 1e6,
             },
         )  # fmt: skip
-        nb = latency.num_blocks(m)
+        nb = latency.num_blocks(m) if latency is not None else 1
         warm = chosen.warm_s
         stage = Stage((0, nb), g.name, 1, n_gpus, warm)
         models_out[m] = ModelPlan(

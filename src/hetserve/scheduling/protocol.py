@@ -365,6 +365,7 @@ class Provisioned:
 
 def _load_builtin() -> None:
     from hetserve.scheduling import (  # noqa: F401
+        coldstart,
         edf_adaptive,
         fixed_batch,
         flex,

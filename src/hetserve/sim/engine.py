@@ -96,6 +96,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self._failures: list[tuple[float, str]] = []
         self._block_cache: dict = {}
         self._bytes_cache: dict[str, list[float]] = {}
+        self._host_loads: dict[str, int] = {}
         self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s
@@ -331,12 +332,23 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         res = w.resident.get(b.model, 0)
         m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
         if res & m != m:
-            if w.loading.get(b.model, 0) & m:
+            if not w.loading.get(b.model, 0) & m:
+                self._fail_batch(b, task, "blocks not resident", now)
+                return
+            cold = w.cold.get(b.model)
+            if cold is None:
                 w.waiting_load.append(task)
                 return
-            self._fail_batch(b, task, "blocks not resident", now)
-            return
-        cum, energy = self._stage_times(b.model, w, len(b.requests), blocks)
+            # a planned cold start under way: layer by layer, each as its weights arrive
+            lat = self.latency
+            dur = lat.cold_run_s(b.model, w.gpu, w.info.share, len(b.requests), cold[1],
+                                 now - cold[0])  # fmt: skip
+            cum = (dur,)
+            energy = lat.energy(b.model, w.gpu, w.info.share, len(b.requests)) * (
+                dur / max(lat.latency(b.model, w.gpu, w.info.share, len(b.requests)), 1e-12)
+            )
+        else:
+            cum, energy = self._stage_times(b.model, w, len(b.requests), blocks)
         if self._overhead_s and task.index == 0:
             extra = self._overhead_s * len(b.requests)
             cum = tuple(c + extra for c in cum)

@@ -4,6 +4,18 @@ A worker holds some blocks of some models within its memory (``memory_gb / share
 ``warm=True`` the plan's blocks are resident at t = 0 (a plan that does not fit is an
 error). ``Load`` moves weights over the GPU's host path (PCIe switch uplink, PCIe link)
 through the link model and counts against memory; ``Evict`` frees them.
+
+With a latency model that follows load plans (``core.layerlatency``), a ``Load`` follows
+the model's plan instead: the cold-start timeline (``core.coldstart``) says when each
+layer's weights arrive; parallel transmission takes the host links of GPUs of the same
+node under other PCIe switches joined to the worker's GPU by NVLink (those with the
+fewest loads under way, then by index); every host link a load uses is shared with the
+loads already under way on it: its load times are multiplied by the number of loads on
+its busiest link, counted when the load starts (DeepPlan section 3.2: GPUs under one
+PCIe switch share its uplink). Only loaded layers count against memory. A batch that
+starts while its model loads runs layer by layer, each waiting for its weights. DHA
+layers read host memory at their profiled speed: their contention with loads on the host
+link is not modelled.
 """
 
 from __future__ import annotations
@@ -28,9 +40,15 @@ class LoaderMixin:
     links: Any
     seq: int
     _bytes_cache: dict[str, list[float]]
+    _host_loads: dict[str, int]  # host link -> planned loads under way on it
+
+    def _push(self, t: float, kind: int, a: object, b: object) -> None: ...
 
     def block_bytes(self, model: str) -> list[float]:
         """Parameter bytes of each block (for memory and load times)."""
+        if model not in self._bytes_cache and callable(getattr(self.latency, "gpu_bytes", None)):
+            gpu = self.latency.model_load_plan(model).gpu
+            self._bytes_cache[model] = [self.latency.gpu_bytes(model, gpu)]
         if model not in self._bytes_cache:
             n = self.latency.num_blocks(model)
             out = [0.0] * n
@@ -92,14 +110,67 @@ class LoaderMixin:
             return
         w.mem_used += nbytes
         w.loading[a.model] = w.loading.get(a.model, 0) | new
+        if new and callable(getattr(self.latency, "load_timeline", None)):
+            self._planned_load(w, a, new, now)
+            return
         links = self.cluster.links
         path = tuple(self.cluster.host_path(w.gpu_id))
         bw = min(links[x].bw_gbps for x in path)
         t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
         self._push(t1, _LOAD_DONE, w, (a.model, new, a.blocks, t0))
 
+    def _planned_load(self, w: _Worker, a: Load, new: int, now: float) -> None:
+        lp = self.latency.model_load_plan(a.model)
+        n_parts = lp.plan.n_parts
+        gpus = [w.gpu_id, *self._secondaries(w, n_parts - 1, a.model)]
+        paths = [tuple(self.cluster.host_path(g)) for g in gpus]
+        busy = self._host_loads
+        scale = [float(max(busy.get(x, 0) for x in p) + 1) for p in paths]
+        held = tuple(x for p in paths for x in p)
+        for x in held:
+            busy[x] = busy.get(x, 0) + 1
+        tl = self.latency.load_timeline(a.model, w.gpu, scale)
+        w.cold[a.model] = (now, tl.ready_s, held)
+        self._push(now + tl.load_done_s, _LOAD_DONE, w, (a.model, new, a.blocks, now))
+
+    def _secondaries(self, w: _Worker, k: int, model: str) -> list[str]:
+        if k <= 0:
+            return []
+        g = self.cluster.gpu(w.gpu_id)
+        node = self.cluster.node(g.node)
+        sw = node.pcie_switch_of
+        mine = sw[g.index] if sw else None
+        pairs = {frozenset(p) for p in node.nvlink_pairs}
+        cands = [
+            o for o in node.gpus
+            if o.index != g.index
+            and (not sw or sw[o.index] is None or sw[o.index] != mine)
+            and frozenset((g.index, o.index)) in pairs
+        ]  # fmt: skip
+        seen_switch: set[object] = {mine}
+        busy = self._host_loads
+        path = self.cluster.host_path
+        cands.sort(key=lambda o: (max(busy.get(x, 0) for x in path(o.id)), o.index))
+        out = []
+        for o in cands:
+            s_ = sw[o.index] if sw else ("own", o.index)
+            if s_ in seen_switch and s_ is not None:
+                continue
+            seen_switch.add(s_)
+            out.append(o.id)
+            if len(out) == k:
+                return out
+        raise HetserveError(
+            f"load plan of {model} loads over {k + 1} GPUs' host links; worker {w.id}'s "
+            f"node offers {len(out) + 1} (GPUs under other PCIe switches joined by NVLink)"
+        )
+
     def _load_done(self, w: _Worker, info: tuple, now: float) -> None:
         model, new, blocks, t0 = info
+        cold = w.cold.pop(model, None)
+        if cold is not None:
+            for x in cold[2]:
+                self._host_loads[x] -= 1
         w.loading[model] = w.loading.get(model, 0) & ~new
         w.resident[model] = w.resident.get(model, 0) | new
         waiting, w.waiting_load = w.waiting_load, []

@@ -47,6 +47,7 @@ class _Worker:
     __slots__ = (
         "busy_energy_j",
         "busy_s",
+        "cold",
         "gpu",
         "gpu_id",
         "id",
@@ -70,6 +71,9 @@ class _Worker:
         self.mem_used = 0.0
         self.resident: dict[str, int] = {}  # model -> bitmask of blocks
         self.loading: dict[str, int] = {}
+        # model -> (load start, per-layer ready offsets, host links it holds): a load that
+        # follows a load plan, whose first batch may start before it ends
+        self.cold: dict[str, tuple[float, tuple[float, ...], tuple[str, ...]]] = {}
         self.ready: list = []  # heap of (planned_start, seq, task)
         self.waiting_load: list = []
         self.running: _Task | None = None

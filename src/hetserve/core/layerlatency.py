@@ -1,0 +1,171 @@
+"""A latency model over layer tables and load plans: what the simulator runs for DeepPlan.
+
+Every model is served whole (one block). Its warm latency on a GPU at a batch size is the
+sum of its layers' execution times with the model's load plan: loaded layers at their
+in-memory time, DHA layers at their host-access time (they stay in host memory when the
+model is warm, DeepPlan section 5.3). Its cold start follows the timeline
+(``core.coldstart``) of its load plan.
+
+Model names may carry an instance suffix, ``bert-base#17``: instance 17 of BERT-Base (a
+different user's copy of the same architecture, DeepPlan's Fig. 13); the layer table is the
+architecture's, the load plan the instance's (or the architecture's).
+
+Layer times come from a ``layers.csv`` where one is given (for the batch sizes it has;
+other batches scale the batch-1 execution times linearly, an approximation) and from the
+estimate over the shipped layer tables otherwise. A ``1/k`` slice runs ``k`` times slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hetserve.core.coldstart import DHA, LoadPlan, ModelLoadPlan, Timeline, timeline
+from hetserve.core.errors import HetserveError
+from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
+from hetserve.core.layertable import (
+    LayerRow,
+    estimate_layer_rows,
+    get_layer_table,
+    read_layers_csv,
+)
+
+
+def base_model(name: str) -> str:
+    """``bert-base#17`` -> ``bert-base``."""
+    return name.split("#", 1)[0]
+
+
+class LayerLatency:
+    """The module docstring's latency model (the ``LatencyModel`` protocol, one block)."""
+
+    def __init__(
+        self,
+        load_plans: Mapping[str, ModelLoadPlan],
+        layers_csv: str | None = None,
+        catalog: GpuCatalog = DEFAULT_CATALOG,
+    ) -> None:
+        self.load_plans = dict(load_plans)
+        self.catalog = catalog
+        self._csv: list[LayerRow] = read_layers_csv(layers_csv) if layers_csv else []
+        self._rows: dict[tuple[str, str, int], list[LayerRow]] = {}
+        self._warm: dict[tuple[str, str, int, int], float] = {}
+        self._gpu_bytes: dict[str, float] = {}
+
+    # ---- inputs
+    def _gpu(self, gpu: str | GpuType) -> GpuType:
+        return gpu if isinstance(gpu, GpuType) else self.catalog.get(gpu)
+
+    def model_load_plan(self, model: str) -> ModelLoadPlan:
+        lp = self.load_plans.get(model) or self.load_plans.get(base_model(model))
+        if lp is None:
+            raise HetserveError(f"no load plan for model {model} (plan --planner deepplan)")
+        return lp
+
+    def rows(self, model: str, gpu: str | GpuType, batch: int = 1) -> list[LayerRow]:
+        g = self._gpu(gpu)
+        arch = base_model(model)
+        key = (arch, g.name, batch)
+        hit = self._rows.get(key)
+        if hit is None:
+            mine = [r for r in self._csv if r.model == arch and (not r.gpu or r.gpu == g.name)]
+            if mine:
+                at = [r for r in mine if r.batch == batch]
+                if not at:
+                    one = [r for r in mine if r.batch == 1]
+                    if not one:
+                        raise HetserveError(f"layers.csv has no batch-1 rows of {arch}")
+                    at = [
+                        LayerRow(r.model, r.layer, r.kind, r.param_bytes, r.load_us,
+                                 r.exec_gpu_us * batch, r.exec_host_us * batch, r.gpu, batch)
+                        for r in one
+                    ]  # fmt: skip
+                hit = at
+            else:
+                hit = estimate_layer_rows(get_layer_table(arch), g, batch)
+            self._rows[key] = hit
+        return hit
+
+    def plan_of(self, model: str) -> LoadPlan:
+        return self.model_load_plan(model).plan
+
+    # ---- the LatencyModel protocol
+    def num_blocks(self, model: str) -> int:
+        return 1
+
+    def out_bytes(self, model: str, block: int) -> float:
+        return 0.0
+
+    def latency(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float:
+        g = self._gpu(gpu)
+        key = (model, g.name, share, batch)
+        t = self._warm.get(key)
+        if t is None:
+            rows = self.rows(model, g, batch)
+            modes = self.plan_of(model).modes
+            _check_len(model, rows, modes)
+            t = (
+                share
+                * 1e-6
+                * sum(
+                    r.exec_host_us if m == DHA else r.exec_gpu_us
+                    for r, m in zip(rows, modes, strict=True)
+                )
+            )
+            self._warm[key] = t
+        return t
+
+    def energy(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
+    ) -> float:
+        from hetserve.core.latency import busy_power_w
+
+        g = self._gpu(gpu)
+        return self.latency(model, g, share, batch) * busy_power_w(g, share, 1.0)
+
+    # ---- cold starts
+    def gpu_bytes(self, model: str, gpu: str | GpuType) -> float:
+        """Weights one instance holds in GPU memory (its loaded layers)."""
+        g = self._gpu(gpu)
+        key = f"{model}@{g.name}"
+        if key not in self._gpu_bytes:
+            rows = self.rows(model, g)
+            modes = self.plan_of(model).modes
+            _check_len(model, rows, modes)
+            self._gpu_bytes[key] = float(
+                sum(r.param_bytes for r, m in zip(rows, modes, strict=True) if m != DHA)
+            )
+        return self._gpu_bytes[key]
+
+    def load_timeline(
+        self, model: str, gpu: str | GpuType, load_scale: Sequence[float] = ()
+    ) -> Timeline:
+        """The cold start's timeline at batch 1 (when each layer's weights arrive)."""
+        lp = self.model_load_plan(model)
+        return timeline(self.rows(model, gpu), lp.plan, lp.nvlink_gbps, load_scale)
+
+    def cold_run_s(
+        self,
+        model: str,
+        gpu: str | GpuType,
+        share: int,
+        batch: int,
+        ready_s: Sequence[float],
+        offset_s: float,
+    ) -> float:
+        """How long a batch takes that starts ``offset_s`` after its model's load began,
+        each layer waiting for its weights (``ready_s``, from the load's timeline)."""
+        rows = self.rows(model, gpu, batch)
+        modes = self.plan_of(model).modes
+        t = offset_s
+        for r, m, a in zip(rows, modes, ready_s, strict=True):
+            t = max(t, a) + share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
+        return t - offset_s
+
+
+def _check_len(model: str, rows: Sequence[LayerRow], modes: Sequence[str]) -> None:
+    if len(rows) != len(modes):
+        raise HetserveError(
+            f"load plan of {model} has {len(modes)} layers; its layer table has {len(rows)}"
+        )

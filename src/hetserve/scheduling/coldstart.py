@@ -1,0 +1,266 @@
+"""``coldstart``: many model instances on few GPUs, cold starts, LRU residency.
+
+DeepPlan's serving model (section 5.3, after Clockwork): each GPU runs one batch at a time;
+more model instances exist than GPU memory holds, so some are resident and the rest wait
+in host memory.
+
+- A request goes to a GPU that holds its model (resident or loading), the one whose
+  queue empties first. If none does, to the GPU that can take the model soonest: the
+  least-recently-used instances there that are idle (nothing queued or running) are
+  evicted until the model fits, and a ``Load`` is issued. *How* it loads (baseline,
+  PipeSwitch, DHA, PT, PT+DHA) is the plan's load plan, carried out by the engine: the
+  scheduler is the same for every kind. A request no GPU can take now waits until one can.
+- Each GPU serves its queue in order: a batch takes the head request and up to
+  ``max_batch - 1`` more queued requests of the same model, and may start while the model
+  is still loading (the engine runs it layer by layer as weights arrive).
+- A request that cannot meet its deadline even if it started now (warm latency, or the
+  planned cold start when its model is still loading) is dropped with a reason.
+- The memory an instance takes is what its load plan keeps on the GPU (DHA layers stay in
+  host memory); ``memory_reserve_gb`` of each GPU is kept for the CUDA context,
+  activations and PT's staging buffers (DeepPlan's Fig. 13: 100 BERT-Base instances fit
+  four 16 GB V100s with PipeSwitch, about 10.9 GB of weights per GPU).
+- ``preload``: at start, instances are loaded round-robin over the GPUs, in the plan's
+  model order, while they fit (the paper's warm-up before measuring).
+
+Counters (``stats``): requests that went to a GPU where their model was not resident
+(``cold_requests``), loads and evictions.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.scheduling.protocol import (
+    RETURNED,
+    Action,
+    BaseScheduler,
+    ClusterView,
+    Dispatch,
+    Drop,
+    Evict,
+    Load,
+    RouteStep,
+    StageReport,
+    WorkerId,
+    register,
+)
+
+
+@register("coldstart")
+class ColdStart(BaseScheduler):
+    def __init__(
+        self, max_batch: int = 1, memory_reserve_gb: float = 5.0, preload: bool = True
+    ) -> None:
+        super().__init__()
+        if max_batch < 1 or memory_reserve_gb < 0:
+            raise HetserveError("coldstart: need max_batch >= 1 and memory_reserve_gb >= 0")
+        self.max_batch = int(max_batch)
+        self.reserve_b = float(memory_reserve_gb) * 1e9
+        self.preload = bool(preload)
+        self.stats = {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
+
+    # ------------------------------------------------------------------ setup
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        super().start(view, plan, now)
+        ws = sorted({w for ids in view.placement.stages.values() for w in ids})
+        if not ws:
+            raise HetserveError("coldstart: the plan places no workers")
+        self.workers: list[WorkerId] = ws
+        self.cap = {
+            w: max(0.0, view.workers[w].gpu.memory_gb * 1e9 / view.workers[w].share
+                   - self.reserve_b)
+            for w in ws
+        }  # fmt: skip
+        self.used = dict.fromkeys(ws, 0.0)
+        self.resident: dict[WorkerId, OrderedDict[str, float]] = {w: OrderedDict() for w in ws}
+        self.loading: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}  # -> ready by
+        self.queue: dict[WorkerId, deque[Request]] = {w: deque() for w in ws}
+        self.running: dict[WorkerId, int | None] = dict.fromkeys(ws)
+        self.busy_until = dict.fromkeys(ws, 0.0)
+        self.lost: set[WorkerId] = set()
+        self.pending: deque[Request] = deque()
+        self.batches: dict[int, WorkerId] = {}
+        self._bytes: dict[tuple[str, str], float] = {}
+        self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
+        out: list[Action] = []
+        if self.preload:
+            k = 0
+            for m in plan.models:
+                for _ in range(len(ws)):
+                    w = ws[k % len(ws)]
+                    k += 1
+                    if self.used[w] + self.instance_bytes(m, w) <= self.cap[w]:
+                        out.append(self._load(w, m, now))
+                        break
+        return out
+
+    # ------------------------------------------------------------------ estimates
+    def instance_bytes(self, model: str, w: WorkerId) -> float:
+        gpu = self.view.workers[w].gpu.name
+        key = (model, gpu)
+        b = self._bytes.get(key)
+        if b is None:
+            lat = self.view.latency
+            if callable(getattr(lat, "gpu_bytes", None)):
+                b = float(lat.gpu_bytes(model, gpu))  # type: ignore[attr-defined]
+            else:
+                lp = self.plan.load_plans.get(model)
+                b = lp.predicted.get("gpu_mb", 0.0) * 1e6 if lp else 0.0
+            self._bytes[key] = b
+        return b
+
+    def _cold_s(self, model: str) -> float:
+        lp = self.plan.load_plans.get(model)
+        if lp is None:
+            lat = self.view.latency
+            if callable(getattr(lat, "model_load_plan", None)):
+                lp = lat.model_load_plan(model)  # type: ignore[attr-defined]
+        return lp.predicted.get("cold_ms", 0.0) / 1e3 if lp else 0.0
+
+    def _warm_s(self, model: str, w: WorkerId, batch: int = 1) -> float:
+        return self.view.stage_latency_s(model, w, batch)
+
+    def _backlog_s(self, w: WorkerId, now: float) -> float:
+        t = max(now, self.busy_until[w])
+        return t + sum(self._warm_s(r.model, w) for r in self.queue[w]) - now
+
+    # ------------------------------------------------------------------ routing
+    def _load(self, w: WorkerId, model: str, now: float) -> Load:
+        self.used[w] += self.instance_bytes(model, w)
+        self.loading[w][model] = now + self._cold_s(model)
+        self.stats["loads"] += 1
+        return Load(w, model, (0, self._nb[model]))
+
+    def _make_room(self, w: WorkerId, model: str, out: list[Action]) -> bool:
+        """Evict idle LRU instances on ``w`` until ``model`` fits; False if it cannot."""
+        need = self.instance_bytes(model, w)
+        if need > self.cap[w]:
+            return False
+        busy = {r.model for r in self.queue[w]}
+        free = self.cap[w] - self.used[w]
+        victims = []
+        for m in self.resident[w]:  # least recently used first
+            if free >= need:
+                break
+            if m in busy:
+                continue
+            victims.append(m)
+            free += self.instance_bytes(m, w)
+        if free < need:
+            return False
+        for m in victims:
+            del self.resident[w][m]
+            self.used[w] -= self.instance_bytes(m, w)
+            self.stats["evictions"] += 1
+            out.append(Evict(w, m, (0, self._nb[m])))
+        return True
+
+    def _route(self, r: Request, now: float, out: list[Action]) -> bool:
+        live = [w for w in self.workers if w not in self.lost]
+        holders = [w for w in live if r.model in self.resident[w] or r.model in self.loading[w]]
+        if holders:
+            w = min(holders, key=lambda x: (self._backlog_s(x, now), x))
+            if r.model not in self.resident[w]:
+                self.stats["cold_requests"] += 1
+        else:
+            for w in sorted(live, key=lambda x: (self._backlog_s(x, now), x)):
+                if self._make_room(w, r.model, out):
+                    out.append(self._load(w, r.model, now))
+                    self.stats["cold_requests"] += 1
+                    break
+            else:
+                return False
+        self.queue[w].append(r)
+        if self.running[w] is None:
+            self._next(w, now, out)
+        return True
+
+    def _next(self, w: WorkerId, now: float, out: list[Action]) -> None:
+        q = self.queue[w]
+        while q and self.running[w] is None:
+            head = q[0]
+            m = head.model
+            take = [r for r in q if r.model == m][: self.max_batch]
+            finish = now + self._warm_s(m, w, len(take))
+            if m in self.loading[w]:
+                finish = max(finish, self.loading[w][m])
+            late = [r for r in take if r.deadline_s < finish]
+            if late:
+                for r in late:
+                    q.remove(r)
+                out.append(Drop(tuple(late), "deadline hopeless"))
+                continue  # the rest (if any) are looked at again, as a smaller batch
+            for r in take:
+                q.remove(r)
+            bid = self.new_batch_id()
+            self.batches[bid] = w
+            self.running[w] = bid
+            self.busy_until[w] = finish
+            if m in self.resident[w]:
+                self.resident[w].move_to_end(m)
+            out.append(Dispatch(bid, m, tuple(take), (RouteStep(0, w, now, (0, self._nb[m])),)))
+
+    def _retry_pending(self, now: float, out: list[Action]) -> None:
+        n = len(self.pending)
+        for _ in range(n):
+            r = self.pending.popleft()
+            if r.deadline_s < now + self._cold_s(r.model):
+                out.append(Drop((r,), "deadline hopeless"))
+            elif not self._route(r, now, out):
+                self.pending.append(r)
+
+    # ------------------------------------------------------------------ protocol
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        self.stats["requests"] += 1
+        out: list[Action] = []
+        if not self._route(request, now, out):
+            self.pending.append(request)
+        return out
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        out: list[Action] = []
+        w = report.worker
+        if report.kind == "load":
+            m = report.model
+            self.loading[w].pop(m, None)
+            if report.completed and w not in self.lost:
+                self.resident[w][m] = now
+                self.resident[w].move_to_end(m)
+            else:
+                self.used[w] -= self.instance_bytes(m, w)
+                stuck = [r for r in self.queue[w] if r.model == m]
+                for r in stuck:
+                    self.queue[w].remove(r)
+                for r in stuck:
+                    if not self._route(r, now, out):
+                        self.pending.append(r)
+            return out
+        if report.last or not report.completed:
+            self.batches.pop(report.batch_id, None)
+            self.running[w] = None
+            self.busy_until[w] = now
+        if not report.completed and report.reason in RETURNED:
+            for r in report.requests:
+                if not self._route(r, now, out):
+                    self.pending.append(r)
+        if w not in self.lost and self.running[w] is None:
+            self._next(w, now, out)
+        if self.pending:
+            self._retry_pending(now, out)
+        return out
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        self.lost.add(worker)
+        out: list[Action] = []
+        queued = list(self.queue[worker])
+        self.queue[worker].clear()
+        self.resident[worker].clear()
+        self.loading[worker].clear()
+        self.used[worker] = 0.0
+        for r in queued:
+            if not self._route(r, now, out):
+                self.pending.append(r)
+        return out
