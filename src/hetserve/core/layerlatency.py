@@ -157,8 +157,9 @@ class LayerLatency:
         """How long a batch takes that starts ``offset_s`` after its model's load began,
         each layer waiting for its weights (``ready_s``, from the load's timeline)."""
         rows = self.rows(model, gpu, batch)
-        modes = self.plan_of(model).modes
-        t = offset_s
+        plan = self.plan_of(model)
+        modes = plan.modes
+        t = offset_s if plan.pipelined else max(offset_s, max(ready_s, default=0.0))
         for r, m, a in zip(rows, modes, ready_s, strict=True):
             t = max(t, a) + share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
         return t - offset_s
