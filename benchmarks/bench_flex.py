@@ -19,7 +19,7 @@ import numpy as np
 
 from hetserve.core.outcome import OK
 from hetserve.core.requests import Stream
-from hetserve.experiments.shepherd import V100, group_setup
+from hetserve.experiments.shepherd.scenarios import V100, group_setup
 from hetserve.scheduling.protocol import SCHEDULERS, make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload import Poisson, generate

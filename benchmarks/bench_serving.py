@@ -98,7 +98,7 @@ def _serve_emulated(port: int, model: str = "bert-base") -> None:
     """The front-end benchmark's server (a process of its own, as a deployment has)."""
     import uvicorn
 
-    from hetserve.experiments.shepherd import group_setup
+    from hetserve.experiments.shepherd.scenarios import group_setup
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
 
@@ -127,7 +127,7 @@ def frontend(
     from hetserve.experiments.live import free_port, replay_http
     from hetserve.experiments.loadgen import http_request, open_loop
     from hetserve.experiments.setup import build_trace
-    from hetserve.experiments.shepherd import group_setup
+    from hetserve.experiments.shepherd.scenarios import group_setup
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -179,7 +179,7 @@ def test_access_log_lines(caplog):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from hetserve.experiments.shepherd import group_setup
+    from hetserve.experiments.shepherd.scenarios import group_setup
     from hetserve.runtime.http import HttpConfig, create_app
     from hetserve.runtime.server import Server, ServerConfig
 

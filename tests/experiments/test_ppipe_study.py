@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from hetserve.cli import main
 from hetserve.core.graph import get_graph
-from hetserve.experiments import ppipe_study as S
-from hetserve.experiments.ppipe_report import write_study_report
+from hetserve.experiments.ppipe import study as S
+from hetserve.experiments.ppipe.report import write_study_report
 
 
 def test_every_paper_model_maps_onto_a_zoo_graph_and_groups_have_three():

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from hetserve.cli import main
-from hetserve.experiments import shepherd_study as S
-from hetserve.experiments.shepherd_report import write_shepherd_report
+from hetserve.experiments.shepherd import study as S
+from hetserve.experiments.shepherd.report import write_shepherd_report
 
 TINY = dataclasses.replace(
     S.quick_config(),

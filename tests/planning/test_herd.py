@@ -11,7 +11,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.latency import shepherd_linear_model
 from hetserve.core.plan import bind
 from hetserve.experiments.setup import Setup, simulate
-from hetserve.experiments.shepherd import V100, group_setup
+from hetserve.experiments.shepherd.scenarios import V100, group_setup
 from hetserve.planning.herd import (
     ModelStream,
     affinity,

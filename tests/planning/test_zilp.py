@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetserve.core.errors import HetserveError
-from hetserve.experiments.shepherd import COMPETITIVE_RATIO, flex_vs_offline
+from hetserve.experiments.shepherd.scenarios import COMPETITIVE_RATIO, flex_vs_offline
 from hetserve.planning.zilp import OfflineRequest, offline_optimum
 
 

@@ -232,7 +232,7 @@ def test_admission_refuses_a_burst_at_arrival_not_after_queueing():
 
 
 def test_metrics_have_bounded_labels_http_counts_and_gauges():
-    from hetserve.experiments.shepherd import group_setup
+    from hetserve.experiments.shepherd.scenarios import group_setup
 
     s = group_setup(1, {"resnet50": 1.0})
     srv = Server(s, ServerConfig(scheduler="flex", emulate=True))
@@ -272,7 +272,7 @@ def test_failure_reasons_are_bounded():
 
 
 def test_wrong_method_and_unknown_routes_give_error_bodies():
-    from hetserve.experiments.shepherd import group_setup
+    from hetserve.experiments.shepherd.scenarios import group_setup
 
     srv = Server(group_setup(1, {"resnet50": 1.0}), ServerConfig(scheduler="flex", emulate=True))
     with TestClient(create_app(srv)) as c:

@@ -5,7 +5,7 @@ import pytest
 
 from hetserve.core.outcome import OK
 from hetserve.experiments.setup import build_setup, build_trace
-from hetserve.experiments.shepherd import group_setup
+from hetserve.experiments.shepherd.scenarios import group_setup
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock
 from hetserve.scheduling import ClusterView, make_scheduler

@@ -11,7 +11,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import LATE, OK, PENDING
 from hetserve.core.requests import Request, Stream
 from hetserve.experiments.setup import simulate
-from hetserve.experiments.shepherd import group_setup, two_stream_scenario
+from hetserve.experiments.shepherd.scenarios import group_setup, two_stream_scenario
 from hetserve.scheduling import (
     ClusterView,
     Dispatch,

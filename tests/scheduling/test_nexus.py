@@ -6,7 +6,7 @@ import pytest
 from hetserve.core.outcome import OK
 from hetserve.core.requests import Request, Stream
 from hetserve.experiments.setup import simulate
-from hetserve.experiments.shepherd import V100, group_setup
+from hetserve.experiments.shepherd.scenarios import V100, group_setup
 from hetserve.scheduling import ClusterView, Drop, SetTimer, make_scheduler
 from hetserve.scheduling.nexus import peak_rates
 from hetserve.workload.trace import Trace

@@ -130,8 +130,8 @@ def _shepherd_step() -> None:
     """9. Shepherd: FLEX against Clockwork and Nexus on a serving group under overload."""
     from hetserve.core.outcome import OK
     from hetserve.experiments.setup import simulate
-    from hetserve.experiments.shepherd import group_setup
-    from hetserve.experiments.shepherd_study import MODELS
+    from hetserve.experiments.shepherd.scenarios import group_setup
+    from hetserve.experiments.shepherd.study import MODELS
     from hetserve.scheduling.nexus import peak_rates
     from hetserve.workload.maf import maf_trace
 

@@ -88,8 +88,8 @@ def reproduce_ppipe(
     """PPipe section 7: max load factor at 99% attainment of ppipe, np and dart-r plans
     (each with the reservation data plane) on hc1-l..hc4-l for Poisson and Bursty loads,
     attainment curves, GPU utilisation per class, and reservation vs reactive."""
-    from hetserve.experiments import ppipe_study as S
-    from hetserve.experiments.ppipe_report import write_study_report
+    from hetserve.experiments.ppipe import study as S
+    from hetserve.experiments.ppipe.report import write_study_report
 
     cfg = S.quick_config(profiles) if quick else S.StudyConfig(profiles=profiles)
     changes: dict[str, Any] = {}
@@ -206,8 +206,8 @@ def reproduce_shepherd(
     """Shepherd section 7: goodput and utilisation vs load for flex, clockwork and nexus
     (MAF-stable and MAF-bursty), goodput vs SLO, the preemption and prioritisation
     ablation, FLEX against the offline optimum, and scaling with HERD serving groups."""
-    from hetserve.experiments import shepherd_study as S
-    from hetserve.experiments.shepherd_report import write_shepherd_report
+    from hetserve.experiments.shepherd import study as S
+    from hetserve.experiments.shepherd.report import write_shepherd_report
 
     cfg = S.quick_config() if quick else S.ShepherdConfig()
     changes: dict[str, Any] = {"seed": seed}

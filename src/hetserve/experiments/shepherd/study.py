@@ -116,7 +116,7 @@ def run_point(task: tuple, cfg: ShepherdConfig) -> tuple[tuple, dict[str, Any]]:
     """One simulation: ``("load", workload, scheduler, rate)``, ``("slo", workload,
     scheduler, slo)``, ``("two-stream", slo, scheduler)``, ``("scale", workers,
     grouping)`` or ``("offline", scheduler)``."""
-    from hetserve.experiments.shepherd import group_setup, two_stream_scenario
+    from hetserve.experiments.shepherd.scenarios import group_setup, two_stream_scenario
     from hetserve.workload.maf import maf_trace
 
     kind = task[0]
@@ -141,7 +141,7 @@ def run_point(task: tuple, cfg: ShepherdConfig) -> tuple[tuple, dict[str, Any]]:
     if kind == "scale":
         return task, _scale_point(task[1], task[2], cfg)
     if kind == "offline":
-        from hetserve.experiments.shepherd import flex_vs_offline
+        from hetserve.experiments.shepherd.scenarios import flex_vs_offline
 
         rows = flex_vs_offline(cfg.offline_instances, cfg.seed, task[1], max_requests=10)
         return task, {"instances": rows}
@@ -156,7 +156,7 @@ def _scale_point(n_gpus: int, grouping: str, cfg: ShepherdConfig) -> dict[str, A
     from hetserve.core.latency import LinearModel, shepherd_linear_model
     from hetserve.core.plan import bind
     from hetserve.experiments.setup import Setup
-    from hetserve.experiments.shepherd import V100
+    from hetserve.experiments.shepherd.scenarios import V100
     from hetserve.planning.herd import HerdResult, herd, herd_plan, model_streams, split_heavy
     from hetserve.workload.maf import maf_trace
 

@@ -7,9 +7,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-from hetserve.experiments.ppipe_report import _bars, _table
+from hetserve.experiments.ppipe.report import _bars, _table
 from hetserve.experiments.report import _plt, _png, html_page
-from hetserve.experiments.shepherd_study import PAPER, SCHEDULERS, WORKLOADS, summary_rows
+from hetserve.experiments.shepherd.study import PAPER, SCHEDULERS, WORKLOADS, summary_rows
 
 _COLORS = {"flex": "#1f77b4", "clockwork": "#ff7f0e", "nexus": "#2ca02c", "flex-np": "#9467bd"}
 

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from hetserve.experiments.ppipe_study import PAPER, clusters_of, summary_rows
+from hetserve.experiments.ppipe.study import PAPER, clusters_of, summary_rows
 from hetserve.experiments.report import _plt, _png, html_page
 
 _COLORS = {

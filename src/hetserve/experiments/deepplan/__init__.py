@@ -1,0 +1,1 @@
+"""The deepplan study (hetserve reproduce deepplan)."""

@@ -1,0 +1,1 @@
+"""The ppipe study (hetserve reproduce ppipe)."""

@@ -1,0 +1,1 @@
+"""The shepherd study (hetserve reproduce shepherd)."""
