@@ -259,3 +259,31 @@ def html_page(title: str, body: list[str]) -> str:
         "text-align:right}</style></head><body>"
     )
     return "\n".join([head, *body, "</body></html>"])
+
+
+def bars(
+    ax: Any,
+    categories: list[str],
+    series: dict[str, list[float]],
+    top: float,
+    ylabel: str,
+    title: str,
+    colors: dict[str, str] | None = None,
+) -> None:
+    """Grouped bars: one group per category, one bar per series, legend on top."""
+    width = 0.8 / max(1, len(series))
+    for k, (name, ys) in enumerate(series.items()):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(categories))]
+        ax.bar(xs, ys, width, label=name, color=(colors or {}).get(name))
+    ax.set_xticks(range(len(categories)), categories)
+    ax.set_ylim(0, top)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=max(1, len(series)), loc="upper center")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def table_html(head: list[str], rows: list[list[str]]) -> str:
+    h = "".join(f"<th>{html.escape(x)}</th>" for x in head)
+    b = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in rows)
+    return f"<table><tr>{h}</tr>{b}</table>"

@@ -10,8 +10,10 @@ from typing import Any
 
 from hetserve.experiments.ppipe.study import PAPER, clusters_of, summary_rows
 from hetserve.experiments.report import _plt, _png, html_page
+from hetserve.experiments.report import bars as _bars_shared
+from hetserve.experiments.report import table_html as _table
 
-_COLORS = {
+_COLORS: dict[str, str] = {
     "ppipe": "#1f77b4",
     "reservation": "#1f77b4",
     "np": "#ff7f0e",
@@ -23,27 +25,6 @@ _COLORS = {
 def _mean(xs: Any) -> float:
     xs = [x for x in xs if x is not None]
     return statistics.fmean(xs) if xs else 0.0
-
-
-def _bars(
-    ax: Any,
-    categories: list[str],
-    series: dict[str, list[float]],
-    top: float,
-    ylabel: str,
-    title: str,
-) -> None:
-    """Grouped bars: one group per category, one bar per series, legend on top."""
-    width = 0.8 / max(1, len(series))
-    for k, (name, ys) in enumerate(series.items()):
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(categories))]
-        ax.bar(xs, ys, width, label=name, color=_COLORS.get(name))
-    ax.set_xticks(range(len(categories)), categories)
-    ax.set_ylim(0, top)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8, ncol=max(1, len(series)), loc="upper center")
-    ax.grid(axis="y", alpha=0.3)
 
 
 def plot_max_lf(results: dict[str, Any]) -> str:
@@ -131,12 +112,6 @@ def plot_ablation(results: dict[str, Any]) -> str:
     ax.tick_params(axis="x", labelsize=8, labelrotation=30 if len(rows) > 6 else 0)
     fig.tight_layout()
     return _png(fig)
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    h = "".join(f"<th>{html.escape(x)}</th>" for x in head)
-    b = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in rows)
-    return f"<table><tr>{h}</tr>{b}</table>"
 
 
 def _fmt(x: Any, pct: bool = False) -> str:
@@ -230,3 +205,10 @@ def write_study_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     out = Path(out_dir) / "report.html"
     out.write_text(html_page("hetserve: PPipe reproduction", parts))
     return out
+
+
+def _bars(
+    ax: Any, categories: list[str], series: dict[str, list[float]], top: float, ylabel: str,
+    title: str,
+) -> None:  # fmt: skip
+    _bars_shared(ax, categories, series, top, ylabel, title, _COLORS)

@@ -7,8 +7,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-from hetserve.experiments.ppipe.report import _bars, _table
 from hetserve.experiments.report import _plt, _png, html_page
+from hetserve.experiments.report import bars as _bars_shared
+from hetserve.experiments.report import table_html as _table
 from hetserve.experiments.shepherd.study import PAPER, SCHEDULERS, WORKLOADS, summary_rows
 
 _COLORS = {"flex": "#1f77b4", "clockwork": "#ff7f0e", "nexus": "#2ca02c", "flex-np": "#9467bd"}
@@ -187,3 +188,10 @@ def write_shepherd_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     path = out / "report.html"
     path.write_text(html_page("hetserve: Shepherd reproduction", parts))
     return path
+
+
+def _bars(
+    ax: Any, categories: list[str], series: dict[str, list[float]], top: float, ylabel: str,
+    title: str,
+) -> None:  # fmt: skip
+    _bars_shared(ax, categories, series, top, ylabel, title, _COLORS)
