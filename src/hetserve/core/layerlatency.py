@@ -50,6 +50,8 @@ class LayerLatency:
         self._rows: dict[tuple[str, str, int], list[LayerRow]] = {}
         self._warm: dict[tuple[str, str, int, int], float] = {}
         self._gpu_bytes: dict[str, float] = {}
+        self._timelines: dict[tuple[int, str, tuple[float, ...]], Timeline] = {}
+        self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool]] = {}
 
     # ---- inputs
     def _gpu(self, gpu: str | GpuType) -> GpuType:
@@ -141,9 +143,16 @@ class LayerLatency:
     def load_timeline(
         self, model: str, gpu: str | GpuType, load_scale: Sequence[float] = ()
     ) -> Timeline:
-        """The cold start's timeline at batch 1 (when each layer's weights arrive)."""
+        """The cold start's timeline at batch 1 (when each layer's weights arrive); the
+        same object for the same plan, GPU type and link shares."""
         lp = self.model_load_plan(model)
-        return timeline(self.rows(model, gpu), lp.plan, lp.nvlink_gbps, load_scale)
+        g = self._gpu(gpu)
+        key = (id(lp.plan), g.name, tuple(load_scale))
+        tl = self._timelines.get(key)
+        if tl is None:
+            tl = timeline(self.rows(model, g), lp.plan, lp.nvlink_gbps, load_scale)
+            self._timelines[key] = tl
+        return tl
 
     def cold_run_s(
         self,
@@ -151,18 +160,35 @@ class LayerLatency:
         gpu: str | GpuType,
         share: int,
         batch: int,
-        ready_s: Sequence[float],
+        load: Timeline,
         offset_s: float,
     ) -> float:
         """How long a batch takes that starts ``offset_s`` after its model's load began,
-        each layer waiting for its weights (``ready_s``, from the load's timeline)."""
-        rows = self.rows(model, gpu, batch)
-        plan = self.plan_of(model)
-        modes = plan.modes
-        t = offset_s if plan.pipelined else max(offset_s, max(ready_s, default=0.0))
-        for r, m, a in zip(rows, modes, ready_s, strict=True):
-            t = max(t, a) + share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
-        return t - offset_s
+        each layer waiting for its weights (``load``: the load's timeline).
+
+        The execution recursion ``e_i = max(e_{i-1}, ready_i) + x_i`` unrolls to
+        ``e_n = max(offset + sum(x), max_i(ready_i + sum_{j >= i} x_j))``, so one pass per
+        (timeline, batch) gives every offset."""
+        g = self._gpu(gpu)
+        key = (id(load), g.name, share, batch)
+        hit = self._cold.get(key)
+        if hit is None:
+            rows = self.rows(model, g, batch)
+            plan = self.plan_of(model)
+            xs = [
+                share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
+                for r, m in zip(rows, plan.modes, strict=True)
+            ]
+            total, suffix, peak = sum(xs), 0.0, 0.0
+            for x, a in zip(reversed(xs), reversed(load.ready_s), strict=True):
+                suffix += x
+                peak = max(peak, a + suffix)
+            hit = (total, peak, plan.pipelined)
+            self._cold[key] = hit
+        total, peak, pipelined = hit
+        if not pipelined:
+            return max(offset_s, load.load_done_s) + total - offset_s
+        return max(offset_s + total, peak) - offset_s
 
 
 def _check_len(model: str, rows: Sequence[LayerRow], modes: Sequence[str]) -> None:

@@ -23,7 +23,7 @@ in host memory.
   model order, while they fit (the paper's warm-up before measuring).
 
 Counters (``stats``): requests that went to a GPU where their model was not resident
-(``cold_requests``), loads and evictions.
+(``cold_requests``; their ids in ``cold_ids``), loads and evictions.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class ColdStart(BaseScheduler):
         self.reserve_b = float(memory_reserve_gb) * 1e9
         self.preload = bool(preload)
         self.stats = {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
+        self.cold_ids: list[int] = []  # requests queued where their model was not resident
 
     # ------------------------------------------------------------------ setup
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
@@ -80,7 +81,10 @@ class ColdStart(BaseScheduler):
         self.queue: dict[WorkerId, deque[Request]] = {w: deque() for w in ws}
         self.running: dict[WorkerId, int | None] = dict.fromkeys(ws)
         self.busy_until = dict.fromkeys(ws, 0.0)
+        self.queued_s = dict.fromkeys(ws, 0.0)  # batch-1 warm latency of the queue
         self.lost: set[WorkerId] = set()
+        self.live: list[WorkerId] = list(ws)
+        self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self.pending: deque[Request] = deque()
         self.batches: dict[int, WorkerId] = {}
         self._bytes: dict[tuple[str, str], float] = {}
@@ -121,11 +125,18 @@ class ColdStart(BaseScheduler):
         return lp.predicted.get("cold_ms", 0.0) / 1e3 if lp else 0.0
 
     def _warm_s(self, model: str, w: WorkerId, batch: int = 1) -> float:
-        return self.view.stage_latency_s(model, w, batch)
+        key = (model, w, batch)
+        t = self._warm.get(key)
+        if t is None:
+            t = self._warm[key] = self.view.stage_latency_s(model, w, batch)
+        return t
 
     def _backlog_s(self, w: WorkerId, now: float) -> float:
-        t = max(now, self.busy_until[w])
-        return t + sum(self._warm_s(r.model, w) for r in self.queue[w]) - now
+        return max(now, self.busy_until[w]) + self.queued_s[w] - now
+
+    def _dequeue(self, w: WorkerId, r: Request) -> None:
+        self.queue[w].remove(r)
+        self.queued_s[w] = max(0.0, self.queued_s[w] - self._warm_s(r.model, w))
 
     # ------------------------------------------------------------------ routing
     def _load(self, w: WorkerId, model: str, now: float) -> Load:
@@ -159,21 +170,25 @@ class ColdStart(BaseScheduler):
         return True
 
     def _route(self, r: Request, now: float, out: list[Action]) -> bool:
-        live = [w for w in self.workers if w not in self.lost]
-        holders = [w for w in live if r.model in self.resident[w] or r.model in self.loading[w]]
-        if holders:
+        m = r.model
+        live = self.live
+        holders = [w for w in live if m in self.resident[w] or m in self.loading[w]]
+        if len(holders) == 1:
+            w = holders[0]
+        elif holders:
             w = min(holders, key=lambda x: (self._backlog_s(x, now), x))
-            if r.model not in self.resident[w]:
-                self.stats["cold_requests"] += 1
         else:
             for w in sorted(live, key=lambda x: (self._backlog_s(x, now), x)):
                 if self._make_room(w, r.model, out):
                     out.append(self._load(w, r.model, now))
-                    self.stats["cold_requests"] += 1
                     break
             else:
                 return False
         self.queue[w].append(r)
+        self.queued_s[w] += self._warm_s(r.model, w)
+        if r.model not in self.resident[w]:
+            self.cold_ids.append(r.id)
+            self.stats["cold_requests"] += 1
         if self.running[w] is None:
             self._next(w, now, out)
         return True
@@ -183,18 +198,21 @@ class ColdStart(BaseScheduler):
         while q and self.running[w] is None:
             head = q[0]
             m = head.model
-            take = [r for r in q if r.model == m][: self.max_batch]
+            if self.max_batch == 1:
+                take = [head]
+            else:
+                take = [r for r in q if r.model == m][: self.max_batch]
             finish = now + self._warm_s(m, w, len(take))
             if m in self.loading[w]:
                 finish = max(finish, self.loading[w][m])
             late = [r for r in take if r.deadline_s < finish]
             if late:
                 for r in late:
-                    q.remove(r)
+                    self._dequeue(w, r)
                 out.append(Drop(tuple(late), "deadline hopeless"))
                 continue  # the rest (if any) are looked at again, as a smaller batch
             for r in take:
-                q.remove(r)
+                self._dequeue(w, r)
             bid = self.new_batch_id()
             self.batches[bid] = w
             self.running[w] = bid
@@ -233,7 +251,7 @@ class ColdStart(BaseScheduler):
                 self.used[w] -= self.instance_bytes(m, w)
                 stuck = [r for r in self.queue[w] if r.model == m]
                 for r in stuck:
-                    self.queue[w].remove(r)
+                    self._dequeue(w, r)
                 for r in stuck:
                     if not self._route(r, now, out):
                         self.pending.append(r)
@@ -254,9 +272,11 @@ class ColdStart(BaseScheduler):
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.lost.add(worker)
+        self.live = [w for w in self.workers if w not in self.lost]
         out: list[Action] = []
         queued = list(self.queue[worker])
         self.queue[worker].clear()
+        self.queued_s[worker] = 0.0
         self.resident[worker].clear()
         self.loading[worker].clear()
         self.used[worker] = 0.0

@@ -123,15 +123,22 @@ class LoaderMixin:
         lp = self.latency.model_load_plan(a.model)
         n_parts = lp.plan.n_parts
         gpus = [w.gpu_id, *self._secondaries(w, n_parts - 1, a.model)]
-        paths = [tuple(self.cluster.host_path(g)) for g in gpus]
+        paths = [self._host_path(g) for g in gpus]
         busy = self._host_loads
         scale = [float(max(busy.get(x, 0) for x in p) + 1) for p in paths]
         held = tuple(x for p in paths for x in p)
         for x in held:
             busy[x] = busy.get(x, 0) + 1
         tl = self.latency.load_timeline(a.model, w.gpu, scale)
-        w.cold[a.model] = (now, tl.ready_s, held)
+        w.cold[a.model] = (now, tl, held)
         self._push(now + tl.load_done_s, _LOAD_DONE, w, (a.model, new, a.blocks, now))
+
+    def _host_path(self, gpu_id: str) -> tuple[str, ...]:
+        cache = self.__dict__.setdefault("_host_paths", {})
+        p = cache.get(gpu_id)
+        if p is None:
+            p = cache[gpu_id] = tuple(self.cluster.host_path(gpu_id))
+        return p
 
     def _secondaries(self, w: _Worker, k: int, model: str) -> list[str]:
         if k <= 0:
@@ -149,7 +156,7 @@ class LoaderMixin:
         ]  # fmt: skip
         seen_switch: set[object] = {mine}
         busy = self._host_loads
-        path = self.cluster.host_path
+        path = self._host_path
         cands.sort(key=lambda o: (max(busy.get(x, 0) for x in path(o.id)), o.index))
         out = []
         for o in cands:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.scheduling.protocol import Dispatch, WorkerInfo
@@ -71,9 +72,9 @@ class _Worker:
         self.mem_used = 0.0
         self.resident: dict[str, int] = {}  # model -> bitmask of blocks
         self.loading: dict[str, int] = {}
-        # model -> (load start, per-layer ready offsets, host links it holds): a load that
-        # follows a load plan, whose first batch may start before it ends
-        self.cold: dict[str, tuple[float, tuple[float, ...], tuple[str, ...]]] = {}
+        # model -> (load start, its timeline, host links it holds): a load that follows a
+        # load plan, whose batches may start before it ends
+        self.cold: dict[str, tuple[float, Any, tuple[str, ...]]] = {}
         self.ready: list = []  # heap of (planned_start, seq, task)
         self.waiting_load: list = []
         self.running: _Task | None = None
