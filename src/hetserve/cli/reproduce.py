@@ -279,3 +279,64 @@ def _profile_groups(profiles: str) -> dict[str, tuple[str, ...]]:
     if not models:
         raise HetserveError(f"{profiles}: the profile set has no models")
     return {f"G{i // 3 + 1}": tuple(models[i : i + 3]) for i in range(0, len(models), 3)}
+
+
+@reproduce.command("deepplan")
+@click.option("--quick", is_flag=True, help="Fewer points and a 10-minute Fig. 15.")
+@click.option(
+    "--layers",
+    "layers_csv",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A layers.csv (measured or estimated) instead of the estimate.",
+)
+@click.option("--cluster", "cluster_name", default="p3-8xlarge", show_default=True)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Fig. 15: an Azure Functions 2019 per-minute file (default: the synthetic twin).",
+)
+@click.option("--minutes", type=int, default=None, help="Fig. 15 length (default 180; 10 quick).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def reproduce_deepplan(
+    quick: bool,
+    layers_csv: str | None,
+    cluster_name: str,
+    trace: str | None,
+    minutes: int | None,
+    seed: int,
+    out: str,
+) -> None:
+    """DeepPlan section 5: cold-start latency per load plan (Fig. 11, Tables 3 and 4),
+    throughput during cold starts (Fig. 12), instances beyond GPU memory (Fig. 13) and an
+    Azure Functions trace (Fig. 15)."""
+    from hetserve.core.layertable import read_layers_csv
+    from hetserve.experiments.deepplan import study as S
+    from hetserve.experiments.deepplan.report import write_deepplan_report
+    from hetserve.experiments.report import write_results
+
+    cfg = S.quick_config() if quick else S.DeepPlanConfig()
+    changes: dict[str, Any] = {"seed": seed, "cluster": cluster_name}
+    if layers_csv:
+        read_layers_csv(layers_csv)  # a bad file fails now, with its line
+        changes["layers_csv"] = layers_csv
+    if trace:
+        changes["fig15_trace"] = trace
+    if minutes is not None:
+        if not 1 <= minutes <= 20_160:
+            raise HetserveError(f"--minutes must be 1..20160, got {minutes}")
+        changes["fig15_minutes"] = minutes
+    cfg = dataclasses.replace(cfg, **changes)
+    with _progress("planning", "simulating") as progress:
+        results = S.run_study(cfg, progress=progress)
+    path = write_results(results, out)
+    report = write_deepplan_report(results, out)
+    t = Table(title="DeepPlan reproduction: ours vs the paper")
+    for col in ("metric", "hetserve", "paper"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for row in S.summary_rows(results):
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"wrote {path} and {report}")
