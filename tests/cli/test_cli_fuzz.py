@@ -31,7 +31,10 @@ BASE = {
               "0"],
 }  # fmt: skip
 # commands whose work is long: only values Click itself refuses are sent to them
-CLICK_ONLY = {"reproduce ppipe", "reproduce shepherd", "profile measure", "zoo export", "demo"}
+CLICK_ONLY = {
+    "reproduce ppipe", "reproduce shepherd", "reproduce deepplan", "profile measure",
+    "zoo export", "zoo layers", "demo",
+}  # fmt: skip
 
 BAD_FILES = ["{tmp}/latin1.yaml", "{tmp}/missing.yaml", "{tmp}", "{tmp}/binary.bin"]
 # option or argument name -> values that must be refused
@@ -63,6 +66,7 @@ BY_NAME = {
     "port": ["70000", "-1"],
     "max_body_mb": ["0", "nan"],
     "device": ["tpu"],
+    "layers_csv": ["{tmp}/latin1.yaml", "{tmp}/missing.csv", "{tmp}/binary.bin"],
     "address": [],
     "out": [],
     "output": [],

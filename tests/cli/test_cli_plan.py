@@ -221,3 +221,55 @@ def test_profile_set_end_to_end(capsys, tmp_path):
     assert code == 0, err
     s = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert s["config"]["latency_source"] == "profiles" and s["arrived"] > 0
+
+
+def test_deepplan_plan_prints_every_kind_and_writes_load_plans(capsys, tmp_path):
+    from hetserve.core.plan import Plan
+
+    f = tmp_path / "dp.json"
+    args = ["--cluster", "p3-8xlarge", "--models", "resnet50,bert-base", "--kind", "dha"]
+    code, out, _ = run(capsys, "plan", "--planner", "deepplan", *args, "--output", str(f))
+    assert code == 0
+    for kind in ("baseline", "pipeswitch", "dha*", "pt", "pt+dha", "optimal"):
+        assert kind in out
+    data = json.loads(f.read_text())
+    lp = data["load_plans"]["bert-base"]
+    assert lp["kind"] == "dha" and lp["gpu"] == "V100-16GB" and lp["layers"] == len(lp["parts"])
+    assert 0 in lp["dha"] and lp["predicted"]["cold_ms"] > lp["predicted"]["warm_ms"]
+    back = Plan.load(f)
+    assert back.load_plans["bert-base"].plan.dha_layers == tuple(lp["dha"])
+    assert back.to_json() == data  # the plan file round-trips
+
+
+def test_deepplan_plan_from_a_layers_csv_and_its_errors(capsys, tmp_path):
+    code, out, _ = run(capsys, "profile", "estimate", "--cluster", "p3-8xlarge", "--models",
+                       "resnet18", "--batches", "1,2", "--shares", "1", "--layers",
+                       "--out", str(tmp_path / "est"))  # fmt: skip
+    assert code == 0 and "layers.csv" in out
+    csv_path = tmp_path / "est" / "layers.csv"
+    f = tmp_path / "dp.json"
+    code, _, _ = run(capsys, "plan", "--planner", "deepplan", "--cluster", "p3-8xlarge",
+                     "--models", "resnet18", "--layers", str(csv_path), "--batch", "2",
+                     "--output", str(f))  # fmt: skip
+    assert code == 0
+    assert json.loads(f.read_text())["load_plans"]["resnet18"]["layers_source"] == str(csv_path)
+    cases = [
+        (["--models", "resnet50", "--layers", str(csv_path)], "no layers of model resnet50"),
+        (["--models", "resnet18", "--layers", str(csv_path), "--batch", "3"], "at batch 3"),
+        (["--models", "resnet18", "--pt-max", "1"], "--kind pt+dha: cluster p3-8xlarge has no"),
+        (["--models", "resnet18", "--cluster", "hc1-s"], "has GPU types"),
+    ]
+    for extra, msg in cases:
+        args = ["plan", "--planner", "deepplan", "--cluster", "p3-8xlarge", *extra,
+                "--output", str(f)]  # fmt: skip
+        code, _, err = run(capsys, *args)
+        assert code == 2 and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
+    # a load plan naming more layers than the model has is refused when read
+    data = json.loads(f.read_text())
+    data["load_plans"]["resnet18"]["layers"] = 3
+    f.write_text(json.dumps(data))
+    from hetserve.core.errors import ConfigError
+    from hetserve.core.plan import Plan
+
+    with pytest.raises(ConfigError, match=r"load_plans\.resnet18\.parts: \d+ entries for 3"):
+        Plan.load(f)

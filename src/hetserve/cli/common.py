@@ -152,7 +152,6 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "jobs": (1, 256),
     "max_batch": (1, 1024),
     "pt_max": (1, 64),
-    "minutes_": (1, 20_160),
 }
 
 
