@@ -1,14 +1,20 @@
 """The emulated executor (``--emulate``): a stage takes the latency model's time for its
 blocks at the batch's size, as in Shepherd's and Clockwork's emulated workers, so one
 machine can stand in for a large cluster. One timer per stage; a ``Preempt`` schedules the
-stop at the stage's next block boundary (the simulator's rule)."""
+stop at the stage's next block boundary (the simulator's rule).
+
+With a latency model that follows load plans (``core.layerlatency``), a ``Load`` follows
+the cold-start timeline as the simulator does (the same host-link sharing,
+``sim.loader.HostLinks``), and a batch that starts while its model loads takes what the
+timeline says for it; other latency models load at once."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hetserve.runtime.engine import RuntimeEngine, _Task
+    from hetserve.scheduling.protocol import Load
 
 
 class EmulatedExecutor:
@@ -17,10 +23,48 @@ class EmulatedExecutor:
     def __init__(self) -> None:
         # (model, worker, batch, blocks) -> cumulative time at each block boundary
         self._cum: dict[tuple[str, str, int, tuple[int, int]], list[float]] = {}
+        # (worker, model) -> (load start, timeline): planned loads under way
+        self._cold: dict[tuple[str, str], tuple[float, Any]] = {}
+        self._links: Any = None
+
+    def load(self, engine: RuntimeEngine, a: Load, now: float) -> None:
+        lat = engine.view.latency
+        if not callable(getattr(lat, "load_timeline", None)):
+            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            return
+        from hetserve.sim.loader import HostLinks
+
+        if self._links is None:
+            self._links = HostLinks(engine.view.cluster)
+        w = engine.view.workers[a.worker]
+        lp = lat.model_load_plan(a.model)  # type: ignore[attr-defined]
+        scale, held = self._links.take(w.gpu_id, lp.plan.n_parts, a.model)
+        tl = lat.load_timeline(a.model, w.gpu, scale)  # type: ignore[attr-defined]
+        self._cold[(a.worker, a.model)] = (now, tl)
+
+        def done() -> None:
+            self._cold.pop((a.worker, a.model), None)
+            self._links.release(held)
+            engine.load_finished(a, now)
+
+        engine.clock.call_at(now + tl.load_done_s, done)
 
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         d = task.batch.d
         step = d.route[task.index]
+        cold = self._cold.get((step.worker, d.model))
+        if cold is not None:  # a planned cold start under way: layer by layer
+            w = engine.view.workers[step.worker]
+            lat: Any = engine.view.latency
+            dur = lat.cold_run_s(d.model, w.gpu, w.share, len(d.requests), cold[1], now - cold[0])
+            task.emu = [dur]
+
+            def finish_cold() -> None:
+                if not task.dead and not task.stop_blocks:
+                    engine.stage_finished(task, 1, None)
+
+            engine.clock.call_at(now + dur, finish_cold)
+            return
         key = (d.model, step.worker, len(d.requests), step.blocks)
         cum = self._cum.get(key)
         if cum is None:

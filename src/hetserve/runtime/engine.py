@@ -18,9 +18,12 @@ planned start; between stages the activations cross the links between the two wo
 (emulated: the simulator's link model; in one process they are handed over); a
 ``StageReport`` follows every stage; every request ends exactly once (``on_done``).
 ``Load`` completes at once (the runtime starts with every planned block resident) and
-``Evict`` is accepted. Open routes (rule 4) park their requests' activations on the last
-worker (the executor's ``split`` cuts a batch's output into per-request parts); a later
-dispatch gathers them over the links from every worker they are parked on.
+``Evict`` is accepted, unless the executor loads for real (``load``/``evict``: the emulated
+executor follows the cold-start timeline, the torch executor moves weights by the model's
+load plan) and reports the end through :meth:`RuntimeEngine.load_finished`. Open routes
+(rule 4) park their requests' activations on the last worker (the executor's ``split``
+cuts a batch's output into per-request parts); a later dispatch gathers them over the
+links from every worker they are parked on.
 
 Faults: an executor that finds its worker gone (a dead Ray actor) calls
 :meth:`RuntimeEngine.worker_lost`; the scheduler hears of it first, then the batches on
@@ -201,10 +204,16 @@ class RuntimeEngine:
             elif type(a) is Preempt:
                 self._preempt(a, now)
             elif type(a) is Load:
+                load = getattr(self.executor, "load", None)
+                if load is not None:
+                    load(self, a, now)  # the executor calls load_finished
+                    continue
                 rep = StageReport("load", -1, a.model, 0, a.worker, now, now, blocks=a.blocks)
                 self._apply(self.scheduler.on_stage_done(rep, now))
             elif type(a) is Evict:
-                continue
+                evict = getattr(self.executor, "evict", None)
+                if evict is not None:
+                    evict(self, a)
             else:
                 raise HetserveError(f"unknown action {a!r}")
 
@@ -314,6 +323,14 @@ class RuntimeEngine:
         """The batch's stage that is queued or running (None while it is in transfer)."""
         t = b.tasks[-1] if b.tasks else None
         return None if t is None or t.dead else t
+
+    def load_finished(self, a: Load, start_s: float, ok: bool = True, reason: str = "") -> None:
+        """An executor's load ended (``ok=False``: it failed, ``reason`` says why)."""
+        now = self.clock.now()
+        rep = StageReport(
+            "load", -1, a.model, 0, a.worker, start_s, now, (), ok, False, reason, a.blocks
+        )
+        self._apply(self.scheduler.on_stage_done(rep, now))
 
     # ------------------------------------------------------------------ faults
     def worker_lost(self, worker: str) -> None:

@@ -22,6 +22,13 @@ class TorchExecutor:
     the stage runs at once and ends after the time it really took (tests); on a wall clock
     it runs on the loop's default thread pool and reports back on the loop.
     ``stop`` (preemption) is checked at every block boundary.
+
+    Cold starts: a ``Load`` of a model that has a load plan (the plan's ``load_plans``, or
+    the latency model's) makes a :class:`~hetserve.runtime.coldload.ColdModel` for that
+    worker (weights in host memory, pinned on CUDA) and loads it by the plan on a loader
+    thread (CPU) or streams (CUDA); a batch on it runs the whole model, each layer waiting
+    for its weights; ``Evict`` frees them. Model names may carry an instance suffix
+    (``bert-base#3``): each instance is its own copy of the architecture.
     """
 
     def __init__(
@@ -40,6 +47,58 @@ class TorchExecutor:
         self._models: dict[str, Any] = {}
         self._runners: dict[tuple[str, str, tuple[int, int]], StageRunner] = {}
         self._roofline = RooflineModel(n_blocks=n_blocks)
+        self._cold: dict[tuple[str, str], Any] = {}  # (worker, model) -> ColdModel
+
+    # ------------------------------------------------------------------ cold starts
+    @staticmethod
+    def _load_plan(engine: RuntimeEngine, model: str) -> Any:
+        lp = engine.plan.load_plans.get(model)
+        lat = engine.view.latency
+        if lp is None and callable(getattr(lat, "model_load_plan", None)):
+            lp = lat.model_load_plan(model)  # type: ignore[attr-defined]
+        return lp
+
+    def _backend(self) -> Any:
+        from hetserve.runtime.coldload import CudaBackend, ThreadBackend
+
+        if self.device.startswith("cuda"):
+            n = torch.cuda.device_count()
+            me = torch.device(self.device).index or 0
+            return CudaBackend(self.device, [f"cuda:{i}" for i in range(n) if i != me])
+        return ThreadBackend()
+
+    def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
+        from hetserve.core.layerlatency import base_model
+        from hetserve.runtime.coldload import ColdModel
+
+        lp = self._load_plan(engine, a.model)
+        if lp is None:  # no load plan: the planned blocks are resident from the start
+            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            return
+        key = (a.worker, a.model)
+        cm = self._cold.get(key)
+        if cm is None:
+            cm = self._cold[key] = ColdModel(self.build(base_model(a.model)), self._backend())
+        if cm.loaded or cm.loading:
+            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            return
+        if isinstance(engine.clock, VirtualClock):
+            import threading
+
+            done = threading.Event()
+            t0 = time.perf_counter()
+            cm.load(lp.plan, done.set)
+            done.wait()
+            elapsed = time.perf_counter() - t0
+            engine.clock.call_at(now + elapsed, lambda: engine.load_finished(a, now))
+            return
+        loop = engine.clock.loop  # type: ignore[attr-defined]
+        cm.load(lp.plan, lambda: loop.call_soon_threadsafe(engine.load_finished, a, now))
+
+    def evict(self, engine: RuntimeEngine, a: Any) -> None:
+        cm = self._cold.get((a.worker, a.model))
+        if cm is not None and cm.loaded:
+            cm.evict()
 
     def runner(self, worker: str, model: str, blocks: tuple[int, int]) -> StageRunner:
         key = (worker, model, blocks)
@@ -87,23 +146,44 @@ class TorchExecutor:
         ]
         return torch.stack(xs)
 
+    def _cold_input(self, task: _Task, cm: Any) -> Any:
+        b = task.batch
+        if cm is None or task.index > 0 or b.d.route[0].blocks[0] > 0:
+            raise RuntimeError("a cold-loaded model runs whole, from its first block")
+        xs = [
+            p if p is not None else cm.net.input_spec.example(1)[0]
+            for p in (b.payload or [None] * len(b.d.requests))
+        ]
+        dev = "cpu" if cm.backend.name == "cpu" else self.device
+        return torch.stack(xs).to(dev)
+
     @staticmethod
     def split(out: Any, n: int) -> list[Any]:
         return split(out, n)
 
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         step = task.batch.d.route[task.index]
-        runner = self.runner(step.worker, task.batch.d.model, step.blocks)
-        x = self._input(task)
+        cm = self._cold.get((step.worker, task.batch.d.model))
+        x = self._cold_input(task, cm) if cm is not None else self._input(task)
+        if cm is not None:
+            runner: Any = None
 
-        def work() -> tuple[Any, int, bool, float]:
-            t0 = time.perf_counter()
-            res = runner.run(x, lambda: task.stop)
-            return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
+            def work() -> tuple[Any, int, bool, float]:
+                t0 = time.perf_counter()
+                out = cm.run(x)
+                return out, step.blocks[1] - step.blocks[0], True, time.perf_counter() - t0
+
+        else:
+            runner = self.runner(step.worker, task.batch.d.model, step.blocks)
+
+            def work() -> tuple[Any, int, bool, float]:
+                t0 = time.perf_counter()
+                res = runner.run(x, lambda: task.stop)
+                return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
 
         def done(result: tuple[Any, int, bool, float]) -> None:
             out, blocks_done, completed, _ = result
-            if completed and runner.last:
+            if completed and (runner is None or runner.last):
                 out = [_row(out, i) for i in range(len(task.batch.d.requests))]
             engine.stage_finished(task, blocks_done, out, preempted=not completed)
 

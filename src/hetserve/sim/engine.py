@@ -96,7 +96,6 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self._failures: list[tuple[float, str]] = []
         self._block_cache: dict = {}
         self._bytes_cache: dict[str, list[float]] = {}
-        self._host_loads: dict[str, int] = {}
         self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s

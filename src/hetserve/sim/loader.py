@@ -40,7 +40,6 @@ class LoaderMixin:
     links: Any
     seq: int
     _bytes_cache: dict[str, list[float]]
-    _host_loads: dict[str, int]  # host link -> planned loads under way on it
 
     def _push(self, t: float, kind: int, a: object, b: object) -> None: ...
 
@@ -121,63 +120,16 @@ class LoaderMixin:
 
     def _planned_load(self, w: _Worker, a: Load, new: int, now: float) -> None:
         lp = self.latency.model_load_plan(a.model)
-        n_parts = lp.plan.n_parts
-        gpus = [w.gpu_id, *self._secondaries(w, n_parts - 1, a.model)]
-        paths = [self._host_path(g) for g in gpus]
-        busy = self._host_loads
-        scale = [float(max(busy.get(x, 0) for x in p) + 1) for p in paths]
-        held = tuple(x for p in paths for x in p)
-        for x in held:
-            busy[x] = busy.get(x, 0) + 1
+        scale, held = HostLinks.of(self).take(w.gpu_id, lp.plan.n_parts, a.model)
         tl = self.latency.load_timeline(a.model, w.gpu, scale)
         w.cold[a.model] = (now, tl, held)
         self._push(now + tl.load_done_s, _LOAD_DONE, w, (a.model, new, a.blocks, now))
-
-    def _host_path(self, gpu_id: str) -> tuple[str, ...]:
-        cache = self.__dict__.setdefault("_host_paths", {})
-        p = cache.get(gpu_id)
-        if p is None:
-            p = cache[gpu_id] = tuple(self.cluster.host_path(gpu_id))
-        return p
-
-    def _secondaries(self, w: _Worker, k: int, model: str) -> list[str]:
-        if k <= 0:
-            return []
-        g = self.cluster.gpu(w.gpu_id)
-        node = self.cluster.node(g.node)
-        sw = node.pcie_switch_of
-        mine = sw[g.index] if sw else None
-        pairs = {frozenset(p) for p in node.nvlink_pairs}
-        cands = [
-            o for o in node.gpus
-            if o.index != g.index
-            and (not sw or sw[o.index] is None or sw[o.index] != mine)
-            and frozenset((g.index, o.index)) in pairs
-        ]  # fmt: skip
-        seen_switch: set[object] = {mine}
-        busy = self._host_loads
-        path = self._host_path
-        cands.sort(key=lambda o: (max(busy.get(x, 0) for x in path(o.id)), o.index))
-        out = []
-        for o in cands:
-            s_ = sw[o.index] if sw else ("own", o.index)
-            if s_ in seen_switch and s_ is not None:
-                continue
-            seen_switch.add(s_)
-            out.append(o.id)
-            if len(out) == k:
-                return out
-        raise HetserveError(
-            f"load plan of {model} loads over {k + 1} GPUs' host links; worker {w.id}'s "
-            f"node offers {len(out) + 1} (GPUs under other PCIe switches joined by NVLink)"
-        )
 
     def _load_done(self, w: _Worker, info: tuple, now: float) -> None:
         model, new, blocks, t0 = info
         cold = w.cold.pop(model, None)
         if cold is not None:
-            for x in cold[2]:
-                self._host_loads[x] -= 1
+            HostLinks.of(self).release(cold[2])
         w.loading[model] = w.loading.get(model, 0) & ~new
         w.resident[model] = w.resident.get(model, 0) | new
         waiting, w.waiting_load = w.waiting_load, []
@@ -197,3 +149,74 @@ class LoaderMixin:
         m = _mask(a.blocks) & w.resident.get(a.model, 0)
         w.mem_used -= self._bytes_of(a.model, m)
         w.resident[a.model] = w.resident.get(a.model, 0) & ~m
+
+
+class HostLinks:
+    """Host links in use by planned loads (shared by the simulator and the emulated
+    runtime): which GPUs' links a load takes (the worker's, and for parallel
+    transmission GPUs of the same node under other PCIe switches joined to it by NVLink,
+    the least busy first, then by index) and the factor its load times are multiplied by
+    (the number of loads on the busiest link it crosses, itself included)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.busy: dict[str, int] = {}
+        self._paths: dict[str, tuple[str, ...]] = {}
+
+    @staticmethod
+    def of(owner: Any) -> HostLinks:
+        hl = owner.__dict__.get("_host_links")
+        if hl is None:
+            hl = owner.__dict__["_host_links"] = HostLinks(owner.cluster)
+        return hl
+
+    def path(self, gpu_id: str) -> tuple[str, ...]:
+        p = self._paths.get(gpu_id)
+        if p is None:
+            p = self._paths[gpu_id] = tuple(self.cluster.host_path(gpu_id))
+        return p
+
+    def take(self, gpu_id: str, n_parts: int, model: str) -> tuple[list[float], tuple[str, ...]]:
+        gpus = [gpu_id, *self.secondaries(gpu_id, n_parts - 1, model)]
+        paths = [self.path(g) for g in gpus]
+        busy = self.busy
+        scale = [float(max(busy.get(x, 0) for x in p) + 1) for p in paths]
+        held = tuple(x for p in paths for x in p)
+        for x in held:
+            busy[x] = busy.get(x, 0) + 1
+        return scale, held
+
+    def release(self, held: tuple[str, ...]) -> None:
+        for x in held:
+            self.busy[x] -= 1
+
+    def secondaries(self, gpu_id: str, k: int, model: str) -> list[str]:
+        if k <= 0:
+            return []
+        g = self.cluster.gpu(gpu_id)
+        node = self.cluster.node(g.node)
+        sw = node.pcie_switch_of
+        mine = sw[g.index] if sw else None
+        pairs = {frozenset(p) for p in node.nvlink_pairs}
+        cands = [
+            o for o in node.gpus
+            if o.index != g.index
+            and (not sw or sw[o.index] is None or sw[o.index] != mine)
+            and frozenset((g.index, o.index)) in pairs
+        ]  # fmt: skip
+        seen_switch: set[object] = {mine}
+        busy = self.busy
+        cands.sort(key=lambda o: (max(busy.get(x, 0) for x in self.path(o.id)), o.index))
+        out = []
+        for o in cands:
+            s_ = sw[o.index] if sw else ("own", o.index)
+            if s_ in seen_switch and s_ is not None:
+                continue
+            seen_switch.add(s_)
+            out.append(o.id)
+            if len(out) == k:
+                return out
+        raise HetserveError(
+            f"load plan of {model} loads over {k + 1} GPUs' host links; GPU {gpu_id}'s "
+            f"node offers {len(out) + 1} (GPUs under other PCIe switches joined by NVLink)"
+        )

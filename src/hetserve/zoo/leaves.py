@@ -142,8 +142,8 @@ def trace_rows(model: LayeredModel) -> tuple[list[_Row], list[float]]:
     x = model.input_spec.example(batch=1)
     try:
         with torch.no_grad():
-            for li, (lname, layer) in enumerate(zip(model.layer_names, model.layers, strict=True)):
-                rec.pending = _Row(lname, type(layer).__name__, li)
+            for li, layer in enumerate(model.layers):
+                rec.pending = _Row(f"layers.{li}", type(layer).__name__, li)
                 start = len(rec.rows)
                 with rec:
                     x = _count_flops(layer, x, rec, flop_rows)

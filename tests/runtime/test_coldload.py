@@ -1,0 +1,146 @@
+"""Cold starts in the runtime: the loader's ordering on the CPU (rows copied in plan
+order, DHA rows never copied, every layer waiting for its weights, eviction), the torch
+executor serving cold-started instances, and the emulated engine following the same
+timeline as the simulator."""
+
+import numpy as np
+import pytest
+
+from hetserve.core.layerlatency import LayerLatency
+from hetserve.core.outcome import OK
+from hetserve.core.plan import bind
+from hetserve.core.presets import preset
+from hetserve.core.requests import Stream
+from hetserve.planning.deepplan import plan_cold_starts
+from hetserve.runtime.emulated import EmulatedExecutor
+from hetserve.runtime.engine import RuntimeEngine, VirtualClock
+from hetserve.scheduling import ClusterView, make_scheduler
+from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.workload.arrivals import Poisson
+from hetserve.workload.trace import generate
+
+P3 = preset("p3-8xlarge")
+
+
+def _plans(names, kind):
+    plan, _ = plan_cold_starts(P3, names, None, kind, dict.fromkeys(names, 0.2))
+    return plan, LayerLatency(plan.load_plans), bind(plan, P3)
+
+
+def _runtime(plan, lat, pl, sched, trace, executor):
+    clock = VirtualClock()
+    view = ClusterView.build(P3, lat, pl)
+    done = {}
+
+    def on_done(r, outcome, reason, out):
+        assert r.id not in done
+        done[r.id] = (outcome, clock.now(), out)
+
+    eng = RuntimeEngine(view, plan, sched, executor, clock, on_done)
+    eng.start()
+    for r in trace.requests():
+        clock.call_at(r.arrival_s, lambda r=r: eng.submit(r))
+    clock.run()
+    return done
+
+
+@pytest.mark.parametrize("kind", ["pipeswitch", "dha", "pt+dha"])
+def test_emulated_runtime_follows_the_simulator_through_cold_starts(kind):
+    names = [f"bert-base#{i}" for i in range(150)]
+    plan, lat, pl = _plans(names, kind)
+    tr = generate([Stream(m, m, 0.2, Poisson(80 / len(names))) for m in names], 4.0, 5)
+    res = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {}), tr,
+                    SimConfig(warm=False)).run()  # fmt: skip
+    done = _runtime(plan, lat, pl, make_scheduler("coldstart", {}), tr, EmulatedExecutor())
+    assert len(done) == len(tr)
+    for i in range(len(tr)):
+        outcome, t, _ = done[i]
+        assert outcome == res.outcome[i]
+        if outcome == OK:
+            assert t == pytest.approx(res.finish_s[i], abs=1e-9)
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def resnet18_rows():
+    from hetserve.core.gpus import DEFAULT_CATALOG
+    from hetserve.core.layertable import estimate_layer_rows, get_layer_table
+
+    return estimate_layer_rows(get_layer_table("resnet18"), DEFAULT_CATALOG.get("V100"))
+
+
+def test_the_loader_copies_in_plan_order_and_layers_wait_for_their_weights(resnet18_rows):
+    import threading
+
+    from hetserve.planning.deepplan import make_load_plan
+    from hetserve.runtime.coldload import ColdModel, ThreadBackend
+    from hetserve.zoo.registry import build
+
+    ref = build("resnet18")
+    x = ref.input_spec.example(2, seed=3)
+    with torch.inference_mode():
+        want = ref(x)
+    plan = make_load_plan("dha", resnet18_rows)
+    dha = set(plan.dha_layers)
+    assert dha  # some rows run from host memory
+    # slow copies (10 ms per MB) so that the pass starts while rows are still arriving
+    cm = ColdModel(build("resnet18"), ThreadBackend(delay_s_per_byte=1e-8))
+    done = threading.Event()
+    cm.load(plan, done.set)
+    got = cm.run(x)  # runs during the load
+    done.wait(30)
+    assert torch.equal(got, want)
+    loaded = [i for what, i in cm.log if what == "loaded"]
+    waited = [i for what, i in cm.log if what == "waited"]
+    weighted = [i for i, r in enumerate(resnet18_rows) if r.param_bytes > 0]
+    assert loaded == [i for i in weighted if i not in dha]  # in order, DHA rows never copied
+    assert waited == loaded  # each loaded row waited on, in execution order
+    assert cm.log.index(("waited", loaded[0])) < cm.log.index(("loaded", loaded[-1]))
+    # DHA rows read the host copies themselves, zero-copy
+    name = cm.row_weights[min(dha)][0]
+    assert cm.net.get_parameter(name).data_ptr() == cm.host[name].data_ptr()
+    cm.evict()
+    assert all(p.numel() == 0 for p in cm.net.parameters())
+    again = threading.Event()
+    cm.load(make_load_plan("pipeswitch", resnet18_rows), again.set)
+    again.wait(30)
+    assert torch.equal(cm.run(x), want)
+
+
+def test_a_plan_for_another_model_is_refused(resnet18_rows):
+    from hetserve.core.coldstart import LoadPlan
+    from hetserve.core.errors import HetserveError
+    from hetserve.runtime.coldload import ColdModel, ThreadBackend
+    from hetserve.zoo.registry import build
+
+    cm = ColdModel(build("resnet18"), ThreadBackend())
+    with pytest.raises(HetserveError, match="the load plan has 3 layers"):
+        cm.load(LoadPlan.all_loaded(3))
+
+
+def test_the_torch_executor_serves_cold_instances_with_lru(resnet18_rows):
+    from hetserve.runtime.torch_executor import TorchExecutor
+    from hetserve.zoo.registry import build
+
+    names = [f"resnet18#{i}" for i in range(6)]
+    plan, lat, pl = _plans(names, "dha")
+    streams = [Stream(m, m, 5.0, Poisson(1.0)) for m in names]
+    tr = generate(streams, 3.0, 2)
+    # room for one instance per GPU, six instances on four GPUs: LRU evictions
+    sched = make_scheduler("coldstart", {"memory_reserve_gb": 16 - 0.05, "preload": False})
+    ex = TorchExecutor(build, n_blocks=1)
+    done = _runtime(plan, lat, pl, sched, tr, ex)
+    assert len(done) == len(tr) and all(v[0] == OK for v in done.values())
+    ref = build("resnet18")
+    for r in list(tr.requests())[:3]:
+        with torch.inference_mode():
+            want = ref(ref.input_spec.example(1))[0]
+        assert torch.allclose(done[r.id][2], want)
+    assert sched.stats["loads"] >= 6 and sched.stats["evictions"] > 0
+    live = [cm for cm in ex._cold.values() if cm.loaded]
+    assert len(live) <= len(pl.workers)
+    gone = [cm for cm in ex._cold.values() if not cm.loaded]
+    assert gone and all(p.numel() == 0 for cm in gone for p in cm.net.parameters())
+    assert np.isfinite([v[1] for v in done.values()]).all()
