@@ -46,7 +46,7 @@ def _runtime(plan, lat, pl, sched, trace, executor):
 
 @pytest.mark.parametrize("kind", ["pipeswitch", "dha", "pt+dha"])
 def test_emulated_runtime_follows_the_simulator_through_cold_starts(kind):
-    names = [f"bert-base#{i}" for i in range(150)]
+    names = [f"bert-base@{i}" for i in range(150)]
     plan, lat, pl = _plans(names, kind)
     tr = generate([Stream(m, m, 0.2, Poisson(80 / len(names))) for m in names], 4.0, 5)
     res = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {}), tr,
@@ -124,7 +124,7 @@ def test_the_torch_executor_serves_cold_instances_with_lru(resnet18_rows):
     from hetserve.runtime.torch_executor import TorchExecutor
     from hetserve.zoo.registry import build
 
-    names = [f"resnet18#{i}" for i in range(6)]
+    names = [f"resnet18@{i}" for i in range(6)]
     plan, lat, pl = _plans(names, "dha")
     streams = [Stream(m, m, 5.0, Poisson(1.0)) for m in names]
     tr = generate(streams, 3.0, 2)
@@ -144,3 +144,42 @@ def test_the_torch_executor_serves_cold_instances_with_lru(resnet18_rows):
     gone = [cm for cm in ex._cold.values() if not cm.loaded]
     assert gone and all(p.numel() == 0 for cm in gone for p in cm.net.parameters())
     assert np.isfinite([v[1] for v in done.values()]).all()
+
+
+def test_served_over_http_cold_instances_answer_and_the_cli_simulates_them(tmp_path, capsys):
+    """A plan of three ResNet-18 instances on the CPU, served for real with the coldstart
+    scheduler (each instance loads on first use), and the same plan simulated."""
+    from fastapi.testclient import TestClient
+
+    from hetserve.cli import main
+    from hetserve.experiments.setup import build_setup
+    from hetserve.runtime.http import create_app
+    from hetserve.runtime.server import Server, ServerConfig
+    from hetserve.zoo.registry import build
+
+    names = ",".join(f"resnet18@{i}" for i in range(3))
+    f = tmp_path / "cold.json"
+    assert main(["plan", "--planner", "deepplan", "--cluster", "local-cpu", "--models", names,
+                 "--kind", "dha", "--slo", "resnet18@0=60000,resnet18@1=60000,resnet18@2=60000",
+                 "--output", str(f)]) == 0  # fmt: skip
+    setup = build_setup("local-cpu", names.split(","), plan=str(f))
+    cfg = ServerConfig(scheduler="coldstart", build=build, engine="threads",
+                       params={"preload": False, "memory_reserve_gb": 0.0})  # fmt: skip
+    body = {"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32",
+                        "data": [0.0] * 150528}]}  # fmt: skip
+    with TestClient(create_app(Server(setup, cfg))) as c:
+        for m in ("resnet18@1", "resnet18@1", "resnet18@2"):
+            r = c.post(f"/v2/models/{m}/infer", json=body)
+            assert r.status_code == 200, r.text[:300]
+            out = r.json()["outputs"][0]
+            assert out["shape"] == [1, 1000] and r.json()["model_name"] == m
+        assert c.get("/v2/models/resnet18@0").json()["name"] == "resnet18@0"
+    capsys.readouterr()
+    rc = main(["simulate", "--cluster", "local-cpu", "--models", names, "--plan", str(f),
+               "--scheduler", "coldstart", "--rate", "5", "--duration", "5",
+               "--out", str(tmp_path / "sim")])  # fmt: skip
+    assert rc == 0
+    import json
+
+    s = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert s["arrived"] > 0 and s["ok"] + s["late"] + s["dropped"] == s["arrived"]

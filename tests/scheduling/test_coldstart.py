@@ -46,7 +46,7 @@ def test_two_cold_starts_under_one_pcie_switch_interfere():
     other is under way takes twice as long per byte; GPUs under different switches don't."""
     from hetserve.scheduling.protocol import Load
 
-    names = ["bert-base#0", "bert-base#1"]
+    names = ["bert-base@0", "bert-base@1"]
     plan, lat, pl = setup(names, "pipeswitch")
     rows = lat.rows("bert-base", "V100-16GB")
     alone = timeline(rows, plan.load_plans[names[0]].plan).load_done_s
@@ -63,7 +63,7 @@ def test_two_cold_starts_under_one_pcie_switch_interfere():
 
 
 def test_residency_counts_only_loaded_layers():
-    names = [f"bert-base#{i}" for i in range(200)]
+    names = [f"bert-base@{i}" for i in range(200)]
     counts = {}
     for kind in ("pipeswitch", "dha"):
         plan, lat, pl = setup(names, kind)
@@ -85,7 +85,7 @@ def test_residency_counts_only_loaded_layers():
 
 @pytest.mark.parametrize("kind", ["pipeswitch", "pt+dha"])
 def test_every_request_ends_exactly_once_with_evictions_and_a_lost_worker(kind):
-    names = [f"bert-base#{i}" for i in range(160)]
+    names = [f"bert-base@{i}" for i in range(160)]
     plan, lat, pl = setup(names, kind, slo_s=0.15)
     tr = generate([Stream(m, m, 0.15, Poisson(150 / len(names))) for m in names], 8.0, 3)
     sched = make_scheduler("coldstart", {"max_batch": 4})
@@ -98,7 +98,7 @@ def test_every_request_ends_exactly_once_with_evictions_and_a_lost_worker(kind):
 
 
 def test_dha_beats_pipeswitch_when_instances_outgrow_memory():
-    names = [f"bert-base#{i}" for i in range(180)]
+    names = [f"bert-base@{i}" for i in range(180)]
     good = {}
     for kind in ("pipeswitch", "dha"):
         plan, lat, pl = setup(names, kind)
@@ -111,4 +111,4 @@ def test_dha_beats_pipeswitch_when_instances_outgrow_memory():
 
 
 def test_instance_names_share_their_architecture():
-    assert base_model("bert-base#17") == "bert-base" and base_model("gpt2") == "gpt2"
+    assert base_model("bert-base@17") == "bert-base" and base_model("gpt2") == "gpt2"

@@ -160,9 +160,16 @@ def plan(
     if profiles and estimate:
         raise HetserveError("give --profiles DIR or --estimate, not both")
     if planner == "deepplan":
+        from hetserve.core.layerlatency import base_model
+        from hetserve.core.layertable import get_layer_table
+
         c = load_cluster(cluster_name)
-        lat, names = latency_source(c, csv_list(models), profiles, n_blocks)
-        _deepplan(c, lat, names, kind, parse_slo(slo), layers_csv, batch, pt_max, gpu, output)
+        names = list(dict.fromkeys(csv_list(models)))
+        if not names:
+            raise HetserveError("--models: give at least one model")
+        for m in names:  # instances (bert-base@3) are served whole: one block each
+            get_layer_table(base_model(m))
+        _deepplan(c, None, names, kind, parse_slo(slo), layers_csv, batch, pt_max, gpu, output)
         return
     if slo_scale <= 0:
         raise HetserveError(f"--slo-scale must be > 0, got {slo_scale}")

@@ -396,12 +396,17 @@ def _print_summary(
 
     shown = f"[{host}]" if ":" in host else host
     n_workers = len(setup.placement.workers)
+    many = len(setup.models) > 12  # model instances (bert-base@0..@199): a summary line
+    listed = setup.models[:6] if many else setup.models
+    names = ", ".join(listed) + (f" ... ({len(setup.models)} models)" if many else "")
     console.print(
-        f"hetserve {__version__} serving {', '.join(setup.models)} on {setup.cluster.name} "
+        f"hetserve {__version__} serving {names} on {setup.cluster.name} "
         f"with {scheduler} ({engine} engine, {n_workers} worker(s)) at "
         f"http://{shown}:{port}/v2"
     )
-    for m in setup.models:
+    if many:
+        console.print(f"  (the first {len(listed)} of {len(setup.models)} models:)")
+    for m in listed:
         mp = setup.plan.models[m]
         pipes = []
         for p in mp.pipelines:

@@ -185,9 +185,12 @@ def simulate(
     rates = model_rates(setup, rate_rps, load_factor)
     trace = build_trace(setup, workload, rates, duration_s, seed)
     t0 = time.perf_counter()
-    res = run_sim(
-        setup, scheduler, trace, parse_params(params), _sim_config(seed, jitter_cv, cut_bytes)
-    )
+    cfg = _sim_config(seed, jitter_cv, cut_bytes)
+    if setup.plan.load_plans:  # cold starts: nothing is resident at t = 0
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, warm=False)
+    res = run_sim(setup, scheduler, trace, parse_params(params), cfg)
     wall = time.perf_counter() - t0
     s = summarize(res)
     s["config"] = {

@@ -312,7 +312,18 @@ def print_load_plans(every: dict[str, dict[str, Any]], chosen: str, title: str) 
     for k in kinds:
         t.add_column(f"{k}{'*' if k == chosen else ''}", justify="right")
     t.add_column("warm ms", justify="right")
-    for m, plans in every.items():
+    from hetserve.core.layerlatency import base_model
+
+    groups: dict[str, list[str]] = {}
+    for m in every:  # instances of one architecture share its plans: one row for them
+        groups.setdefault(base_model(m), []).append(m)
+    for arch, members in groups.items():
+        plans = every[members[0]]
+        m = (
+            arch
+            if len(members) == 1 and members[0] == arch
+            else (f"{arch} x{len(members)}" if len(members) > 1 else members[0])
+        )
         p = plans[chosen]
         n_dha = len(p.plan.dha_layers)
         n = len(p.plan.modes)

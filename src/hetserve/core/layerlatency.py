@@ -6,7 +6,7 @@ in-memory time, DHA layers at their host-access time (they stay in host memory w
 model is warm, DeepPlan section 5.3). Its cold start follows the timeline
 (``core.coldstart``) of its load plan.
 
-Model names may carry an instance suffix, ``bert-base#17``: instance 17 of BERT-Base (a
+Model names may carry an instance suffix, ``bert-base@17``: instance 17 of BERT-Base (a
 different user's copy of the same architecture, DeepPlan's Fig. 13); the layer table is the
 architecture's, the load plan the instance's (or the architecture's).
 
@@ -31,8 +31,8 @@ from hetserve.core.layertable import (
 
 
 def base_model(name: str) -> str:
-    """``bert-base#17`` -> ``bert-base``."""
-    return name.split("#", 1)[0]
+    """``bert-base@17`` -> ``bert-base``."""
+    return name.split("@", 1)[0]
 
 
 class LayerLatency:

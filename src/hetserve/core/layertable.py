@@ -370,7 +370,8 @@ def select_rows(
     elif len(gpus) > 1:
         raise ConfigError(f"{source}: model {model} has tables for {', '.join(gpus)}: name one")
     if not got:
-        have = sorted({f"{r.model}{f'@{r.gpu}' if r.gpu else ''}/b{r.batch}" for r in rows})
+        have = sorted({f"{r.model}{f' on {r.gpu}' if r.gpu else ''} at batch {r.batch}"
+                       for r in rows})  # fmt: skip
         raise ConfigError(
             f"{source}: no layers of model {model}{f' on {gpu}' if gpu else ''} at batch "
             f"{batch} (the file has {', '.join(have[:8])}{' ...' if len(have) > 8 else ''})"

@@ -70,9 +70,12 @@ def build_setup(
     n_blocks: int = 10,
 ) -> Setup:
     c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    latency, names = latency_source(c, models, profiles, n_blocks)
     if isinstance(plan, (str, Path)):
         plan = Plan.load(plan)
+    if plan is not None and plan.load_plans:
+        latency, names = cold_latency(plan, models, c)
+    else:
+        latency, names = latency_source(c, models, profiles, n_blocks)
     if plan is not None:
         missing = [m for m in names if m not in plan.models]
         if missing:
@@ -97,6 +100,23 @@ def build_setup(
             slos.update({m: v / 1e3 for m, v in slo_ms.items()})
         plan = default_plan(c, latency, slos, max_batch=max_batch, slo_margin=slo_margin)
     return Setup(c, latency, names, slos, plan, bind(plan, c))
+
+
+def cold_latency(plan: Plan, models: Sequence[str], cluster: Cluster) -> tuple[Any, list[str]]:
+    """The latency model of a plan with load plans (DeepPlan): layer tables and the
+    plan's load plans (``core.layerlatency``), from the ``layers.csv`` the plan was made
+    from where it names one. Model names may carry instance suffixes (``bert-base@3``)."""
+    from hetserve.core.layerlatency import LayerLatency
+
+    if not models:
+        raise HetserveError("--models: give at least one model")
+    missing = [m for m in models if m not in plan.load_plans]
+    if missing:
+        raise HetserveError(f"plan has no load plan for {', '.join(missing)}")
+    sources = {lp.layers_source for lp in plan.load_plans.values()} - {"estimate", ""}
+    if len(sources) > 1:
+        raise HetserveError(f"plan's load plans come from several layer files: {sources}")
+    return LayerLatency(plan.load_plans, next(iter(sources), None), cluster.catalog), list(models)
 
 
 def latency_source(

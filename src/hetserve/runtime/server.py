@@ -103,8 +103,9 @@ class Server:
         t = self._tensors.get(model)
         if t is None:
             from hetserve.core.graph import get_graph
+            from hetserve.core.layerlatency import base_model
 
-            g = get_graph(model)
+            g = get_graph(base_model(model))
             t = self._tensors[model] = ModelTensors(g.inputs, g.outputs, self.cfg.max_request_batch)
         return t
 
@@ -122,7 +123,13 @@ class Server:
 
     def _check_engine(self, view: ClusterView) -> None:
         """The in-process engine runs every stage on this process's CPU: a plan with GPU
-        workers needs the Ray engine (whose actors are placed on GPUs) or ``--emulate``."""
+        workers needs the Ray engine (whose actors are placed on GPUs) or ``--emulate``.
+        Cold-start plans (load plans) run emulated or on the in-process engine."""
+        if self.setup.plan.load_plans and not self.cfg.emulate and self.cfg.engine == "ray":
+            raise HetserveError(
+                "a plan with load plans (cold starts) runs with --emulate or --engine "
+                "threads; the Ray engine loads every planned model at start"
+            )
         if self.cfg.emulate or self.cfg.engine != "threads":
             return
         gpus = sorted({w.gpu.name for w in view.workers.values() if w.gpu.name != "CPU"})
@@ -156,8 +163,11 @@ class Server:
                     import torch
 
                     torch.set_num_threads(self.cfg.cpu_threads)
-                executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
-                executor.prepare(self.setup.plan, self.setup.placement)
+                if self.setup.plan.load_plans:  # cold starts: models load on demand, whole
+                    executor = TorchExecutor(self.cfg.build, n_blocks=1)
+                else:
+                    executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
+                    executor.prepare(self.setup.plan, self.setup.placement)
             self.watch = ProfileWatch(view)
         if self.cfg.admission:
             mb = self.cfg.params.get("max_batch")

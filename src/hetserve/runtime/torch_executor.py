@@ -28,7 +28,7 @@ class TorchExecutor:
     worker (weights in host memory, pinned on CUDA) and loads it by the plan on a loader
     thread (CPU) or streams (CUDA); a batch on it runs the whole model, each layer waiting
     for its weights; ``Evict`` frees them. Model names may carry an instance suffix
-    (``bert-base#3``): each instance is its own copy of the architecture.
+    (``bert-base@3``): each instance is its own copy of the architecture.
     """
 
     def __init__(

@@ -203,7 +203,7 @@ def run_table4(cfg: DeepPlanConfig, cluster: Cluster) -> dict[str, Any]:
     for m in cfg.fig11_models:
         row = []
         for kind, n in (("pipeswitch", 1), ("pt+dha", 1), ("pt+dha", 2)):
-            names = [f"{m}#{i}" for i in range(n)]
+            names = [f"{m}@{i}" for i in range(n)]
             plan, _ = plan_cold_starts(cluster, names, None, kind, layers_csv=cfg.layers_csv)
             lat = LayerLatency(plan.load_plans, cfg.layers_csv, cluster.catalog)
             pl = bind(plan, cluster)
@@ -291,7 +291,7 @@ def run_fig13(
         for kind in cfg.kinds:
             pts = []
             for n in cfg.fig13_instances:
-                names = [f"bert-base#{i}" for i in range(n)]
+                names = [f"bert-base@{i}" for i in range(n)]
                 streams = [Stream(m, m, slo_ms / 1e3, Poisson(cfg.fig13_rate_rps / n))
                            for m in names]  # fmt: skip
                 tr = generate(streams, cfg.fig13_duration_s, cfg.seed + n)
@@ -334,7 +334,7 @@ def fig15_instances(n: int) -> list[str]:
     out = []
     for i in range(n):
         arch = pattern[i % len(pattern)]
-        out.append(f"{arch}#{counts.get(arch, 0)}")
+        out.append(f"{arch}@{counts.get(arch, 0)}")
         counts[arch] = counts.get(arch, 0) + 1
     return out
 
