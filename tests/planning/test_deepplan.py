@@ -163,3 +163,26 @@ def test_the_paper_s_headline_ratios_are_near(zoo_plans):
 def test_unknown_kind_is_a_one_line_error():
     with pytest.raises(HetserveError, match="unknown load plan kind 'dha2'"):
         make_load_plan("dha2", rows_of([(1, 1, 1)]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40).map(float), st.integers(1, 15).map(float),
+                  st.integers(1, 50).map(float), st.integers(-1, 2)),
+        min_size=1, max_size=12,
+    )
+)  # fmt: skip
+def test_algorithm1_s_fast_stalls_equal_the_timeline_s(spec):
+    """Algorithm 1 re-runs a vectorised timeline; it must be the timeline."""
+    import numpy as np
+
+    from hetserve.planning.deepplan import _Arrays
+
+    rows = rows_of([s[:3] for s in spec])
+    dha = [s[3] < 0 and rows[i].param_bytes > 0 for i, s in enumerate(spec)]
+    parts = [max(s[3], 0) for s in spec]
+    plan = LoadPlan.from_sets("x", len(rows), [i for i, d in enumerate(dha) if d], parts)
+    want = timeline(rows, plan, nvlink_gbps=0.5).stall_s
+    got = _Arrays(rows, parts, 0.5).stalls(np.array(dha))
+    assert got.tolist() == pytest.approx(list(want), abs=1e-12)

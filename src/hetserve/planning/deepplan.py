@@ -92,6 +92,46 @@ def pt_parts(rows: Sequence[LayerRow], n_parts: int) -> list[int]:
     return out
 
 
+class _Arrays:
+    """A layer table as arrays, for the fast (vectorised) timeline Algorithm 1 re-runs
+    after every change: the same numbers as :func:`~hetserve.core.coldstart.timeline`
+    (tests hold them equal), without building plan objects."""
+
+    def __init__(self, rows: Sequence[LayerRow], parts: Sequence[int], nvlink_gbps: float | None):
+        self.load = np.array([r.load_us for r in rows]) * 1e-6
+        self.g = np.array([r.exec_gpu_us for r in rows]) * 1e-6
+        self.h = np.array([r.exec_host_us for r in rows]) * 1e-6
+        self.weighted = np.array([r.param_bytes > 0 for r in rows])
+        self.parts = np.asarray(parts, dtype=np.int64)
+        self.fwd = (
+            np.array([r.param_bytes for r in rows], dtype=float) / (nvlink_gbps * 1e9)
+            if nvlink_gbps
+            else np.zeros(len(rows))
+        )
+        self.n_parts = int(self.parts.max(initial=0)) + 1
+
+    def stalls(self, dha: np.ndarray) -> np.ndarray:
+        """Per layer, its stall under the pipelined plan with ``dha`` (bool per layer)."""
+        loaded = self.weighted & ~dha
+        ready = np.zeros(len(self.g))
+        for k in range(self.n_parts):
+            sel = loaded & (self.parts == k)
+            if not sel.any():
+                continue
+            arrive = np.cumsum(self.load[sel])
+            if k > 0:  # forwarded over NVLink in order: f_i = max(f_{i-1}, arrive_i) + fwd_i
+                f = self.fwd[sel]
+                cf = np.cumsum(f)
+                arrive = cf + np.maximum.accumulate(arrive - (cf - f))
+            ready[sel] = arrive
+        x = np.where(dha, self.h, self.g)
+        cx = np.cumsum(x)
+        # e_i = max(e_{i-1}, ready_i) + x_i  =>  e_i = cx_i + max_{k<=i}(ready_k - cx_{k-1})
+        e = cx + np.maximum.accumulate(ready - (cx - x))
+        prev = np.concatenate([[0.0], e[:-1]])
+        return np.maximum(ready - prev, 0.0)
+
+
 def algorithm1(
     rows: Sequence[LayerRow],
     parts: Sequence[int] | None = None,
@@ -106,32 +146,32 @@ def algorithm1(
     are candidates: the others' loads are not on the primary's link."""
     n = len(rows)
     ps = list(parts) if parts is not None else [0] * n
-    dha: set[int] = set()
-
-    def current() -> LoadPlan:
-        return LoadPlan.from_sets(kind, n, sorted(dha), ps)
-
-    tl = timeline(rows, current(), nvlink_gbps)
+    if any(p > 0 for p in ps) and not nvlink_gbps:
+        timeline(rows, LoadPlan.from_sets(kind, n, (), ps))  # the one-line NVLink error
+    arr = _Arrays(rows, ps, nvlink_gbps)
+    dha = np.zeros(n, dtype=bool)
+    perf = [r.perf_diff_us for r in rows]
+    stalls = arr.stalls(dha)
     for i in range(n):
-        stall_us = tl.stall_s[i] * 1e6
+        stall_us = float(stalls[i]) * 1e6
         if stall_us <= EPS_S * 1e6:
             continue
         cands = sorted(
-            (j for j in range(i + 1) if j not in dha and ps[j] == 0 and rows[j].param_bytes > 0),
-            key=lambda j: (rows[j].perf_diff_us, j),
+            (j for j in range(i + 1) if not dha[j] and ps[j] == 0 and rows[j].param_bytes > 0),
+            key=lambda j: (perf[j], j),
         )
         changed = False
         for j in cands:
-            if stall_us < rows[j].perf_diff_us:
+            if stall_us < perf[j]:
                 break
-            dha.add(j)
+            dha[j] = True
             changed = True
-            stall_us -= rows[j].load_us + rows[j].perf_diff_us
+            stall_us -= rows[j].load_us + perf[j]
             if stall_us <= 0:
                 break
         if changed:
-            tl = timeline(rows, current(), nvlink_gbps)
-    return current()
+            stalls = arr.stalls(dha)
+    return LoadPlan.from_sets(kind, n, [i for i in range(n) if dha[i]], ps)
 
 
 def optimal_dha(rows: Sequence[LayerRow], upper_bound_s: float | None = None) -> LoadPlan:
