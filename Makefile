@@ -37,10 +37,12 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_planner.py
 	$(VENV)/bin/python benchmarks/bench_reservation.py
 	$(VENV)/bin/python benchmarks/bench_serving.py overhead frontend
+	$(VENV)/bin/python benchmarks/bench_deepplan.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed
 	$(VENV)/bin/hetserve zoo export --out src/hetserve/data/graphs
+	$(VENV)/bin/hetserve zoo layers --out src/hetserve/data/layers
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .ruff_cache

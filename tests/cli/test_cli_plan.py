@@ -273,3 +273,27 @@ def test_deepplan_plan_from_a_layers_csv_and_its_errors(capsys, tmp_path):
 
     with pytest.raises(ConfigError, match=r"load_plans\.resnet18\.parts: \d+ entries for 3"):
         Plan.load(f)
+
+
+def test_deepplan_refuses_missing_layers_in_a_csv_and_extra_ones_in_a_plan(capsys, tmp_path):
+    from hetserve.core.gpus import DEFAULT_CATALOG
+    from hetserve.core.layertable import estimate_layer_rows, get_layer_table, write_layers_csv
+
+    rows = estimate_layer_rows(get_layer_table("resnet18"), DEFAULT_CATALOG.get("V100"))
+    short = write_layers_csv(rows[:-2], tmp_path / "short.csv")
+    f = tmp_path / "dp.json"
+    args = ["plan", "--planner", "deepplan", "--cluster", "p3-8xlarge", "--models", "resnet18"]
+    code, _, err = run(capsys, *args, "--layers", str(short), "--output", str(f))
+    assert code == 2 and "short.csv: model resnet18 has 50 layers; its layer table has 52" in err
+    code, _, _ = run(capsys, "plan", "--planner", "deepplan", "--cluster", "p3-8xlarge",
+                     "--models", "resnet18", "--output", str(f))  # fmt: skip
+    assert code == 0
+    data = json.loads(f.read_text())
+    lp = data["load_plans"]["resnet18"]
+    lp["parts"] += [0, 0]
+    lp["layers"] += 2
+    f.write_text(json.dumps(data))
+    code, _, err = run(capsys, "simulate", "--cluster", "p3-8xlarge", "--models", "resnet18",
+                       "--plan", str(f), "--scheduler", "coldstart", "--rate", "5",
+                       "--duration", "1", "--out", str(tmp_path / "sim"))  # fmt: skip
+    assert code == 2 and "load_plans.resnet18 has 54 layers; the model's layer table has 52" in err

@@ -116,7 +116,16 @@ def cold_latency(plan: Plan, models: Sequence[str], cluster: Cluster) -> tuple[A
     sources = {lp.layers_source for lp in plan.load_plans.values()} - {"estimate", ""}
     if len(sources) > 1:
         raise HetserveError(f"plan's load plans come from several layer files: {sources}")
-    return LayerLatency(plan.load_plans, next(iter(sources), None), cluster.catalog), list(models)
+    lat = LayerLatency(plan.load_plans, next(iter(sources), None), cluster.catalog)
+    for m in models:  # a load plan must cover its model's layers exactly
+        lp = plan.load_plans[m]
+        n = len(lat.rows(m, lp.gpu))
+        if len(lp.plan.modes) != n:
+            raise HetserveError(
+                f"plan: load_plans.{m} has {len(lp.plan.modes)} layers; the model's layer "
+                f"table has {n}"
+            )
+    return lat, list(models)
 
 
 def latency_source(

@@ -46,6 +46,7 @@ from hetserve.core.layertable import (
     get_layer_table,
     read_layers_csv,
     select_rows,
+    shipped_layer_tables,
 )
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
 
@@ -334,6 +335,14 @@ def layer_rows_for(
     arch = base_model(model)
     if layers_csv:
         rows = select_rows(read_layers_csv(layers_csv), arch, gpu.name, batch, layers_csv)
+        if arch in shipped_layer_tables():
+            want = len(get_layer_table(arch))
+            if len(rows) != want:
+                raise HetserveError(
+                    f"{layers_csv}: model {arch} has {len(rows)} layers; its layer table has "
+                    f"{want} (rows 0..{want - 1}, as hetserve profile estimate --layers "
+                    f"writes them)"
+                )
         return rows, layers_csv
     return estimate_layer_rows(get_layer_table(arch), gpu, batch), "estimate"
 
