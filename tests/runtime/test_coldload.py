@@ -86,7 +86,10 @@ def test_the_loader_copies_in_plan_order_and_layers_wait_for_their_weights(resne
     dha = set(plan.dha_layers)
     assert dha  # some rows run from host memory
     # slow copies (10 ms per MB) so that the pass starts while rows are still arriving
-    cm = ColdModel(build("resnet18"), ThreadBackend(delay_s_per_byte=1e-8))
+    from hetserve.profiling.layers import leaf_rows
+
+    net = build("resnet18")
+    cm = ColdModel(net, ThreadBackend(delay_s_per_byte=1e-8), leaf_rows(net))
     done = threading.Event()
     cm.load(plan, done.set)
     got = cm.run(x)  # runs during the load
@@ -112,10 +115,12 @@ def test_the_loader_copies_in_plan_order_and_layers_wait_for_their_weights(resne
 def test_a_plan_for_another_model_is_refused(resnet18_rows):
     from hetserve.core.coldstart import LoadPlan
     from hetserve.core.errors import HetserveError
+    from hetserve.profiling.layers import leaf_rows
     from hetserve.runtime.coldload import ColdModel, ThreadBackend
     from hetserve.zoo.registry import build
 
-    cm = ColdModel(build("resnet18"), ThreadBackend())
+    net = build("resnet18")
+    cm = ColdModel(net, ThreadBackend(), leaf_rows(net))
     with pytest.raises(HetserveError, match="the load plan has 3 layers"):
         cm.load(LoadPlan.all_loaded(3))
 
@@ -130,7 +135,9 @@ def test_the_torch_executor_serves_cold_instances_with_lru(resnet18_rows):
     tr = generate(streams, 3.0, 2)
     # room for one instance per GPU, six instances on four GPUs: LRU evictions
     sched = make_scheduler("coldstart", {"memory_reserve_gb": 16 - 0.05, "preload": False})
-    ex = TorchExecutor(build, n_blocks=1)
+    from hetserve.profiling.layers import leaf_rows
+
+    ex = TorchExecutor(build, n_blocks=1, leaf_rows=leaf_rows)
     done = _runtime(plan, lat, pl, sched, tr, ex)
     assert len(done) == len(tr) and all(v[0] == OK for v in done.values())
     ref = build("resnet18")
@@ -163,7 +170,9 @@ def test_served_over_http_cold_instances_answer_and_the_cli_simulates_them(tmp_p
                  "--kind", "dha", "--slo", "resnet18@0=60000,resnet18@1=60000,resnet18@2=60000",
                  "--output", str(f)]) == 0  # fmt: skip
     setup = build_setup("local-cpu", names.split(","), plan=str(f))
-    cfg = ServerConfig(scheduler="coldstart", build=build, engine="threads",
+    from hetserve.profiling.layers import leaf_rows
+
+    cfg = ServerConfig(scheduler="coldstart", build=build, engine="threads", leaf_rows=leaf_rows,
                        params={"preload": False, "memory_reserve_gb": 0.0})  # fmt: skip
     body = {"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32",
                         "data": [0.0] * 150528}]}  # fmt: skip

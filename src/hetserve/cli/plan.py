@@ -159,6 +159,15 @@ def plan(
 
     if profiles and estimate:
         raise HetserveError("give --profiles DIR or --estimate, not both")
+    if planner != "deepplan":
+        ctx = click.get_current_context()
+        given = [
+            f"--{n.replace('_csv', '').replace('_', '-')}"
+            for n in ("kind", "layers_csv", "batch", "pt_max", "gpu")
+            if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT)
+        ]
+        if given:
+            raise HetserveError(f"{', '.join(given)}: options of --planner deepplan only")
     if planner == "deepplan":
         from hetserve.core.layerlatency import base_model
         from hetserve.core.layertable import get_layer_table

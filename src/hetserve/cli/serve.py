@@ -314,13 +314,15 @@ def serve(
         sp.setdefault("max_batch", max_batch)  # (their default, 128, exceeds the profiles)
     if scheduler in ("edf-adaptive", "reservation"):
         sp.setdefault("margin_s", 0.01)  # timers on the wall clock fire late (1-4 ms here)
-    build = None
+    build = leaf_rows = host_alias = None
     if not emulate:
+        from hetserve.profiling.layers import host_alias, leaf_rows
         from hetserve.zoo.registry import build
     server = Server(
         setup,
         ServerConfig(
             scheduler=scheduler, params=sp, emulate=emulate, build=build,
+            leaf_rows=leaf_rows, host_alias=host_alias,
             engine="threads" if engine == "emulated" else engine, ray_address=address,
             cpu_threads=cpu_threads or default_cpu_threads(), max_pending=max_pending,
             admission=admission, max_request_batch=max_request_batch,

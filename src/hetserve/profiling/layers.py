@@ -152,6 +152,21 @@ class _Clock:
         return (b - a) * 1e6
 
 
+def leaf_rows(net: Any, rows: Any = None) -> tuple[list[str], list[list[str]]]:
+    """The rows of ``net``'s layer table (``zoo.leaves.trace_rows``): per row, the module
+    that opens it, and the names of the weights (parameters, buffers) it is first to read.
+    The runtime's cold loader takes it as a parameter (the runtime sits below the zoo)."""
+    from hetserve.zoo.leaves import trace_rows
+
+    if rows is None:
+        rows, _ = trace_rows(net)
+    by_ptr = {
+        v.untyped_storage().data_ptr(): n
+        for n, v in [*net.named_parameters(), *net.named_buffers()]
+    }
+    return [r.name for r in rows], [[by_ptr[p] for p in r.weight_ptrs] for r in rows]
+
+
 def _median(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[len(xs) // 2]
@@ -185,24 +200,19 @@ def measure_layers(
     seq = DEEPPLAN_SEQ_LEN.get(model)
     net = build(model, seq_len=seq) if seq else build(model)
     rows, _ = trace_rows(net)
-    by_ptr = {
-        v.untyped_storage().data_ptr(): n
-        for n, v in [*net.named_parameters(), *net.named_buffers()]
-    }
-    row_weights = [[by_ptr[p] for p in r.weight_ptrs] for r in rows]
+    _, row_weights = leaf_rows(net, rows)
     dev = torch.device(device)
     net = net.to(dev)
     dev_id = (dev.index if dev.index is not None else torch.cuda.current_device()) if cuda else 0
     clock = _Clock(cuda)
-    opens = {r.name for r in rows if not r.own}
-    own = {r.name for r in rows if r.own}
+    opens = {r.name for r in rows}
     named = dict(net.named_modules())
     stamps: list[Any] = []
 
     def mark(_mod: Any, _args: Any) -> None:
         stamps.append(clock.stamp())
 
-    hooks = [named[n].register_forward_pre_hook(mark) for n in sorted(opens | own)]
+    hooks = [named[n].register_forward_pre_hook(mark) for n in sorted(opens)]
     x = net.input_spec.example(batch).to(dev)
     state = {**dict(net.named_parameters()), **dict(net.named_buffers())}
     if cuda:

@@ -12,8 +12,10 @@ CUDA) and moves it onto the device by the plan:
   event, so a batch may start while later rows still arrive;
 - ``evict`` drops the device copies (the module's weights become empty tensors again).
 
-Rows and their weights are those of the layer table (``zoo.leaves.trace_rows``): row ``i``
-of the plan is row ``i`` of ``layers.csv``.
+Rows and their weights are those of the layer table: the caller passes them
+(``profiling.layers.leaf_rows``; the runtime sits below the zoo and the profiler in the
+layering), so row ``i`` of the plan is row ``i`` of ``layers.csv``. Likewise the CUDA
+backend takes its host-alias function (``profiling.layers.host_alias``).
 
 The ordering logic runs on the CPU too (:class:`ThreadBackend`: a loader thread copies
 each row into fresh tensors and sets a ``threading.Event``; the hooks wait on it), which is
@@ -85,17 +87,21 @@ class CudaBackend:
 
     name = "cuda"
 
-    def __init__(self, device: str = "cuda", secondaries: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        alias: Callable[[torch.Tensor, int], torch.Tensor],
+        device: str = "cuda",
+        secondaries: Sequence[str] = (),
+    ) -> None:
         self.device = torch.device(device)
         self.secondaries = [torch.device(d) for d in secondaries]
+        self._alias = alias
 
     def stage_host(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().cpu().pin_memory()
 
     def alias(self, host: torch.Tensor) -> torch.Tensor:
-        from hetserve.profiling.layers import host_alias
-
-        return host_alias(host, self.device.index or 0)
+        return self._alias(host, self.device.index or 0)
 
     def empty(self, like: torch.Tensor) -> torch.Tensor:
         return torch.empty(like.shape, dtype=like.dtype, device=self.device)
@@ -152,17 +158,17 @@ class CudaBackend:
 class ColdModel:
     """One model instance whose weights live in host memory until a plan loads them."""
 
-    def __init__(self, net: Any, backend: ThreadBackend | CudaBackend) -> None:
-        from hetserve.zoo.leaves import trace_rows
-
+    def __init__(
+        self,
+        net: Any,
+        backend: ThreadBackend | CudaBackend,
+        rows: tuple[list[str], list[list[str]]],
+    ) -> None:
+        """``rows``: per row of the layer table, the module that opens it and the names of
+        its weights (``profiling.layers.leaf_rows(net)``)."""
         self.net = net
         self.backend = backend
-        rows, _ = trace_rows(net)
-        by_ptr = {v.untyped_storage().data_ptr(): n
-                  for n, v in [*net.named_parameters(), *net.named_buffers()]}  # fmt: skip
-        self.row_weights = [[by_ptr[p] for p in r.weight_ptrs] for r in rows]
-        self.row_names = [r.name for r in rows]
-        self.row_own = [r.own for r in rows]
+        self.row_names, self.row_weights = rows
         self.host = {n: backend.stage_host(t) for n, t in self._state().items()}
         self.events: dict[int, Any] = {}
         self.loaded = False

@@ -65,6 +65,10 @@ class ServerConfig:
     n_blocks: int = 10
     # the models' builder for real workers (``hetserve.zoo.registry.build``)
     build: Callable[[str], Any] | None = None
+    # cold loading (plans with load plans): hetserve.profiling.layers.leaf_rows and
+    # host_alias, passed in like ``build`` (the runtime sits below zoo and profiling)
+    leaf_rows: Callable[[Any], Any] | None = None
+    host_alias: Callable[[Any, int], Any] | None = None
     engine: str = "threads"  # real workers: "threads" (this process) or "ray" (actors)
     ray_address: str | None = None
     # torch threads of all CPU workers together (0: torch's default); split among them
@@ -164,7 +168,10 @@ class Server:
 
                     torch.set_num_threads(self.cfg.cpu_threads)
                 if self.setup.plan.load_plans:  # cold starts: models load on demand, whole
-                    executor = TorchExecutor(self.cfg.build, n_blocks=1)
+                    executor = TorchExecutor(
+                        self.cfg.build, n_blocks=1, leaf_rows=self.cfg.leaf_rows,
+                        host_alias=self.cfg.host_alias,
+                    )  # fmt: skip
                 else:
                     executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
                     executor.prepare(self.setup.plan, self.setup.placement)

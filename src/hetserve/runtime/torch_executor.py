@@ -37,9 +37,15 @@ class TorchExecutor:
         n_blocks: int = 10,
         device: str = "cpu",
         cut_fp16: bool = True,
+        leaf_rows: Callable[[Any], Any] | None = None,
+        host_alias: Callable[[Any, int], Any] | None = None,
     ) -> None:
-        """``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits above the
-        zoo in the layering, so the caller passes ``hetserve.zoo.registry.build``)."""
+        """``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits below the
+        zoo in the layering, so the caller passes ``hetserve.zoo.registry.build``).
+        Cold loading needs ``leaf_rows`` and, on CUDA, ``host_alias`` likewise
+        (``hetserve.profiling.layers``)."""
+        self.leaf_rows = leaf_rows
+        self.host_alias = host_alias
         self.build = build
         self.n_blocks = n_blocks
         self.device = device
@@ -62,9 +68,12 @@ class TorchExecutor:
         from hetserve.runtime.coldload import CudaBackend, ThreadBackend
 
         if self.device.startswith("cuda"):
+            if self.host_alias is None:
+                raise RuntimeError("cold loading on CUDA needs host_alias")
             n = torch.cuda.device_count()
             me = torch.device(self.device).index or 0
-            return CudaBackend(self.device, [f"cuda:{i}" for i in range(n) if i != me])
+            others = [f"cuda:{i}" for i in range(n) if i != me]
+            return CudaBackend(self.host_alias, self.device, others)
         return ThreadBackend()
 
     def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
@@ -78,7 +87,10 @@ class TorchExecutor:
         key = (a.worker, a.model)
         cm = self._cold.get(key)
         if cm is None:
-            cm = self._cold[key] = ColdModel(self.build(base_model(a.model)), self._backend())
+            if self.leaf_rows is None:
+                raise RuntimeError("cold loading needs leaf_rows (hetserve.profiling.layers)")
+            net = self.build(base_model(a.model))
+            cm = self._cold[key] = ColdModel(net, self._backend(), self.leaf_rows(net))
         if cm.loaded or cm.loading:
             engine.clock.call_at(now, lambda: engine.load_finished(a, now))
             return
