@@ -84,7 +84,9 @@ class ColdStart(BaseScheduler):
         self.queued_s = dict.fromkeys(ws, 0.0)  # batch-1 warm latency of the queue
         self.lost: set[WorkerId] = set()
         self.live: list[WorkerId] = list(ws)
+        self.where: dict[str, set[WorkerId]] = {}  # model -> live workers holding it
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
+        self._warm1: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self.pending: deque[Request] = deque()
         self.batches: dict[int, WorkerId] = {}
         self._bytes: dict[tuple[str, str], float] = {}
@@ -131,15 +133,28 @@ class ColdStart(BaseScheduler):
             t = self._warm[key] = self.view.stage_latency_s(model, w, batch)
         return t
 
+    def _warm1_s(self, model: str, w: WorkerId) -> float:
+        per = self._warm1[w]
+        t = per.get(model)
+        if t is None:
+            t = per[model] = self._warm_s(model, w, 1)
+        return t
+
     def _backlog_s(self, w: WorkerId, now: float) -> float:
         return max(now, self.busy_until[w]) + self.queued_s[w] - now
 
     def _dequeue(self, w: WorkerId, r: Request) -> None:
-        self.queue[w].remove(r)
-        self.queued_s[w] = max(0.0, self.queued_s[w] - self._warm_s(r.model, w))
+        q = self.queue[w]
+        if q[0] is r:
+            q.popleft()
+        else:
+            q.remove(r)
+        left = self.queued_s[w] - self._warm1_s(r.model, w)
+        self.queued_s[w] = left if left > 0.0 else 0.0
 
     # ------------------------------------------------------------------ routing
     def _load(self, w: WorkerId, model: str, now: float) -> Load:
+        self.where.setdefault(model, set()).add(w)
         self.used[w] += self.instance_bytes(model, w)
         self.loading[w][model] = now + self._cold_s(model)
         self.stats["loads"] += 1
@@ -164,6 +179,7 @@ class ColdStart(BaseScheduler):
             return False
         for m in victims:
             del self.resident[w][m]
+            self.where[m].discard(w)
             self.used[w] -= self.instance_bytes(m, w)
             self.stats["evictions"] += 1
             out.append(Evict(w, m, (0, self._nb[m])))
@@ -171,21 +187,20 @@ class ColdStart(BaseScheduler):
 
     def _route(self, r: Request, now: float, out: list[Action]) -> bool:
         m = r.model
-        live = self.live
-        holders = [w for w in live if m in self.resident[w] or m in self.loading[w]]
-        if len(holders) == 1:
-            w = holders[0]
+        holders = self.where.get(m)
+        if holders and len(holders) == 1:
+            (w,) = holders
         elif holders:
             w = min(holders, key=lambda x: (self._backlog_s(x, now), x))
         else:
-            for w in sorted(live, key=lambda x: (self._backlog_s(x, now), x)):
+            for w in sorted(self.live, key=lambda x: (self._backlog_s(x, now), x)):
                 if self._make_room(w, r.model, out):
                     out.append(self._load(w, r.model, now))
                     break
             else:
                 return False
         self.queue[w].append(r)
-        self.queued_s[w] += self._warm_s(r.model, w)
+        self.queued_s[w] += self._warm1_s(m, w)
         if r.model not in self.resident[w]:
             self.cold_ids.append(r.id)
             self.stats["cold_requests"] += 1
@@ -248,6 +263,7 @@ class ColdStart(BaseScheduler):
                 self.resident[w][m] = now
                 self.resident[w].move_to_end(m)
             else:
+                self.where.get(m, set()).discard(w)
                 self.used[w] -= self.instance_bytes(m, w)
                 stuck = [r for r in self.queue[w] if r.model == m]
                 for r in stuck:
@@ -277,6 +293,8 @@ class ColdStart(BaseScheduler):
         queued = list(self.queue[worker])
         self.queue[worker].clear()
         self.queued_s[worker] = 0.0
+        for m in list(self.resident[worker]) + list(self.loading[worker]):
+            self.where.get(m, set()).discard(worker)
         self.resident[worker].clear()
         self.loading[worker].clear()
         self.used[worker] = 0.0
