@@ -152,3 +152,30 @@ def test_bad_plans_are_one_line_errors():
         LoadPlan("x", (LOAD, DHA), (0, 0))
     with pytest.raises(HetserveError, match="mode 'copy'"):
         LoadPlan("x", ("copy",), (0,))
+
+
+def test_bad_layer_tables_are_one_line_errors(tmp_path):
+    import json
+
+    from hetserve.core.errors import ConfigError
+    from hetserve.core.layertable import get_layer_table
+
+    good = get_layer_table("resnet18").to_json()
+    cases = [
+        (lambda d: d.pop("leaves"), "missing field 'leaves'"),
+        (lambda d: d["leaves"][3].pop("param_bytes"), r"leaves\[3\]: missing field 'param_bytes'"),
+        (lambda d: d["leaves"][2].update(flops=-5), r"leaves\[2\]: field .flops.: expected a num"),
+        (lambda d: d["leaves"][1].update(bogus=1), r"leaves\[1\]: unknown field 'bogus'"),
+        (lambda d: d["leaves"][5].update(layer=0), r"leaves\[5\]: layer 0 after layer \d+"),
+        (lambda d: d.update(leaves=[]), "expected a non-empty list"),
+    ]  # fmt: skip
+    for change, msg in cases:
+        d = json.loads(json.dumps(good))
+        change(d)
+        f = tmp_path / "t.json"
+        f.write_text(json.dumps(d))
+        with pytest.raises(ConfigError, match=msg):
+            get_layer_table(str(f))
+    (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        get_layer_table(str(tmp_path / "bad.json"))

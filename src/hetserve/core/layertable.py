@@ -52,7 +52,7 @@ import csv
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -130,6 +130,13 @@ class LayerTable:
             extra = set(row) - set(names)
             if extra:
                 raise ConfigError(f"{source}: leaves[{i}]: unknown field '{sorted(extra)[0]}'")
+            required = [
+                f.name for f in Leaf.__dataclass_fields__.values()
+                if f.default is MISSING and f.default_factory is MISSING
+            ]  # fmt: skip
+            lacking = [f for f in required if f not in row]
+            if lacking:
+                raise ConfigError(f"{source}: leaves[{i}]: missing field '{lacking[0]}'")
             try:
                 leaf = Leaf(**row)
                 for f, t in names.items():
