@@ -1,0 +1,105 @@
+"""Real cold starts against the timeline's prediction (DeepPlan; issue 14's runtime part,
+issue 18's item 4): for each model, measure ``layers.csv`` on the device, plan each load
+plan kind from it, then cold-start the model for real with ``runtime.coldload`` (weights
+in pinned host memory, a load stream with an event per row, DHA rows as host aliases)
+and time the first request from the start of the load to its output. The gap between the
+measured and the predicted cold start is the simulator's error on cold starts.
+
+Run on a GPU: ``.venv/bin/python benchmarks/coldstart_real.py --device cuda --out DIR``
+(defaults: ResNet-50, BERT-Base and GPT-2; baseline, PipeSwitch and DHA; 5 repeats).
+``--device cpu`` dry-runs every step on the CPU (a loader thread instead of streams; the
+host link is memory, so the numbers say nothing about a GPU). Writes ``DIR/layers.csv``
+and ``DIR/coldstart.json``, and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from hetserve.core.coldstart import timeline
+from hetserve.core.layertable import write_layers_csv
+from hetserve.planning.deepplan import make_load_plan
+from hetserve.profiling.layers import host_alias, leaf_rows, measure_layers
+from hetserve.runtime.coldload import ColdModel, CudaBackend, ThreadBackend
+from hetserve.zoo.leaves import DEEPPLAN_SEQ_LEN
+from hetserve.zoo.registry import build
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def cold_start_s(cm: ColdModel, plan: object, x: torch.Tensor, device: str) -> float:
+    """One cold start: evict, then load by ``plan`` and run one request at once."""
+    if cm.loaded:
+        cm.evict()
+    sync(device)
+    done = threading.Event()
+    t0 = time.perf_counter()
+    cm.load(plan, done.set)  # type: ignore[arg-type]
+    cm.run(x)
+    sync(device)
+    t = time.perf_counter() - t0
+    done.wait()
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--models", default="resnet50,bert-base,gpt2")
+    ap.add_argument("--kinds", default="baseline,pipeswitch,dha")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", default="coldstart-out")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    all_rows, results = [], []
+    for model in a.models.split(","):
+        rows = measure_layers(model, a.device, 1, a.warmup, a.repeats)
+        all_rows += rows
+        seq = DEEPPLAN_SEQ_LEN.get(model)
+        net = build(model, seq_len=seq) if seq else build(model)
+        x = net.input_spec.example(1).to(a.device)
+        if a.device.startswith("cuda"):
+            backend: object = CudaBackend(host_alias, a.device)
+        else:
+            backend = ThreadBackend()
+        cm = ColdModel(net, backend, leaf_rows(net))  # type: ignore[arg-type]
+        for kind in a.kinds.split(","):
+            plan = make_load_plan(kind, rows)
+            predicted = timeline(rows, plan).latency_s
+            cold_start_s(cm, plan, x, a.device)  # warm the kernels and allocator
+            ts = [cold_start_s(cm, plan, x, a.device) for _ in range(a.repeats)]
+            measured = statistics.median(ts)
+            results.append({
+                "model": model, "kind": kind, "rows": len(rows),
+                "dha_rows": len(plan.dha_layers), "predicted_ms": predicted * 1e3,
+                "measured_ms": measured * 1e3, "measured_all_ms": [t * 1e3 for t in ts],
+                "error_pct": 100 * (measured - predicted) / predicted if predicted else None,
+            })  # fmt: skip
+    write_layers_csv(all_rows, out / "layers.csv")
+    device_name = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
+    (out / "coldstart.json").write_text(
+        json.dumps({"device": device_name, "results": results}, indent=1) + "\n"
+    )
+    print(f"device: {device_name}")
+    print("| model | kind | rows (DHA) | predicted ms | measured ms (median) | error |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in results:
+        err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+        print(f"| {r['model']} | {r['kind']} | {r['rows']} ({r['dha_rows']}) | "
+              f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | {err} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

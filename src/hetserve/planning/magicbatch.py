@@ -1,0 +1,254 @@
+"""MagicBatch's planning (DataCom 2022, section 4): for each stream, a batch size per GPU
+type, and an assignment of streams to GPUs with the least energy.
+
+*First slice of issue 15*: the batch choice, the exact assignment and the paper's FCFS
+and Greedy baselines. PSO-GA, ``shared``, the CLI, the scheduler and the study come next.
+
+**Batch choice** (Eqs. 2-4). Stream ``m`` sends ``r_m`` requests/s with deadline ``D_m``.
+On GPU type ``n`` a batch of ``B`` waits ``(B - 1) / r_m`` for its last request (the first
+request waits longest, Eq. 2), then runs for ``exec_n(B)``; energy per request is
+``E_batch(B) / B`` (Eq. 3). The largest ``B`` with ``(B - 1) / r_m + exec_n(B) <= D_m``
+(Eq. 4) minimises the energy per request; we also require that the GPU keeps up,
+``exec_n(B) <= B / r_m`` (the paper assumes it silently). A type where no ``B`` satisfies
+both is infeasible for the stream, with the reason recorded.
+
+**Assignment** (Eqs. 5-9). Each stream runs on one GPU of its own; the energy of an
+assignment is ``sum_m E_request(n_m, m) * r_m`` (J/s, Eq. 5 per second). ``exact`` solves
+the problem exactly: it is a rectangular assignment problem (streams x GPU instances),
+solved with SciPy's ``linear_sum_assignment``; a stream that cannot be placed (infeasible
+everywhere, or more streams than GPUs) is rejected, and the solver first places as many
+streams as possible, then minimises energy among those placements (rejection costs more
+than any placement). ``fcfs``: GPUs numbered by how advanced they are (oldest first, then
+by peak FP32), each stream in order takes the lowest-numbered idle GPU that can serve it.
+``greedy``: each stream in order takes the idle GPU of the type with the least energy for
+it (section 5.1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.gpus import GpuType
+from hetserve.core.latency import LatencyModel
+
+METHODS = ("exact", "fcfs", "greedy")
+
+
+@dataclass(frozen=True)
+class EdgeStream:
+    """One device's requests (the paper's "device" ``m``)."""
+
+    name: str
+    model: str
+    rate_rps: float
+    deadline_s: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate_rps) and self.rate_rps > 0):
+            raise HetserveError(f"stream {self.name}: rate must be > 0 req/s, got {self.rate_rps}")
+        if not (math.isfinite(self.deadline_s) and self.deadline_s > 0):
+            raise HetserveError(
+                f"stream {self.name}: deadline must be > 0 s, got {self.deadline_s}"
+            )
+
+
+@dataclass(frozen=True)
+class Option:
+    """A stream on a GPU type: its batch, the worst request's latency, the execution time
+    of a batch, the energy per request; or why it cannot run there."""
+
+    gpu: str
+    batch: int = 0
+    latency_s: float = math.inf
+    exec_s: float = math.inf
+    energy_j: float = math.inf  # per request
+    why: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.batch > 0
+
+    def power_w(self, rate_rps: float) -> float:
+        """Energy per second while serving ``rate_rps`` (Eq. 5 per second)."""
+        return self.energy_j * rate_rps
+
+
+def batch_choice(
+    latency: LatencyModel, stream: EdgeStream, gpu: GpuType, max_batch: int = 256
+) -> Option:
+    """The paper's batch choice with its checks (module docstring)."""
+    r, d = stream.rate_rps, stream.deadline_s
+    best: Option | None = None
+    why = ""
+    for b in range(1, max_batch + 1):
+        wait = (b - 1) / r
+        if wait >= d:
+            why = why or f"waiting for a batch of {b} takes {wait * 1e3:.1f} ms"
+            break
+        try:
+            ex = latency.latency(stream.model, gpu, 1, b)
+        except HetserveError:
+            if b == 1:
+                raise  # an unknown model, or none of its latencies on this GPU
+            break  # a latency table without this batch size: the largest profiled bounds it
+        if wait + ex > d:
+            why = why or (
+                f"batch {b} misses the deadline ({(wait + ex) * 1e3:.1f} > {d * 1e3:.1f} ms)"
+            )
+            break  # latency grows with the batch
+        if ex > b / r:
+            why = f"batch {b} runs {ex * 1e3:.1f} ms, longer than {b} arrivals take"
+            continue  # a larger batch may keep up
+        e = latency.energy(stream.model, gpu, 1, b) / b
+        best = Option(gpu.name, b, wait + ex, ex, e)
+    if best is None:
+        return Option(gpu.name, why=why or "no batch size fits")
+    return best
+
+
+def stream_options(
+    latency: LatencyModel,
+    streams: Sequence[EdgeStream],
+    gpus: Sequence[GpuType],
+    max_batch: int = 256,
+) -> dict[str, dict[str, Option]]:
+    """Per stream, per GPU type: the option each method chooses from."""
+    return {s.name: {g.name: batch_choice(latency, s, g, max_batch) for g in gpus} for s in streams}
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Streams bound to GPU instances (``"<type>#<k>"``), with their options."""
+
+    method: str
+    gpu_of: dict[str, str]  # stream -> GPU instance
+    option_of: dict[str, Option]
+    rejected: dict[str, str] = field(default_factory=dict)  # stream -> why
+
+    def power_w(self, streams: Sequence[EdgeStream]) -> float:
+        rate = {s.name: s.rate_rps for s in streams}
+        return sum(o.power_w(rate[m]) for m, o in self.option_of.items())
+
+
+def gpu_instances(counts: Mapping[str, int]) -> list[str]:
+    return [f"{t}#{k}" for t, n in counts.items() for k in range(n)]
+
+
+def _type_of(instance: str) -> str:
+    return instance.rsplit("#", 1)[0]
+
+
+def _reject_reason(opts: Mapping[str, Option]) -> str:
+    return "; ".join(f"{t}: {o.why}" for t, o in opts.items() if not o.feasible)
+
+
+def assign(
+    method: str,
+    streams: Sequence[EdgeStream],
+    counts: Mapping[str, int],
+    options: Mapping[str, Mapping[str, Option]],
+    order: Sequence[str] | None = None,
+) -> Assignment:
+    """Assign streams to GPUs by ``method`` (``exact``, ``fcfs``, ``greedy``). ``order``:
+    the GPU types from the least to the most advanced (FCFS's numbering)."""
+    if method not in METHODS:
+        from hetserve.core.errors import unknown
+
+        raise unknown("assignment method", method, METHODS)
+    inst = gpu_instances(counts)
+    if method == "exact":
+        return _exact(streams, inst, options)
+    if method == "fcfs":
+        types = list(order or counts)
+        inst = sorted(inst, key=lambda g: (types.index(_type_of(g)), g))
+    gpu_of: dict[str, str] = {}
+    opt_of: dict[str, Option] = {}
+    rejected: dict[str, str] = {}
+    idle = list(inst)
+    for s in streams:
+        opts = options[s.name]
+        cands = [g for g in idle if opts[_type_of(g)].feasible]
+        if method == "greedy":
+            cands.sort(key=lambda g: (opts[_type_of(g)].energy_j, idle.index(g)))
+        if not cands:
+            rejected[s.name] = (
+                "no idle GPU can serve it" if any(o.feasible for o in opts.values())
+                else _reject_reason(opts)
+            )  # fmt: skip
+            continue
+        g = cands[0]
+        idle.remove(g)
+        gpu_of[s.name] = g
+        opt_of[s.name] = opts[_type_of(g)]
+    return Assignment(method, gpu_of, opt_of, rejected)
+
+
+def _exact(
+    streams: Sequence[EdgeStream], inst: Sequence[str], options: Mapping[str, Mapping[str, Option]]
+) -> Assignment:
+    from scipy.optimize import linear_sum_assignment
+
+    m, g = len(streams), len(inst)
+    power = np.full((m, g), np.inf)
+    for i, s in enumerate(streams):
+        for j, gi in enumerate(inst):
+            o = options[s.name][_type_of(gi)]
+            if o.feasible:
+                power[i, j] = o.power_w(s.rate_rps)
+    finite = power[np.isfinite(power)]
+    reject = 1.0 + 2.0 * m * (float(finite.max()) if finite.size else 1.0)
+    cost = np.concatenate(
+        [np.where(np.isfinite(power), power, 4 * reject), np.full((m, m), reject)], axis=1
+    )
+    rows, cols = linear_sum_assignment(cost)
+    gpu_of: dict[str, str] = {}
+    opt_of: dict[str, Option] = {}
+    rejected: dict[str, str] = {}
+    for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
+        s = streams[i]
+        if j < g and np.isfinite(power[i, j]):
+            gpu_of[s.name] = inst[j]
+            opt_of[s.name] = options[s.name][_type_of(inst[j])]
+        else:
+            opts = options[s.name]
+            rejected[s.name] = (
+                "no GPU left for it (more streams than GPUs can serve)"
+                if any(o.feasible for o in opts.values()) else _reject_reason(opts)
+            )  # fmt: skip
+    return Assignment("exact", gpu_of, opt_of, rejected)
+
+
+def brute_force(
+    streams: Sequence[EdgeStream],
+    counts: Mapping[str, int],
+    options: Mapping[str, Mapping[str, Option]],
+) -> tuple[int, float]:
+    """(streams placed, power) of the best assignment, by trying every one (small cases)."""
+    inst = gpu_instances(counts)
+    if len(streams) > 7 or len(inst) > 7:
+        raise HetserveError("brute force: at most 7 streams and 7 GPUs")
+    best = (0, 0.0)
+    choices = [None, *inst]
+    for pick in itertools.product(choices, repeat=len(streams)):
+        used = [p for p in pick if p is not None]
+        if len(used) != len(set(used)):
+            continue
+        placed, power, ok = 0, 0.0, True
+        for s, p in zip(streams, pick, strict=True):
+            if p is None:
+                continue
+            o = options[s.name][_type_of(p)]
+            if not o.feasible:
+                ok = False
+                break
+            placed += 1
+            power += o.power_w(s.rate_rps)
+        if ok and (placed > best[0] or (placed == best[0] and power < best[1] - 1e-12)):
+            best = (placed, power)
+    return best

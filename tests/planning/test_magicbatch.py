@@ -1,0 +1,130 @@
+"""MagicBatch's first slice: the batch choice (Eqs. 2-4 and the keep-up check), the exact
+assignment against brute force, and the paper's FCFS and Greedy."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.gpus import DEFAULT_CATALOG
+from hetserve.core.latency import LinearModel, LinearParams
+from hetserve.planning.magicbatch import (
+    EdgeStream,
+    Option,
+    assign,
+    batch_choice,
+    brute_force,
+    stream_options,
+)
+
+V100 = DEFAULT_CATALOG.get("V100")
+LAT = LinearModel({("m", "V100"): LinearParams(0.005, 0.020)})
+
+
+def test_the_largest_batch_that_meets_the_deadline_and_keeps_up():
+    # exec(B) = 5 ms x B + 20 ms. At 100 req/s, D = 150 ms: (B-1)/100 + exec(B) <= 0.15
+    # gives B <= 9.33; keeping up, exec(B) <= B / 100, needs B >= 4: B = 9
+    o = batch_choice(LAT, EdgeStream("s", "m", 100.0, 0.150), V100)
+    assert o.batch == 9
+    assert o.latency_s == pytest.approx(0.08 + 0.065)
+    assert o.energy_j == pytest.approx(LAT.energy("m", V100, 1, 9) / 9)
+    # at 10 req/s the wait dominates: B = 2 (0.1 s + 30 ms); B = 3 would wait 0.2 s
+    assert batch_choice(LAT, EdgeStream("s", "m", 10.0, 0.150), V100).batch == 2
+
+
+def test_energy_per_request_falls_with_the_batch():
+    e = [LAT.energy("m", V100, 1, b) / b for b in range(1, 20)]
+    assert all(a > b for a, b in itertools.pairwise(e))
+
+
+def test_infeasible_options_say_why():
+    late = batch_choice(LAT, EdgeStream("s", "m", 100.0, 0.010), V100)
+    assert not late.feasible and "misses the deadline" in late.why
+    # 1,000 req/s: every batch runs longer than its arrivals take
+    fast = batch_choice(LAT, EdgeStream("s", "m", 1000.0, 1.0), V100)
+    assert not fast.feasible and "longer than" in fast.why
+    with pytest.raises(HetserveError, match="rate must be > 0"):
+        EdgeStream("s", "m", 0.0, 1.0)
+    with pytest.raises(HetserveError, match="unknown model"):
+        batch_choice(LAT, EdgeStream("s", "nosuch", 10.0, 1.0), V100)
+
+
+def _table(energies):
+    """Streams s0.. with rate 1 and the given energy per request on GPU types A, B."""
+    streams = [EdgeStream(f"s{i}", "m", 1.0, 1.0) for i in range(len(energies))]
+    opts = {
+        f"s{i}": {t: (Option(t, 1, 0.1, 0.1, e) if e is not None else Option(t, why="no"))
+                  for t, e in zip("AB", row, strict=True)}
+        for i, row in enumerate(energies)
+    }  # fmt: skip
+    return streams, opts
+
+
+def test_greedy_is_not_optimal_the_paper_s_example():
+    """Section 5.2: task 1 costs 100 J on GPU 1 and 110 J on GPU 2, task 2 50 J and 200 J;
+    Greedy puts task 1 on GPU 1 and pays 300 J, the optimum 160 J."""
+    streams, opts = _table([(100.0, 110.0), (50.0, 200.0)])
+    counts = {"A": 1, "B": 1}
+    greedy = assign("greedy", streams, counts, opts)
+    exact = assign("exact", streams, counts, opts)
+    assert greedy.power_w(streams) == 300.0 and exact.power_w(streams) == 160.0
+    assert exact.gpu_of == {"s0": "B#0", "s1": "A#0"}
+
+
+def test_fcfs_takes_the_least_advanced_idle_gpu_first():
+    streams, opts = _table([(100.0, 110.0), (50.0, 200.0), (10.0, None)])
+    a = assign("fcfs", streams, {"A": 1, "B": 2}, opts, order=["B", "A"])
+    assert a.gpu_of == {"s0": "B#0", "s1": "B#1", "s2": "A#0"}
+
+
+def test_streams_that_fit_nowhere_are_rejected_with_a_reason():
+    streams, opts = _table([(None, None), (5.0, 7.0), (6.0, None)])
+    a = assign("exact", streams, {"A": 1, "B": 1}, opts)
+    assert a.gpu_of == {"s1": "B#0", "s2": "A#0"}
+    assert "s0" in a.rejected and "A: no" in a.rejected["s0"]
+    more = assign("exact", *_table([(1.0, 2.0)] * 3)[:1], {"A": 1, "B": 1},
+                  _table([(1.0, 2.0)] * 3)[1])  # fmt: skip
+    assert len(more.gpu_of) == 2 and "no GPU left" in next(iter(more.rejected.values()))
+
+
+energy = st.one_of(st.none(), st.integers(1, 50).map(float))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(energy, energy), min_size=1, max_size=5),
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.lists(st.integers(1, 5), min_size=5, max_size=5),
+)
+def test_exact_equals_brute_force_and_beats_the_baselines(rows, n_a, n_b, rates):
+    streams, opts = _table(rows)
+    streams = [EdgeStream(s.name, "m", float(r), 1.0) for s, r in zip(streams, rates, strict=False)]
+    counts = {"A": n_a, "B": n_b}
+    placed, power = brute_force(streams, counts, opts)
+    ex = assign("exact", streams, counts, opts)
+    assert len(ex.gpu_of) == placed
+    assert ex.power_w(streams) == pytest.approx(power)
+    for method in ("fcfs", "greedy"):
+        other = assign(method, streams, counts, opts)
+        assert len(other.gpu_of) <= placed
+        if len(other.gpu_of) == placed:
+            assert other.power_w(streams) >= power - 1e-9
+    assert len(ex.gpu_of) + len(ex.rejected) == len(streams)
+
+
+def test_options_over_real_models_and_gpus():
+    from hetserve.core.latency import RooflineModel
+
+    rm = RooflineModel()
+    gpus = [DEFAULT_CATALOG.get(n) for n in ("GTX-1080-Ti", "RTX-2080-Ti", "RTX-3090")]
+    streams = [EdgeStream("a", "resnet101", 50.0, 0.2), EdgeStream("b", "densenet121", 200.0, 0.1)]
+    opts = stream_options(rm, streams, gpus, max_batch=64)
+    for s in streams:
+        for g, o in opts[s.name].items():
+            assert o.feasible, (s.name, g, o.why)
+            assert o.latency_s <= s.deadline_s and o.exec_s <= o.batch / s.rate_rps
+    a = assign("exact", streams, {g.name: 1 for g in gpus}, opts)
+    assert set(a.gpu_of) == {"a", "b"}
