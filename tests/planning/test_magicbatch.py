@@ -128,3 +128,32 @@ def test_options_over_real_models_and_gpus():
             assert o.latency_s <= s.deadline_s and o.exec_s <= o.batch / s.rate_rps
     a = assign("exact", streams, {g.name: 1 for g in gpus}, opts)
     assert set(a.gpu_of) == {"a", "b"}
+
+
+def test_pso_ga_is_seeded_feasible_and_never_below_the_optimum():
+    import numpy as np
+
+    from hetserve.planning.magicbatch import PsoGaParams, pso_ga
+
+    streams, opts = _table([(100.0, 110.0), (50.0, 200.0)])
+    assert assign("pso-ga", streams, {"A": 1, "B": 1}, opts).power_w(streams) == 160.0
+    rng = np.random.default_rng(4)
+    rows = [(float(rng.integers(1, 60)), float(rng.integers(1, 60))) for _ in range(12)]
+    streams, opts = _table(rows)
+    counts = {"A": 6, "B": 8}
+    ex = assign("exact", streams, counts, opts)
+    runs = [pso_ga(streams, counts, opts, PsoGaParams(seed=s)) for s in (1, 1, 2)]
+    assert runs[0] == runs[1]  # the same seed, the same answer
+    for a in runs:
+        assert len(a.gpu_of) == 12 and a.power_w(streams) >= ex.power_w(streams) - 1e-9
+        used = [g.split("#")[0] for g in a.gpu_of.values()]
+        assert used.count("A") <= 6 and used.count("B") <= 8
+        assert len(set(a.gpu_of.values())) == 12  # one stream per GPU
+
+
+def test_pso_ga_rejects_when_types_run_out():
+    from hetserve.planning.magicbatch import PsoGaParams, pso_ga
+
+    streams, opts = _table([(1.0, None)] * 3)  # all need type A, which has one GPU
+    a = pso_ga(streams, {"A": 1, "B": 2}, opts, PsoGaParams(iterations=5))
+    assert len(a.gpu_of) == 1 and len(a.rejected) == 2
