@@ -157,3 +157,94 @@ def test_pso_ga_rejects_when_types_run_out():
     streams, opts = _table([(1.0, None)] * 3)  # all need type A, which has one GPU
     a = pso_ga(streams, {"A": 1, "B": 2}, opts, PsoGaParams(iterations=5))
     assert len(a.gpu_of) == 1 and len(a.rejected) == 2
+
+
+def _shared_table(rows, exec_s=0.02, deadline_s=0.1):
+    """Streams with rate 10/s, batch 1, the given energy per request on types A and B."""
+    streams = [EdgeStream(f"s{i}", "m", 10.0, deadline_s) for i in range(len(rows))]
+    opts = {
+        f"s{i}": {t: (Option(t, 1, exec_s, exec_s, e) if e is not None else Option(t, why="no"))
+                  for t, e in zip("AB", row, strict=True)}
+        for i, row in enumerate(rows)
+    }  # fmt: skip
+    gpus = {"A": DEFAULT_CATALOG.get("P4"), "B": DEFAULT_CATALOG.get("V100")}
+    return streams, opts, gpus
+
+
+def _brute_shared(streams, counts, opts, gpus, park):
+    """Every mapping of streams to GPU instances (or rejection) that keeps utilisation
+    <= 1 and every deadline with the others' batches ahead: (placed, power)."""
+    import itertools
+
+    from hetserve.planning.magicbatch import Assignment, gpu_instances, total_power_w
+
+    inst = gpu_instances(counts)
+    best = (0, float("inf"))
+    for pick in itertools.product([None, *inst], repeat=len(streams)):
+        gpu_of, opt_of, ok = {}, {}, True
+        for s, g in zip(streams, pick, strict=True):
+            if g is None:
+                continue
+            o = opts[s.name][g.split("#")[0]]
+            if not o.feasible:
+                ok = False
+                break
+            gpu_of[s.name], opt_of[s.name] = g, o
+        if not ok:
+            continue
+        for g in set(gpu_of.values()):
+            on = [s for s in streams if gpu_of.get(s.name) == g]
+            if (
+                sum(opt_of[s.name].exec_s * s.rate_rps / opt_of[s.name].batch for s in on)
+                > 1 + 1e-12
+            ):
+                ok = False
+            for s in on:
+                ahead = sum(opt_of[k.name].exec_s for k in on if k is not s)
+                if opt_of[s.name].latency_s + ahead > s.deadline_s + 1e-12:
+                    ok = False
+        if not ok:
+            continue
+        a = Assignment("x", gpu_of, opt_of)
+        p = total_power_w(a, streams, gpus, counts, park)
+        if len(gpu_of) > best[0] or (len(gpu_of) == best[0] and p < best[1] - 1e-9):
+            best = (len(gpu_of), p)
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(energy, energy), min_size=1, max_size=4),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.booleans(),
+    st.sampled_from([0.03, 0.06, 0.1]),
+)
+def test_shared_is_optimal_and_never_above_exact(rows, n_a, n_b, park, deadline):
+    from hetserve.planning.magicbatch import shared, total_power_w
+
+    streams, opts, gpus = _shared_table(rows, deadline_s=deadline)
+    counts = {"A": n_a, "B": n_b}
+    sh = shared(streams, counts, opts, gpus, park_idle=park)
+    placed, power = _brute_shared(streams, counts, opts, gpus, park)
+    assert len(sh.gpu_of) == placed
+    assert total_power_w(sh, streams, gpus, counts, park) == pytest.approx(power, abs=1e-6)
+    ex = assign("exact", streams, counts, opts)
+    if len(ex.gpu_of) == placed:
+        assert total_power_w(sh, streams, gpus, counts, park) <= (
+            total_power_w(ex, streams, gpus, counts, park) + 1e-6
+        )
+    assert len(sh.gpu_of) >= len(ex.gpu_of)
+
+
+def test_shared_packs_streams_onto_fewer_gpus():
+    from hetserve.planning.magicbatch import shared, total_power_w
+
+    streams, opts, gpus = _shared_table([(5.0, 6.0)] * 4)  # 20 ms each at 10/s: 20% busy
+    counts = {"A": 4, "B": 0}
+    sh = shared(streams, counts, opts, gpus, park_idle=True)
+    assert len(set(sh.gpu_of.values())) == 1  # all four on one GPU (80% busy, 80 ms late)
+    ex = assign("exact", streams, counts, opts)
+    assert total_power_w(sh, streams, gpus, counts, True) < total_power_w(
+        ex, streams, gpus, counts, True
+    )
