@@ -67,6 +67,7 @@ BY_NAME = {
     "max_body_mb": ["0", "nan"],
     "device": ["tpu"],
     "layers_csv": ["{tmp}/latin1.yaml", "{tmp}/missing.csv", "{tmp}/binary.bin"],
+    "streams_file": ["{tmp}/latin1.yaml", "{tmp}/missing.csv", "{tmp}/binary.bin"],
     "address": [],
     "out": [],
     "output": [],

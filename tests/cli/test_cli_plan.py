@@ -297,3 +297,40 @@ def test_deepplan_refuses_missing_layers_in_a_csv_and_extra_ones_in_a_plan(capsy
                        "--plan", str(f), "--scheduler", "coldstart", "--rate", "5",
                        "--duration", "1", "--out", str(tmp_path / "sim"))  # fmt: skip
     assert code == 2 and "load_plans.resnet18 has 54 layers; the model's layer table has 52" in err
+
+
+def test_magicbatch_plan_from_random_streams_and_a_stream_file(capsys, tmp_path):
+    from hetserve.core.plan import Plan
+
+    f = tmp_path / "mb.json"
+    code, out, _ = run(capsys, "plan", "--planner", "magicbatch", "--cluster", "magicbatch-edge",
+                       "--models", "resnet101,densenet121", "--random", "3", "--seed", "1",
+                       "--output", str(f))  # fmt: skip
+    assert code == 0 and "3 of 3 streams placed" in out
+    data = json.loads(f.read_text())
+    a = data["assignments"]["s0000"]
+    assert a["gpu"].split("#")[0] in ("GTX-1080-Ti", "RTX-2080-Ti", "RTX-3090")
+    assert set(a["options"]) == {"GTX-1080-Ti", "RTX-2080-Ti", "RTX-3090"}
+    assert a["latency_ms"] <= a["deadline_ms"]
+    assert Plan.load(f).to_json() == data  # round-trips
+    streams = tmp_path / "s.csv"
+    streams.write_text("name,model,rate_rps,deadline_ms\ncam1,resnet101,20,300\n"
+                       "cam2,densenet121,40,150\n")  # fmt: skip
+    mb = ["plan", "--planner", "magicbatch", "--cluster", "magicbatch-edge"]
+    code, out, _ = run(capsys, *mb, "--streams", str(streams), "--method", "shared",
+                       "--output", str(f))  # fmt: skip
+    assert code == 0 and "2 of 2 streams placed" in out
+    cases = [
+        ("cam1,resnet101,0,300", "stream cam1: field 'rate_rps': expected a rate > 0"),
+        ("cam1,resnet101,20,abc", "stream cam1: field 'deadline_ms': expected a deadline > 0"),
+        ("cam1,nosuch,20,300", "unknown model 'nosuch'"),
+        ("cam1,resnet101,20", "s.csv:2: expected 4 fields"),
+        ("cam1,resnet101,20,0.5", "stream cam1 (resnet101, 20 req/s, deadline 0.5 ms): no GPU"),
+    ]
+    for line, msg in cases:
+        streams.write_text("name,model,rate_rps,deadline_ms\n" + line + "\n")
+        code, _, err = run(capsys, *mb, "--streams", str(streams), "--output", str(f))
+        assert code == 2 and msg in err and len(err.strip().splitlines()) == 1, (line, err)
+    code, _, err = run(capsys, "plan", "--cluster", "hc1-s", "--models", "resnet50", "--method",
+                       "shared", "--output", str(f))  # fmt: skip
+    assert code == 2 and "--method: options of --planner magicbatch only" in err

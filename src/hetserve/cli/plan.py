@@ -31,7 +31,11 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
 
 @click.command()
 @click.option("--cluster", "cluster_name", required=True, help="Preset name or YAML file.")
-@click.option("--models", required=True, help="Comma-separated model names.")
+@click.option(
+    "--models",
+    default=None,
+    help="Comma-separated model names (magicbatch: of the --random streams).",
+)
 @click.option(
     "--profiles",
     type=click.Path(file_okay=False),
@@ -61,10 +65,39 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
 @click.option("--max-stages", default=2, show_default=True)
 @click.option(
     "--planner",
-    type=click.Choice(["ppipe", "np", "dart-r", "deepplan"]),
+    type=click.Choice(["ppipe", "np", "dart-r", "deepplan", "magicbatch"]),
     default="ppipe",
     show_default=True,
-    help="deepplan: per-model load plans for cold starts (DeepPlan).",
+    help="deepplan: per-model load plans for cold starts (DeepPlan); magicbatch: streams "
+    "to GPUs and batch sizes with the least energy (MagicBatch).",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["exact", "pso-ga", "fcfs", "greedy", "shared"]),
+    default="exact",
+    show_default=True,
+    help="magicbatch: the assignment method.",
+)
+@click.option(
+    "--streams",
+    "streams_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="magicbatch: a stream file (name,model,rate_rps,deadline_ms).",
+)
+@click.option(
+    "--random",
+    "random_n",
+    type=int,
+    default=None,
+    help="magicbatch: this many seeded random streams over --models.",
+)
+@click.option("--seed", default=0, show_default=True, help="magicbatch: random streams, PSO-GA.")
+@click.option(
+    "--park-idle/--no-park-idle",
+    default=False,
+    show_default=True,
+    help="magicbatch: GPUs without streams draw nothing (else their idle power).",
 )
 @click.option(
     "--kind",
@@ -149,6 +182,11 @@ def plan(
     batch: int,
     pt_max: int | None,
     gpu: str | None,
+    method: str,
+    streams_file: str | None,
+    random_n: int | None,
+    seed: int,
+    park_idle: bool,
 ) -> None:
     """Plan pooled pipelines (PPipe MILP), a baseline (np, dart-r), or cold-start load
     plans (deepplan) for a cluster."""
@@ -159,15 +197,32 @@ def plan(
 
     if profiles and estimate:
         raise HetserveError("give --profiles DIR or --estimate, not both")
-    if planner != "deepplan":
-        ctx = click.get_current_context()
+    ctx = click.get_current_context()
+    own = {
+        "deepplan": ("kind", "layers_csv", "batch", "pt_max", "gpu"),
+        "magicbatch": ("method", "streams_file", "random_n", "seed", "park_idle"),
+    }
+    for who, names in own.items():
+        if planner == who:
+            continue
         given = [
-            f"--{n.replace('_csv', '').replace('_', '-')}"
-            for n in ("kind", "layers_csv", "batch", "pt_max", "gpu")
+            "--"
+            + {"layers_csv": "layers", "streams_file": "streams", "random_n": "random"}.get(
+                n, n.replace("_", "-")
+            )
+            for n in names
             if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT)
         ]
         if given:
-            raise HetserveError(f"{', '.join(given)}: options of --planner deepplan only")
+            raise HetserveError(f"{', '.join(given)}: options of --planner {who} only")
+    if planner == "magicbatch":
+        _magicbatch(
+            cluster_name, models, profiles, method, streams_file, random_n, seed, park_idle,
+            output,
+        )  # fmt: skip
+        return
+    if not models:
+        raise HetserveError("--models: give at least one model name")
     if planner == "deepplan":
         from hetserve.core.layerlatency import base_model
         from hetserve.core.layertable import get_layer_table
@@ -263,3 +318,78 @@ def _deepplan(
         f"{solve['parallelism']} GPU{'s' if solve['parallelism'] != 1 else ''})",
     )
     console.print(f"wrote {output} (load plans of kind {kind})")
+
+
+def _magicbatch(
+    cluster_name: str,
+    models: str | None,
+    profiles: str | None,
+    method: str,
+    streams_file: str | None,
+    random_n: int | None,
+    seed: int,
+    park_idle: bool,
+    output: str,
+) -> None:
+    from rich.table import Table
+
+    from hetserve.core.cluster import load_cluster
+    from hetserve.experiments.setup import latency_source
+    from hetserve.planning.magicbatch import plan_streams, random_streams, read_streams
+
+    c = load_cluster(cluster_name)
+    if (streams_file is None) == (random_n is None):
+        raise HetserveError("--planner magicbatch: give --streams FILE or --random N")
+    if random_n is not None:
+        if not 1 <= random_n <= 100_000:
+            raise HetserveError(f"--random must be 1..100000, got {random_n}")
+        if not models:
+            raise HetserveError("--random: give the streams' models with --models")
+        lat, names = latency_source(c, csv_list(models), profiles)
+        streams = random_streams(random_n, names, seed)
+    else:
+        assert streams_file is not None
+        streams = read_streams(streams_file)
+        lat, names = latency_source(c, sorted({s.model for s in streams}), profiles)
+        canon = dict(zip(sorted({s.model for s in streams}), names, strict=True))
+        from dataclasses import replace
+
+        streams = [replace(s, model=canon[s.model]) for s in streams]
+    types = {g.name: g for g in c.gpu_types()}
+    counts = c.gpu_counts()
+    order = [g.name for g in sorted(types.values(), key=lambda g: (g.year, g.fp32_tflops))]
+    with console.status(f"assigning {len(streams)} streams with {method}"):
+        p, a, opts = plan_streams(
+            method, streams, counts, types, lat, order=order, park_idle=park_idle, seed=seed
+        )
+    if streams_file is not None:  # a given stream no GPU type can serve is bad input
+        for s in streams:
+            if not any(o.feasible for o in opts[s.name].values()):
+                why = "; ".join(f"{t}: {o.why}" for t, o in opts[s.name].items())
+                raise HetserveError(
+                    f"{streams_file}: stream {s.name} ({s.model}, {s.rate_rps:g} req/s, "
+                    f"deadline {s.deadline_s * 1e3:g} ms): no GPU type of {c.name} can serve "
+                    f"it ({why})"
+                )
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    p.save(output)
+    t = Table(title=f"MagicBatch ({method}) on {c.name}: {len(a.gpu_of)} of {len(streams)} "
+                    f"streams placed")  # fmt: skip
+    for col in ("stream", "model", "req/s", "deadline ms", "GPU", "batch", "latency ms",
+                "J/request"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("stream", "model", "GPU") else "right")
+    for s in streams[:50]:
+        r = p.assignments[s.name]
+        t.add_row(s.name, s.model, f"{s.rate_rps:g}", f"{s.deadline_s * 1e3:g}",
+                  r.gpu or f"rejected: {r.rejected}", str(r.batch or "-"),
+                  f"{r.latency_s * 1e3:.1f}" if r.gpu else "-",
+                  f"{r.energy_j:.3f}" if r.gpu else "-")  # fmt: skip
+    console.print(t)
+    if len(streams) > 50:
+        console.print(f"(the first 50 of {len(streams)} streams; all are in {output})")
+    o = p.meta["objective"]
+    console.print(
+        f"busy power {o['busy_power_w']:.1f} W; with idle GPUs "
+        f"{'parked' if park_idle else 'idling'} {o['total_power_w']:.1f} W; "
+        f"{o['placed']} placed, {o['rejected']} rejected; wrote {output}"
+    )

@@ -60,6 +60,50 @@ class ModelPlan:
 
 
 @dataclass(frozen=True)
+class StreamAssignment:
+    """MagicBatch: a stream (the paper's device) bound to one GPU instance (``"<type>#k"``)
+    with a batch size, and the options every method chose from (per GPU type: batch,
+    latency, energy per request, or why it is infeasible), so an assignment can be
+    re-checked. Times in seconds here, milliseconds in the file."""
+
+    stream: str
+    model: str
+    rate_rps: float
+    deadline_s: float
+    gpu: str  # GPU instance, "" when rejected
+    batch: int = 0
+    latency_s: float = 0.0
+    energy_j: float = 0.0  # per request
+    rejected: str = ""  # why, when it is
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": self.model, "rate_rps": self.rate_rps, "deadline_ms": self.deadline_s * 1e3,
+            "gpu": self.gpu, "batch": self.batch, "latency_ms": self.latency_s * 1e3,
+            "energy_j_per_request": self.energy_j,
+        }  # fmt: skip
+        if self.rejected:
+            out["rejected"] = self.rejected
+        out["options"] = self.options
+        return out
+
+    @staticmethod
+    def from_json(name: str, d: Any, where: str) -> StreamAssignment:
+        try:
+            return StreamAssignment(
+                name, str(d["model"]), float(d["rate_rps"]), float(d["deadline_ms"]) / 1e3,
+                str(d.get("gpu", "")), int(d.get("batch", 0)),
+                float(d.get("latency_ms", 0.0)) / 1e3, float(d.get("energy_j_per_request", 0.0)),
+                str(d.get("rejected", "")), dict(d.get("options", {})),
+            )  # fmt: skip
+        except KeyError as e:
+            raise ConfigError(f"{where}: missing field {e}") from None
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: malformed stream assignment ({e})") from None
+
+
+@dataclass(frozen=True)
 class ServingGroup:
     """Shepherd's serving group: models whose requests share ``gpus`` GPUs of type ``gpu``
     (every GPU of the group serves every model of it, whole). ``streams``: which streams of
@@ -81,6 +125,8 @@ class Plan:
     groups: tuple[ServingGroup, ...] = ()  # non-empty: the models share GPUs by group
     # DeepPlan: per model, how a cold start loads it (``core.coldstart``)
     load_plans: dict[str, ModelLoadPlan] = field(default_factory=dict)
+    # MagicBatch: per stream, its GPU and batch (``StreamAssignment``)
+    assignments: dict[str, StreamAssignment] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.groups:
@@ -158,6 +204,8 @@ class Plan:
             ]
         if self.load_plans:
             out["load_plans"] = {m: lp.to_json() for m, lp in self.load_plans.items()}
+        if self.assignments:
+            out["assignments"] = {n: a.to_json() for n, a in self.assignments.items()}
         for n, m in self.models.items():
             out["models"][n] = {
                 "slo_ms": m.slo_s * 1e3,
@@ -270,7 +318,14 @@ class Plan:
                 raise ConfigError(
                     f"{source}: load_plans names {unknown_lp[0]}, not among the plan's models"
                 )
-            return Plan(models, bool(data.get("shared_pools", False)), meta, groups, load_plans)
+            assignments = {
+                str(n): StreamAssignment.from_json(str(n), a, f"{source}: assignments.{n}")
+                for n, a in dict(data.get("assignments", {})).items()
+            }
+            return Plan(
+                models, bool(data.get("shared_pools", False)), meta, groups, load_plans,
+                assignments,
+            )  # fmt: skip
         except KeyError as e:
             raise ConfigError(f"{source}: missing field {e}") from None
         except (TypeError, ValueError, AttributeError) as e:

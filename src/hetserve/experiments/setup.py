@@ -88,6 +88,7 @@ def build_setup(
         plan = Plan(
             {m: plan.models[m] for m in names}, plan.shared_pools, plan.meta, groups,
             {m: lp for m, lp in plan.load_plans.items() if m in names},
+            {n: a for n, a in plan.assignments.items() if a.model in names},
         )  # fmt: skip
         plan.check_against(latency)
         slos = {m: plan.models[m].slo_s for m in names}
