@@ -195,30 +195,47 @@ def assign(
 def _exact(
     streams: Sequence[EdgeStream], inst: Sequence[str], options: Mapping[str, Mapping[str, Option]]
 ) -> Assignment:
-    from scipy.optimize import linear_sum_assignment
+    """A transportation problem over streams x GPU *types* (each type offers as many
+    places as it has GPUs): its constraint matrix is that of a bipartite graph, so the LP
+    optimum is integral; HiGHS solves it as an LP. Placing a stream earns more than any
+    energy difference, so the optimum places as many as possible first."""
+    from scipy import sparse
 
-    m, g = len(streams), len(inst)
-    power = np.full((m, g), np.inf)
-    for i, s in enumerate(streams):
-        for j, gi in enumerate(inst):
-            o = options[s.name][_type_of(gi)]
-            if o.feasible:
-                power[i, j] = o.power_w(s.rate_rps)
-    finite = power[np.isfinite(power)]
-    reject = 1.0 + 2.0 * m * (float(finite.max()) if finite.size else 1.0)
-    cost = np.concatenate(
-        [np.where(np.isfinite(power), power, 4 * reject), np.full((m, m), reject)], axis=1
-    )
-    rows, cols = linear_sum_assignment(cost)
+    from hetserve.planning.milp import solve_highs
+
+    types = list(dict.fromkeys(_type_of(g) for g in inst))
+    cap = {t: sum(1 for g in inst if _type_of(g) == t) for t in types}
+    pairs = [(i, k) for i, s in enumerate(streams) for k, t in enumerate(types)
+             if options[s.name][t].feasible]  # fmt: skip
     gpu_of: dict[str, str] = {}
     opt_of: dict[str, Option] = {}
+    if pairs:
+        power = np.array(
+            [options[streams[i].name][types[k]].power_w(streams[i].rate_rps) for i, k in pairs]
+        )
+        big = 1.0 + 2.0 * len(streams) * float(power.max())
+        n = len(pairs)
+        rows = [i for i, _ in pairs] + [len(streams) + k for _, k in pairs]
+        cols = list(range(n)) * 2
+        a = sparse.csr_array((np.ones(2 * n), (rows, cols)), shape=(len(streams) + len(types), n))
+        hi = np.array([1.0] * len(streams) + [float(cap[t]) for t in types])
+        status, _gap, x = solve_highs(
+            a, np.full(len(hi), -np.inf), hi, np.zeros(n), np.ones(n), power - big,
+            np.zeros(n), 60.0,
+        )  # fmt: skip
+        if x is None:
+            raise HetserveError(f"exact: the assignment LP found no solution ({status})")
+        used = dict.fromkeys(types, 0)
+        for v, (i, k) in enumerate(pairs):
+            if x[v] > 0.5:
+                t = types[k]
+                s = streams[i]
+                gpu_of[s.name] = f"{t}#{used[t]}"
+                used[t] += 1
+                opt_of[s.name] = options[s.name][t]
     rejected: dict[str, str] = {}
-    for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
-        s = streams[i]
-        if j < g and np.isfinite(power[i, j]):
-            gpu_of[s.name] = inst[j]
-            opt_of[s.name] = options[s.name][_type_of(inst[j])]
-        else:
+    for s in streams:
+        if s.name not in gpu_of:
             opts = options[s.name]
             rejected[s.name] = (
                 "no GPU left for it (more streams than GPUs can serve)"
@@ -448,7 +465,9 @@ def shared(
     pairs = [(i, j) for i, s in enumerate(streams) for j, g in enumerate(inst)
              if options[s.name][_type_of(g)].feasible]  # fmt: skip
     n_x, n_g = len(pairs), len(inst)
-    n_var = n_x + (n_g if park_idle else 0)
+    z0 = n_x  # park variables (if park_idle), then T_j: one batch of each stream of GPU j
+    t0 = n_x + (n_g if park_idle else 0)
+    n_var = t0 + n_g
     big = 1.0 + 2.0 * sum(gpus[_type_of(g)].tdp_w for g in inst) * 10
     cost = np.zeros(n_var)
     for v, (i, j) in enumerate(pairs):
@@ -457,7 +476,7 @@ def shared(
         cost[v] = o.power_w(s.rate_rps) - gpus[t].idle_w * utilisation(o, s.rate_rps) - big
     if park_idle:
         for j, g in enumerate(inst):
-            cost[n_x + j] = gpus[_type_of(g)].idle_w
+            cost[z0 + j] = gpus[_type_of(g)].idle_w
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
@@ -484,29 +503,48 @@ def shared(
         t = _type_of(inst[j])
         name = {v: streams[pairs[v][0]].name for v in vs}
         row([(v, utilisation(options[name[v]][t], rate[name[v]])) for v in vs], -math.inf, 1.0)
-        ex = {v: options[streams[pairs[v][0]].name][t].exec_s for v in vs}
-        for v in vs:  # the deadline of the stream of v with the others' batches ahead
-            s = streams[pairs[v][0]]
-            o = options[s.name][t]
-            slack = s.deadline_s - o.latency_s
-            m_big = sum(e for u, e in ex.items() if u != v)
-            if m_big <= slack:
+        ex = {v: options[name[v]][t].exec_s for v in vs}
+        total = sum(ex.values())
+        row([(t0 + j, 1.0)] + [(v, -e) for v, e in ex.items()], 0.0, 0.0)  # T_j
+        for v in vs:  # the stream of v meets its deadline with the others' batches ahead:
+            # T_j - exec_v <= slack_v when x_v = 1, i.e. T_j + M x_v <= slack_v + exec_v + M
+            o = options[name[v]][t]
+            room = streams[pairs[v][0]].deadline_s - o.latency_s + o.exec_s
+            m_big = total - room
+            if m_big <= 0:
                 continue  # never binding
-            row([(u, e) for u, e in ex.items() if u != v] + [(v, m_big)], -math.inf, slack + m_big)
+            row([(t0 + j, 1.0), (v, m_big)], -math.inf, room + m_big)
         if park_idle:
             for v in vs:
-                row([(v, 1.0), (n_x + j, -1.0)], -math.inf, 0.0)
+                row([(v, 1.0), (z0 + j, -1.0)], -math.inf, 0.0)
     if park_idle:  # GPUs of a type switched on in order
         for j in range(n_g - 1):
             if _type_of(inst[j]) == _type_of(inst[j + 1]):
-                row([(n_x + j, 1.0), (n_x + j + 1, -1.0)], 0.0, math.inf)
+                row([(z0 + j, 1.0), (z0 + j + 1, -1.0)], 0.0, math.inf)
     if n_x == 0:  # nothing can go anywhere
         x: Any = np.zeros(0)
         return _shared_result(streams, inst, pairs, x, options)
     a = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), n_var))
+    # start from exact's one-stream-per-GPU assignment: feasible here, so even a solve
+    # stopped by the time limit never uses more power than exact
+    ex = _exact(streams, inst, options)
+    start = np.zeros(n_var)
+    where = {(i, j): v for v, (i, j) in enumerate(pairs)}
+    for i, s in enumerate(streams):
+        g = ex.gpu_of.get(s.name)
+        if g is not None:
+            j = inst.index(g)
+            start[where[(i, j)]] = 1.0
+            start[t0 + j] = ex.option_of[s.name].exec_s
+            if park_idle:
+                start[z0 + j] = 1.0
+    col_hi = np.ones(n_var)
+    col_hi[t0:] = np.inf
+    integer = np.ones(n_var)
+    integer[t0:] = 0
     status, _gap, x = solve_highs(
-        a, np.array(lo), np.array(hi), np.zeros(n_var), np.ones(n_var), cost,
-        np.ones(n_var), time_limit_s, 1e-9,
+        a, np.array(lo), np.array(hi), np.zeros(n_var), col_hi, cost, integer,
+        time_limit_s, 1e-9, start,
     )  # fmt: skip
     if x is None:
         raise HetserveError(f"shared: the MILP found no solution ({status})")

@@ -77,11 +77,13 @@ def solve_highs(
     integrality: np.ndarray,
     time_limit_s: float,
     mip_rel_gap: float = 1e-4,
+    start: np.ndarray | None = None,
 ) -> tuple[str, float, np.ndarray | None]:
     """Minimise ``cost . x`` subject to ``row_lo <= a x <= row_hi`` and column bounds, the
     columns with non-zero ``integrality`` integer, with HiGHS (quiet, deterministic).
-    Returns the status (``optimal``, ``time_limit``, ``infeasible`` or HiGHS's name), the
-    MIP gap and the solution (None if no feasible one was found)."""
+    ``start``: a feasible solution to begin from (a MIP start). Returns the status
+    (``optimal``, ``time_limit``, ``infeasible`` or HiGHS's name), the MIP gap and the
+    solution (None if no feasible one was found)."""
     a = sparse.csr_array(a)
     a.sum_duplicates()
     n_row, n_var = a.shape
@@ -113,6 +115,11 @@ def solve_highs(
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     with _quiet_stdout():
         h.passModel(lp)
+        if start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = [float(v) for v in start]
+            sol.value_valid = True
+            h.setSolution(sol)
         h.run()
         if h.getModelStatus() == highspy.HighsModelStatus.kSolveError:
             # HiGHS's presolve occasionally fails on tiny degenerate models (found by the
