@@ -525,9 +525,10 @@ def shared(
         x: Any = np.zeros(0)
         return _shared_result(streams, inst, pairs, x, options)
     a = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), n_var))
-    # start from exact's one-stream-per-GPU assignment: feasible here, so even a solve
-    # stopped by the time limit never uses more power than exact
-    ex = _exact(streams, inst, options)
+    # start from the better of exact's one-stream-per-GPU assignment and a first-fit
+    # packing: both feasible here, so even a solve stopped by the time limit never uses
+    # more power than exact
+    ex = _better_start(streams, inst, options, gpus, park_idle)
     start = np.zeros(n_var)
     where = {(i, j): v for v, (i, j) in enumerate(pairs)}
     for i, s in enumerate(streams):
@@ -535,7 +536,7 @@ def shared(
         if g is not None:
             j = inst.index(g)
             start[where[(i, j)]] = 1.0
-            start[t0 + j] = ex.option_of[s.name].exec_s
+            start[t0 + j] += ex.option_of[s.name].exec_s
             if park_idle:
                 start[z0 + j] = 1.0
     col_hi = np.ones(n_var)
@@ -703,3 +704,56 @@ def plan_streams(
         assignments=records,
     )
     return plan, a, opts
+
+
+def _pack(
+    streams: Sequence[EdgeStream],
+    inst: Sequence[str],
+    options: Mapping[str, Mapping[str, Option]],
+) -> Assignment:
+    """First fit: streams by falling utilisation on their cheapest type; each goes to the
+    GPU (already used ones first, then by type energy) where it keeps utilisation <= 1
+    and every deadline on that GPU (one batch of each other stream ahead)."""
+    load: dict[str, list[tuple[float, float, float]]] = {g: [] for g in inst}  # u, exec, room
+    gpu_of: dict[str, str] = {}
+    opt_of: dict[str, Option] = {}
+
+    def cheapest(s: EdgeStream) -> float:
+        fe = [o for o in options[s.name].values() if o.feasible]
+        return max((utilisation(o, s.rate_rps) for o in fe), default=0.0)
+
+    for s in sorted(streams, key=lambda s: -cheapest(s)):
+        opts = options[s.name]
+        cands = [g for g in inst if opts[_type_of(g)].feasible]
+        cands.sort(key=lambda g: (not load[g], opts[_type_of(g)].energy_j, inst.index(g)))
+        for g in cands:
+            o = opts[_type_of(g)]
+            u, e = utilisation(o, s.rate_rps), o.exec_s
+            room = s.deadline_s - o.latency_s + e
+            here = load[g]
+            total = e + sum(x[1] for x in here)
+            if u + sum(x[0] for x in here) > 1.0 or total > room:
+                continue
+            if any(total > x[2] for x in here):
+                continue
+            here.append((u, e, room))
+            gpu_of[s.name], opt_of[s.name] = g, o
+            break
+    return Assignment("pack", gpu_of, opt_of)
+
+
+def _better_start(
+    streams: Sequence[EdgeStream],
+    inst: Sequence[str],
+    options: Mapping[str, Mapping[str, Option]],
+    gpus: Mapping[str, GpuType],
+    park_idle: bool,
+) -> Assignment:
+    counts: dict[str, int] = {}
+    for g in inst:
+        counts[_type_of(g)] = counts.get(_type_of(g), 0) + 1
+    cands = [_exact(streams, inst, options), _pack(streams, inst, options)]
+    return min(
+        cands,
+        key=lambda a: (-len(a.gpu_of), total_power_w(a, streams, gpus, counts, park_idle)),
+    )
