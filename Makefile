@@ -38,6 +38,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_reservation.py
 	$(VENV)/bin/python benchmarks/bench_serving.py overhead frontend
 	$(VENV)/bin/python benchmarks/bench_deepplan.py
+	$(VENV)/bin/python benchmarks/bench_magicbatch.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed
