@@ -50,12 +50,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import sparse
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LatencyModel
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, ServingGroup, Stage
-from hetserve.planning.milp import solve_highs
+from hetserve.planning.milp import Rows, solve_highs
 
 
 @dataclass(frozen=True)
@@ -200,16 +199,8 @@ def _ilp(
     S0 = W0 + n_i * n_j
     Y0 = S0 + n_j
     n_var = Y0 + n_c * n_j
-    rows, cols, vals, lo, hi = [], [], [], [], []
-
-    def add(entries: list[tuple[int, float]], lb: float, ub: float) -> None:
-        r = len(lo)
-        for c, v in entries:
-            rows.append(r)
-            cols.append(c)
-            vals.append(v)
-        lo.append(lb)
-        hi.append(ub)
+    rows = Rows()
+    add = rows.add
 
     def x(i: int, j: int) -> int:
         return X0 + i * n_j + j
@@ -244,10 +235,8 @@ def _ilp(
     integ[W0:S0] = 0
     cost = np.zeros(n_var)
     cost[0] = -1.0
-    a = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), n_var))
-    status, _, sol = solve_highs(
-        a, np.array(lo), np.array(hi), col_lo, col_hi, cost, integ, time_limit_s
-    )
+    a, lo, hi = rows.matrix(n_var)
+    status, _, sol = solve_highs(a, lo, hi, col_lo, col_hi, cost, integ, time_limit_s)
     if sol is None:
         raise HetserveError(f"HERD: the ILP found no assignment ({status})")
     groups = []

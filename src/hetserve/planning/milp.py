@@ -67,6 +67,36 @@ def _quiet_stdout():  # type: ignore[no-untyped-def]
             os.close(saved)
 
 
+class Rows:
+    """Constraint rows ``lo <= sum(v * x[c] for c, v in entries) <= hi``, collected one by
+    one and handed to :func:`solve_highs` as a sparse matrix (every MILP here builds them
+    this way)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.lo)
+
+    def add(self, entries: list[tuple[int, float]], lb: float, ub: float) -> None:
+        r = len(self.lo)
+        for c, v in entries:
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lo.append(lb)
+        self.hi.append(ub)
+
+    def matrix(self, n_var: int) -> tuple[sparse.csr_array, np.ndarray, np.ndarray]:
+        """The matrix and the row bounds."""
+        a = sparse.csr_array((self.vals, (self.rows, self.cols)), shape=(len(self.lo), n_var))
+        return a, np.array(self.lo, dtype=float), np.array(self.hi, dtype=float)
+
+
 def solve_highs(
     a: sparse.csr_array,
     row_lo: np.ndarray,
@@ -206,18 +236,8 @@ def solve(
     X0, G0 = 1, 1 + n_p
     N0 = G0  # kept in the extra_rows signature: rows on slices act on GPUs x share
     n_var = 1 + n_p + n_s
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
-
-    def add(entries: list[tuple[int, float]], lb: float, ub: float) -> None:
-        nonlocal r
-        for c_, v in entries:
-            rows.append(r)
-            cols.append(c_)
-            vals.append(v)
-        lo.append(lb)
-        hi.append(ub)
-        r += 1
+    rows = Rows()
+    add = rows.add
 
     for s, (p, i) in enumerate(stage_idx):
         st = cands[p].stages[i]
@@ -245,7 +265,7 @@ def solve(
     c_obj[0] = -1.0
     if n_p == 0:
         return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
-    a = sparse.csr_array((vals, (rows, cols)), shape=(r, n_var))
+    a, lo, hi = rows.matrix(n_var)
     status, gap, x = solve_highs(
         a, lo, hi, np.zeros(n_var), ub, c_obj, integrality, time_limit_s, mip_rel_gap
     )
