@@ -365,23 +365,30 @@ def zoo() -> None:
     """The PyTorch model zoo (needs the torch extra)."""
 
 
+def _zoo_write(what: str, models: str | None, out: str, fn: str) -> None:
+    """Export every (or the named) zoo model's ``what`` with ``hetserve.zoo.<fn>``."""
+    try:
+        import importlib
+
+        from hetserve.zoo.registry import MODELS
+
+        mod, _, name = fn.rpartition(".")
+        write = getattr(importlib.import_module(f"hetserve.zoo.{mod}"), name)
+    except ImportError as e:
+        raise HetserveError(f"zoo needs PyTorch: pip install 'hetserve[torch]' ({e})") from None
+    names = csv_list(models) if models else list(MODELS)
+    with progress_bar("exporting", len(names)) as tick:
+        written = write(names, out, lambda _: tick())
+    console.print(f"wrote {len(written)} {what} to {out}")
+
+
 @zoo.command("layers")
 @click.option("--models", default=None, help="Comma-separated (default: all).")
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 def zoo_layers(models: str | None, out: str) -> None:
     """Export layer tables (one row per leaf-module call: DeepPlan's layers) as JSON, at
     DeepPlan's input sizes (384 tokens for BERT and RoBERTa, 1,024 for GPT-2)."""
-    try:
-        from hetserve.zoo.leaves import export_layer_tables
-        from hetserve.zoo.registry import MODELS
-    except ImportError as e:
-        raise HetserveError(
-            f"zoo layers needs PyTorch: pip install 'hetserve[torch]' ({e})"
-        ) from None
-    names = csv_list(models) if models else list(MODELS)
-    with progress_bar("exporting", len(names)) as tick:
-        written = export_layer_tables(names, out, lambda _: tick())
-    console.print(f"wrote {len(written)} layer tables to {out}")
+    _zoo_write("layer tables", models, out, "leaves.export_layer_tables")
 
 
 @zoo.command("export")
@@ -389,14 +396,4 @@ def zoo_layers(models: str | None, out: str) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 def zoo_export(models: str | None, out: str) -> None:
     """Export model graphs (FLOPs, bytes per layer) as JSON, by running each model once."""
-    try:
-        from hetserve.zoo.export import export_all
-        from hetserve.zoo.registry import MODELS
-    except ImportError as e:
-        raise HetserveError(
-            f"zoo export needs PyTorch: pip install 'hetserve[torch]' ({e})"
-        ) from None
-    names = csv_list(models) if models else list(MODELS)
-    with progress_bar("exporting", len(names)) as tick:
-        written = export_all(names, out, lambda _: tick())
-    console.print(f"wrote {len(written)} graphs to {out}")
+    _zoo_write("graphs", models, out, "export.export_all")

@@ -88,7 +88,6 @@ class ColdStart(BaseScheduler):
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self._warm1: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self.pending: deque[Request] = deque()
-        self.batches: dict[int, WorkerId] = {}
         self._bytes: dict[tuple[str, str], float] = {}
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
         out: list[Action] = []
@@ -229,7 +228,6 @@ class ColdStart(BaseScheduler):
             for r in take:
                 self._dequeue(w, r)
             bid = self.new_batch_id()
-            self.batches[bid] = w
             self.running[w] = bid
             self.busy_until[w] = finish
             if m in self.resident[w]:
@@ -273,7 +271,6 @@ class ColdStart(BaseScheduler):
                         self.pending.append(r)
             return out
         if report.last or not report.completed:
-            self.batches.pop(report.batch_id, None)
             self.running[w] = None
             self.busy_until[w] = now
         if not report.completed and report.reason in RETURNED:

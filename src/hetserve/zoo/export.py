@@ -125,19 +125,29 @@ def export(name: str) -> ModelGraph:
     return export_model(build(name))
 
 
-def export_all(
-    names: Iterable[str], out_dir: Any, on_done: Callable[[str], None] | None = None
+def write_each(
+    names: Iterable[str],
+    out_dir: Any,
+    make: Callable[[str], Any],
+    on_done: Callable[[str], None] | None = None,
 ) -> list[str]:
+    """``make(name).save(DIR/<its name>.json)`` for every name (graphs, layer tables)."""
     from pathlib import Path
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for n in names:
-        g = export(n)
-        path = out / f"{g.name}.json"
-        g.save(path)
+        obj = make(n)
+        path = out / f"{getattr(obj, 'name', None) or obj.model}.json"
+        obj.save(path)
         written.append(str(path))
         if on_done is not None:
             on_done(n)
     return written
+
+
+def export_all(
+    names: Iterable[str], out_dir: Any, on_done: Callable[[str], None] | None = None
+) -> list[str]:
+    return write_each(names, out_dir, export, on_done)

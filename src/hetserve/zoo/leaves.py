@@ -216,16 +216,6 @@ def export_layer_table(name: str) -> LayerTable:
 def export_layer_tables(
     names: Iterable[str], out_dir: Any, on_done: Callable[[str], None] | None = None
 ) -> list[str]:
-    from pathlib import Path
+    from hetserve.zoo.export import write_each
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for n in names:
-        t = export_layer_table(n)
-        path = out / f"{t.model}.json"
-        t.save(path)
-        written.append(str(path))
-        if on_done is not None:
-            on_done(n)
-    return written
+    return write_each(names, out_dir, export_layer_table, on_done)

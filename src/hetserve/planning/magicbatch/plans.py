@@ -93,7 +93,8 @@ def plan_streams(
     """A core plan for ``method``'s assignment (``assignments`` per stream, with the
     options every method chose from; per model a whole-model pipeline on each GPU type its
     streams use), the assignment and the options."""
-    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, StreamAssignment
+    from hetserve.core.assignment import StreamAssignment
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
 
     opts = stream_options(latency, streams, list(gpus.values()), max_batch)
     if method == "shared":
