@@ -23,6 +23,8 @@ ZOO = [
     "resnet152",
     "densenet121",
     "inception-v3",
+    "vgg16",
+    "googlenet",
     "efficientnet-b0",
     "efficientnet-b4",
     "efficientnet-b8",
@@ -49,6 +51,10 @@ def test_all_zoo_graphs_ship():
         ("resnet152", 11.51, 60.19),
         ("densenet121", 2.87, 7.98),
         ("inception-v3", 5.71, 23.83),
+        ("vgg16", 15.47, 138.36),
+        # torchvision's GoogLeNet (1.50 G, 6.62 M) uses 3x3 convolutions in the 5x5
+        # branches; Szegedy et al.'s true 5x5 branches add 0.08 G MACs and 0.38 M params
+        ("googlenet", 1.50 + 0.08, 6.62 + 0.38),
         ("efficientnet-b0", 0.39, 5.29),
         ("convnext-t", 4.46, 28.59),
         ("vit-b16", 17.56, 86.57),

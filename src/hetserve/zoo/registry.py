@@ -8,7 +8,7 @@ from functools import partial
 import torch
 
 from hetserve.core.errors import HetserveError, unknown
-from hetserve.zoo import cnn, transformers
+from hetserve.zoo import classic, cnn, transformers
 from hetserve.zoo.layered import LayeredModel
 
 MODELS: dict[str, Callable[[], LayeredModel]] = {
@@ -18,6 +18,8 @@ MODELS: dict[str, Callable[[], LayeredModel]] = {
     "resnet152": partial(cnn.resnet, 152),
     "densenet121": cnn.densenet121,
     "inception-v3": cnn.inception_v3,
+    "vgg16": classic.vgg16,
+    "googlenet": classic.googlenet,
     "efficientnet-b0": partial(cnn.efficientnet, "b0"),
     "efficientnet-b4": partial(cnn.efficientnet, "b4"),
     "efficientnet-b8": partial(cnn.efficientnet, "b8"),
