@@ -116,4 +116,6 @@ def googlenet() -> LayeredModel:
         if name in ("inception_3b", "inception_4e"):
             layers.append((f"pool{name[-2]}", "pool", pool()))
     layers.append(("head", "head", _GoogLeNetHead()))
-    return LayeredModel("googlenet", layers, InputSpec((3, 224, 224)), "inception", "classification")
+    return LayeredModel(
+        "googlenet", layers, InputSpec((3, 224, 224)), "inception", "classification"
+    )
