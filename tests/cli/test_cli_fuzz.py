@@ -32,7 +32,8 @@ BASE = {
 }  # fmt: skip
 # commands whose work is long: only values Click itself refuses are sent to them
 CLICK_ONLY = {
-    "reproduce ppipe", "reproduce shepherd", "reproduce deepplan", "profile measure",
+    "reproduce ppipe", "reproduce shepherd", "reproduce deepplan", "reproduce magicbatch",
+    "profile measure",
     "zoo export", "zoo layers", "demo",
 }  # fmt: skip
 

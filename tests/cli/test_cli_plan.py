@@ -334,3 +334,58 @@ def test_magicbatch_plan_from_random_streams_and_a_stream_file(capsys, tmp_path)
     code, _, err = run(capsys, "plan", "--cluster", "hc1-s", "--models", "resnet50", "--method",
                        "shared", "--output", str(f))  # fmt: skip
     assert code == 2 and "--method: options of --planner magicbatch only" in err
+
+
+def test_magicbatch_plan_simulates_with_its_scheduler_and_tf_serving(capsys, tmp_path):
+    streams = tmp_path / "s.csv"
+    streams.write_text("name,model,rate_rps,deadline_ms\ncam1,vgg16,20,300\n"
+                       "cam2,googlenet,40,150\ncam3,resnet101,10,400\n")  # fmt: skip
+    f = tmp_path / "mb.json"
+    code, _, _ = run(capsys, "plan", "--planner", "magicbatch", "--cluster", "magicbatch-edge",
+                     "--streams", str(streams), "--output", str(f))  # fmt: skip
+    assert code == 0
+    sim = ["simulate", "--cluster", "magicbatch-edge", "--models", "vgg16,googlenet,resnet101",
+           "--plan", str(f), "--duration", "10"]  # fmt: skip
+    code, _, _ = run(capsys, *sim, "--scheduler", "magicbatch", "--out", str(tmp_path / "a"))
+    assert code == 0
+    s = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert s["attainment"] == 1.0 and s["energy_j"] > 0
+    # the streams' own rates and deadlines: 70 req/s in all
+    assert s["config"]["rates_rps"] == {"vgg16": 20.0, "googlenet": 40.0, "resnet101": 10.0}
+    reqs = (tmp_path / "a" / "requests.csv").read_text().splitlines()
+    assert {r.split(",")[1] for r in reqs[1:]} == {"cam1", "cam2", "cam3"}
+    code, _, _ = run(capsys, *sim, "--scheduler", "fixed-batch", "--param", "max_batch=32",
+                     "--param", "max_queue_delay_s=0.03", "--out", str(tmp_path / "b"))  # fmt: skip
+    assert code == 0
+    code, _, err = run(capsys, *sim, "--workload", "synthetic", "--out", str(tmp_path / "c"))
+    assert code == 2 and "a plan with stream assignments" in err
+    code, _, err = run(capsys, "simulate", "--cluster", "magicbatch-edge", "--models", "vgg16",
+                       "--scheduler", "magicbatch", "--duration", "1", "--rate", "5",
+                       "--out", str(tmp_path / "d"))  # fmt: skip
+    assert code == 2 and "magicbatch: the plan has no stream assignments" in err
+
+
+def test_magicbatch_plans_from_a_profile_set_s_energy(capsys, tmp_path):
+    """Measured energy plugs in through energy.csv: double the RTX 2080 Ti's energy in a
+    profile set and the stream moves to the RTX 3090."""
+    prof = tmp_path / "prof"
+    code, _, _ = run(capsys, "profile", "estimate", "--cluster", "magicbatch-edge", "--models",
+                     "googlenet", "--batches", "1-64", "--shares", "1", "--out", str(prof))  # fmt: skip
+    assert code == 0
+    streams = tmp_path / "s.csv"
+    streams.write_text("name,model,rate_rps,deadline_ms\ncam1,googlenet,40,200\n")
+    f = tmp_path / "p.json"
+    mb = ["plan", "--planner", "magicbatch", "--cluster", "magicbatch-edge", "--profiles",
+          str(prof), "--streams", str(streams), "--output", str(f)]  # fmt: skip
+    assert run(capsys, *mb)[0] == 0
+    assert json.loads(f.read_text())["assignments"]["cam1"]["gpu"] == "RTX-2080-Ti#0"
+    lines = (prof / "energy.csv").read_text().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = line.split(",")
+        if cells[1] == "RTX-2080-Ti":
+            cells[-1] = str(2 * float(cells[-1]))
+        out.append(",".join(cells))
+    (prof / "energy.csv").write_text("\n".join(out) + "\n")
+    assert run(capsys, *mb)[0] == 0
+    assert json.loads(f.read_text())["assignments"]["cam1"]["gpu"] == "RTX-3090#0"

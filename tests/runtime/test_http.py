@@ -296,3 +296,37 @@ def test_a_draining_server_is_not_ready_and_refuses_new_requests():
         assert c.get("/v2/models/resnet50/ready").status_code == 503
         r = c.post("/v2/models/resnet50/infer", json=_zeros(1))
         assert r.status_code == 503 and "shutting down" in r.json()["error"]
+
+
+def test_a_magicbatch_plan_serves_requests_by_stream_in_emulation(tmp_path):
+    """Requests name their stream; the magicbatch scheduler queues them on the stream's GPU
+    with the stream's deadline; a stream the plan does not place gets a 503 saying why."""
+    from hetserve.core.cluster import load_cluster
+    from hetserve.core.latency import RooflineModel
+    from hetserve.planning.magicbatch import EdgeStream, plan_streams
+
+    c = load_cluster("magicbatch-edge")
+    lat = RooflineModel(catalog=c.catalog)
+    streams = [EdgeStream("cam1", "resnet50", 20.0, 0.3), EdgeStream("cam2", "resnet50", 5.0, 0.2),
+               EdgeStream("flood", "resnet50", 1e6, 0.3)]  # no GPU keeps up  # fmt: skip
+    types = {g.name: g for g in c.gpu_types()}
+    plan, a, _ = plan_streams("exact", streams, c.gpu_counts(), types, lat)
+    assert "flood" in a.rejected
+    s = build_setup(c, ["resnet50"], plan=plan)
+    # a wide margin: the wall clock of a busy test machine is late by milliseconds
+    srv = Server(s, ServerConfig(scheduler="magicbatch", emulate=True, params={"margin_ms": 50}))
+    body = _zeros(2)
+    with TestClient(create_app(srv)) as client:
+        url = "/v2/models/resnet50/infer"
+        for name in ("cam1", "cam2"):
+            r = client.post(url, json={**body, "parameters": {"stream": name}})
+            assert r.status_code == 200, r.text
+        r = client.post(url, json={**body, "parameters": {"stream": "flood"}})
+        assert r.status_code == 503 and "stream flood rejected by the plan" in r.json()["error"]
+        r = client.post(url, json=body)  # no stream: "http", which the plan does not know
+        assert r.status_code == 503 and "stream http is not in the plan" in r.json()["error"]
+        for bad in (7, "", " cam1", "x" * 200, "a\nb"):
+            r = client.post(url, json={**body, "parameters": {"stream": bad}})
+            assert r.status_code == 400 and "parameters.stream must be" in r.json()["error"]
+    get = srv.metrics.registry.get_sample_value
+    assert get("hetserve_requests_total", {"model": "resnet50", "outcome": "ok"}) == 4

@@ -152,6 +152,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "jobs": (1, 256),
     "max_batch": (1, 1024),
     "pt_max": (1, 64),
+    "gpus_per_type": (1, 1000),
 }
 
 

@@ -331,10 +331,62 @@ def reproduce_deepplan(
         results = S.run_study(cfg, progress=progress)
     path = write_results(results, out)
     report = write_deepplan_report(results, out)
-    t = Table(title="DeepPlan reproduction: ours vs the paper")
+    _ours_vs_paper("DeepPlan", S.summary_rows(results), path, report)
+
+
+@reproduce.command("magicbatch")
+@click.option("--quick", is_flag=True, help="4 GPUs per type, 3-12 streams, 20 s points.")
+@click.option(
+    "--gpus-per-type", type=int, default=None, help="GPUs of each of the three types [10; 4]."
+)
+@click.option("--streams", "counts", default=None, help="Comma-separated stream counts.")
+@click.option("--duration", "duration_s", type=float, default=None, help="Seconds per point.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def reproduce_magicbatch(
+    quick: bool,
+    gpus_per_type: int | None,
+    counts: str | None,
+    duration_s: float | None,
+    seed: int,
+    out: str,
+) -> None:
+    """MagicBatch section 5: energy, throughput and latency vs batch size per GPU type
+    (Fig. 2), the assignment methods (Fig. 5) and MagicBatch vs TF-Serving (Fig. 6)."""
+    from hetserve.experiments.magicbatch import study as S
+    from hetserve.experiments.magicbatch.report import write_magicbatch_report
+    from hetserve.experiments.report import write_results
+
+    cfg = S.quick_config() if quick else S.MagicBatchConfig()
+    changes: dict[str, Any] = {"seed": seed}
+    if gpus_per_type is not None:
+        changes["gpus_per_type"] = gpus_per_type
+    if counts is not None:
+        try:
+            ns = tuple(int(v) for v in csv_list(counts))
+        except ValueError:
+            raise HetserveError(f"--streams: expected integers like 5,10, got {counts!r}") from None
+        if not ns or min(ns) < 1 or max(ns) > 10_000:
+            raise HetserveError(f"--streams: expected counts in 1..10000, got {counts!r}")
+        changes["stream_counts"] = ns
+        changes["capacity_counts"] = tuple(c for c in cfg.capacity_counts if c in ns) or (ns[-1],)
+    if duration_s is not None:
+        if not 0 < duration_s <= 86_400:
+            raise HetserveError(f"--duration must be in (0, 86400] s, got {duration_s}")
+        changes["duration_s"] = duration_s
+    cfg = dataclasses.replace(cfg, **changes)
+    with _progress("planning", "simulating") as progress:
+        results = S.run_study(cfg, progress=progress)
+    path = write_results(results, out)
+    report = write_magicbatch_report(results, out)
+    _ours_vs_paper("MagicBatch", S.summary_rows(results), path, report)
+
+
+def _ours_vs_paper(paper: str, rows: list[tuple[str, str, str]], path: Any, report: Any) -> None:
+    t = Table(title=f"{paper} reproduction: ours vs the paper")
     for col in ("metric", "hetserve", "paper"):
         t.add_column(col, justify="left" if col == "metric" else "right")
-    for row in S.summary_rows(results):
+    for row in rows:
         t.add_row(*row)
     console.print(t)
     console.print(f"wrote {path} and {report}")

@@ -250,6 +250,11 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def img_tag(b64: str) -> str:
+    """An inline PNG for a report page."""
+    return f"<img src='data:image/png;base64,{b64}'>"
+
+
 def html_page(title: str, body: list[str]) -> str:
     """A self-contained report page (tables styled, images inline)."""
     head = (

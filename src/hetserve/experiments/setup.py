@@ -171,25 +171,55 @@ def model_rates(
     if load_factor is not None:
         if load_factor <= 0:
             raise HetserveError(f"--load-factor must be > 0, got {load_factor}")
+        if setup.plan.assignments:  # MagicBatch: the streams' own rates, scaled
+            return {m: load_factor * r for m, r in _stream_rates(setup).items()}
         return setup.plan.rates_at(load_factor)
     assert rate_rps is not None
     if rate_rps <= 0:
         raise HetserveError(f"--rate must be > 0, got {rate_rps}")
+    if setup.plan.assignments:
+        per = _stream_rates(setup)
+        return {m: rate_rps * r / sum(per.values()) for m, r in per.items()}
     total_w = sum(setup.plan.models[m].weight for m in setup.models)
     return {m: rate_rps * setup.plan.models[m].weight / total_w for m in setup.models}
+
+
+def _stream_rates(setup: Setup) -> dict[str, float]:
+    """Per model: the summed rates of the plan's placed streams (MagicBatch)."""
+    out = dict.fromkeys(setup.models, 0.0)
+    for a in setup.plan.assignments.values():
+        if a.gpu and a.model in out:
+            out[a.model] += a.rate_rps
+    return out
 
 
 def build_trace(
     setup: Setup, workload: str, rates: Mapping[str, float], duration_s: float, seed: int
 ) -> Trace:
+    """A trace at per-model ``rates``. A plan with stream assignments (MagicBatch) gets one
+    stream per placed assignment, at its rate (scaled so that each model's streams sum to
+    ``rates``) and with its deadline; otherwise one stream per model at the model's SLO."""
     kind, _, arg = workload.partition(":")
     kind = kind.strip().lower()
     total = sum(rates.values())
     slos = [setup.slos_s[m] for m in setup.models]
+    if setup.plan.assignments and kind not in ("poisson", "gamma", "mmpp"):
+        raise HetserveError(
+            f"--workload {kind}: a plan with stream assignments (MagicBatch) takes its "
+            f"streams' rates; use poisson, gamma:CV or mmpp"
+        )
     if kind in ("poisson", "gamma", "mmpp"):
         streams = []
-        for m in setup.models:
-            r = rates[m]
+        if setup.plan.assignments:
+            base = _stream_rates(setup)
+            targets = [
+                (a.stream, a.model, a.deadline_s, a.rate_rps * rates[a.model] / base[a.model])
+                for a in setup.plan.assignments.values()
+                if a.gpu and a.model in rates and base[a.model] > 0
+            ]
+        else:
+            targets = [(m, m, setup.slos_s[m], rates[m]) for m in setup.models]
+        for name, m, slo_s, r in targets:
             if kind == "poisson":
                 proc: Any = Poisson(r)
             elif kind == "gamma":
@@ -209,7 +239,7 @@ def build_trace(
                         )
                     kw[k] = float(v)
                 proc = MMPP2(r, **kw)
-            streams.append(Stream(m, m, setup.slos_s[m], proc))
+            streams.append(Stream(name, m, slo_s, proc))
         return generate(streams, duration_s, seed)
     if kind == "azure2019":
         if not arg:

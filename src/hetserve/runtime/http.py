@@ -336,9 +336,11 @@ async def _infer(
     except RequestError as e:
         return _fail(400, f"model {model!r}: {e}")
     if req.n == 1:
-        results = [await server.infer(model, req.rows[0], req.deadline_s)]
+        results = [await server.infer(model, req.rows[0], req.deadline_s, req.stream)]
     else:
-        results = await asyncio.gather(*(server.infer(model, x, req.deadline_s) for x in req.rows))
+        results = await asyncio.gather(
+            *(server.infer(model, x, req.deadline_s, req.stream) for x in req.rows)
+        )
     for r in results:
         if r.outcome in STATUS:
             why = r.reason or r.outcome

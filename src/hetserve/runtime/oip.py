@@ -13,7 +13,9 @@ expected (the front end answers it with 400).
 
 Request parameters: ``deadline_ms`` (hetserve) or ``timeout`` (Triton, microseconds) set
 the request's deadline, relative to its arrival (default: the model's SLO);
-``binary_data_output`` asks for raw output bytes. Triton's ``priority`` is rejected unless
+``binary_data_output`` asks for raw output bytes; ``stream`` (hetserve) names the client's
+stream, which a MagicBatch plan queues by (and whose deadline is then the default).
+Triton's ``priority`` is rejected unless
 0 (hetserve schedules by deadline: send a tighter ``timeout`` instead), and so are
 sequence parameters (no sequence batching). Output parameters: ``binary_data``.
 
@@ -36,7 +38,8 @@ import numpy as np
 from hetserve.core.tensors import DATATYPES, TensorSpec
 
 HEADER_LEN = "Inference-Header-Content-Length"
-REQUEST_PARAMETERS = ("deadline_ms", "timeout", "priority", "binary_data_output")
+REQUEST_PARAMETERS = ("deadline_ms", "timeout", "priority", "binary_data_output", "stream")
+MAX_STREAM_NAME = 128
 _INT_KINDS = "iu"
 _LITTLE = {k: np.dtype(v).newbyteorder("<") for k, v in DATATYPES.items()}
 
@@ -64,6 +67,7 @@ class InferRequest:
     id: str | None
     outputs: list[str]  # requested output names (empty: all)
     binary_outputs: set[str]
+    stream: str | None = None  # the client's stream (MagicBatch's device), if it names one
 
 
 def _reject_constant(name: str) -> Any:
@@ -111,7 +115,7 @@ def parse_request(
             f"unknown request field(s) {', '.join(map(repr, unknown))}; expected id, inputs, "
             f"outputs, parameters"
         )
-    deadline_s, binary_all = _request_parameters(body.get("parameters"))
+    deadline_s, binary_all, stream = _request_parameters(body.get("parameters"))
     outputs, binary_outs = _requested_outputs(body.get("outputs"), model)
     if binary_all:
         binary_outs = set(outputs or [o.name for o in model.outputs])
@@ -170,12 +174,12 @@ def parse_request(
             rows = [tensors[0][i] for i in range(n_rows)]
         else:
             rows = [tuple(t[i] for t in tensors) for i in range(n_rows)]
-    return InferRequest(n_rows, rows, deadline_s, rid, outputs, binary_outs)
+    return InferRequest(n_rows, rows, deadline_s, rid, outputs, binary_outs, stream)
 
 
-def _request_parameters(params: Any) -> tuple[float | None, bool]:
+def _request_parameters(params: Any) -> tuple[float | None, bool, str | None]:
     if params is None:
-        return None, False
+        return None, False, None
     if not isinstance(params, dict):
         raise RequestError(
             f"'parameters' must be an object, got {type(params).__name__} {json.dumps(params)[:40]}"
@@ -217,7 +221,18 @@ def _request_parameters(params: Any) -> tuple[float | None, bool]:
     bo = params.get("binary_data_output", False)
     if not isinstance(bo, bool):
         raise RequestError(f"parameters.binary_data_output must be true or false, got {bo!r}")
-    return deadline_s, bo
+    stream = params.get("stream")
+    if stream is not None and not (
+        isinstance(stream, str)
+        and 0 < len(stream) <= MAX_STREAM_NAME
+        and stream.isprintable()
+        and stream.strip() == stream
+    ):
+        raise RequestError(
+            f"parameters.stream must be a stream name (1-{MAX_STREAM_NAME} printable "
+            f"characters, no surrounding spaces), got {json.dumps(stream)[:60]}"
+        )
+    return deadline_s, bo, stream
 
 
 def _positive_number(x: Any) -> bool:

@@ -198,16 +198,24 @@ class Server:
         return Result("refused", reason)
 
     async def infer(
-        self, model: str, tensor: Any = None, deadline_s: float | None = None
+        self,
+        model: str,
+        tensor: Any = None,
+        deadline_s: float | None = None,
+        stream: str | None = None,
     ) -> Result:
         """Serve one request (``tensor``: one request's input, without the batch dim);
-        ``deadline_s``: relative to now (default: the model's SLO)."""
+        ``deadline_s``: relative to now (default: the stream's deadline where the plan
+        assigns streams, else the model's SLO); ``stream``: the client's stream (default
+        ``"http"``), which a MagicBatch plan's scheduler queues by."""
         eng = self.engine
         if eng is None:
             raise HetserveError("the server is not started")
         if model not in self.setup.plan.models:
             raise HetserveError(f"no model {model!r} is served")
-        slo = self.setup.plan.models[model].slo_s if deadline_s is None else deadline_s
+        a = self.setup.plan.assignments.get(stream) if stream else None
+        default_s = a.deadline_s if a is not None else self.setup.plan.models[model].slo_s
+        slo = default_s if deadline_s is None else deadline_s
         if self.draining:
             return self._refuse(model, "the server is shutting down", "shutdown")
         if len(self._futures) >= self.cfg.max_pending:
@@ -233,7 +241,7 @@ class Server:
         self._queued.add(rid)
         self._queued_n[model] += 1
         self._pending_n[model] += 1
-        eng.submit(Request(rid, model, "http", now, now + slo), tensor)
+        eng.submit(Request(rid, model, stream or "http", now, now + slo), tensor)
         return await fut
 
     def dequeue(self, r: Request) -> bool:

@@ -369,6 +369,7 @@ def _load_builtin() -> None:
         edf_adaptive,
         fixed_batch,
         flex,
+        magicbatch,
         nexus,
         reactive,
         reservation,

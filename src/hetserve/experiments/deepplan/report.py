@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.deepplan.study import PAPER, summary_rows
-from hetserve.experiments.report import _plt, _png, bars, html_page, table_html
+from hetserve.experiments.report import _plt, _png, bars, html_page, img_tag, table_html
 
 COLORS = {
     "baseline": "#7f7f7f",
@@ -18,10 +18,6 @@ COLORS = {
     "pt+dha": "#1f77b4",
     "optimal": "#d62728",
 }
-
-
-def _img(b64: str) -> str:
-    return f"<img src='data:image/png;base64,{b64}'>"
 
 
 def plot_fig11(results: dict[str, Any]) -> str:
@@ -114,7 +110,7 @@ def write_deepplan_report(results: dict[str, Any], out_dir: str | Path) -> Path:
         table_html(["metric", "hetserve", "paper"], [list(r) for r in summary_rows(results)]),
         "<h2>Fig. 11: batch-1 cold-start latency (ms)</h2>",
         table_html(["model", *kinds], [[m, *[f"{f11[m][k]:.2f}" for k in kinds]] for m in f11]),
-        _img(plot_fig11(results)),
+        img_tag(plot_fig11(results)),
         "<h2>Table 3: which layers run from host memory (DHA plan)</h2>",
     ]
     for m, rows in results["table3"].items():
@@ -154,12 +150,12 @@ def write_deepplan_report(results: dict[str, Any], out_dir: str | Path) -> Path:
             ],
         ),
         "<h2>Fig. 12: throughput during cold starts, batch 1-8</h2>",
-        _img(plot_fig12(results)),
+        img_tag(plot_fig12(results)),
         "<h2>Fig. 13: BERT-Base instances beyond GPU memory</h2>",
         f"<p>Poisson {cfg['fig13_rate_rps']:g} req/s spread uniformly over the instances, "
         f"{cfg['fig13_duration_s']:g} s after a {cfg['warmup_s']:g} s warm-up; the "
         f"coldstart scheduler (LRU, one batch per GPU) with each plan kind.</p>",
-        _img(plot_fig13(results)),
+        img_tag(plot_fig13(results)),
         "<h2>Fig. 15: an Azure Functions trace</h2>",
         f"<p>{cfg['fig15_functions']} functions as BERT-Base : RoBERTa-Base : GPT-2 instances "
         f"at 4:4:1, {cfg['fig15_rate_rps']:g} req/s, SLO {cfg['fig15_slo_ms']:g} ms, "
@@ -179,7 +175,7 @@ def write_deepplan_report(results: dict[str, Any], out_dir: str | Path) -> Path:
                 for k, v in results["fig15"]["kinds"].items()
             ],
         ),
-        _img(plot_fig15(results)),
+        img_tag(plot_fig15(results)),
     ]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

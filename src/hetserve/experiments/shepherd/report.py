@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from hetserve.experiments.report import _plt, _png, html_page
+from hetserve.experiments.report import _plt, _png, html_page, img_tag
 from hetserve.experiments.report import bars as _bars_shared
 from hetserve.experiments.report import table_html as _table
 from hetserve.experiments.shepherd.study import PAPER, SCHEDULERS, WORKLOADS, summary_rows
@@ -93,10 +93,6 @@ def plot_scaling(results: dict[str, Any]) -> str:
     return _png(fig)
 
 
-def _img(b64: str) -> str:
-    return f"<img src='data:image/png;base64,{b64}'>"
-
-
 def write_shepherd_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     cfg = results["config"]
     s = results["summary"]
@@ -156,13 +152,13 @@ def write_shepherd_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     parts += ["<h2>Ours vs the paper</h2>", _table(["metric", "hetserve", "paper"], rows)]
     parts += [
         "<h2>Goodput and utilisation vs load (Fig. 7)</h2>",
-        _img(plot_load(results)),
+        img_tag(plot_load(results)),
         "<h2>Goodput vs SLO (Fig. 9)</h2>",
-        _img(plot_slo(results)),
+        img_tag(plot_slo(results)),
         "<h2>Ablation (Fig. 11a)</h2>",
-        _img(plot_ablation(results)),
+        img_tag(plot_ablation(results)),
         "<h2>Scaling with serving groups (Figs. 10, 11b)</h2>",
-        _img(plot_scaling(results)),
+        img_tag(plot_scaling(results)),
     ]
     scale_rows = [
         [

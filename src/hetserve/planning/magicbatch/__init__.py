@@ -1,8 +1,9 @@
 """MagicBatch's planning (DataCom 2022, section 4): for each stream, a batch size per GPU
 type, and an assignment of streams to GPUs with the least energy.
 
-*Issue 15, in progress*: the batch choice, the exact assignment, PSO-GA, the paper's
-FCFS and Greedy baselines, and ``shared``. The CLI, the scheduler and the study come next.
+The batch choice, the exact assignment, PSO-GA, the paper's FCFS and Greedy baselines,
+and ``shared``; plans serve with the ``magicbatch`` scheduler
+(:mod:`hetserve.scheduling.magicbatch`), the study is :mod:`hetserve.experiments.magicbatch`.
 
 **Batch choice** (Eqs. 2-4). Stream ``m`` sends ``r_m`` requests/s with deadline ``D_m``.
 On GPU type ``n`` a batch of ``B`` waits ``(B - 1) / r_m`` for its last request (the first

@@ -94,7 +94,7 @@ def plan_streams(
     options every method chose from; per model a whole-model pipeline on each GPU type its
     streams use), the assignment and the options."""
     from hetserve.core.assignment import StreamAssignment
-    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, ServingGroup, Stage
 
     opts = stream_options(latency, streams, list(gpus.values()), max_batch)
     if method == "shared":
@@ -117,7 +117,7 @@ def plan_streams(
             a.rejected.get(s.name, ""), table,
         )  # fmt: skip
     models: dict[str, ModelPlan] = {}
-    for m in dict.fromkeys(s.model for s in streams):
+    for m in dict.fromkeys(s.model for s in streams if s.name in a.gpu_of):
         mine = [s for s in streams if s.model == m and s.name in a.gpu_of]
         by_type: dict[str, set[str]] = {}
         for s in mine:
@@ -128,8 +128,18 @@ def plan_streams(
             lat = latency.latency(m, gpus[t], 1, b)
             stage = Stage((0, latency.num_blocks(m)), t, 1, len(used), lat)
             pipes.append(Pipeline((stage,), b, lat, len(used) * b / lat))
-        slo = min((s.deadline_s for s in streams if s.model == m), default=1.0)
+        slo = min(s.deadline_s for s in mine)
         models[m] = ModelPlan(slo, 1.0, tuple(pipes))
+    # one serving group per GPU instance that serves streams: its streams, by name
+    on: dict[str, list[EdgeStream]] = {}
+    for s in streams:
+        if s.name in a.gpu_of:
+            on.setdefault(a.gpu_of[s.name], []).append(s)
+    groups = tuple(
+        ServingGroup(inst, tuple(dict.fromkeys(s.model for s in ss)), 1, type_of(inst),
+                     tuple(s.name for s in ss))
+        for inst, ss in sorted(on.items(), key=lambda kv: _instance_key(kv[0]))
+    )  # fmt: skip
     busy = a.power_w(streams)
     total = total_power_w(a, streams, gpus, counts, park_idle)
     plan = Plan(
@@ -146,6 +156,12 @@ def plan_streams(
             },
             "solve": {"gpus": dict(counts), "streams": len(streams)},
         },
+        groups=groups,
         assignments=records,
     )
     return plan, a, opts
+
+
+def _instance_key(inst: str) -> tuple[str, int]:
+    t, _, k = inst.rpartition("#")
+    return t, int(k)

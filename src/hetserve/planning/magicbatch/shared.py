@@ -4,6 +4,7 @@ assignment with idle GPUs counted."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from hetserve.planning.magicbatch.options import (
     reject_reason,
     type_of,
 )
+
+SOLVE_MARGIN_S = 0.5  # HiGHS may run a little past its limit, and the answer is unpacked
 
 
 def utilisation(o: Option, rate_rps: float) -> float:
@@ -67,9 +70,11 @@ def shared(
     other stream of that GPU ahead of its own: ``(B - 1) / r + exec(B) + sum of the others'
     exec <= D``. GPUs of a type are used in order (no two equivalent solutions that only
     swap GPUs). One stream per GPU is a feasible choice, so the optimum never uses more
-    power than ``exact``'s assignment in the same accounting (a test)."""
+    power than ``exact``'s assignment in the same accounting (a test). ``time_limit_s``
+    bounds the whole call: building the model and its starts count, HiGHS gets the rest."""
     from hetserve.planning.milp import Rows, solve_highs
 
+    t_start = time.perf_counter()  # time_limit_s bounds the whole call, not only HiGHS
     inst = gpu_instances(counts)
     rate = {s.name: s.rate_rps for s in streams}
     pairs = [(i, j) for i, s in enumerate(streams) for j, g in enumerate(inst)
@@ -141,9 +146,10 @@ def shared(
     col_hi[t0:] = np.inf
     integer = np.ones(n_var)
     integer[t0:] = 0
+    left_s = max(0.1, time_limit_s - (time.perf_counter() - t_start) - SOLVE_MARGIN_S)
     status, _gap, x = solve_highs(
         a, lo, hi, np.zeros(n_var), col_hi, cost, integer,
-        time_limit_s, 1e-9, start,
+        left_s, 1e-9, start,
     )  # fmt: skip
     if x is None:
         raise HetserveError(f"shared: the MILP found no solution ({status})")

@@ -1,0 +1,1 @@
+"""MagicBatch (DataCom 2022): the evaluation."""
