@@ -369,8 +369,9 @@ def test_magicbatch_plans_from_a_profile_set_s_energy(capsys, tmp_path):
     """Measured energy plugs in through energy.csv: double the RTX 2080 Ti's energy in a
     profile set and the stream moves to the RTX 3090."""
     prof = tmp_path / "prof"
-    code, _, _ = run(capsys, "profile", "estimate", "--cluster", "magicbatch-edge", "--models",
-                     "googlenet", "--batches", "1-64", "--shares", "1", "--out", str(prof))  # fmt: skip
+    code, _, _ = run(capsys, "profile", "estimate", "--cluster", "magicbatch-edge",
+                     "--models", "googlenet", "--batches", "1-64", "--shares", "1",
+                     "--out", str(prof))  # fmt: skip
     assert code == 0
     streams = tmp_path / "s.csv"
     streams.write_text("name,model,rate_rps,deadline_ms\ncam1,googlenet,40,200\n")
