@@ -390,3 +390,28 @@ def test_magicbatch_plans_from_a_profile_set_s_energy(capsys, tmp_path):
     (prof / "energy.csv").write_text("\n".join(out) + "\n")
     assert run(capsys, *mb)[0] == 0
     assert json.loads(f.read_text())["assignments"]["cam1"]["gpu"] == "RTX-3090#0"
+
+
+def test_a_cluster_that_parks_idle_gpus(capsys, tmp_path):
+    """``park_idle_gpus`` in a cluster file: the MagicBatch plan counts unused GPUs at zero
+    (unless --no-park-idle), and the simulator charges them nothing."""
+    yaml = tmp_path / "edge.yaml"
+    yaml.write_text("name: edge2\npark_idle_gpus: true\nnodes:\n  - name: e\n    nic_gbps: 10\n"
+                    "    gpus: {GTX-1080-Ti: 2, RTX-2080-Ti: 2, RTX-3090: 2}\n")  # fmt: skip
+    f = tmp_path / "p.json"
+    plan = ["plan", "--planner", "magicbatch", "--cluster", str(yaml), "--models", "googlenet",
+            "--random", "2", "--output", str(f)]  # fmt: skip
+    code, out, _ = run(capsys, *plan)
+    assert code == 0 and "idle GPUs parked" in out
+    parked = json.loads(f.read_text())["objective"]["total_power_w"]
+    code, out, _ = run(capsys, *plan, "--no-park-idle")
+    assert code == 0 and "idle GPUs idling" in out
+    idling = json.loads(f.read_text())["objective"]["total_power_w"]
+    assert idling > parked + 4 * 15  # four unused GPUs, 15 W or more each
+    run(capsys, *plan)
+    code, _, _ = run(capsys, "simulate", "--cluster", str(yaml), "--models", "googlenet",
+                     "--plan", str(f), "--scheduler", "magicbatch", "--duration", "10",
+                     "--out", str(tmp_path / "sim"))  # fmt: skip
+    assert code == 0
+    s = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert s["energy_j"] / 10 == pytest.approx(parked, rel=0.1)

@@ -95,9 +95,9 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
 @click.option("--seed", default=0, show_default=True, help="magicbatch: random streams, PSO-GA.")
 @click.option(
     "--park-idle/--no-park-idle",
-    default=False,
-    show_default=True,
-    help="magicbatch: GPUs without streams draw nothing (else their idle power).",
+    default=None,
+    help="magicbatch: GPUs without streams draw nothing (else their idle power) "
+    "[default: the cluster's park_idle_gpus].",
 )
 @click.option(
     "--kind",
@@ -186,7 +186,7 @@ def plan(
     streams_file: str | None,
     random_n: int | None,
     seed: int,
-    park_idle: bool,
+    park_idle: bool | None,
 ) -> None:
     """Plan pooled pipelines (PPipe MILP), a baseline (np, dart-r), or cold-start load
     plans (deepplan) for a cluster."""
@@ -328,7 +328,7 @@ def _magicbatch(
     streams_file: str | None,
     random_n: int | None,
     seed: int,
-    park_idle: bool,
+    park_idle: bool | None,
     output: str,
 ) -> None:
     from rich.table import Table
@@ -355,6 +355,8 @@ def _magicbatch(
         from dataclasses import replace
 
         streams = [replace(s, model=canon[s.model]) for s in streams]
+    if park_idle is None:
+        park_idle = c.park_idle_gpus
     types = {g.name: g for g in c.gpu_types()}
     counts = c.gpu_counts()
     order = [g.name for g in sorted(types.values(), key=lambda g: (g.year, g.fp32_tflops))]

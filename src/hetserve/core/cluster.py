@@ -127,6 +127,7 @@ class ClusterSpec(_Strict):
     gpu_types: list[dict[str, Any]] = Field(default_factory=list)
     nodes: list[NodeSpec] = Field(min_length=1)
     topology: TopologySpec | None = None
+    park_idle_gpus: bool = False  # GPUs without work can be powered down (draw nothing)
 
 
 # ---------------------------------------------------------------- expanded cluster
@@ -180,6 +181,7 @@ class Cluster:
     switch_links: tuple[tuple[str, str, float, float, int], ...] = ()  # a, b, gbps, s, lanes
     description: str = ""
     source: str = "<memory>"
+    park_idle_gpus: bool = False  # GPUs that serve nothing are parked: they draw no power
 
     # ---- inventory
     @cached_property
@@ -396,8 +398,9 @@ def build_cluster(
             (lk.a, lk.b, lk.bw_gbps, lk.delay_us * 1e-6, lk.lanes) for lk in spec.topology.links
         ]
     return Cluster(
-        spec.name, tuple(nodes), catalog, switches, tuple(links), spec.description, source
-    )
+        spec.name, tuple(nodes), catalog, switches, tuple(links), spec.description, source,
+        spec.park_idle_gpus,
+    )  # fmt: skip
 
 
 def parse_cluster(data: Any, source: str, catalog: GpuCatalog = DEFAULT_CATALOG) -> Cluster:

@@ -54,7 +54,12 @@ class EndMixin:
                     self.reason[i] = ri
 
     def _result(self, end: float) -> SimResult:
-        gpu_energy: dict[str, float] = {g.id: g.type.idle_w * end for g in self.cluster.gpus}
+        # every GPU idles all the time, except one without workers in a cluster that parks them
+        serving = {w.gpu_id for w in self.workers.values()}
+        gpu_energy: dict[str, float] = {
+            g.id: g.type.idle_w * end if g.id in serving or not self.cluster.park_idle_gpus else 0.0
+            for g in self.cluster.gpus
+        }
         worker_energy: dict[str, float] = {}
         for w in self.workers.values():
             idle_share_w = w.gpu.idle_w / w.info.share
