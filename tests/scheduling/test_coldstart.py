@@ -62,6 +62,42 @@ def test_two_cold_starts_under_one_pcie_switch_interfere():
         assert done[1] == pytest.approx(factor * alone)
 
 
+def test_dha_runs_share_the_host_link_with_loads():
+    """A DHA run is a host-link user for its DHA part: a load under the same PCIe switch
+    that starts meanwhile takes twice as long, a DHA run that starts during another GPU's
+    load takes its DHA part twice, and its own model's cold load does not count."""
+    from hetserve.scheduling.protocol import Load
+    from hetserve.sim.loader import HostLinks
+
+    names = ["bert-base@0", "bert-base@1"]
+    plan, lat, pl = setup(names, "dha")
+    ws = sorted(w.id for w in pl.workers)
+    g0, g1 = (pl.worker(w).gpu_id for w in ws[:2])
+    dha = lat.dha_s(names[0], "V100-16GB", 1, 1)
+    assert 0 < dha < lat.latency(names[0], "V100-16GB", 1, 1)
+    hl = HostLinks(P3)
+    f, path = hl.dha_factor(g0, 0.0)
+    assert f == 1.0
+    hl.hold_until(path, dha)
+    assert hl.take(g1, 1, "m", now=dha / 2)[0] == [2.0]  # shares the uplink with the run
+    hl2 = HostLinks(P3)
+    hl2.hold_until(hl2.path(g0), dha)
+    assert hl2.take(g1, 1, "m", now=2 * dha)[0] == [1.0]  # the run's DHA part is over
+
+    sim = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {"preload": False}),
+                    one_request_trace(names[0], at_s=10.0), SimConfig(warm=False))  # fmt: skip
+    sim.heap, sim.seq = [], 0
+    sim._load(Load(ws[1], names[1], (0, 1)), 0.0)
+    w0, w1 = sim.workers[ws[0]], sim.workers[ws[1]]
+    warm = lat.latency(names[0], w0.gpu, 1, 1)
+    cum, _ = sim._dha_contention(w0, names[0], 1, (warm,), 1.0, 0.001)
+    assert cum[-1] == pytest.approx(warm + dha)  # GPU 1's load is on the shared uplink
+    # GPU 1's own cold start: its load is not counted against its DHA run
+    cold = lat.cold_run_s(names[1], w1.gpu, 1, 1, w1.cold[names[1]][1], 0.001)
+    cum, _ = sim._dha_contention(w1, names[1], 1, (cold,), 1.0, 0.001)
+    assert cum[-1] == pytest.approx(cold + dha)  # ...but GPU 0's DHA run is
+
+
 def test_residency_counts_only_loaded_layers():
     names = [f"bert-base@{i}" for i in range(200)]
     counts = {}

@@ -118,6 +118,23 @@ class LayerLatency:
             self._warm[key] = t
         return t
 
+    def dha_s(self, model: str, gpu: str | GpuType, share: int, batch: int) -> float:
+        """The part of a run spent executing DHA layers (reading host memory over PCIe)."""
+        g = self._gpu(gpu)
+        key = (model, g.name, share, -batch)  # negative batch: the DHA part's cache slot
+        t = self._warm.get(key)
+        if t is None:
+            rows = self.rows(model, g, batch)
+            modes = self.plan_of(model).modes
+            _check_len(model, rows, modes)
+            t = (
+                share
+                * 1e-6
+                * sum(r.exec_host_us for r, m in zip(rows, modes, strict=True) if m == DHA)
+            )
+            self._warm[key] = t
+        return t
+
     def energy(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:

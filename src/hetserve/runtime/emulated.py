@@ -6,7 +6,8 @@ stop at the stage's next block boundary (the simulator's rule).
 With a latency model that follows load plans (``core.layerlatency``), a ``Load`` follows
 the cold-start timeline as the simulator does (the same host-link sharing,
 ``sim.loader.HostLinks``), and a batch that starts while its model loads takes what the
-timeline says for it; other latency models load at once."""
+timeline says for it; other latency models load at once. A run with DHA layers shares its
+GPU's host links with loads and other DHA runs, as in the simulator."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ class EmulatedExecutor:
     def __init__(self) -> None:
         # (model, worker, batch, blocks) -> cumulative time at each block boundary
         self._cum: dict[tuple[str, str, int, tuple[int, int]], list[float]] = {}
-        # (worker, model) -> (load start, timeline): planned loads under way
-        self._cold: dict[tuple[str, str], tuple[float, Any]] = {}
+        # (worker, model) -> (load start, timeline, host links held): planned loads under way
+        self._cold: dict[tuple[str, str], tuple[float, Any, tuple[str, ...]]] = {}
         self._links: Any = None
 
     def load(self, engine: RuntimeEngine, a: Load, now: float) -> None:
@@ -38,9 +39,9 @@ class EmulatedExecutor:
             self._links = HostLinks(engine.view.cluster)
         w = engine.view.workers[a.worker]
         lp = lat.model_load_plan(a.model)  # type: ignore[attr-defined]
-        scale, held = self._links.take(w.gpu_id, lp.plan.n_parts, a.model)
+        scale, held = self._links.take(w.gpu_id, lp.plan.n_parts, a.model, now)
         tl = lat.load_timeline(a.model, w.gpu, scale)  # type: ignore[attr-defined]
-        self._cold[(a.worker, a.model)] = (now, tl)
+        self._cold[(a.worker, a.model)] = (now, tl, held)
 
         def done() -> None:
             self._cold.pop((a.worker, a.model), None)
@@ -57,6 +58,7 @@ class EmulatedExecutor:
             w = engine.view.workers[step.worker]
             lat: Any = engine.view.latency
             dur = lat.cold_run_s(d.model, w.gpu, w.share, len(d.requests), cold[1], now - cold[0])
+            dur = self._dha_contention(engine, w, d.model, len(d.requests), dur, now, cold[2])
             task.emu = [dur]
 
             def finish_cold() -> None:
@@ -76,6 +78,11 @@ class EmulatedExecutor:
                 cum.append(acc)
             self._cum[key] = cum
 
+        if callable(getattr(engine.view.latency, "dha_s", None)):
+            w = engine.view.workers[step.worker]
+            end = self._dha_contention(engine, w, d.model, len(d.requests), cum[-1], now, ())
+            if end != cum[-1]:
+                cum = [c * end / cum[-1] for c in cum]
         task.emu = cum
 
         def finish() -> None:
@@ -83,6 +90,32 @@ class EmulatedExecutor:
                 engine.stage_finished(task, len(cum), None)
 
         engine.clock.call_at(now + cum[-1], finish)
+
+    def _dha_contention(
+        self,
+        engine: RuntimeEngine,
+        w: Any,
+        model: str,
+        batch: int,
+        dur: float,
+        now: float,
+        own: tuple[str, ...],
+    ) -> float:
+        """A run with DHA layers shares its host path, as in the simulator
+        (``sim.loader``): its duration, and the path held until it ends."""
+        lat: Any = engine.view.latency
+        dha = lat.dha_s(model, w.gpu, w.share, batch)
+        if dha <= 0:
+            return dur
+        from hetserve.sim.loader import HostLinks
+
+        if self._links is None:
+            self._links = HostLinks(engine.view.cluster)
+        f, path = self._links.dha_factor(w.gpu_id, now, own)
+        if f > 1:
+            dur += (f - 1) * dha
+        self._links.hold_until(path, now + f * dha)
+        return dur
 
     def stop(self, engine: RuntimeEngine, task: _Task) -> None:
         """A preemption: the stage stops at its next block boundary, as in the simulator

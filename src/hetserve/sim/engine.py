@@ -99,6 +99,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s
+        self._dha_s = getattr(latency, "dha_s", None)  # DHA runs contend for host links
         self._jitter_on = self.cfg.jitter == "exponential" or (
             self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
         )
@@ -355,6 +356,8 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             j = self._jitter()
             cum = tuple(c * j for c in cum)
             energy *= j
+        if self._dha_s is not None:
+            cum, energy = self._dha_contention(w, b.model, len(b.requests), cum, energy, now)
         task.cum = cum
         task.energy_j = energy
         task.start_s = now

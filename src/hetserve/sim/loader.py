@@ -13,9 +13,15 @@ fewest loads under way, then by index); every host link a load uses is shared wi
 loads already under way on it: its load times are multiplied by the number of loads on
 its busiest link, counted when the load starts (DeepPlan section 3.2: GPUs under one
 PCIe switch share its uplink). Only loaded layers count against memory. A batch that
-starts while its model loads runs layer by layer, each waiting for its weights. DHA
-layers read host memory at their profiled speed: their contention with loads on the host
-link is not modelled.
+starts while its model loads runs layer by layer, each waiting for its weights.
+
+DHA layers read host memory over the same links, so a batch with DHA layers is a host-link
+user too: its DHA part (``LayerLatency.dha_s``) is multiplied by the number of users on
+the busiest link of its GPU's host path, itself included, counted when it starts (its own
+model's cold load excepted: the cold-start timeline already runs DHA layers beside it,
+as DeepPlan's planner does), and it counts as a user of those links from its start for as
+long as its DHA part takes (the DHA reads are taken to come first: the embeddings, in the
+transformers), so loads that start meanwhile share them with it.
 """
 
 from __future__ import annotations
@@ -120,10 +126,34 @@ class LoaderMixin:
 
     def _planned_load(self, w: _Worker, a: Load, new: int, now: float) -> None:
         lp = self.latency.model_load_plan(a.model)
-        scale, held = HostLinks.of(self).take(w.gpu_id, lp.plan.n_parts, a.model)
+        scale, held = HostLinks.of(self).take(w.gpu_id, lp.plan.n_parts, a.model, now)
         tl = self.latency.load_timeline(a.model, w.gpu, scale)
         w.cold[a.model] = (now, tl, held)
         self._push(now + tl.load_done_s, _LOAD_DONE, w, (a.model, new, a.blocks, now))
+
+    def _dha_contention(
+        self,
+        w: _Worker,
+        model: str,
+        batch: int,
+        cum: tuple[float, ...],
+        energy: float,
+        now: float,
+    ) -> tuple[tuple[float, ...], float]:
+        """A run with DHA layers: its DHA part slowed by the other users of its host path,
+        and the path held until it ends (module docstring)."""
+        dha = self.latency.dha_s(model, w.gpu, w.info.share, batch)
+        if dha <= 0:
+            return cum, energy
+        cold = w.cold.get(model)
+        hl = HostLinks.of(self)
+        f, path = hl.dha_factor(w.gpu_id, now, cold[2] if cold is not None else ())
+        if f > 1 and cum[-1] > 0:
+            ratio = (cum[-1] + (f - 1) * dha) / cum[-1]
+            cum = tuple(c * ratio for c in cum)
+            energy *= ratio
+        hl.hold_until(path, now + f * dha)
+        return cum, energy
 
     def _load_done(self, w: _Worker, info: tuple, now: float) -> None:
         model, new, blocks, t0 = info
@@ -162,6 +192,33 @@ class HostLinks:
         self.cluster = cluster
         self.busy: dict[str, int] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
+        self._until: list[tuple[float, int, tuple[str, ...]]] = []  # DHA runs: (end, seq, path)
+        self._seq = 0
+
+    def expire(self, now: float) -> None:
+        """Release the DHA runs that have ended by ``now``."""
+        until = self._until
+        while until and until[0][0] <= now + 1e-12:
+            self.release(heapq.heappop(until)[2])
+
+    def dha_factor(
+        self, gpu_id: str, now: float, own: tuple[str, ...] = ()
+    ) -> tuple[float, tuple[str, ...]]:
+        """The factor a DHA run starting ``now`` on ``gpu_id`` takes (users on the busiest
+        link of its host path, itself included; ``own``: links held by its own model's
+        cold load, not counted) and the path."""
+        self.expire(now)
+        path = self.path(gpu_id)
+        busy = self.busy
+        return float(max(busy.get(x, 0) - own.count(x) for x in path) + 1), path
+
+    def hold_until(self, path: tuple[str, ...], end_s: float) -> None:
+        """A DHA run uses ``path`` until ``end_s``."""
+        busy = self.busy
+        for x in path:
+            busy[x] = busy.get(x, 0) + 1
+        self._seq += 1
+        heapq.heappush(self._until, (end_s, self._seq, path))
 
     @staticmethod
     def of(owner: Any) -> HostLinks:
@@ -176,7 +233,11 @@ class HostLinks:
             p = self._paths[gpu_id] = tuple(self.cluster.host_path(gpu_id))
         return p
 
-    def take(self, gpu_id: str, n_parts: int, model: str) -> tuple[list[float], tuple[str, ...]]:
+    def take(
+        self, gpu_id: str, n_parts: int, model: str, now: float | None = None
+    ) -> tuple[list[float], tuple[str, ...]]:
+        if now is not None:
+            self.expire(now)
         gpus = [gpu_id, *self.secondaries(gpu_id, n_parts - 1, model)]
         paths = [self.path(g) for g in gpus]
         busy = self.busy
