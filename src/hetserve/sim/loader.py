@@ -15,13 +15,14 @@ its busiest link, counted when the load starts (DeepPlan section 3.2: GPUs under
 PCIe switch share its uplink). Only loaded layers count against memory. A batch that
 starts while its model loads runs layer by layer, each waiting for its weights.
 
-DHA layers read host memory over the same links, so a batch with DHA layers is a host-link
-user too: its DHA part (``LayerLatency.dha_s``) is multiplied by the number of users on
-the busiest link of its GPU's host path, itself included, counted when it starts (its own
-model's cold load excepted: the cold-start timeline already runs DHA layers beside it,
-as DeepPlan's planner does), and it counts as a user of those links from its start for as
-long as its DHA part takes (the DHA reads are taken to come first: the embeddings, in the
-transformers), so loads that start meanwhile share them with it.
+DHA layers read host memory over the same links: a batch with DHA layers takes its DHA
+part (``LayerLatency.dha_s``) times the number of users on the busiest link of its GPU's
+host path, itself included, counted when it starts: loads under way (its own model's cold
+load excepted: the cold-start timeline already runs DHA layers beside it, as DeepPlan's
+planner does) and other DHA runs still reading (a run reads from its start for as long as
+its DHA part takes: the embeddings come first in the transformers). Loads count loads
+only: a DHA run reads a few rows (embeddings) or a few layers, milliseconds against a
+load's tens, and charging a whole load for a brief overlap would overstate it.
 """
 
 from __future__ import annotations
@@ -192,14 +193,16 @@ class HostLinks:
         self.cluster = cluster
         self.busy: dict[str, int] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
+        self.dha_busy: dict[str, int] = {}  # DHA runs reading over each link
         self._until: list[tuple[float, int, tuple[str, ...]]] = []  # DHA runs: (end, seq, path)
         self._seq = 0
 
     def expire(self, now: float) -> None:
-        """Release the DHA runs that have ended by ``now``."""
-        until = self._until
+        """Forget the DHA runs whose reads have ended by ``now``."""
+        until, dha = self._until, self.dha_busy
         while until and until[0][0] <= now + 1e-12:
-            self.release(heapq.heappop(until)[2])
+            for x in heapq.heappop(until)[2]:
+                dha[x] -= 1
 
     def dha_factor(
         self, gpu_id: str, now: float, own: tuple[str, ...] = ()
@@ -209,14 +212,15 @@ class HostLinks:
         cold load, not counted) and the path."""
         self.expire(now)
         path = self.path(gpu_id)
-        busy = self.busy
-        return float(max(busy.get(x, 0) - own.count(x) for x in path) + 1), path
+        busy, dha = self.busy, self.dha_busy
+        users = max(busy.get(x, 0) - own.count(x) + dha.get(x, 0) for x in path)
+        return float(users + 1), path
 
     def hold_until(self, path: tuple[str, ...], end_s: float) -> None:
-        """A DHA run uses ``path`` until ``end_s``."""
-        busy = self.busy
+        """A DHA run reads over ``path`` until ``end_s``."""
+        dha = self.dha_busy
         for x in path:
-            busy[x] = busy.get(x, 0) + 1
+            dha[x] = dha.get(x, 0) + 1
         self._seq += 1
         heapq.heappush(self._until, (end_s, self._seq, path))
 

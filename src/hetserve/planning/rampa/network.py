@@ -51,6 +51,7 @@ class RampaNet:
     adj: dict[str, list[str]]  # switch -> neighbouring switches
     dist: dict[str, dict[str, int]] = field(default_factory=dict)  # switch hops
     sigma: dict[str, dict[str, int]] = field(default_factory=dict)  # shortest path counts
+    out: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # (next, link name)
 
     @staticmethod
     def of(cluster: Cluster) -> RampaNet:
@@ -76,6 +77,7 @@ class RampaNet:
             adj[a].add(b)
             adj[b].add(a)
         net = RampaNet(cluster, gpus, {s: sorted(v) for s, v in adj.items()})
+        net.out = {s: [(t, f"{s}->{t}") for t in ts] for s, ts in net.adj.items()}
         for s in net.adj:
             net.dist[s], net.sigma[s] = _bfs_counts(net.adj, s)
         used = {g.switch for g in gpus.values()}
