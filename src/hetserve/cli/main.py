@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from hetserve import __version__
-from hetserve.cli import catalog, data, demo, plan, reproduce, serve, sim
+from hetserve.cli import catalog, data, demo, place, plan, reproduce, serve, sim
 from hetserve.cli.common import harden, report_error
 from hetserve.core.errors import HetserveError
 
@@ -25,6 +25,7 @@ for _command in (
     catalog.gpus, catalog.cluster, catalog.model,
     data.profile, data.trace, data.zoo,
     plan.plan,
+    place.place,
     sim.simulate, sim.sweep, sim.report,
     reproduce.reproduce,
     serve.serve,

@@ -1,0 +1,130 @@
+"""``hetserve place``: RAMPA's placement of a sequence of service deployment requests."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.table import Table
+
+from hetserve.cli.common import console
+from hetserve.core.errors import HetserveError
+
+
+def _requests_file(path: str, known: list[str]) -> list[str]:
+    from hetserve.core.errors import ConfigError
+    from hetserve.core.files import csv_rows
+
+    out = []
+    for line, row in csv_rows(path, ("service",)):
+        name = row["service"].strip()
+        if name not in known:
+            raise ConfigError(
+                f"{path}:{line}: field 'service': expected one of {', '.join(known)}, got {name!r}"
+            )
+        out.append(name)
+    if not out:
+        raise ConfigError(f"{path}: no requests (one row per request after the header)")
+    return out
+
+
+@click.command()
+@click.option("--cluster", "cluster_name", required=True, help="A switched cluster (rampa-*).")
+@click.option(
+    "--method",
+    type=click.Choice(["rampa", "pe", "ncar"]),
+    default="rampa",
+    show_default=True,
+    help="RAMPA (stage counts searched), or PE / NCAR at the --stages counts.",
+)
+@click.option("--stages", default=None, help="pe, ncar: stage counts of services 1-6, 2,3,2,4,8,5.")
+@click.option(
+    "--case", type=click.IntRange(1, 4), default=1, show_default=True,
+    help="Demand mix (Table IV): 1 same, 2 high-throughput, 3 low-delay, 4 huge-model.",
+)  # fmt: skip
+@click.option("--max-requests", type=click.IntRange(1, 100_000), default=500, show_default=True)
+@click.option(
+    "--requests",
+    "requests_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A CSV with a 'service' column (service1..service6) instead of a generated sequence.",
+)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--output", required=True, type=click.Path(dir_okay=False))
+def place(
+    cluster_name: str,
+    method: str,
+    stages: str | None,
+    case: int,
+    max_requests: int,
+    requests_file: str | None,
+    seed: int,
+    output: str,
+) -> None:
+    """Place service deployment requests (RAMPA, TCC 2025) until the first that cannot be
+    placed; prints every placement, writes them as JSON."""
+    from hetserve.core.cluster import load_cluster
+    from hetserve.planning.rampa.aco import AcoParams, stage_counts
+    from hetserve.planning.rampa.network import RampaNet
+    from hetserve.planning.rampa.place import (
+        CASES,
+        place_sequence,
+        request_sequence,
+        table_v_services,
+        write_placements,
+    )
+    from hetserve.planning.rampa.state import ClusterState
+
+    services = table_v_services()
+    if method == "rampa" and stages:
+        raise HetserveError("--stages: only --method pe or ncar take fixed stage counts")
+    counts = stage_counts(stages, list(services)) if stages else None
+    if counts is not None:
+        for name, k in counts.items():
+            if k > len(services[name].ops):
+                raise HetserveError(
+                    f"--stages: {name} ({services[name].model}) has {len(services[name].ops)} "
+                    f"operations, fewer than {k} stages"
+                )
+    c = load_cluster(cluster_name)
+    net = RampaNet.of(c)
+    reqs = (
+        _requests_file(requests_file, list(services))
+        if requests_file
+        else request_sequence(case, max_requests, seed)
+    )
+    state = ClusterState.of(net)
+    t0 = time.perf_counter()
+    with console.status(f"placing up to {len(reqs)} requests with {method}") as status:
+
+        def tick(i: int, p: object) -> None:
+            status.update(f"placing request {i + 1} of {len(reqs)} with {method}")
+
+        placed, failed = place_sequence(
+            state, reqs, method, counts, AcoParams(seed=seed), on_placed=tick
+        )
+    wall = time.perf_counter() - t0
+    meta = {"method": method, "case": requests_file or CASES[case],
+            "seed": seed, "stages": counts, "seconds": wall}  # fmt: skip
+    write_placements(output, c.name, placed, failed, meta)
+    t = Table(title=f"{method} on {c.name}: {len(placed)} services placed")
+    for col in ("#", "service", "model", "stages", "GPUs", "hops", "tps est / req",
+                "latency ms est / req", "cost"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("service", "model", "GPUs") else "right")
+    for i, p in enumerate(placed[:60]):
+        gpus = ", ".join(f"{net.gpus[g].type}@{net.gpus[g].rack}" for g in p.gpus)
+        hops = ",".join(str(len(x)) for x in p.paths) or "-"
+        t.add_row(str(i + 1), p.service.name, p.service.model, str(p.stages), gpus, hops,
+                  f"{p.est.throughput_tps:.2f} / {p.service.throughput_tps:g}",
+                  f"{p.est.latency_s * 1e3:.1f} / {p.service.latency_s * 1e3:g}",
+                  f"{p.cost:.3g}")  # fmt: skip
+    console.print(t)
+    if len(placed) > 60:
+        console.print(f"(the first 60 of {len(placed)}; all are in {output})")
+    end = (
+        f"request {len(placed) + 1} ({failed}) could not be placed"
+        if failed
+        else f"all {len(reqs)} requests placed"
+    )
+    console.print(f"{len(placed)} placed in {wall:.1f} s; {end}; wrote {output}")

@@ -1,0 +1,116 @@
+"""RAMPA's search and placement: every placement meets its requirements, nothing is
+over-committed (hypothesis over random small clusters and request sequences), RAMPA
+prefers fewer stages, PE the fastest GPUs, and ``hetserve place`` end to end."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetserve.cli import main
+from hetserve.core.presets import preset
+from hetserve.planning.rampa.aco import AcoParams, pipeedge, rampa
+from hetserve.planning.rampa.network import RampaNet
+from hetserve.planning.rampa.perf import estimate, fits
+from hetserve.planning.rampa.place import place_sequence, request_sequence, table_v_services
+from hetserve.planning.rampa.state import ClusterState
+from tests.planning.test_rampa_model import cluster
+
+FAST = AcoParams(agents=6, generations=3)
+TYPES = ["L4", "V100-32GB", "A30", "T4"]
+
+
+def check_invariants(state):
+    net = state.net
+    taken = [g for p in state.placed for g in p.gpus]
+    assert len(taken) == len(set(taken))  # a GPU serves one service
+    assert not set(taken) & state.free
+    for link, used in state.used_bps.items():
+        lk = net.cluster.links[link]
+        assert used <= lk.bw_gbps * 1e9 * lk.lanes * (1 + 1e-9), link
+    for p in state.placed:
+        svc = p.service
+        again = estimate(net, svc.ops, p.bounds, p.gpus, p.paths)
+        assert again == p.est
+        assert p.est.throughput_tps >= svc.throughput_tps * (1 - 1e-9)
+        assert p.est.latency_s <= svc.latency_s * (1 + 1e-9)
+        assert fits(net, p.est, p.gpus)
+        for path, bps in zip(p.paths, p.traffic_bps(), strict=True):
+            assert all(bps <= net.cluster.links[x].bw_gbps * 1e9 * (1 + 1e-9) for x in path)
+            # a path joins its two stages' GPUs
+        for k, path in enumerate(p.paths):
+            assert path[0] == net.gpus[p.gpus[k]].up and path[-1] == net.gpus[p.gpus[k + 1]].down
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 4), st.integers(0, 10_000),
+       st.sampled_from(["rampa", "pe"]))  # fmt: skip
+def test_placements_meet_requirements_and_never_overcommit(n_sw, per, seed, method):
+    ring = [(f"s{i}", f"s{(i + 1) % n_sw}") for i in range(n_sw)] if n_sw > 2 else [("s0", "s1")]
+    at = {f"s{i}": (TYPES[(i + seed) % 4], per * 2) for i in range(n_sw)}
+    net = RampaNet.of(cluster(ring, at))
+    state = ClusterState.of(net)
+    reqs = request_sequence(1 + seed % 4, 12, seed)
+    stages = dict.fromkeys(table_v_services(), 2)
+    placed, failed = place_sequence(state, reqs, method, stages, AcoParams(agents=6,
+                                    generations=3, seed=seed))  # fmt: skip
+    assert len(placed) == len(state.placed)
+    assert failed is None or len(placed) < len(reqs)
+    check_invariants(state)
+
+
+def test_rampa_prefers_few_stages_and_is_seeded():
+    net = RampaNet.of(preset("rampa-base"))
+    svc = table_v_services()["service3"]  # ViT-Huge fits one GPU
+    a = rampa(ClusterState.of(net), svc, FAST)
+    assert a is not None and a.stages == 1
+    b = rampa(ClusterState.of(net), svc, FAST)
+    assert (a.gpus, a.paths, a.cost) == (b.gpus, b.paths, b.cost)
+
+
+def test_pe_takes_the_fastest_gpus_and_rampa_the_cheapest():
+    net = RampaNet.of(preset("rampa-base"))
+    svc = table_v_services()["service1"]  # YOLOS: 60 tps needs two stages
+    pe = pipeedge(ClusterState.of(net), svc, 2)
+    assert pe is not None and {net.gpus[g].type for g in pe.gpus} == {"L4"}
+    assert len({net.gpus[g].rack for g in pe.gpus}) == 1  # one rack: the shortest paths
+    state = ClusterState.of(net)
+    ra = rampa(state, svc)  # Table VII's 20 agents x 20 generations
+    assert ra is not None and ra.cost <= state.cost_of(pe.gpus, pe.paths) * (1 + 1e-9)
+
+
+def test_place_cli_writes_placements_and_refuses_bad_input(capsys, tmp_path):
+    out = tmp_path / "pl.json"
+    reqs = tmp_path / "r.csv"
+    reqs.write_text("service\nservice3\nservice1\n")
+    code = main(["place", "--cluster", "rampa-base", "--requests", str(reqs), "--output",
+                 str(out)])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0 and "2 placed" in text and "all 2 requests placed" in text
+    d = json.loads(out.read_text())
+    assert d["placed"] == 2 and d["first_failure"] is None
+    assert [s["service"] for s in d["services"]] == ["service3", "service1"]
+    assert d["services"][1]["throughput_tps"] >= 60
+    code = main(["place", "--cluster", "rampa-base", "--method", "pe", "--stages",
+                 "2,3,2,4,8,5", "--max-requests", "3", "--output", str(out)])  # fmt: skip
+    assert code == 0 and json.loads(out.read_text())["meta"]["stages"]["service5"] == 8
+    capsys.readouterr()
+    bad = [
+        (["--method", "pe"], "--method pe needs --stages"),
+        (["--stages", "2,3"], "only --method pe or ncar"),
+        (["--method", "ncar", "--stages", "2,3"], "expected 6 counts"),
+        (["--method", "pe", "--stages", "2,3,2,99,8,5"], "fewer than 99 stages"),
+        (["--cluster", "hc1-s"], "RAMPA needs a switched topology"),
+    ]
+    for args, needle in bad:
+        argv = ["place", "--cluster", "rampa-base", "--max-requests", "1", *args,
+                "--output", str(out)]  # fmt: skip
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
+    reqs.write_text("service\nservice9\n")
+    code = main(["place", "--cluster", "rampa-base", "--requests", str(reqs), "--output",
+                 str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "r.csv:2: field 'service'" in err
