@@ -4,7 +4,6 @@ prefers fewer stages, PE the fastest GPUs, and ``hetserve place`` end to end."""
 
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
