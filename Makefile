@@ -39,6 +39,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_serving.py overhead frontend
 	$(VENV)/bin/python benchmarks/bench_deepplan.py
 	$(VENV)/bin/python benchmarks/bench_magicbatch.py
+	$(VENV)/bin/python benchmarks/bench_rampa.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed
