@@ -108,10 +108,13 @@ def solve_highs(
     time_limit_s: float,
     mip_rel_gap: float = 1e-4,
     start: np.ndarray | None = None,
+    max_nodes: int | None = None,
 ) -> tuple[str, float, np.ndarray | None]:
     """Minimise ``cost . x`` subject to ``row_lo <= a x <= row_hi`` and column bounds, the
     columns with non-zero ``integrality`` integer, with HiGHS (quiet, deterministic).
-    ``start``: a feasible solution to begin from (a MIP start). Returns the status
+    ``start``: a feasible solution to begin from (a MIP start); ``max_nodes``: a limit on
+    branch-and-bound nodes (unlike the time limit, the same on every machine). Returns the
+    status
     (``optimal``, ``time_limit``, ``infeasible`` or HiGHS's name), the MIP gap and the
     solution (None if no feasible one was found)."""
     a = sparse.csr_array(a)
@@ -143,6 +146,8 @@ def solve_highs(
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    if max_nodes is not None:
+        h.setOptionValue("mip_max_nodes", int(max_nodes))
     with _quiet_stdout():
         h.passModel(lp)
         if start is not None:

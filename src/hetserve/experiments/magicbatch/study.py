@@ -40,6 +40,10 @@ GPUS = ("GTX-1080-Ti", "RTX-2080-Ti", "RTX-3090")
 METHODS = ("exact", "pso-ga", "greedy", "fcfs", "shared")
 FIG2_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
+# shared's MILP stops after this many branch-and-bound nodes, not at a time limit, so that
+# the study's results do not depend on the machine's speed
+SHARED_LIMITS = {"time_limit_s": 3600.0, "max_nodes": 200}
+
 # MagicBatch's reported figures (section 5.3): MagicBatch vs TF-Serving
 PAPER = {"energy_saved": 0.313, "throughput_gain": 0.411}
 
@@ -190,7 +194,8 @@ def plan_method(
     types = {g.name: g for g in cluster.gpu_types()}
     order = [g.name for g in sorted(types.values(), key=lambda g: (g.year, g.fp32_tflops))]
     plan, a, _ = plan_streams(method, streams, cluster.gpu_counts(), types, lat, order=order,
-                              park_idle=cluster.park_idle_gpus, seed=seed)  # fmt: skip
+                              park_idle=cluster.park_idle_gpus, seed=seed,
+                              shared_limits=SHARED_LIMITS)  # fmt: skip
     return plan, a
 
 

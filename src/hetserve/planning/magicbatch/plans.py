@@ -89,16 +89,18 @@ def plan_streams(
     park_idle: bool = False,
     max_batch: int = 256,
     seed: int = 0,
+    shared_limits: Mapping[str, Any] | None = None,
 ) -> tuple[Any, Assignment, dict[str, dict[str, Option]]]:
     """A core plan for ``method``'s assignment (``assignments`` per stream, with the
     options every method chose from; per model a whole-model pipeline on each GPU type its
-    streams use), the assignment and the options."""
+    streams use), the assignment and the options. ``shared_limits``: ``time_limit_s`` and
+    ``max_nodes`` for ``shared``'s MILP."""
     from hetserve.core.assignment import StreamAssignment
     from hetserve.core.plan import ModelPlan, Pipeline, Plan, ServingGroup, Stage
 
     opts = stream_options(latency, streams, list(gpus.values()), max_batch)
     if method == "shared":
-        a = shared(streams, counts, opts, gpus, park_idle)
+        a = shared(streams, counts, opts, gpus, park_idle, **(shared_limits or {}))
     elif method == "pso-ga":
         a = pso_ga(streams, counts, opts, PsoGaParams(seed=seed))
     else:

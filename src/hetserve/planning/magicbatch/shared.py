@@ -63,6 +63,7 @@ def shared(
     gpus: Mapping[str, GpuType],
     park_idle: bool = False,
     time_limit_s: float = 10.0,
+    max_nodes: int | None = None,
 ) -> Assignment:
     """Beyond the paper: streams may share a GPU (an MILP with HiGHS). Placing as many
     streams as possible first, it minimises :func:`total_power_w` subject to, per GPU,
@@ -71,7 +72,9 @@ def shared(
     exec <= D``. GPUs of a type are used in order (no two equivalent solutions that only
     swap GPUs). One stream per GPU is a feasible choice, so the optimum never uses more
     power than ``exact``'s assignment in the same accounting (a test). ``time_limit_s``
-    bounds the whole call: building the model and its starts count, HiGHS gets the rest."""
+    bounds the whole call: building the model and its starts count, HiGHS gets the rest;
+    ``max_nodes`` bounds its branch and bound the same way on every machine (where a result
+    must not depend on the machine's speed)."""
     from hetserve.planning.milp import Rows, solve_highs
 
     t_start = time.perf_counter()  # time_limit_s bounds the whole call, not only HiGHS
@@ -149,7 +152,7 @@ def shared(
     left_s = max(0.1, time_limit_s - (time.perf_counter() - t_start) - SOLVE_MARGIN_S)
     status, _gap, x = solve_highs(
         a, lo, hi, np.zeros(n_var), col_hi, cost, integer,
-        left_s, 1e-9, start,
+        left_s, 1e-9, start, max_nodes,
     )  # fmt: skip
     if x is None:
         raise HetserveError(f"shared: the MILP found no solution ({status})")
