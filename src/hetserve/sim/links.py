@@ -35,6 +35,16 @@ class LinkTable:
             self._paths[key] = hit
         return hit
 
+    def pin(self, a: str, b: str, path: tuple[str, ...]) -> None:
+        """Transfers from GPU ``a`` to GPU ``b`` take ``path`` (a placement's chosen route)
+        instead of the cluster's shortest one."""
+        links = self.cluster.links
+        unknown = [x for x in path if x not in links]
+        if unknown:
+            raise KeyError(f"path {a} -> {b}: unknown links {unknown}")
+        bw = min((links[x].bw_gbps for x in path), default=math.inf)
+        self._paths[(a, b)] = (tuple(path), bw, sum(links[x].delay_s for x in path))
+
     def transfer(
         self, path: tuple[str, ...], bw_gbps: float, delay_s: float, n_bytes: float, now: float
     ) -> tuple[float, float]:

@@ -1,0 +1,1 @@
+"""RAMPA (TCC 2025): validation by serving (and, to come, the evaluation)."""
