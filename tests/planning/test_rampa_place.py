@@ -137,3 +137,26 @@ def test_the_colony_is_never_cheaper_than_the_exact_optimum(n_sw, seed, name):
     assert best.cost == state.cost_of(best.gpus, best.paths)
     if found is not None:
         assert found.cost >= best.cost * (1 - 1e-9)
+
+
+def test_table_ix_gives_288_stage_count_combinations():
+    from hetserve.planning.rampa.place import stage_combinations
+
+    combos = stage_combinations()
+    assert len(combos) == 288 and len({tuple(c.values()) for c in combos}) == 288
+    assert combos[0] == {"service1": 2, "service2": 2, "service3": 1, "service4": 2,
+                         "service5": 6, "service6": 4}  # fmt: skip
+
+
+def test_a_service_larger_than_the_cluster_is_refused(capsys, tmp_path):
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(
+        "name: tiny\nnodes:\n  - {name: n, gpus: {T4: 2}, nic_gbps: 10, switch: s0, "
+        "attach: gpu, link_gbps: 10}\ntopology:\n  switches: [{name: s0}]\n  links: []\n"
+    )
+    reqs = tmp_path / "r.csv"
+    reqs.write_text("service\nservice3\nservice6\n")
+    code = main(["place", "--cluster", str(tiny), "--requests", str(reqs), "--output",
+                 str(tmp_path / "p.json")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "service6 (qwen2.5-32b) needs" in err and "32 GB" in err

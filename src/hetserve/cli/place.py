@@ -65,7 +65,7 @@ def place(
     """Place service deployment requests (RAMPA, TCC 2025) until the first that cannot be
     placed; prints every placement, writes them as JSON."""
     from hetserve.core.cluster import load_cluster
-    from hetserve.planning.rampa.aco import AcoParams, stage_counts
+    from hetserve.planning.rampa.aco import AcoParams, min_stages, stage_counts
     from hetserve.planning.rampa.network import RampaNet
     from hetserve.planning.rampa.place import (
         CASES,
@@ -95,6 +95,14 @@ def place(
         else request_sequence(case, max_requests, seed)
     )
     state = ClusterState.of(net)
+    total_gb = sum(g.memory_gb for g in net.gpus.values())
+    for name in sorted(set(reqs)):
+        if min_stages(state, services[name]) > len(net.gpus):
+            need = sum(op.memory_bytes for op in services[name].ops) / 1e9
+            raise HetserveError(
+                f"{name} ({services[name].model}) needs {need:.1f} GB, more than all "
+                f"{len(net.gpus)} GPUs of {c.name} hold ({total_gb:.0f} GB)"
+            )
     t0 = time.perf_counter()
     with console.status(f"placing up to {len(reqs)} requests with {method}") as status:
 

@@ -18,6 +18,11 @@ from hetserve.planning.rampa.perf import ops_of
 from hetserve.planning.rampa.state import ClusterState, Placement, Service
 
 METHODS = ("rampa", "pe", "ncar")
+# RAMPA Table IX: the stage counts the baselines are run with, per service
+TABLE_IX = {
+    "service1": (2, 3), "service2": (2, 3, 4), "service3": (1, 2),
+    "service4": (2, 3, 4), "service5": (6, 7, 8, 9), "service6": (4, 5),
+}  # fmt: skip
 CASES = {1: "same-demand", 2: "high-throughput", 3: "low-delay", 4: "huge-model"}
 
 
@@ -28,6 +33,14 @@ def table_v_services() -> dict[str, Service]:
                                   s.throughput_tps, s.latency_s)
         for s in rampa_services()
     }  # fmt: skip
+
+
+def stage_combinations() -> list[dict[str, int]]:
+    """Every combination of Table IX's stage counts (288), services 1-6 in order."""
+    import itertools
+
+    names = list(TABLE_IX)
+    return [dict(zip(names, c, strict=True)) for c in itertools.product(*TABLE_IX.values())]
 
 
 def request_sequence(case: int, n: int, seed: int) -> list[str]:
