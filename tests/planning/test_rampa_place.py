@@ -83,12 +83,15 @@ def test_place_cli_writes_placements_and_refuses_bad_input(capsys, tmp_path):
     out = tmp_path / "pl.json"
     reqs = tmp_path / "r.csv"
     reqs.write_text("service\nservice3\nservice1\n")
-    code = main(["place", "--cluster", "rampa-base", "--requests", str(reqs), "--output",
-                 str(out)])  # fmt: skip
+    code = main(["place", "--cluster", "rampa-base", "--requests", str(reqs), "--serve", "5",
+                 "--output", str(out)])  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0 and "2 placed" in text and "all 2 requests placed" in text
+    assert "2 of 2 services met every deadline" in text
     d = json.loads(out.read_text())
     assert d["placed"] == 2 and d["first_failure"] is None
+    served = d["services"][1]["served"]
+    assert served["met"] == served["requests"] == 300  # 60 tps for 5 s
     assert [s["service"] for s in d["services"]] == ["service3", "service1"]
     assert d["services"][1]["throughput_tps"] >= 60
     code = main(["place", "--cluster", "rampa-base", "--method", "pe", "--stages",

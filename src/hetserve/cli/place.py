@@ -50,6 +50,14 @@ def _requests_file(path: str, known: list[str]) -> list[str]:
     default=None,
     help="A CSV with a 'service' column (service1..service6) instead of a generated sequence.",
 )
+@click.option(
+    "--serve",
+    "serve_s",
+    type=float,
+    default=None,
+    help="Then serve the placements in the simulator for this many seconds (at the required "
+    "throughputs) and print measured throughput and latency beside the estimates.",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--output", required=True, type=click.Path(dir_okay=False))
 def place(
@@ -59,6 +67,7 @@ def place(
     case: int,
     max_requests: int,
     requests_file: str | None,
+    serve_s: float | None,
     seed: int,
     output: str,
 ) -> None:
@@ -77,6 +86,8 @@ def place(
     from hetserve.planning.rampa.state import ClusterState
 
     services = table_v_services()
+    if serve_s is not None and not 0 < serve_s <= 86_400:
+        raise HetserveError(f"--serve: expected seconds in (0, 86400], got {serve_s}")
     if method == "rampa" and stages:
         raise HetserveError("--stages: only --method pe or ncar take fixed stage counts")
     counts = stage_counts(stages, list(services)) if stages else None
@@ -113,9 +124,15 @@ def place(
             state, reqs, method, counts, AcoParams(seed=seed), on_placed=tick
         )
     wall = time.perf_counter() - t0
+    served = None
+    if serve_s is not None:
+        from hetserve.experiments.rampa.validate import serve_placements
+
+        with console.status(f"serving {len(placed)} services for {serve_s:g} s (simulated)"):
+            served = serve_placements(placed, c, serve_s, seed)
     meta = {"method": method, "case": requests_file or CASES[case],
             "seed": seed, "stages": counts, "seconds": wall}  # fmt: skip
-    write_placements(output, c.name, placed, failed, meta)
+    write_placements(output, c.name, placed, failed, meta, served)
     t = Table(title=f"{method} on {c.name}: {len(placed)} services placed")
     for col in ("#", "service", "model", "stages", "GPUs", "hops", "tps est / req",
                 "latency ms est / req", "cost"):  # fmt: skip
@@ -135,4 +152,14 @@ def place(
         if failed
         else f"all {len(reqs)} requests placed"
     )
+    if served is not None:
+        bad = [r for r in served if r["met"] < r["requests"]]
+        worst = max((r["measured_latency_ms"] / r["estimated_latency_ms"] for r in served
+                     if r["measured_latency_ms"] is not None), default=0.0)  # fmt: skip
+        console.print(
+            f"served {serve_s:g} s in the simulator: {len(served) - len(bad)} of "
+            f"{len(served)} services met every deadline at their required throughput; "
+            f"measured latency at most {worst:.2f}x the estimate"
+            + (f"; missed: {', '.join(r['model'] for r in bad[:5])}" if bad else "")
+        )
     console.print(f"{len(placed)} placed in {wall:.1f} s; {end}; wrote {output}")

@@ -102,15 +102,20 @@ def place_sequence(
 
 def write_placements(
     path: str | Path, cluster: str, placed: Sequence[Placement], failed: str | None,
-    meta: Mapping[str, Any],
+    meta: Mapping[str, Any], served: Sequence[Mapping[str, Any]] | None = None,
 ) -> None:  # fmt: skip
-    """The placements file (docs/formats.md#rampa-placements)."""
+    """The placements file (docs/formats.md#rampa-placements); ``served``: per placement,
+    what serving it in the simulator measured."""
+    services = [p.to_json() for p in placed]
+    for s, r in zip(services, served or [], strict=False):
+        s["served"] = {k: r[k] for k in ("requests", "met", "measured_tps",
+                                         "measured_latency_ms", "measured_p99_ms")}  # fmt: skip
     data = {
         "cluster": cluster,
         "meta": dict(meta),
         "placed": len(placed),
         "first_failure": failed,
-        "services": [p.to_json() for p in placed],
+        "services": services,
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=1))
