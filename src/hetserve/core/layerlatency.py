@@ -48,7 +48,7 @@ class LayerLatency:
         self.catalog = catalog
         self._csv: list[LayerRow] = read_layers_csv(layers_csv) if layers_csv else []
         self._rows: dict[tuple[str, str, int], list[LayerRow]] = {}
-        self._warm: dict[tuple[str, str, int, int], float] = {}
+        self._warm: dict[tuple[str, str, int, int], tuple[float, float]] = {}
         self._gpu_bytes: dict[str, float] = {}
         self._timelines: dict[tuple[int, str, tuple[float, ...]], Timeline] = {}
         self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool]] = {}
@@ -97,43 +97,32 @@ class LayerLatency:
     def out_bytes(self, model: str, block: int) -> float:
         return 0.0
 
+    def _run_s(self, model: str, gpu: str | GpuType, share: int, batch: int) -> tuple[float, float]:
+        """(warm run time, the part of it on DHA layers)."""
+        g = self._gpu(gpu)
+        key = (model, g.name, share, batch)
+        hit = self._warm.get(key)
+        if hit is None:
+            rows = self.rows(model, g, batch)
+            modes = self.plan_of(model).modes
+            _check_len(model, rows, modes)
+            on_gpu = dha = 0.0
+            for r, m in zip(rows, modes, strict=True):
+                if m == DHA:
+                    dha += r.exec_host_us
+                else:
+                    on_gpu += r.exec_gpu_us
+            hit = self._warm[key] = (share * 1e-6 * (on_gpu + dha), share * 1e-6 * dha)
+        return hit
+
     def latency(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
-        g = self._gpu(gpu)
-        key = (model, g.name, share, batch)
-        t = self._warm.get(key)
-        if t is None:
-            rows = self.rows(model, g, batch)
-            modes = self.plan_of(model).modes
-            _check_len(model, rows, modes)
-            t = (
-                share
-                * 1e-6
-                * sum(
-                    r.exec_host_us if m == DHA else r.exec_gpu_us
-                    for r, m in zip(rows, modes, strict=True)
-                )
-            )
-            self._warm[key] = t
-        return t
+        return self._run_s(model, gpu, share, batch)[0]
 
     def dha_s(self, model: str, gpu: str | GpuType, share: int, batch: int) -> float:
         """The part of a run spent executing DHA layers (reading host memory over PCIe)."""
-        g = self._gpu(gpu)
-        key = (model, g.name, share, -batch)  # negative batch: the DHA part's cache slot
-        t = self._warm.get(key)
-        if t is None:
-            rows = self.rows(model, g, batch)
-            modes = self.plan_of(model).modes
-            _check_len(model, rows, modes)
-            t = (
-                share
-                * 1e-6
-                * sum(r.exec_host_us for r, m in zip(rows, modes, strict=True) if m == DHA)
-            )
-            self._warm[key] = t
-        return t
+        return self._run_s(model, gpu, share, batch)[1]
 
     def energy(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
