@@ -15,11 +15,11 @@ CLUSTER = preset("rampa-base")
 def test_placed_services_meet_their_requirements_when_served():
     for method in ("rampa", "pe"):
         state = ClusterState.of(RampaNet.of(CLUSTER))
-        reqs = request_sequence(1, 8, seed=3)
+        reqs = request_sequence(1, 6, seed=3)
         stages = dict.fromkeys(table_v_services(), 2)
         placed, _ = place_sequence(state, reqs, method, stages, AcoParams(agents=8, generations=4))
         assert len(placed) >= 2, method
-        out = serve_placements(placed, CLUSTER, duration_s=8.0, seed=1)
+        out = serve_placements(placed, CLUSTER, duration_s=4.0, seed=1)
         for r, p in zip(out, placed, strict=True):
             assert r["completed"] == r["requests"] == r["met"], (method, r)
             assert r["measured_tps"] == r["offered_tps"]

@@ -374,6 +374,7 @@ def reproduce_magicbatch(
         if not 0 < duration_s <= 86_400:
             raise HetserveError(f"--duration must be in (0, 86400] s, got {duration_s}")
         changes["duration_s"] = duration_s
+        changes["capacity_duration_s"] = min(cfg.capacity_duration_s, duration_s)
     cfg = dataclasses.replace(cfg, **changes)
     with _progress("planning", "simulating") as progress:
         results = S.run_study(cfg, progress=progress)
