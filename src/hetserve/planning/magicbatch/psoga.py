@@ -101,25 +101,15 @@ def pso_ga(
         allfit = np.array([fitness(x) for x in allpos])
         keep = np.argsort(allfit, kind="stable")[: p.particles]
         pos, vel, fit = allpos[keep], allvel[keep], allfit[keep]
-        better = fit < pbest_fit
         # the kept particles inherit the personal bests of the slots they take
-        pbest = np.where(better[:, None], pos, pbest)
-        pbest_fit = np.where(better, fit, pbest_fit)
-        g = int(np.argmin(pbest_fit))
-        if pbest_fit[g] < gbest_fit:
-            gbest, gbest_fit = pbest[g].copy(), float(pbest_fit[g])
+        pbest, pbest_fit, gbest, gbest_fit = _bests(pos, fit, pbest, pbest_fit, gbest, gbest_fit)
         # PSO: Eqs. 14-15, positions rounded and clipped to type indices
         r1, r2 = rng.random(pos.shape), rng.random(pos.shape)
         vel = vel + p.c1 * r1 * (pbest - pos) + p.c2 * r2 * (gbest - pos)
         vel = np.clip(vel, -n_t, n_t)
         pos = np.clip(np.rint(pos + vel), 0, n_t - 1).astype(int)
         fit = np.array([fitness(x) for x in pos])
-        better = fit < pbest_fit
-        pbest = np.where(better[:, None], pos, pbest)
-        pbest_fit = np.where(better, fit, pbest_fit)
-        g = int(np.argmin(pbest_fit))
-        if pbest_fit[g] < gbest_fit:
-            gbest, gbest_fit = pbest[g].copy(), float(pbest_fit[g])
+        pbest, pbest_fit, gbest, gbest_fit = _bests(pos, fit, pbest, pbest_fit, gbest, gbest_fit)
     x = gbest.copy()
     placed = list(range(m))
     if not math.isfinite(gbest_fit):  # drop streams from the last until the types fit
@@ -139,3 +129,21 @@ def pso_ga(
         next_k[t] += 1
         opt_of[live[i].name] = options[live[i].name][t]
     return Assignment("pso-ga", gpu_of, opt_of, rejected)
+
+
+def _bests(
+    pos: np.ndarray,
+    fit: np.ndarray,
+    pbest: np.ndarray,
+    pbest_fit: np.ndarray,
+    gbest: np.ndarray,
+    gbest_fit: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Personal bests where the particles improved, and the global best."""
+    better = fit < pbest_fit
+    pbest = np.where(better[:, None], pos, pbest)
+    pbest_fit = np.where(better, fit, pbest_fit)
+    g = int(np.argmin(pbest_fit))
+    if pbest_fit[g] < gbest_fit:
+        gbest, gbest_fit = pbest[g].copy(), float(pbest_fit[g])
+    return pbest, pbest_fit, gbest, gbest_fit
