@@ -33,6 +33,7 @@ BASE = {
 # commands whose work is long: only values Click itself refuses are sent to them
 CLICK_ONLY = {
     "reproduce ppipe", "reproduce shepherd", "reproduce deepplan", "reproduce magicbatch",
+    "reproduce rampa",
     "profile measure", "place",
     "zoo export", "zoo layers", "demo",
 }  # fmt: skip

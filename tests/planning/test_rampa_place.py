@@ -2,6 +2,7 @@
 over-committed (hypothesis over random small clusters and request sequences), RAMPA
 prefers fewer stages, PE the fastest GPUs, and ``hetserve place`` end to end."""
 
+import itertools
 import json
 
 import pytest
@@ -164,3 +165,76 @@ def test_a_service_larger_than_the_cluster_is_refused(capsys, tmp_path):
                  str(tmp_path / "p.json")])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "service6 (qwen2.5-32b) needs" in err and "32 GB" in err
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 4), st.integers(0, 10_000), st.sampled_from(sorted(table_v_services())),
+       st.data())  # fmt: skip
+def test_the_path_free_check_never_refuses_what_paths_allow(n_sw, seed, name, data):
+    """``could_meet`` (cuts relaxed to cost nothing; checked before the colony walks paths)
+    is a necessary condition: whenever ``best_cuts`` finds cuts for GPUs and paths, it holds,
+    and paths only make the pipeline cycle longer."""
+    from hetserve.planning.rampa.aco import shortest_path
+    from hetserve.planning.rampa.state import _cut_dp, best_cuts, could_meet
+
+    ring = [(f"s{i}", f"s{(i + 1) % n_sw}") for i in range(n_sw)] if n_sw > 2 else [("s0", "s1")]
+    at = {f"s{i}": (TYPES[(i + seed) % 4], 2) for i in range(n_sw)}
+    state = ClusterState.of(RampaNet.of(cluster(ring, at)))
+    svc = table_v_services()[name]
+    gpus = data.draw(st.lists(st.sampled_from(sorted(state.free)), min_size=1, max_size=5,
+                              unique=True))  # fmt: skip
+    paths = [shortest_path(state, a, b) for a, b in itertools.pairwise(gpus)]
+    hit = best_cuts(state, svc, gpus, paths)
+    if hit is not None:
+        assert could_meet(state, svc, gpus)
+    relaxed, real = _cut_dp(state, svc, gpus, None), _cut_dp(state, svc, gpus, paths)
+    if real is not None:
+        assert relaxed is not None and relaxed[0] <= real[0] * (1 + 1e-12)
+
+
+def test_simulate_runs_a_placements_file_and_refuses_bad_ones(capsys, tmp_path):
+    """``hetserve place --output`` writes what ``hetserve simulate --placements`` serves; a
+    file that does not fit the cluster is refused with one line naming the entry."""
+    pl = tmp_path / "pl.json"
+    assert main(["place", "--cluster", "rampa-base", "--max-requests", "4", "--output",
+                 str(pl)]) == 0  # fmt: skip
+    capsys.readouterr()
+    out = tmp_path / "run"
+    code = main(["simulate", "--cluster", "rampa-base", "--placements", str(pl), "--duration",
+                 "3", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    data = json.loads(pl.read_text())
+    assert summary["config"]["services"] == 4
+    # every placed service meets every deadline at its required rate
+    assert summary["attainment"] == 1.0 and summary["arrived"] > 0
+    assert len(summary["per_model"]) == len(data["services"])
+    capsys.readouterr()
+
+    def refused(mutate, needle, cluster="rampa-base"):
+        bad = json.loads(pl.read_text())
+        mutate(bad)
+        f = tmp_path / "bad.json"
+        f.write_text(json.dumps(bad))
+        code = main(["simulate", "--cluster", cluster, "--placements", str(f), "--out",
+                     str(tmp_path / "x")])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+    refused(lambda d: None, "placements are for 'rampa-base', not 'rampa-large'", "rampa-large")
+    refused(lambda d: d["services"][0].update(service="service9"), "services[0]: field 'service'")
+    refused(
+        lambda d: d["services"][1]["stages"][0].update(ops=[1, 2]), "services[1]: field 'stages'"
+    )
+    refused(lambda d: d["services"][2]["stages"][0].update(gpu="nope"), "stages[0].gpu: 'nope'")
+    two = next(i for i, s in enumerate(data["services"]) if len(s["stages"]) > 1)
+    refused(lambda d: d["services"][two]["stages"][0].update(path=["x->y"]),
+            f"services[{two}]: stages[0].path")  # fmt: skip
+    refused(lambda d: d["services"][1].update(stages=d["services"][0]["stages"])
+            if d["services"][0]["service"] == d["services"][1]["service"]
+            else d["services"].__setitem__(1, d["services"][0]), "is not free")  # fmt: skip
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes('{"cluster": "rampa-base", "x": "é"}'.encode("latin-1"))
+    code = main(["simulate", "--cluster", "rampa-base", "--placements", str(latin), "--out",
+                 str(tmp_path / "x")])  # fmt: skip
+    assert code == 2 and "not UTF-8" in capsys.readouterr().err

@@ -383,6 +383,91 @@ def reproduce_magicbatch(
     _ours_vs_paper("MagicBatch", S.summary_rows(results), path, report)
 
 
+@reproduce.command("rampa")
+@click.option(
+    "--quick", is_flag=True, help="Base and high-perf clusters, cases 1 and 3, 4 combinations."
+)
+@click.option("--clusters", default=None, help="Comma-separated switched clusters [all four].")
+@click.option("--cases", default=None, help="Comma-separated demand cases 1..4 [all].")
+@click.option(
+    "--combos",
+    type=int,
+    default=None,
+    help="Sample this many of the 288 stage-count combinations for PE and NCAR [all; 4].",
+)
+@click.option("--max-requests", type=click.IntRange(1, 100_000), default=2000, show_default=True)
+@click.option("--serve", "serve_s", type=float, default=None, help="Seconds served [20; 5].")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--jobs", type=int, default=None, help="Worker processes [default: all CPUs].")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def reproduce_rampa(
+    quick: bool,
+    clusters: str | None,
+    cases: str | None,
+    combos: int | None,
+    max_requests: int,
+    serve_s: float | None,
+    seed: int,
+    jobs: int | None,
+    out: str,
+) -> None:
+    """RAMPA section V: services placed by RAMPA, PE and NCAR over Table IX's stage-count
+    combinations (Fig. 7), RAMPA's stage counts (Fig. 8), throughput and latency estimated
+    and served (Figs. 9-10) and placement time (Fig. 11)."""
+    from hetserve.core.cluster import load_cluster
+    from hetserve.experiments.rampa import study as S
+    from hetserve.experiments.rampa.report import write_rampa_report
+    from hetserve.experiments.report import write_results
+
+    cfg = S.quick_config() if quick else S.RampaConfig()
+    changes: dict[str, Any] = {"seed": seed, "max_requests": max_requests}
+    if clusters is not None:
+        names = tuple(csv_list(clusters))
+        for n in names:
+            load_cluster(n)  # an unknown name fails here with the known ones listed
+        if not names:
+            raise HetserveError("--clusters: expected at least one cluster")
+        changes["clusters"] = names
+    if cases is not None:
+        try:
+            ks = tuple(int(v) for v in csv_list(cases))
+        except ValueError:
+            raise HetserveError(f"--cases: expected integers like 1,3, got {cases!r}") from None
+        if not ks or not set(ks) <= {1, 2, 3, 4}:
+            raise HetserveError(f"--cases: expected cases among 1..4, got {cases!r}")
+        changes["cases"] = ks
+    if combos is not None:
+        if not 1 <= combos <= 288:
+            raise HetserveError(f"--combos: expected 1..288, got {combos}")
+        changes["combos"] = combos
+    if serve_s is not None:
+        if not 0 < serve_s <= 86_400:
+            raise HetserveError(f"--serve: expected seconds in (0, 86400], got {serve_s}")
+        changes["serve_s"] = serve_s
+    n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    if n_jobs < 1:
+        raise HetserveError(f"--jobs must be >= 1, got {n_jobs}")
+    cfg = dataclasses.replace(cfg, **changes)
+    for c in cfg.clusters:
+        from hetserve.planning.rampa.network import RampaNet
+
+        RampaNet.of(load_cluster(c))  # a cluster RAMPA cannot use fails before the runs
+    with _progress("starting", "placing") as progress:
+        results = S.run_study(cfg, jobs=n_jobs, progress=progress)
+    path = write_results(results, out)
+    report = write_rampa_report(results, out)
+    t = Table(title="RAMPA reproduction: services placed (Fig. 7)")
+    for col in ("cluster", "case", "RAMPA", "NCAR best / mean / worst", "PE best / mean / worst"):
+        t.add_column(col, justify="left" if col in ("cluster", "case") else "right")
+    for c, per in results["fig7"].items():
+        for k, e in per.items():
+            t.add_row(c, results["cases"][k], str(e["rampa"]),
+                      *(f"{e[m]['best']} / {e[m]['mean']:.1f} / {e[m]['worst']}"
+                        for m in ("ncar", "pe")))  # fmt: skip
+    console.print(t)
+    _ours_vs_paper("RAMPA", S.summary_rows(results), path, report)
+
+
 def _ours_vs_paper(paper: str, rows: list[tuple[str, str, str]], path: Any, report: Any) -> None:
     t = Table(title=f"{paper} reproduction: ours vs the paper")
     for col in ("metric", "hetserve", "paper"):

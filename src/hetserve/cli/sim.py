@@ -25,7 +25,7 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--cluster", "cluster_name", required=True, help="Preset name or cluster YAML file."
         ),
-        click.option("--models", required=True, help="Comma-separated model names."),
+        click.option("--models", default=None, help="Comma-separated model names (required)."),
         click.option(
             "--profiles",
             type=click.Path(file_okay=False),
@@ -95,7 +95,7 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _build(
     cluster_name: str,
-    models: str,
+    models: str | None,
     profiles: str | None,
     estimate: bool,
     slo: str | None,
@@ -105,6 +105,8 @@ def _build(
 ) -> Any:
     from hetserve.experiments.setup import build_setup, parse_slo
 
+    if not models:
+        raise HetserveError("--models: required (comma-separated model names)")
     if profiles and estimate:
         raise HetserveError("give --profiles DIR or --estimate, not both")
     if slo_scale <= 0:
@@ -148,11 +150,19 @@ def _sim_config(seed: int, jitter_cv: float, cut_bytes: str) -> Any:
     default=None,
     help="Offered rate as a multiple of the plan's capacity (default 1.0).",
 )
+@click.option(
+    "--placements",
+    "placements_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="RAMPA placements (hetserve place --output): serve every placed service at its "
+    "required throughput over its paths, instead of --models.",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 def simulate(
     cluster_name: str,
-    models: str,
+    models: str | None,
     profiles: str | None,
     estimate: bool,
     slo: str | None,
@@ -167,11 +177,17 @@ def simulate(
     scheduler: str,
     rate_rps: float | None,
     load_factor: float | None,
+    placements_path: str | None,
     seed: int,
     out: str,
 ) -> None:
     """Simulate serving a workload; writes summary.json, requests.csv, batches.csv,
     workers.csv."""
+    if placements_path is not None:
+        if duration_s <= 0:
+            raise HetserveError(f"--duration must be > 0, got {duration_s}")
+        _simulate_placements(cluster_name, placements_path, models, duration_s, seed, out)
+        return
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.setup import build_trace, model_rates
     from hetserve.experiments.setup import simulate as run_sim
@@ -222,6 +238,44 @@ def simulate(
         f"({len(trace) / max(wall, 1e-9):,.0f} requests/s); wrote {folder}/"
         f"summary.json, requests.csv, batches.csv"
     )
+
+
+def _simulate_placements(
+    cluster_name: str,
+    path: str,
+    models: str | None,
+    duration_s: float,
+    seed: int,
+    out: str,
+) -> None:
+    """``simulate --placements``: RAMPA's placed services, each at its required rate,
+    batch 1, over the paths chosen for its cuts (experiments.rampa.validate)."""
+    from hetserve.core.cluster import load_cluster
+    from hetserve.experiments.metrics import summarize
+    from hetserve.experiments.rampa.validate import simulate_placements
+    from hetserve.planning.rampa.network import RampaNet
+    from hetserve.planning.rampa.place import read_placements
+    from hetserve.planning.rampa.state import ClusterState
+
+    if models:
+        raise HetserveError("--models: not with --placements (the placements name the models)")
+    cluster = load_cluster(cluster_name)
+    placed = read_placements(path, ClusterState.of(RampaNet.of(cluster)))
+    if not placed:
+        raise HetserveError(f"{path}: no placed services to simulate")
+    t0 = time.perf_counter()
+    res = simulate_placements(placed, cluster, duration_s, seed)
+    wall = time.perf_counter() - t0
+    s = summarize(res)
+    s["config"] = {"cluster": cluster.name, "placements": str(path), "services": len(placed),
+                   "scheduler": "fixed-batch", "params": ["max_batch=1", "max_queue_delay_s=0"],
+                   "workload": "constant at each service's required throughput",
+                   "duration_s": duration_s, "seed": seed}  # fmt: skip
+    folder = Path(out)
+    write_run(folder, res, s)
+    print_summary(s, f"{len(placed)} placed services on {cluster.name}, {duration_s:g} s")
+    console.print(f"simulated {len(res.trace)} requests in {wall:.2f} s wall; wrote {folder}/"
+                  "summary.json, requests.csv, batches.csv")  # fmt: skip
 
 
 def _seeds(value: str) -> list[int]:

@@ -85,25 +85,21 @@ def placements_plan(
     return Plan(models), Placement(tuple(slots), stages), RampaLatency(ops), pins
 
 
-def serve_placements(
+def simulate_placements(
     placed: Sequence[RampaPlacement],
     cluster: Cluster,
     duration_s: float = 20.0,
     seed: int = 0,
-) -> list[dict[str, Any]]:
-    """Serve every placed service at its required throughput in the simulator; per
-    service the measured throughput (completed requests per second of arrivals) and
-    latency (mean, p99) beside the estimate and the requirements."""
+) -> Any:
+    """The simulator's result of serving every placed service at its required throughput
+    for ``duration_s`` (models named ``p<k>-<service>``, streams in placement order)."""
     from hetserve.scheduling.protocol import make_scheduler
     from hetserve.sim.engine import SimConfig, Simulator
 
-    if not placed:
-        return []
     plan, placement, lat, pins = placements_plan(placed, cluster)
     rng = np.random.default_rng(seed)
-    names = list(plan.models)
     streams, parts = [], []
-    for name, p in zip(names, placed, strict=True):
+    for name, p in zip(plan.models, placed, strict=True):
         gap = 1.0 / p.service.throughput_tps
         times = np.arange(rng.uniform(0, min(gap, duration_s / 2)), duration_s, gap)
         streams.append(Stream(name, name, p.service.latency_s))
@@ -114,7 +110,22 @@ def serve_placements(
                     SimConfig(seed=seed, cut_bytes_factor=1.0))  # fmt: skip
     for (a, b), path in pins.items():
         sim.links.pin(a, b, path)
-    res = sim.run()
+    return sim.run()
+
+
+def serve_placements(
+    placed: Sequence[RampaPlacement],
+    cluster: Cluster,
+    duration_s: float = 20.0,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Serve every placed service at its required throughput in the simulator; per
+    service the measured throughput (completed requests per second of arrivals) and
+    latency (mean, p99) beside the estimate and the requirements."""
+    if not placed:
+        return []
+    res = simulate_placements(placed, cluster, duration_s, seed)
+    names = [s.name for s in res.trace.streams]
     lat_s = res.finish_s - res.trace.time_s
     done = (res.outcome == OK) | (res.outcome == LATE)
     idx = res.trace.stream_idx

@@ -33,7 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetserve.planning.rampa.state import ClusterState, Placement, Service, best_cuts
+from hetserve.planning.rampa.state import (
+    ClusterState,
+    Placement,
+    Service,
+    best_cuts,
+    could_meet,
+)
 
 
 @dataclass(frozen=True)
@@ -102,22 +108,34 @@ def colony(
     p: AcoParams = AcoParams(),
     bound: float = math.inf,
     rng: np.random.Generator | None = None,
+    typed: dict[tuple[str, ...], bool] | None = None,
 ) -> Placement | None:
     """The cheapest placement the colony finds at ``stages`` stages (None if none meets
-    the requirements or costs less than ``bound``)."""
+    the requirements or costs less than ``bound``). ``typed`` caches ``could_meet`` per
+    sequence of GPU types (it may be shared between calls for one service and state)."""
     rng = rng or np.random.default_rng(p.seed)
+    typed = {} if typed is None else typed
     gc, lc = state.costs()
     free = sorted(state.free)
     if stages > len(free) or stages > len(svc.ops):
         return None
+    gpu_of = state.net.gpus
+    types = [gpu_of[g].type for g in free]
     cost_g = np.array([gc[g] for g in free])
-    mem_g = np.array([state.net.gpus[g].memory_gb * 1e9 for g in free])
+    inv_cost_g = 1.0 / np.maximum(cost_g, 1e-9) ** p.beta
+    mem_g = np.array([gpu_of[g].memory_gb * 1e9 for g in free])
     need = sum(op.memory_bytes for op in svc.ops)
     inv_cost = {x: 1.0 / max(c, 1e-9) ** p.beta for x, c in lc.items()}
     full = {x for x in lc if state.room_bps(x) <= 0}
-    attach = min((lc[state.net.gpus[g].up] + lc[state.net.gpus[g].down] for g in free),
-                 default=0.0)  # fmt: skip
-    floor = (stages - 1) * attach  # the paths cost at least this
+    up_g = np.array([lc[gpu_of[g].up] for g in free])
+    down_g = np.array([lc[gpu_of[g].down] for g in free])
+    sw = [gpu_of[g].switch for g in free]
+    dist = state.net.dist
+    # the cheapest switch-to-switch link: a path between switches d hops apart costs at
+    # least its GPUs' attachment links and d times this
+    adj = state.net.adj
+    mid = min((lc[f"{u}->{v}"] for u in adj for v in adj[u]), default=0.0)
+    floor = 0.0
     tau_g = np.full(len(free), p.tau0)
     tau_l: dict[str, float] = {}  # links that gained pheromone; the rest are at tau_rest
     tau_rest = p.tau0
@@ -127,13 +145,20 @@ def colony(
     seen: dict[tuple, object] = {}
     for _ in range(p.generations):
         gen: Placement | None = None
+        w = tau_g**p.alpha * inv_cost_g
         for _ in range(p.agents):
-            w = tau_g**p.alpha / np.maximum(cost_g, 1e-9) ** p.beta
-            idx = rng.choice(len(free), size=stages, replace=False, p=w / w.sum())
-            gpus = tuple(free[i] for i in idx)
+            # the GPU search: ``stages`` GPUs drawn one after another with probability
+            # proportional to w, without replacement (the order of exponential keys / w)
+            keys = rng.exponential(size=len(free)) / w
+            idx = np.argpartition(keys, stages - 1)[:stages]
+            idx = idx[np.argsort(keys[idx])]
             cost = float(cost_g[idx].sum())
+            if stages > 1:  # every path leaves by its GPU's up link, enters by a down link
+                floor = float(up_g[idx[:-1]].sum() + down_g[idx[1:]].sum())
+                floor += mid * sum(dist[sw[a]][sw[b]] for a, b in itertools.pairwise(idx))
             if cost + floor >= best_cost or mem_g[idx].sum() < need:
                 continue  # too dear already, or the GPUs cannot hold the model
+            gpus = tuple(free[i] for i in idx)
             paths = []
             for a, b in itertools.pairwise(gpus):
                 path = _walk(state, a, b, tau_l, tau_rest, inv_cost, full, p, rng)
@@ -141,8 +166,16 @@ def colony(
                     break
                 paths.append(path)
                 cost += sum(lc[x] for x in path)
+                if cost >= best_cost:
+                    break
             if len(paths) != stages - 1 or cost >= best_cost:
                 continue
+            kinds = tuple(types[i] for i in idx)
+            ok = typed.get(kinds)
+            if ok is None:
+                ok = typed[kinds] = could_meet(state, svc, gpus)
+            if not ok:
+                continue  # no cuts could make GPUs of these types meet the requirements
             key = (gpus, tuple(paths))
             hit = seen.get(key)
             if hit is None:
@@ -192,11 +225,12 @@ def rampa(
         (lc[state.net.gpus[g].up] + lc[state.net.gpus[g].down] for g in state.free), default=0.0
     )
     best: Placement | None = None
+    typed: dict[tuple[str, ...], bool] = {}
     top = min(len(svc.ops), len(state.free), max_stages or len(svc.ops))
     for s in range(max(1, min_stages(state, svc)), top + 1):
         if best is not None and cheapest[:s].sum() + (s - 1) * attach >= best.cost:
             break  # s stages cost more than the best placement, whatever they are
-        found = colony(state, svc, s, p, best.cost if best else math.inf, rng)
+        found = colony(state, svc, s, p, best.cost if best else math.inf, rng, typed)
         if found is not None:
             best = found
     return best

@@ -24,6 +24,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+from scipy import sparse
+
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 
@@ -52,6 +55,7 @@ class RampaNet:
     dist: dict[str, dict[str, int]] = field(default_factory=dict)  # switch hops
     sigma: dict[str, dict[str, int]] = field(default_factory=dict)  # shortest path counts
     out: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # (next, link name)
+    _shares: tuple | None = field(default=None, repr=False)
 
     @staticmethod
     def of(cluster: Cluster) -> RampaNet:
@@ -94,6 +98,29 @@ class RampaNet:
         """Shortest hop count between two GPUs (links crossed)."""
         a, b = self.gpus[g1], self.gpus[g2]
         return self.dist[a.switch][b.switch] + 2
+
+    def path_shares(self) -> tuple[list[str], list[str], sparse.csr_matrix]:
+        """(switches with GPUs, switch links, the matrix whose entry (link, pair) is the
+        pair's share of shortest paths over the link; pairs ``a * n + b`` in that switch
+        order)."""
+        if self._shares is None:
+            racks = sorted({g.switch for g in self.gpus.values()})
+            links = [(u, v) for u in self.adj for v in self.adj[u]]
+            rows, cols, vals = [], [], []
+            n = len(racks)
+            for i, s1 in enumerate(racks):
+                for j, s2 in enumerate(racks):
+                    if i == j:
+                        continue
+                    for k, (u, v) in enumerate(links):
+                        f = self.on_shortest(s1, s2, u, v)
+                        if f:
+                            rows.append(k)
+                            cols.append(i * n + j)
+                            vals.append(f)
+            m = sparse.csr_matrix((vals, (rows, cols)), shape=(len(links), n * n))
+            self._shares = (racks, [f"{u}->{v}" for u, v in links], m)
+        return self._shares
 
     def on_shortest(self, s1: str, s2: str, u: str, v: str) -> float:
         """The share of the shortest switch paths from ``s1`` to ``s2`` that cross the
@@ -152,16 +179,14 @@ def link_costs(net: RampaNet, cost: Mapping[str, float]) -> dict[str, float]:
                 up += (others * cost[g] + rest) / h
             out[net.gpus[g].up] += up
             out[net.gpus[g].down] += up  # the same pairs, the other direction
-    # switch links: per ordered switch pair, the rack sums
-    for s1 in by_switch:
-        for s2 in by_switch:
-            if s1 == s2:
-                continue
-            h = net.dist[s1][s2] + 2
-            w = (n_s[s2] * c_s[s1] + n_s[s1] * c_s[s2]) / h
-            for u in net.adj:
-                for v in net.adj[u]:
-                    f = net.on_shortest(s1, s2, u, v)
-                    if f:
-                        out[f"{u}->{v}"] += f * w
+    # switch links: per ordered switch pair, the rack sums, spread over the links by the
+    # pair's shortest-path shares (a sparse matrix built once per network)
+    racks, links, shares = net.path_shares()
+    n_v = np.array([n_s.get(r, 0) for r in racks], dtype=float)
+    c_v = np.array([c_s.get(r, 0.0) for r in racks])
+    hops = np.array([[net.dist[a].get(b, 0) + 2 for b in racks] for a in racks], dtype=float)
+    w = (np.outer(c_v, n_v) + np.outer(n_v, c_v)) / hops
+    np.fill_diagonal(w, 0.0)
+    for name, v in zip(links, shares @ w.ravel(), strict=True):
+        out[name] += float(v)
     return out

@@ -8,13 +8,14 @@ lanes together for the link).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetserve.planning.rampa.network import RampaNet, gpu_costs, link_costs
-from hetserve.planning.rampa.perf import Estimate, Op, comm_delay_s, estimate, op_time_s
+from hetserve.planning.rampa.network import RampaGpu, RampaNet, gpu_costs, link_costs
+from hetserve.planning.rampa.perf import Estimate, Op, estimate, op_time_s
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,93 @@ class ClusterState:
         return sum(gc[g] for g in gpus) + sum(lc[x] for p in paths for x in p)
 
 
+def _cut_dp(
+    state: ClusterState,
+    svc: Service,
+    gpus: Sequence[str],
+    paths: Sequence[Sequence[str]] | None,
+) -> tuple[float, list[int]] | None:
+    """The shortest pipeline cycle over stage cuts (a dynamic programme over cut positions:
+    the largest stage time or cut delay so far, minimised) and its bounds; ``paths=None``
+    relaxes the cuts (no delay, no bandwidth)."""
+    net, ops = state.net, svc.ops
+    n, s = len(ops), len(gpus)
+    if s > n:
+        return None
+    cap = 1.0 / svc.throughput_tps  # the cycle may not exceed this
+    prefix_t = [_prefix_s(ops, net.gpus[g]) for g in gpus]
+    prefix_m = _prefix_bytes(ops)
+    cuts = []  # per path: (propagation and switching, bottleneck bit/s, bit/s it can carry)
+    links = net.cluster.links
+    for path in paths or ():
+        head = sum(links[x].delay_s for x in path)
+        bw = min(links[x].bw_gbps for x in path) * 1e9
+        cuts.append((head, bw, min(min(links[x].bw_gbps * 1e9, state.room_bps(x)) for x in path)))
+    inf = math.inf
+    # best[k][j]: smallest cycle so far with stages 0..k-1 covering ops[:j]
+    best = [[inf] * (n + 1) for _ in range(s + 1)]
+    arg = [[-1] * (n + 1) for _ in range(s + 1)]
+    best[0][0] = 0.0
+    for k in range(s):
+        mem_cap = net.gpus[gpus[k]].memory_gb * 1e9
+        row_t, cur, nxt, nxt_arg = prefix_t[k], best[k], best[k + 1], arg[k + 1]
+        for i in range(k, n - (s - k) + 1):
+            if cur[i] == inf:
+                continue
+            received = ops[i - 1].out_bytes if i > 0 else 0.0
+            c = 0.0
+            if k > 0 and cuts:  # the cut before stage k carries ops[i-1]'s output
+                head, bw, room = cuts[k - 1]
+                if svc.throughput_tps * received * 8 > room + 1e-6:
+                    continue
+                c = head + received * 8 / bw  # perf.comm_delay_s
+                if c > cap:
+                    continue
+            base = cur[i] if cur[i] > c else c
+            t0, m_room = row_t[i], mem_cap - received + prefix_m[i]
+            for j in range(i + 1, n - (s - k - 1) + 1):
+                t = row_t[j] - t0
+                if prefix_m[j] > m_room or t > cap:
+                    break
+                v = t if t > base else base
+                if v < nxt[j]:
+                    nxt[j], nxt_arg[j] = v, i
+    if best[s][n] == inf:
+        return None
+    bounds = [n]
+    for k in range(s, 0, -1):
+        bounds.append(arg[k][bounds[-1]])
+    bounds.reverse()
+    return best[s][n], bounds
+
+
+_PREFIX_S: dict[tuple, list[float]] = {}
+
+
+def _prefix_s(ops: tuple[Op, ...], gpu: RampaGpu) -> list[float]:
+    """Cumulative operation times on a GPU, shared by every GPU of its speed (not to be
+    modified)."""
+    key = (ops, gpu.tflops, gpu.mem_bw_gbps)
+    out = _PREFIX_S.get(key)
+    if out is None:
+        out, acc = [0.0], 0.0
+        for op in ops:
+            acc += op_time_s(op, gpu)
+            out.append(acc)
+        if len(_PREFIX_S) > 1024:
+            _PREFIX_S.clear()
+        _PREFIX_S[key] = out
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _prefix_bytes(ops: tuple[Op, ...]) -> list[float]:
+    out = [0.0]
+    for op in ops:
+        out.append(out[-1] + op.memory_bytes)
+    return out
+
+
 def best_cuts(
     state: ClusterState,
     svc: Service,
@@ -120,62 +208,22 @@ def best_cuts(
 ) -> tuple[tuple[int, ...], Estimate] | None:
     """The requirement check: stage cuts for these GPUs and paths (in stage order) that
     meet the service's throughput, latency and memory requirements and whose cuts' traffic
-    the paths carry; among them the one with the shortest pipeline cycle (a dynamic
-    programme over cut positions: the largest stage time or cut delay so far, minimised).
-    None when no cut meets them."""
-    net, ops = state.net, svc.ops
-    n, s = len(ops), len(gpus)
-    if s > n:
+    the paths carry; among them the one with the shortest pipeline cycle. None when no cut
+    meets them."""
+    hit = _cut_dp(state, svc, gpus, paths)
+    if hit is None:
         return None
-    cap = 1.0 / svc.throughput_tps  # the cycle may not exceed this
-    prefix_t = []
-    prefix_m = [0.0]
-    for g in gpus:
-        gg = net.gpus[g]
-        acc, row = 0.0, [0.0]
-        for op in ops:
-            acc += op_time_s(op, gg)
-            row.append(acc)
-        prefix_t.append(row)
-    for op in ops:
-        prefix_m.append(prefix_m[-1] + op.memory_bytes)
-    inf = math.inf
-    # best[k][j]: smallest cycle so far with stages 0..k-1 covering ops[:j]
-    best = [[inf] * (n + 1) for _ in range(s + 1)]
-    arg = [[-1] * (n + 1) for _ in range(s + 1)]
-    best[0][0] = 0.0
-    for k in range(s):
-        mem_cap = net.gpus[gpus[k]].memory_gb * 1e9
-        for i in range(k, n - (s - k) + 1):
-            if best[k][i] == inf:
-                continue
-            received = ops[i - 1].out_bytes if i > 0 else 0.0
-            if k > 0:  # the cut before stage k carries ops[i-1]'s output over paths[k-1]
-                bps = svc.throughput_tps * received * 8
-                if not state.carries(paths[k - 1], bps):
-                    continue
-                c = comm_delay_s(net, paths[k - 1], received)
-                if c > cap:
-                    continue
-            else:
-                c = 0.0
-            base = max(best[k][i], c)
-            for j in range(i + 1, n - (s - k - 1) + 1):
-                if prefix_m[j] - prefix_m[i] + received > mem_cap:
-                    break
-                t = prefix_t[k][j] - prefix_t[k][i]
-                if t > cap:
-                    break
-                v = max(base, t)
-                if v < best[k + 1][j]:
-                    best[k + 1][j], arg[k + 1][j] = v, i
-    if best[s][n] == inf:
-        return None
-    bounds = [n]
-    for k in range(s, 0, -1):
-        bounds.append(arg[k][bounds[-1]])
-    bounds.reverse()
-    est = estimate(net, ops, bounds, gpus, paths)
+    est = estimate(state.net, svc.ops, hit[1], gpus, paths)
+    cap = 1.0 / svc.throughput_tps
     if est.cycle_s > cap * (1 + 1e-9) or est.latency_s > svc.latency_s * (1 + 1e-9):
         return None
-    return tuple(bounds), est
+    return tuple(hit[1]), est
+
+
+def could_meet(state: ClusterState, svc: Service, gpus: Sequence[str]) -> bool:
+    """A necessary condition for ``best_cuts`` on these GPUs with any paths: the cuts
+    relaxed to cost nothing (cuts only add delay, and the latency is at least ``S`` cycles),
+    the throughput, latency and memory requirements can be met. It depends only on the
+    GPUs' types, so the colony checks it before walking any path."""
+    hit = _cut_dp(state, svc, gpus, None)
+    return hit is not None and len(gpus) * hit[0] <= svc.latency_s * (1 + 1e-9)
