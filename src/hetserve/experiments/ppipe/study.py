@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,19 +293,9 @@ def run_study(
             if cfg.ablation_cluster == c:
                 wl = "poisson" if "poisson" in cfg.workloads else next(iter(cfg.workloads))
                 cells.append((Cell(c, g, "ppipe", wl, "reactive"), models, ref, ref, cfg))
-    done: list[Cell] = []
-    if jobs <= 1:
-        for k, args in enumerate(cells):
-            done.append(run_cell(*args))
-            if progress:
-                progress(_label(done[-1]), k + 1, len(cells))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            futs = [ex.submit(_run_cell_job, a) for a in cells]
-            for k, fut in enumerate(as_completed(futs)):
-                done.append(fut.result())
-                if progress:
-                    progress(_label(done[-1]), k + 1, len(cells))
+    from hetserve.experiments.jobs import parallel_map
+
+    done = parallel_map(_run_cell_job, cells, jobs, progress, _label)
     return collect(cfg, done, plans)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -142,22 +141,11 @@ def run_study(
     jobs: int = 1,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
-    todo = tasks(cfg)
-    done: dict[tuple, dict[str, Any]] = {}
+    from hetserve.experiments.jobs import parallel_map
+
     t0 = time.perf_counter()
-    if jobs <= 1:
-        for k, t in enumerate(todo):
-            done[t] = run_one(t, cfg)[1]
-            if progress:
-                progress(_label(t, done[t]), k + 1, len(todo))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            futs = [ex.submit(_job, (t, cfg)) for t in todo]
-            for k, fut in enumerate(as_completed(futs)):
-                t, r = fut.result()
-                done[t] = r
-                if progress:
-                    progress(_label(t, r), k + 1, len(todo))
+    items = [(t, cfg) for t in tasks(cfg)]
+    done = dict(parallel_map(_job, items, jobs, progress, lambda tr: _label(*tr)))
     res = collect(cfg, done)
     res["seconds"] = time.perf_counter() - t0
     return res
