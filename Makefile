@@ -29,7 +29,7 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_workload.py

@@ -19,7 +19,8 @@ from hetserve.runtime.http import create_app  # noqa: E402
 from hetserve.runtime.server import Server, ServerConfig  # noqa: E402
 from hetserve.zoo.registry import build  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# one Ray at a time under pytest-xdist: the module shares a worker with test_ray_address.py
+pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,7 +17,8 @@ pytest.importorskip("ray")
 
 from hetserve.experiments.live import free_port
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+# one Ray at a time under pytest-xdist: the module shares a worker with test_ray.py
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 # the server's side, in a fresh interpreter (one that has been a driver of another Ray
 # cluster before cannot reliably become one of this)

@@ -32,7 +32,8 @@ def plot_fig7(results: dict[str, Any]) -> str:
                    [max(0.0, v["best"] - m) for m, v in zip(mean, e, strict=True)]]  # fmt: skip
             ax.bar(xs, mean, 0.27, yerr=err, capsize=3, label=f"{name} (mean, worst-best)",
                    color=COLORS[name])  # fmt: skip
-        ax.set_xticks(range(len(cases)), [results["cases"][x] for x in cases], fontsize=7)
+        ax.set_xticks(range(len(cases)), [results["cases"][x] for x in cases], fontsize=7,
+                      rotation=20)  # fmt: skip
         ax.set_title(c)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("services placed")

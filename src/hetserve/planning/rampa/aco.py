@@ -9,8 +9,13 @@ link, each next link drawn with probability ``tau_l^alpha / C_l^beta`` among the
 switches not yet visited that keep the walk within ``max_detour_hops`` of a shortest path
 and have bandwidth left (the network link search); the requirement check
 (``state.best_cuts``) then looks for stage cuts that meet the throughput, latency and
-memory requirements. An agent whose cost (Eq. 6) reaches the best so far is rejected
-early. After each generation every pheromone becomes ``rho * tau`` and the generation's
+memory requirements. An agent is dropped as soon as its cost (Eq. 6) must reach the best
+so far: before its walks, its GPUs plus a floor on its paths (each path's two attachment
+links and, per switch hop between its ends, the cheapest switch link); during them, what
+it has walked. Before the requirement check, GPUs whose types could not meet the
+requirements over free, instant cuts (``state.could_meet``, cached per type sequence) are
+dropped too. None of this drops an agent the check would have accepted at a lower cost.
+After each generation every pheromone becomes ``rho * tau`` and the generation's
 best solution's GPUs and links gain ``h = phi / cost`` (the paper's update, as written:
 ``rho`` multiplies).
 
