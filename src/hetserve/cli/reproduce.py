@@ -23,6 +23,14 @@ def reproduce() -> None:
     """Reproduce a paper's evaluation on the simulator (results.json, report.html)."""
 
 
+def _jobs(jobs: int | None) -> int:
+    """``--jobs``: worker processes, every CPU by default."""
+    n = jobs if jobs is not None else (os.cpu_count() or 1)
+    if n < 1:
+        raise HetserveError(f"--jobs must be >= 1, got {n}")
+    return n
+
+
 def _named(items: tuple[str, ...], option: str) -> dict[str, str]:
     out = {}
     for item in items:
@@ -126,9 +134,7 @@ def reproduce_ppipe(
     cfg = dataclasses.replace(cfg, **changes)
     if cfg.ablation_cluster is not None and cfg.ablation_cluster not in cfg.clusters:
         cfg = dataclasses.replace(cfg, ablation_cluster=cfg.clusters[0])
-    n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    if n_jobs < 1:
-        raise HetserveError(f"--jobs must be >= 1, got {n_jobs}")
+    n_jobs = _jobs(jobs)
 
     with _progress("planning", "sweeping") as progress:
         results = S.run_study(cfg, jobs=n_jobs, progress=progress)
@@ -234,9 +240,7 @@ def reproduce_shepherd(
             raise HetserveError(f"--streams must be >= 1, got {n_streams}")
         changes["n_streams"] = n_streams
     cfg = dataclasses.replace(cfg, **changes)
-    n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    if n_jobs < 1:
-        raise HetserveError(f"--jobs must be >= 1, got {n_jobs}")
+    n_jobs = _jobs(jobs)
     with _progress("starting", "simulating") as progress:
         results = S.run_study(cfg, jobs=n_jobs, progress=progress)
     path = S.write_results(results, out)
@@ -444,9 +448,7 @@ def reproduce_rampa(
         if not 0 < serve_s <= 86_400:
             raise HetserveError(f"--serve: expected seconds in (0, 86400], got {serve_s}")
         changes["serve_s"] = serve_s
-    n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    if n_jobs < 1:
-        raise HetserveError(f"--jobs must be >= 1, got {n_jobs}")
+    n_jobs = _jobs(jobs)
     cfg = dataclasses.replace(cfg, **changes)
     for c in cfg.clusters:
         from hetserve.planning.rampa.network import RampaNet
