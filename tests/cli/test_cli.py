@@ -204,6 +204,7 @@ def test_trace_gen_and_stats(capsys, tmp_path):
     assert png.exists()
 
 
+@pytest.mark.xdist_group("ray")  # step 10 serves with a Ray actor: one Ray at a time
 def test_demo(capsys, tmp_path):
     code, out, _ = run(capsys, "demo", "--out", str(tmp_path))
     assert code == 0

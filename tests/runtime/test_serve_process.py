@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("torch")
 httpx = pytest.importorskip("httpx")
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+# it starts Ray (the ray engine): one Ray at a time under pytest-xdist (see tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 def _start(tmp_path, *args):
