@@ -90,11 +90,11 @@ def test_dha_runs_share_the_host_link_with_loads():
     sim._load(Load(ws[1], names[1], (0, 1)), 0.0)
     w0, w1 = sim.workers[ws[0]], sim.workers[ws[1]]
     warm = lat.latency(names[0], w0.gpu, 1, 1)
-    cum, _ = sim._dha_contention(w0, names[0], 1, (warm,), 1.0, 0.001)
+    cum, _ = sim._dha_contention(w0, names[0], dha, (warm,), 1.0, 0.001)
     assert cum[-1] == pytest.approx(warm + dha)  # GPU 1's load is on the shared uplink
     # GPU 1's own cold start: its load is not counted against its DHA run
     cold = lat.cold_run_s(names[1], w1.gpu, 1, 1, w1.cold[names[1]][1], 0.001)
-    cum, _ = sim._dha_contention(w1, names[1], 1, (cold,), 1.0, 0.001)
+    cum, _ = sim._dha_contention(w1, names[1], dha, (cold,), 1.0, 0.001)
     assert cum[-1] == pytest.approx(cold + dha)  # ...but GPU 0's DHA run is
 
 
@@ -148,3 +148,50 @@ def test_dha_beats_pipeswitch_when_instances_outgrow_memory():
 
 def test_instance_names_share_their_architecture():
     assert base_model("bert-base@17") == "bert-base" and base_model("gpt2") == "gpt2"
+
+
+class _BatchOfOneAsWritten:
+    """The ``coldstart`` scheduler's batch choice written the plain way (the specification
+    of its batch-1 shortcut): the head request alone, dropped when it cannot finish by its
+    deadline, its model's load counted."""
+
+    def _next(self, w, now, out):
+        from hetserve.scheduling.protocol import Dispatch, Drop, RouteStep
+
+        q = self.queue[w]
+        while q and self.running[w] is None:
+            head = q[0]
+            m = head.model
+            finish = max(now + self._warm_s(m, w, 1), self.loading[w].get(m, 0.0))
+            self._dequeue(w, head)
+            if head.deadline_s < finish:
+                out.append(Drop((head,), "deadline hopeless"))
+                continue
+            bid = self.new_batch_id()
+            self.running[w], self.busy_until[w] = bid, finish
+            if m in self.resident[w]:
+                self.resident[w].move_to_end(m)
+            out.append(Dispatch(bid, m, (head,), (RouteStep(0, w, now, (0, self._nb[m])),)))
+
+
+@pytest.mark.parametrize("kind", ["pipeswitch", "pt+dha"])
+def test_the_batch_of_one_shortcut_decides_as_written(kind):
+    """A cold-start-heavy run (many drops, loads and evictions) ends the same with the
+    scheduler's batch-1 shortcut and with the plain version of it."""
+    from hetserve.scheduling.coldstart import ColdStart
+
+    class Plain(_BatchOfOneAsWritten, ColdStart):
+        pass
+
+    names = [f"bert-base@{i}" for i in range(180)]
+    plan, _, pl = setup(names, kind)
+    tr = generate([Stream(m, m, 0.1, Poisson(100 / len(names))) for m in names], 10.0, 5)
+    out = []
+    for sched in (make_scheduler("coldstart", {}), Plain()):
+        res = Simulator(P3, LayerLatency(plan.load_plans), plan, pl, sched, tr,
+                        SimConfig(warm=False)).run()  # fmt: skip
+        out.append((res.outcome.tolist(), res.finish_s.tolist(), dict(sched.stats)))
+    assert out[0][2]["evictions"] > 100 and (np.asarray(out[0][0]) != 1).sum() > 100
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+    assert out[0][2] == out[1][2]

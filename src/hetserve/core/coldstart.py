@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from hetserve.core.errors import HetserveError
@@ -57,7 +58,7 @@ class LoadPlan:
                     f"layer a part >= 0 (got {m} over part {p})"
                 )
 
-    @property
+    @cached_property
     def n_parts(self) -> int:
         return max(self.parts, default=0) + 1
 
@@ -164,7 +165,7 @@ class Timeline:
     def total_stall_s(self) -> float:
         return sum(self.stall_s)
 
-    @property
+    @cached_property
     def load_done_s(self) -> float:
         return max(self.ready_s, default=0.0)
 

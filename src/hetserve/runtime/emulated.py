@@ -111,11 +111,8 @@ class EmulatedExecutor:
 
         if self._links is None:
             self._links = HostLinks(engine.view.cluster)
-        f, path = self._links.dha_factor(w.gpu_id, now, own)
-        if f > 1:
-            dur += (f - 1) * dha
-        self._links.hold_until(path, now + f * dha)
-        return dur
+        f = self._links.dha_run(w.gpu_id, now, dha, own)
+        return dur + (f - 1) * dha if f > 1 else dur
 
     def stop(self, engine: RuntimeEngine, task: _Task) -> None:
         """A preemption: the stage stops at its next block boundary, as in the simulator

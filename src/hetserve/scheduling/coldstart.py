@@ -89,6 +89,7 @@ class ColdStart(BaseScheduler):
         self._warm1: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self.pending: deque[Request] = deque()
         self._bytes: dict[tuple[str, str], float] = {}
+        self._wbytes: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
         out: list[Action] = []
         if self.preload:
@@ -104,6 +105,12 @@ class ColdStart(BaseScheduler):
 
     # ------------------------------------------------------------------ estimates
     def instance_bytes(self, model: str, w: WorkerId) -> float:
+        b = self._wbytes[w].get(model)
+        if b is None:
+            b = self._wbytes[w][model] = self._instance_bytes(model, w)
+        return b
+
+    def _instance_bytes(self, model: str, w: WorkerId) -> float:
         gpu = self.view.workers[w].gpu.name
         key = (model, gpu)
         b = self._bytes.get(key)
@@ -188,19 +195,23 @@ class ColdStart(BaseScheduler):
         m = r.model
         holders = self.where.get(m)
         if holders and len(holders) == 1:
-            (w,) = holders
+            w = next(iter(holders))
         elif holders:
             w = min(holders, key=lambda x: (self._backlog_s(x, now), x))
         else:
-            for w in sorted(self.live, key=lambda x: (self._backlog_s(x, now), x)):
-                if self._make_room(w, r.model, out):
-                    out.append(self._load(w, r.model, now))
+            bu, qs = self.busy_until, self.queued_s  # backlogs, as _backlog_s
+            by_backlog = sorted([((bu[x] if bu[x] > now else now) + qs[x] - now, x)
+                                 for x in self.live])  # fmt: skip
+            for _, w in by_backlog:
+                if self._make_room(w, m, out):
+                    out.append(self._load(w, m, now))
                     break
             else:
                 return False
         self.queue[w].append(r)
-        self.queued_s[w] += self._warm1_s(m, w)
-        if r.model not in self.resident[w]:
+        t = self._warm1[w].get(m)
+        self.queued_s[w] += t if t is not None else self._warm1_s(m, w)
+        if m not in self.resident[w]:
             self.cold_ids.append(r.id)
             self.stats["cold_requests"] += 1
         if self.running[w] is None:
@@ -209,30 +220,60 @@ class ColdStart(BaseScheduler):
 
     def _next(self, w: WorkerId, now: float, out: list[Action]) -> None:
         q = self.queue[w]
-        while q and self.running[w] is None:
+        if not q or self.running[w] is not None:
+            return
+        loading, warm1 = self.loading[w], self._warm1[w]
+        while q:
             head = q[0]
             m = head.model
-            if self.max_batch == 1:
-                take = [head]
+            if self.max_batch == 1:  # the common case, in short
+                t = warm1.get(m)
+                if t is None:
+                    t = self._warm1_s(m, w)
+                finish = now + t
+                ready = loading.get(m)
+                if ready is not None and ready > finish:
+                    finish = ready
+                q.popleft()
+                left = self.queued_s[w] - t
+                self.queued_s[w] = left if left > 0.0 else 0.0
+                if head.deadline_s < finish:
+                    out.append(Drop((head,), "deadline hopeless"))
+                    continue
+                take: list[Request] | tuple[Request] = (head,)
             else:
-                take = [r for r in q if r.model == m][: self.max_batch]
-            finish = now + self._warm_s(m, w, len(take))
-            if m in self.loading[w]:
-                finish = max(finish, self.loading[w][m])
-            late = [r for r in take if r.deadline_s < finish]
-            if late:
-                for r in late:
-                    self._dequeue(w, r)
-                out.append(Drop(tuple(late), "deadline hopeless"))
-                continue  # the rest (if any) are looked at again, as a smaller batch
-            for r in take:
-                self._dequeue(w, r)
-            bid = self.new_batch_id()
+                take, finish = self._take(w, q, m, now, out)
+                if not take:
+                    continue
+            self._next_batch += 1  # new_batch_id(), in short
+            bid = self._next_batch
             self.running[w] = bid
             self.busy_until[w] = finish
-            if m in self.resident[w]:
-                self.resident[w].move_to_end(m)
+            res = self.resident[w]
+            if m in res:
+                res.move_to_end(m)
             out.append(Dispatch(bid, m, tuple(take), (RouteStep(0, w, now, (0, self._nb[m])),)))
+            return
+
+    def _take(
+        self, w: WorkerId, q: deque[Request], m: str, now: float, out: list[Action]
+    ) -> tuple[list[Request], float]:
+        """The next batch of ``m`` from ``w``'s queue, taken off it, and when it will
+        finish; no batch when its late requests were dropped (look again)."""
+        take = [r for r in q if r.model == m][: self.max_batch]
+        finish = now + self._warm_s(m, w, len(take))
+        ready = self.loading[w].get(m)
+        if ready is not None and ready > finish:
+            finish = ready
+        late = [r for r in take if r.deadline_s < finish]
+        if late:
+            for r in late:
+                self._dequeue(w, r)
+            out.append(Drop(tuple(late), "deadline hopeless"))
+            return [], finish  # the rest (if any) are looked at again, as a smaller batch
+        for r in take:
+            self._dequeue(w, r)
+        return take, finish
 
     def _retry_pending(self, now: float, out: list[Action]) -> None:
         n = len(self.pending)

@@ -49,7 +49,7 @@ from hetserve.scheduling.protocol import (
 from hetserve.sim.faults import FaultsMixin
 from hetserve.sim.finish import EndMixin
 from hetserve.sim.links import LinkTable
-from hetserve.sim.loader import LoaderMixin
+from hetserve.sim.loader import HostLinks, LoaderMixin
 from hetserve.sim.result import SimResult
 from hetserve.sim.routes import RoutesMixin
 from hetserve.sim.state import (
@@ -100,6 +100,11 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s
         self._dha_s = getattr(latency, "dha_s", None)  # DHA runs contend for host links
+        # (model, worker, batch, blocks) -> _run_times
+        self._runs: dict[tuple[str, str, int, tuple[int, int]], tuple] = {}
+        # loads that follow load plans (core.layerlatency), over host links they share
+        self._planned_loads = callable(getattr(latency, "load_timeline", None))
+        self._host_links = HostLinks(cluster)
         self._jitter_on = self.cfg.jitter == "exponential" or (
             self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
         )
@@ -131,6 +136,17 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             hit = (tuple(cum), energy)
             self._block_cache[key] = hit
         return hit
+
+    def _run_times(
+        self, model: str, w: _Worker, batch: int, blocks: tuple[int, int]
+    ) -> tuple[tuple[float, ...], float, float]:
+        """A stage run on ``w``: cumulative block end times, busy energy, and the part of
+        it on DHA layers (reading host memory; 0 without load plans)."""
+        cum, energy = self._stage_times(model, w, batch, blocks)
+        dha = 0.0
+        if self._dha_s is not None:
+            dha = self._dha_s(model, w.gpu, w.info.share, batch)
+        return cum, energy, dha
 
     def _jitter(self) -> float:
         c = self.cfg
@@ -189,6 +205,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         heap = self.heap
         pop = heapq.heappop
         apply = self._apply
+        stage_done = self._stage_done
         i = 0
         now = 0.0
         while True:
@@ -207,12 +224,12 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             if t > horizon:
                 break
             now, _, kind, a, b = pop(heap)
-            if kind == _TIMER:
+            if kind == _STAGE_DONE:
+                stage_done(a, b, now)
+            elif kind == _TIMER:
                 acts = on_timer(a, now)
                 if acts:
                     apply(acts, now)
-            elif kind == _STAGE_DONE:
-                self._stage_done(a, b, now)
             elif kind == _TRANSFER_DONE:
                 self._input_arrived(a, now)
             elif kind == _LOAD_DONE:
@@ -296,10 +313,14 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             batch_of[i] = bid
         b = _Batch(d, now)
         self.batches[d.batch_id] = b
-        task = _Task(b, 0, self.workers[d.route[0].worker])
+        w = self.workers[d.route[0].worker]
+        task = _Task(b, 0, w)
         b.tasks.append(task)
         if first == 0:
-            self._input_arrived(task, now)
+            if w.running is None and not w.ready and not w.lost:
+                self._start(w, task, now)  # as _input_arrived does, in short
+            else:
+                self._input_arrived(task, now)
         else:
             self._gather(task, first, now)
 
@@ -327,42 +348,41 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
 
     def _start(self, w: _Worker, task: _Task, now: float) -> None:
         b = task.batch
-        st = task.step
-        blocks = st.blocks
-        res = w.resident.get(b.model, 0)
+        model = b.model
+        n = len(b.requests)
+        blocks = task.step.blocks
+        key = (model, w.id, n, blocks)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = self._run_times(model, w, n, blocks)
+        cum, energy, dha = run
         m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
-        if res & m != m:
-            if not w.loading.get(b.model, 0) & m:
+        if w.resident.get(model, 0) & m != m:
+            if not w.loading.get(model, 0) & m:
                 self._fail_batch(b, task, "blocks not resident", now)
                 return
-            cold = w.cold.get(b.model)
+            cold = w.cold.get(model)
             if cold is None:
                 w.waiting_load.append(task)
                 return
             # a planned cold start under way: layer by layer, each as its weights arrive
-            lat = self.latency
-            dur = lat.cold_run_s(b.model, w.gpu, w.info.share, len(b.requests), cold[1],
-                                 now - cold[0])  # fmt: skip
+            dur = self.latency.cold_run_s(model, w.gpu, w.info.share, n, cold[1], now - cold[0])
+            energy *= dur / max(cum[-1], 1e-12)
             cum = (dur,)
-            energy = lat.energy(b.model, w.gpu, w.info.share, len(b.requests)) * (
-                dur / max(lat.latency(b.model, w.gpu, w.info.share, len(b.requests)), 1e-12)
-            )
-        else:
-            cum, energy = self._stage_times(b.model, w, len(b.requests), blocks)
         if self._overhead_s and task.index == 0:
-            extra = self._overhead_s * len(b.requests)
+            extra = self._overhead_s * n
             cum = tuple(c + extra for c in cum)
         if self._jitter_on:
             j = self._jitter()
             cum = tuple(c * j for c in cum)
             energy *= j
-        if self._dha_s is not None:
-            cum, energy = self._dha_contention(w, b.model, len(b.requests), cum, energy, now)
+        if dha > 0:
+            cum, energy = self._dha_contention(w, model, dha, cum, energy, now)
         task.cum = cum
         task.energy_j = energy
         task.start_s = now
         w.running = task
-        if task.index == 0 and st.blocks[0] == 0:
+        if task.index == 0 and blocks[0] == 0:
             start_s = self.start_s
             for r in b.requests:
                 start_s[r.id] = now
@@ -379,12 +399,17 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         w.busy_s += dur
         w.busy_energy_j += task.energy_j
         last = task.index == len(b.route) - 1
-        self._row(task, now, "completed")
+        step = task.step
+        # the stage's row, as _row writes it
+        self.rows.append(
+            (b.id, b.model, step.stage, w.id, w.gpu.name, len(b.requests), task.start_s, now,
+             "completed", task.transfer_start_s, task.transfer_end_s, b.dispatch_s)
+        )  # fmt: skip
         reason = ""
         if last:
             b.alive = False
             del self.batches[b.id]
-            end_block = task.step.blocks[1]
+            end_block = step.blocks[1]
             if end_block < self._nblocks[b.model]:
                 # an open route: the requests are parked here, back with the scheduler
                 reason = "parked"
@@ -414,7 +439,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             b.tasks.append(ntask)
             path, bw, delay = self.links.path(w.gpu_id, nw.gpu_id)
             nbytes = (
-                self.latency.out_bytes(b.model, task.step.blocks[1] - 1)
+                self.latency.out_bytes(b.model, step.blocks[1] - 1)
                 * len(b.requests)
                 * self.cfg.cut_bytes_factor
             )
@@ -424,23 +449,10 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
                 self._push(t1, _TRANSFER_DONE, ntask, None)
             else:
                 self._input_arrived(ntask, now)
-        rep = StageReport(
-            "stage",
-            b.id,
-            b.model,
-            task.step.stage,
-            w.id,
-            task.start_s,
-            now,
-            b.requests,
-            True,
-            last,
-            reason,
-            task.step.blocks,
-            task.step.blocks[1] - task.step.blocks[0],
-            task.transfer_start_s,
-            task.transfer_end_s,
-        )
+        blocks = step.blocks
+        rep = StageReport("stage", b.id, b.model, step.stage, w.id, task.start_s, now,
+                          b.requests, True, last, reason, blocks, blocks[1] - blocks[0],
+                          task.transfer_start_s, task.transfer_end_s)  # fmt: skip
         acts = self.scheduler.on_stage_done(rep, now)
         if acts:
             self._apply(acts, now)

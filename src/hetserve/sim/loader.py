@@ -28,6 +28,7 @@ load's tens, and charging a whole load for a brief overlap would overstate it.
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from typing import Any
 
 from hetserve.core.errors import HetserveError
@@ -47,6 +48,9 @@ class LoaderMixin:
     links: Any
     seq: int
     _bytes_cache: dict[str, list[float]]
+    _nblocks: dict[str, int]
+    _planned_loads: bool
+    _host_links: HostLinks
 
     def _push(self, t: float, kind: int, a: object, b: object) -> None: ...
 
@@ -75,7 +79,9 @@ class LoaderMixin:
         return self._bytes_cache[model]
 
     def _bytes_of(self, model: str, mask: int) -> float:
-        bb = self.block_bytes(model)
+        bb = self._bytes_cache.get(model) or self.block_bytes(model)
+        if len(bb) == 1:  # a model served whole (layer tables): the common case
+            return bb[0] if mask & 1 else 0.0
         return sum(b for i, b in enumerate(bb) if mask >> i & 1)
 
     def _warm_start(self) -> None:
@@ -100,7 +106,9 @@ class LoaderMixin:
         w = self.workers.get(a.worker)
         if w is None:
             raise SimulationError(f"Load on unknown worker {a.worker!r}")
-        nb = self.latency.num_blocks(a.model)
+        nb = self._nblocks.get(a.model)
+        if nb is None:
+            nb = self._nblocks[a.model] = self.latency.num_blocks(a.model)
         if not 0 <= a.blocks[0] < a.blocks[1] <= nb:
             raise SimulationError(f"Load of {a.model} blocks {a.blocks}: model has {nb}")
         m = _mask(a.blocks)
@@ -116,7 +124,7 @@ class LoaderMixin:
             return
         w.mem_used += nbytes
         w.loading[a.model] = w.loading.get(a.model, 0) | new
-        if new and callable(getattr(self.latency, "load_timeline", None)):
+        if new and self._planned_loads:
             self._planned_load(w, a, new, now)
             return
         links = self.cluster.links
@@ -127,7 +135,7 @@ class LoaderMixin:
 
     def _planned_load(self, w: _Worker, a: Load, new: int, now: float) -> None:
         lp = self.latency.model_load_plan(a.model)
-        scale, held = HostLinks.of(self).take(w.gpu_id, lp.plan.n_parts, a.model, now)
+        scale, held = self._host_links.take(w.gpu_id, lp.plan.n_parts, a.model, now)
         tl = self.latency.load_timeline(a.model, w.gpu, scale)
         w.cold[a.model] = (now, tl, held)
         self._push(now + tl.load_done_s, _LOAD_DONE, w, (a.model, new, a.blocks, now))
@@ -136,31 +144,27 @@ class LoaderMixin:
         self,
         w: _Worker,
         model: str,
-        batch: int,
+        dha: float,
         cum: tuple[float, ...],
         energy: float,
         now: float,
     ) -> tuple[tuple[float, ...], float]:
-        """A run with DHA layers: its DHA part slowed by the other users of its host path,
-        and the path held until it ends (module docstring)."""
-        dha = self.latency.dha_s(model, w.gpu, w.info.share, batch)
-        if dha <= 0:
-            return cum, energy
+        """A run with DHA layers (``dha`` seconds of it on them): its DHA part slowed by
+        the other users of its host path, and the path held until it ends (module
+        docstring)."""
         cold = w.cold.get(model)
-        hl = HostLinks.of(self)
-        f, path = hl.dha_factor(w.gpu_id, now, cold[2] if cold is not None else ())
+        f = self._host_links.dha_run(w.gpu_id, now, dha, cold[2] if cold is not None else ())
         if f > 1 and cum[-1] > 0:
             ratio = (cum[-1] + (f - 1) * dha) / cum[-1]
             cum = tuple(c * ratio for c in cum)
             energy *= ratio
-        hl.hold_until(path, now + f * dha)
         return cum, energy
 
     def _load_done(self, w: _Worker, info: tuple, now: float) -> None:
         model, new, blocks, t0 = info
         cold = w.cold.pop(model, None)
         if cold is not None:
-            HostLinks.of(self).release(cold[2])
+            self._host_links.release(cold[2])
         w.loading[model] = w.loading.get(model, 0) & ~new
         w.resident[model] = w.resident.get(model, 0) | new
         waiting, w.waiting_load = w.waiting_load, []
@@ -191,11 +195,13 @@ class HostLinks:
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
-        self.busy: dict[str, int] = {}
+        self.busy: defaultdict[str, int] = defaultdict(int)  # loads over each link
         self._paths: dict[str, tuple[str, ...]] = {}
-        self.dha_busy: dict[str, int] = {}  # DHA runs reading over each link
+        self.dha_busy: defaultdict[str, int] = defaultdict(int)  # DHA runs reading over each
         self._until: list[tuple[float, int, tuple[str, ...]]] = []  # DHA runs: (end, seq, path)
         self._seq = 0
+        self._cands: dict[str, list[tuple[str, int, object, tuple[str, ...]]]] = {}
+        self._switch: dict[str, object] = {}
 
     def expire(self, now: float) -> None:
         """Forget the DHA runs whose reads have ended by ``now``."""
@@ -210,26 +216,34 @@ class HostLinks:
         """The factor a DHA run starting ``now`` on ``gpu_id`` takes (users on the busiest
         link of its host path, itself included; ``own``: links held by its own model's
         cold load, not counted) and the path."""
-        self.expire(now)
-        path = self.path(gpu_id)
+        if self._until:
+            self.expire(now)
+        path = self._paths.get(gpu_id) or self.path(gpu_id)
         busy, dha = self.busy, self.dha_busy
-        users = max(busy.get(x, 0) - own.count(x) + dha.get(x, 0) for x in path)
+        users = 0
+        for x in path:
+            u = busy[x] + dha[x]
+            if own:
+                u -= own.count(x)
+            if u > users:
+                users = u
         return float(users + 1), path
+
+    def dha_run(self, gpu_id: str, now: float, dha_s: float, own: tuple[str, ...] = ()) -> float:
+        """A run on ``gpu_id`` that reads host memory for ``dha_s`` seconds when alone
+        starts ``now``: its factor (``dha_factor``); it holds its host path for as long as
+        it reads, ``factor * dha_s`` (``hold_until``)."""
+        f, path = self.dha_factor(gpu_id, now, own)
+        self.hold_until(path, now + f * dha_s)
+        return f
 
     def hold_until(self, path: tuple[str, ...], end_s: float) -> None:
         """A DHA run reads over ``path`` until ``end_s``."""
         dha = self.dha_busy
         for x in path:
-            dha[x] = dha.get(x, 0) + 1
+            dha[x] += 1
         self._seq += 1
         heapq.heappush(self._until, (end_s, self._seq, path))
-
-    @staticmethod
-    def of(owner: Any) -> HostLinks:
-        hl = owner.__dict__.get("_host_links")
-        if hl is None:
-            hl = owner.__dict__["_host_links"] = HostLinks(owner.cluster)
-        return hl
 
     def path(self, gpu_id: str) -> tuple[str, ...]:
         p = self._paths.get(gpu_id)
@@ -240,15 +254,21 @@ class HostLinks:
     def take(
         self, gpu_id: str, n_parts: int, model: str, now: float | None = None
     ) -> tuple[list[float], tuple[str, ...]]:
-        if now is not None:
+        if now is not None and self._until:
             self.expire(now)
+        busy = self.busy
+        if n_parts <= 1:  # one host link: the common case
+            p = self.path(gpu_id)
+            scale1 = float(max([busy[x] for x in p], default=0) + 1)
+            for x in p:
+                busy[x] += 1
+            return [scale1], p
         gpus = [gpu_id, *self.secondaries(gpu_id, n_parts - 1, model)]
         paths = [self.path(g) for g in gpus]
-        busy = self.busy
-        scale = [float(max(busy.get(x, 0) for x in p) + 1) for p in paths]
+        scale = [float(max([busy[x] for x in p]) + 1) for p in paths]
         held = tuple(x for p in paths for x in p)
         for x in held:
-            busy[x] = busy.get(x, 0) + 1
+            busy[x] += 1
         return scale, held
 
     def release(self, held: tuple[str, ...]) -> None:
@@ -258,30 +278,41 @@ class HostLinks:
     def secondaries(self, gpu_id: str, k: int, model: str) -> list[str]:
         if k <= 0:
             return []
-        g = self.cluster.gpu(gpu_id)
-        node = self.cluster.node(g.node)
-        sw = node.pcie_switch_of
-        mine = sw[g.index] if sw else None
-        pairs = {frozenset(p) for p in node.nvlink_pairs}
-        cands = [
-            o for o in node.gpus
-            if o.index != g.index
-            and (not sw or sw[o.index] is None or sw[o.index] != mine)
-            and frozenset((g.index, o.index)) in pairs
-        ]  # fmt: skip
-        seen_switch: set[object] = {mine}
+        cands = self._cands.get(gpu_id)
+        if cands is None:
+            cands = self._cands[gpu_id] = self._candidates(gpu_id)
         busy = self.busy
-        cands.sort(key=lambda o: (max(busy.get(x, 0) for x in self.path(o.id)), o.index))
+        ranked = sorted(
+            (max([busy[x] for x in path]), index, switch, gid) for gid, index, switch, path in cands
+        )
+        seen_switch: set[object] = {self._switch[gpu_id]}
         out = []
-        for o in cands:
-            s_ = sw[o.index] if sw else ("own", o.index)
+        for _, _, s_, gid in ranked:
             if s_ in seen_switch and s_ is not None:
                 continue
             seen_switch.add(s_)
-            out.append(o.id)
+            out.append(gid)
             if len(out) == k:
                 return out
         raise HetserveError(
             f"load plan of {model} loads over {k + 1} GPUs' host links; GPU {gpu_id}'s "
             f"node offers {len(out) + 1} (GPUs under other PCIe switches joined by NVLink)"
         )
+
+    def _candidates(self, gpu_id: str) -> list[tuple[str, int, object, tuple[str, ...]]]:
+        """The GPUs that can carry a part of a load for ``gpu_id``: of its node, under
+        another PCIe switch (or none), joined to it by NVLink; (id, index, switch, host
+        path) each."""
+        g = self.cluster.gpu(gpu_id)
+        node = self.cluster.node(g.node)
+        sw = node.pcie_switch_of
+        mine = sw[g.index] if sw else None
+        self._switch[gpu_id] = mine
+        pairs = {frozenset(p) for p in node.nvlink_pairs}
+        return [
+            (o.id, o.index, sw[o.index] if sw else ("own", o.index), self.path(o.id))
+            for o in node.gpus
+            if o.index != g.index
+            and (not sw or sw[o.index] is None or sw[o.index] != mine)
+            and frozenset((g.index, o.index)) in pairs
+        ]  # fmt: skip
