@@ -219,6 +219,9 @@ class HostLinks:
         if self._until:
             self.expire(now)
         path = self._paths.get(gpu_id) or self.path(gpu_id)
+        return float(self._users(path, own) + 1), path
+
+    def _users(self, path: tuple[str, ...], own: tuple[str, ...]) -> int:
         busy, dha = self.busy, self.dha_busy
         users = 0
         for x in path:
@@ -227,14 +230,22 @@ class HostLinks:
                 u -= own.count(x)
             if u > users:
                 users = u
-        return float(users + 1), path
+        return users
 
     def dha_run(self, gpu_id: str, now: float, dha_s: float, own: tuple[str, ...] = ()) -> float:
         """A run on ``gpu_id`` that reads host memory for ``dha_s`` seconds when alone
         starts ``now``: its factor (``dha_factor``); it holds its host path for as long as
-        it reads, ``factor * dha_s`` (``hold_until``)."""
-        f, path = self.dha_factor(gpu_id, now, own)
-        self.hold_until(path, now + f * dha_s)
+        it reads, ``factor * dha_s`` (``hold_until``). One call for both, in short."""
+        until = self._until
+        if until and until[0][0] <= now + 1e-12:
+            self.expire(now)
+        path = self._paths.get(gpu_id) or self.path(gpu_id)
+        f = float(self._users(path, own) + 1)
+        dha = self.dha_busy
+        for x in path:
+            dha[x] += 1
+        self._seq += 1
+        heapq.heappush(until, (now + f * dha_s, self._seq, path))
         return f
 
     def hold_until(self, path: tuple[str, ...], end_s: float) -> None:
