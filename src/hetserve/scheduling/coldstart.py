@@ -29,6 +29,7 @@ Counters (``stats``): requests that went to a GPU where their model was not resi
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
@@ -88,8 +89,7 @@ class ColdStart(BaseScheduler):
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self._warm1: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self.pending: deque[Request] = deque()
-        self._bytes: dict[tuple[str, str], float] = {}
-        self._wbytes: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
+        self._bytes: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
         out: list[Action] = []
         if self.preload:
@@ -105,23 +105,17 @@ class ColdStart(BaseScheduler):
 
     # ------------------------------------------------------------------ estimates
     def instance_bytes(self, model: str, w: WorkerId) -> float:
-        b = self._wbytes[w].get(model)
+        per = self._bytes[w]
+        b = per.get(model)
         if b is None:
-            b = self._wbytes[w][model] = self._instance_bytes(model, w)
-        return b
-
-    def _instance_bytes(self, model: str, w: WorkerId) -> float:
-        gpu = self.view.workers[w].gpu.name
-        key = (model, gpu)
-        b = self._bytes.get(key)
-        if b is None:
+            gpu = self.view.workers[w].gpu.name
             lat = self.view.latency
             if callable(getattr(lat, "gpu_bytes", None)):
                 b = float(lat.gpu_bytes(model, gpu))  # type: ignore[attr-defined]
             else:
                 lp = self.plan.load_plans.get(model)
                 b = lp.predicted.get("gpu_mb", 0.0) * 1e6 if lp else 0.0
-            self._bytes[key] = b
+            per[model] = b
         return b
 
     def _cold_s(self, model: str) -> float:
@@ -146,8 +140,10 @@ class ColdStart(BaseScheduler):
             t = per[model] = self._warm_s(model, w, 1)
         return t
 
-    def _backlog_s(self, w: WorkerId, now: float) -> float:
-        return max(now, self.busy_until[w]) + self.queued_s[w] - now
+    def _by_backlog(self, ws: Iterable[WorkerId], now: float) -> list[tuple[float, WorkerId]]:
+        """(seconds until the worker's queue would be empty, worker), for each of ``ws``."""
+        bu, qs = self.busy_until, self.queued_s
+        return [((bu[w] if bu[w] > now else now) + qs[w] - now, w) for w in ws]
 
     def _dequeue(self, w: WorkerId, r: Request) -> None:
         q = self.queue[w]
@@ -197,20 +193,16 @@ class ColdStart(BaseScheduler):
         if holders and len(holders) == 1:
             w = next(iter(holders))
         elif holders:
-            w = min(holders, key=lambda x: (self._backlog_s(x, now), x))
+            w = min(self._by_backlog(holders, now))[1]
         else:
-            bu, qs = self.busy_until, self.queued_s  # backlogs, as _backlog_s
-            by_backlog = sorted([((bu[x] if bu[x] > now else now) + qs[x] - now, x)
-                                 for x in self.live])  # fmt: skip
-            for _, w in by_backlog:
+            for _, w in sorted(self._by_backlog(self.live, now)):
                 if self._make_room(w, m, out):
                     out.append(self._load(w, m, now))
                     break
             else:
                 return False
         self.queue[w].append(r)
-        t = self._warm1[w].get(m)
-        self.queued_s[w] += t if t is not None else self._warm1_s(m, w)
+        self.queued_s[w] += self._warm1_s(m, w)
         if m not in self.resident[w]:
             self.cold_ids.append(r.id)
             self.stats["cold_requests"] += 1
@@ -222,14 +214,12 @@ class ColdStart(BaseScheduler):
         q = self.queue[w]
         if not q or self.running[w] is not None:
             return
-        loading, warm1 = self.loading[w], self._warm1[w]
+        loading = self.loading[w]
         while q:
             head = q[0]
             m = head.model
             if self.max_batch == 1:  # the common case, in short
-                t = warm1.get(m)
-                if t is None:
-                    t = self._warm1_s(m, w)
+                t = self._warm1_s(m, w)
                 finish = now + t
                 ready = loading.get(m)
                 if ready is not None and ready > finish:
@@ -245,8 +235,7 @@ class ColdStart(BaseScheduler):
                 take, finish = self._take(w, q, m, now, out)
                 if not take:
                     continue
-            self._next_batch += 1  # new_batch_id(), in short
-            bid = self._next_batch
+            bid = self.new_batch_id()
             self.running[w] = bid
             self.busy_until[w] = finish
             res = self.resident[w]

@@ -96,6 +96,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self._failures: list[tuple[float, str]] = []
         self._block_cache: dict = {}
         self._bytes_cache: dict[str, list[float]] = {}
+        self._mask_bytes: dict[tuple[str, int], float] = {}
         self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s
@@ -313,14 +314,10 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             batch_of[i] = bid
         b = _Batch(d, now)
         self.batches[d.batch_id] = b
-        w = self.workers[d.route[0].worker]
-        task = _Task(b, 0, w)
+        task = _Task(b, 0, self.workers[d.route[0].worker])
         b.tasks.append(task)
         if first == 0:
-            if w.running is None and not w.ready and not w.lost:
-                self._start(w, task, now)  # as _input_arrived does, in short
-            else:
-                self._input_arrived(task, now)
+            self._input_arrived(task, now)
         else:
             self._gather(task, first, now)
 
@@ -400,11 +397,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         w.busy_energy_j += task.energy_j
         last = task.index == len(b.route) - 1
         step = task.step
-        # the stage's row, as _row writes it
-        self.rows.append(
-            (b.id, b.model, step.stage, w.id, w.gpu.name, len(b.requests), task.start_s, now,
-             "completed", task.transfer_start_s, task.transfer_end_s, b.dispatch_s)
-        )  # fmt: skip
+        self._row(task, now, "completed")
         reason = ""
         if last:
             b.alive = False

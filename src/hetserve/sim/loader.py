@@ -48,6 +48,7 @@ class LoaderMixin:
     links: Any
     seq: int
     _bytes_cache: dict[str, list[float]]
+    _mask_bytes: dict[tuple[str, int], float]
     _nblocks: dict[str, int]
     _planned_loads: bool
     _host_links: HostLinks
@@ -56,10 +57,13 @@ class LoaderMixin:
 
     def block_bytes(self, model: str) -> list[float]:
         """Parameter bytes of each block (for memory and load times)."""
-        if model not in self._bytes_cache and callable(getattr(self.latency, "gpu_bytes", None)):
+        hit = self._bytes_cache.get(model)
+        if hit is not None:
+            return hit
+        if callable(getattr(self.latency, "gpu_bytes", None)):
             gpu = self.latency.model_load_plan(model).gpu
             self._bytes_cache[model] = [self.latency.gpu_bytes(model, gpu)]
-        if model not in self._bytes_cache:
+        else:
             n = self.latency.num_blocks(model)
             out = [0.0] * n
             blocks = getattr(self.latency, "blocks", None)
@@ -79,10 +83,13 @@ class LoaderMixin:
         return self._bytes_cache[model]
 
     def _bytes_of(self, model: str, mask: int) -> float:
-        bb = self._bytes_cache.get(model) or self.block_bytes(model)
-        if len(bb) == 1:  # a model served whole (layer tables): the common case
-            return bb[0] if mask & 1 else 0.0
-        return sum(b for i, b in enumerate(bb) if mask >> i & 1)
+        """Parameter bytes of the blocks in ``mask``."""
+        key = (model, mask)
+        hit = self._mask_bytes.get(key)
+        if hit is None:
+            bb = self.block_bytes(model)
+            hit = self._mask_bytes[key] = sum(b for i, b in enumerate(bb) if mask >> i & 1)
+        return hit
 
     def _warm_start(self) -> None:
         for (model, pi, si), ws in self.placement.stages.items():
@@ -218,10 +225,7 @@ class HostLinks:
         cold load, not counted) and the path."""
         if self._until:
             self.expire(now)
-        path = self._paths.get(gpu_id) or self.path(gpu_id)
-        return float(self._users(path, own) + 1), path
-
-    def _users(self, path: tuple[str, ...], own: tuple[str, ...]) -> int:
+        path = self.path(gpu_id)
         busy, dha = self.busy, self.dha_busy
         users = 0
         for x in path:
@@ -230,22 +234,14 @@ class HostLinks:
                 u -= own.count(x)
             if u > users:
                 users = u
-        return users
+        return float(users + 1), path
 
     def dha_run(self, gpu_id: str, now: float, dha_s: float, own: tuple[str, ...] = ()) -> float:
         """A run on ``gpu_id`` that reads host memory for ``dha_s`` seconds when alone
         starts ``now``: its factor (``dha_factor``); it holds its host path for as long as
-        it reads, ``factor * dha_s`` (``hold_until``). One call for both, in short."""
-        until = self._until
-        if until and until[0][0] <= now + 1e-12:
-            self.expire(now)
-        path = self._paths.get(gpu_id) or self.path(gpu_id)
-        f = float(self._users(path, own) + 1)
-        dha = self.dha_busy
-        for x in path:
-            dha[x] += 1
-        self._seq += 1
-        heapq.heappush(until, (now + f * dha_s, self._seq, path))
+        it reads, ``factor * dha_s`` (``hold_until``)."""
+        f, path = self.dha_factor(gpu_id, now, own)
+        self.hold_until(path, now + f * dha_s)
         return f
 
     def hold_until(self, path: tuple[str, ...], end_s: float) -> None:
@@ -268,16 +264,10 @@ class HostLinks:
         if now is not None and self._until:
             self.expire(now)
         busy = self.busy
-        if n_parts <= 1:  # one host link: the common case
-            p = self.path(gpu_id)
-            scale1 = float(max([busy[x] for x in p], default=0) + 1)
-            for x in p:
-                busy[x] += 1
-            return [scale1], p
-        gpus = [gpu_id, *self.secondaries(gpu_id, n_parts - 1, model)]
+        gpus = [gpu_id, *self.secondaries(gpu_id, n_parts - 1, model)] if n_parts > 1 else [gpu_id]
         paths = [self.path(g) for g in gpus]
         scale = [float(max([busy[x] for x in p]) + 1) for p in paths]
-        held = tuple(x for p in paths for x in p)
+        held = paths[0] if len(paths) == 1 else tuple(x for p in paths for x in p)
         for x in held:
             busy[x] += 1
         return scale, held
