@@ -214,19 +214,12 @@ class ColdStart(BaseScheduler):
         q = self.queue[w]
         if not q or self.running[w] is not None:
             return
-        loading = self.loading[w]
         while q:
             head = q[0]
             m = head.model
-            if self.max_batch == 1:  # the common case, in short
-                t = self._warm1_s(m, w)
-                finish = now + t
-                ready = loading.get(m)
-                if ready is not None and ready > finish:
-                    finish = ready
-                q.popleft()
-                left = self.queued_s[w] - t
-                self.queued_s[w] = left if left > 0.0 else 0.0
+            if self.max_batch == 1:  # the common case, without building lists
+                finish = self._finish_s(w, m, 1, now)
+                self._dequeue(w, head)
                 if head.deadline_s < finish:
                     out.append(Drop((head,), "deadline hopeless"))
                     continue
@@ -244,16 +237,20 @@ class ColdStart(BaseScheduler):
             out.append(Dispatch(bid, m, tuple(take), (RouteStep(0, w, now, (0, self._nb[m])),)))
             return
 
+    def _finish_s(self, w: WorkerId, m: str, n: int, now: float) -> float:
+        """When a batch of ``n`` requests of ``m`` started on ``w`` now would end: its warm
+        latency, or the model's planned load when that ends later."""
+        finish = now + (self._warm1_s(m, w) if n == 1 else self._warm_s(m, w, n))
+        ready = self.loading[w].get(m)
+        return ready if ready is not None and ready > finish else finish
+
     def _take(
         self, w: WorkerId, q: deque[Request], m: str, now: float, out: list[Action]
     ) -> tuple[list[Request], float]:
         """The next batch of ``m`` from ``w``'s queue, taken off it, and when it will
         finish; no batch when its late requests were dropped (look again)."""
         take = [r for r in q if r.model == m][: self.max_batch]
-        finish = now + self._warm_s(m, w, len(take))
-        ready = self.loading[w].get(m)
-        if ready is not None and ready > finish:
-            finish = ready
+        finish = self._finish_s(w, m, len(take), now)
         late = [r for r in take if r.deadline_s < finish]
         if late:
             for r in late:
