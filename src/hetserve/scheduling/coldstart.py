@@ -191,7 +191,7 @@ class ColdStart(BaseScheduler):
         m = r.model
         holders = self.where.get(m)
         if holders and len(holders) == 1:
-            w = next(iter(holders))
+            (w,) = holders
         elif holders:
             w = min(self._by_backlog(holders, now))[1]
         else:

@@ -94,7 +94,6 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self.view = ClusterView.build(cluster, latency, placement, self.cfg.cut_bytes_factor)
         self.workers = {wid: _Worker(i) for wid, i in self.view.workers.items()}
         self._failures: list[tuple[float, str]] = []
-        self._block_cache: dict = {}
         self._bytes_cache: dict[str, list[float]] = {}
         self._mask_bytes: dict[tuple[str, int], float] = {}
         self.links = LinkTable(cluster, self.cfg.record_links)
@@ -117,37 +116,27 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             raise HetserveError(f"no worker {worker!r}")
         self._failures.append((at_s, worker))
 
-    def _stage_times(
-        self, model: str, w: _Worker, batch: int, blocks: tuple[int, int]
-    ) -> tuple[tuple[float, ...], float]:
-        key = (model, w.gpu.name, w.info.share, batch, blocks)
-        hit = self._block_cache.get(key)
-        if hit is None:
-            lat, share, gpu = self.latency, w.info.share, w.gpu
-            cum, acc, energy = [], 0.0, 0.0
-            for k in range(blocks[0], blocks[1]):
-                acc += lat.latency(model, gpu, share, batch, range(k, k + 1))
-                cum.append(acc)
-            try:
-                energy = lat.energy(model, gpu, share, batch, range(*blocks))
-            except HetserveError:
-                from hetserve.core.latency import busy_power_w
-
-                energy = acc * busy_power_w(gpu, share, 1.0)
-            hit = (tuple(cum), energy)
-            self._block_cache[key] = hit
-        return hit
-
     def _run_times(
         self, model: str, w: _Worker, batch: int, blocks: tuple[int, int]
     ) -> tuple[tuple[float, ...], float, float]:
-        """A stage run on ``w``: cumulative block end times, busy energy, and the part of
-        it on DHA layers (reading host memory; 0 without load plans)."""
-        cum, energy = self._stage_times(model, w, batch, blocks)
+        """A stage run on ``w`` (cached in ``_runs`` by its caller): cumulative block end
+        times, busy energy, and the part of it on DHA layers (reading host memory; 0
+        without load plans)."""
+        lat, share, gpu = self.latency, w.info.share, w.gpu
+        cum, acc, energy = [], 0.0, 0.0
+        for k in range(blocks[0], blocks[1]):
+            acc += lat.latency(model, gpu, share, batch, range(k, k + 1))
+            cum.append(acc)
+        try:
+            energy = lat.energy(model, gpu, share, batch, range(*blocks))
+        except HetserveError:
+            from hetserve.core.latency import busy_power_w
+
+            energy = acc * busy_power_w(gpu, share, 1.0)
         dha = 0.0
         if self._dha_s is not None:
-            dha = self._dha_s(model, w.gpu, w.info.share, batch)
-        return cum, energy, dha
+            dha = self._dha_s(model, gpu, share, batch)
+        return tuple(cum), energy, dha
 
     def _jitter(self) -> float:
         c = self.cfg
@@ -443,9 +432,23 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             else:
                 self._input_arrived(ntask, now)
         blocks = step.blocks
-        rep = StageReport("stage", b.id, b.model, step.stage, w.id, task.start_s, now,
-                          b.requests, True, last, reason, blocks, blocks[1] - blocks[0],
-                          task.transfer_start_s, task.transfer_end_s)  # fmt: skip
+        rep = StageReport(
+            "stage",
+            b.id,
+            b.model,
+            step.stage,
+            w.id,
+            task.start_s,
+            now,
+            b.requests,
+            True,
+            last,
+            reason,
+            blocks,
+            blocks[1] - blocks[0],
+            task.transfer_start_s,
+            task.transfer_end_s,
+        )
         acts = self.scheduler.on_stage_done(rep, now)
         if acts:
             self._apply(acts, now)
