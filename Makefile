@@ -5,22 +5,28 @@ VENV   := .venv
 PIP    := $(VENV)/bin/pip
 # The CPU build of PyTorch; an unpinned `torch` would pull the CUDA build (gigabytes).
 TORCH  := torch==2.13.0
+# Exact versions of everything installed (pip -c): the suite and the shipped results were
+# made with them. `make lock` regenerates the file from pyproject's ranges.
+CONSTRAINTS := constraints.txt
+# Held by `make lock`: HiGHS decides among equal optima and its node counts, so the shipped
+# results (docs/results) depend on its version; bump it only with those results re-run.
+LOCK_PINS   := highspy==1.15.1
 
-.PHONY: demo test lint bench graphs clean
+.PHONY: demo test lint bench graphs clean lock
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 
 # The demo serves a model for real (step 10): PyTorch (CPU build, pinned) and the serving extras.
-$(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml
-	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e ".[torch,serve]"
+$(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
+	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[torch,serve]"
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/bin/python pyproject.toml
-	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e ".[torch,test]"
+$(VENV)/.test-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
+	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[torch,test]"
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
@@ -45,6 +51,27 @@ bench: $(VENV)/.test-installed
 graphs: $(VENV)/.test-installed
 	$(VENV)/bin/hetserve zoo export --out src/hetserve/data/graphs
 	$(VENV)/bin/hetserve zoo layers --out src/hetserve/data/layers
+
+# Regenerate constraints.txt: a throwaway virtualenv resolves pyproject's ranges afresh
+# (every extra), holding LOCK_PINS, and its `pip freeze` becomes the file. Run the suite
+# (and re-run the studies if a solver moved) before committing the result.
+lock:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 2; }
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet $(TORCH)
+	printf '%s\n' $(LOCK_PINS) > .lock-venv/pins.txt
+	.lock-venv/bin/pip install --quiet -c .lock-venv/pins.txt ".[all]"
+	{ printf '%s\n' \
+	  "# Exact versions that make demo, make test and CI install (pip -c constraints.txt)." \
+	  "# The suite and the shipped results (docs/results) were made with these; pyproject.toml" \
+	  "# keeps its ranges for people who embed hetserve. Regenerate with 'make lock' (README," \
+	  "# \"Dependencies\"): it resolves pyproject's ranges afresh, holding LOCK_PINS (Makefile)."; \
+	  .lock-venv/bin/pip freeze --exclude-editable | grep -v '^hetserve' \
+	    | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf .lock-venv
+	@echo "wrote $(CONSTRAINTS); run make test (and the studies if a solver moved) before committing"
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .ruff_cache

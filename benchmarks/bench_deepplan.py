@@ -25,6 +25,7 @@ from hetserve.core.layerlatency import LayerLatency
 from hetserve.core.layertable import LayerRow, estimate_layer_rows, get_layer_table
 from hetserve.core.plan import bind
 from hetserve.core.presets import preset
+from hetserve.core.provenance import provenance_line
 from hetserve.core.requests import Stream
 from hetserve.planning.deepplan import algorithm1, optimal_dha, plan_cold_starts
 from hetserve.scheduling.protocol import make_scheduler
@@ -53,6 +54,7 @@ def random_rows(n: int, seed: int = 1) -> list[LayerRow]:
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--duration", type=float, default=200.0)

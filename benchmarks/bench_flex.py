@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from hetserve.core.outcome import OK
+from hetserve.core.provenance import provenance_line
 from hetserve.core.requests import Stream
 from hetserve.experiments.shepherd.scenarios import V100, group_setup
 from hetserve.scheduling.protocol import SCHEDULERS, make_scheduler
@@ -55,6 +56,7 @@ def timed(cls: type) -> type:
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--scheduler", default="flex")
     ap.add_argument("--duration", type=float, default=20.0)

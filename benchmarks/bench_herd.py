@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from hetserve.core.latency import LinearModel, LinearParams, shepherd_table4
+from hetserve.core.provenance import provenance_line
 from hetserve.planning.herd import goodput_per_gpu, herd, herd_plan, model_streams
 from hetserve.workload.maf import stream_rates
 
@@ -27,6 +28,7 @@ GPU = "V100-16GB"
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", type=int, default=1000)
     ap.add_argument("--streams", type=int, default=1_000_000)

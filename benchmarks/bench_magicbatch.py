@@ -16,6 +16,7 @@ import time
 
 from hetserve.core.gpus import DEFAULT_CATALOG
 from hetserve.core.latency import RooflineModel
+from hetserve.core.provenance import provenance_line
 from hetserve.planning.magicbatch import (
     PsoGaParams,
     assign,
@@ -30,6 +31,7 @@ TYPES = ("GTX-1080-Ti", "RTX-2080-Ti", "RTX-3090")
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()

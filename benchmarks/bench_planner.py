@@ -15,6 +15,7 @@ import sys
 from hetserve.core.cluster import load_cluster, parse_cluster
 from hetserve.core.latency import RooflineModel
 from hetserve.core.plan import slos_from_scale
+from hetserve.core.provenance import provenance_line
 from hetserve.planning.ppipe import PlanOptions, plan_models
 
 TRIOS = [
@@ -38,6 +39,7 @@ def run(cluster, models, stages, limit):
 
 
 def main() -> None:
+    print(provenance_line())
     quick = "--quick" in sys.argv
     clusters = [load_cluster(f"hc{i}-l") for i in range(1, 5)]
     two = [run(c, t, 2, 60) for t in TRIOS for c in clusters]

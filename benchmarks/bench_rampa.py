@@ -11,6 +11,7 @@ import argparse
 import time
 
 from hetserve.core.presets import preset
+from hetserve.core.provenance import provenance_line
 from hetserve.planning.rampa.aco import rampa
 from hetserve.planning.rampa.network import RampaNet
 from hetserve.planning.rampa.place import table_v_services
@@ -18,6 +19,7 @@ from hetserve.planning.rampa.state import ClusterState
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--clusters", default="rampa-base,rampa-high-bw,rampa-high-perf,rampa-large")
     a = ap.parse_args()

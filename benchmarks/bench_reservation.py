@@ -14,6 +14,7 @@ import sys
 import time
 
 from hetserve.core.plan import slos_from_scale
+from hetserve.core.provenance import provenance_line
 from hetserve.experiments.metrics import summarize
 from hetserve.experiments.setup import build_setup, build_trace
 from hetserve.planning.ppipe import plan_models
@@ -58,6 +59,7 @@ class Timed(Reservation):
 
 
 def main() -> None:
+    print(provenance_line())
     duration = 30.0
     if "--duration" in sys.argv:
         duration = float(sys.argv[sys.argv.index("--duration") + 1])

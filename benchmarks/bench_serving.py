@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from hetserve.core.provenance import provenance_line
+
 THREADS = 1  # torch threads for the model; the other core runs HTTP and the clients
 
 
@@ -310,6 +312,7 @@ def save_peer(out: dict, folder: str = RESULTS) -> None:
 
 
 def main(argv: list[str]) -> None:
+    print(provenance_line())
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

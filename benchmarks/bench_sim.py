@@ -13,6 +13,7 @@ import platform
 import statistics
 import time
 
+from hetserve.core.provenance import provenance_line
 from hetserve.experiments.metrics import summarize
 from hetserve.experiments.setup import build_setup, build_trace, simulate
 
@@ -35,6 +36,7 @@ def bench(models: list[str], scheduler: str, duration_s: float, reps: int = 3) -
 
 
 def main() -> None:
+    print(provenance_line())
     print(f"python {platform.python_version()} on {platform.machine()}, one process")
     best = bench(["resnet50"], "edf-adaptive", 10.0)
     bench(["resnet50", "efficientnet-b0"], "edf-adaptive", 10.0)

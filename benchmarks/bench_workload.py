@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from hetserve.core.provenance import provenance_line
 from hetserve.core.requests import Stream
 from hetserve.workload import MMPP2, Gamma, Poisson, generate
 
@@ -29,6 +30,7 @@ def bench(label: str, streams: list[Stream], duration_s: float, reps: int = 5) -
 
 
 def main() -> None:
+    print(provenance_line())
     print(
         f"python {platform.python_version()}, numpy {np.__version__}, "
         f"{platform.processor() or platform.machine()}"

@@ -25,6 +25,7 @@ import torch
 
 from hetserve.core.coldstart import timeline
 from hetserve.core.layertable import write_layers_csv
+from hetserve.core.provenance import provenance_line
 from hetserve.planning.deepplan import make_load_plan
 from hetserve.profiling.layers import host_alias, leaf_rows, measure_layers
 from hetserve.runtime.coldload import ColdModel, CudaBackend, ThreadBackend
@@ -53,6 +54,7 @@ def cold_start_s(cm: ColdModel, plan: object, x: torch.Tensor, device: str) -> f
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--models", default="resnet50,bert-base,gpt2")

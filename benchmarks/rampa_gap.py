@@ -15,6 +15,7 @@ import statistics
 import numpy as np
 
 from hetserve.core.cluster import parse_cluster
+from hetserve.core.provenance import provenance_line
 from hetserve.planning.rampa.aco import AcoParams, rampa
 from hetserve.planning.rampa.exact import exact_placement
 from hetserve.planning.rampa.network import RampaNet
@@ -47,6 +48,7 @@ def small_cluster(rng: np.random.Generator, k: int) -> RampaNet:
 
 
 def main() -> None:
+    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--instances", type=int, default=60)
     ap.add_argument("--colony-seeds", type=int, default=1, help="Colony runs per instance.")

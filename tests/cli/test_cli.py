@@ -226,10 +226,29 @@ def test_demo(capsys, tmp_path):
     assert good["flex"] > 1.3 * max(good["clockwork"], good["nexus"])
 
 
-def test_a_plan_leaving_a_model_unserved_is_a_one_line_error(capsys):
+def test_planning_models_that_do_not_fit_together_is_a_one_line_error(capsys):
+    """local-cpu has one device: each model fits alone, not both. Every plan leaves one of
+    them without throughput; which one is the solver's choice among equal optima, so the
+    error names neither."""
     rc = main(["serve", "--models", "resnet18,bert-base", "--planner", "np", "--emulate"])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "local-cpu cannot serve resnet18, bert-base at once: each fits alone" in err
+    assert "HiGHS" not in out + err  # the solver's banner stays quiet
+
+
+def test_a_plan_leaving_a_model_unserved_is_a_one_line_error(capsys, tmp_path):
+    """A plan file whose entry for a requested model has no pipeline."""
+    assert main(["plan", "--planner", "np", "--cluster", "local-cpu", "--models", "resnet18",
+                 "--output", str(tmp_path / "p.json")]) == 0  # fmt: skip
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["models"]["bert-base"] = {**doc["models"]["resnet18"], "pipelines": []}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    rc = main(["serve", "--plan", str(tmp_path / "p.json"), "--models", "resnet18,bert-base",
+               "--emulate", "--check"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "leaves 'bert-base' without workers" in err
 
 

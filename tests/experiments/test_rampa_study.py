@@ -69,6 +69,15 @@ def test_cli_writes_results_and_report(capsys, tmp_path):
     assert r["fig7"]["rampa-high-bw"]["3"]["rampa"] == 3
     assert r["fig8"] == {} and r["fig9_10"] == {} and r["fig11"] == {}  # case 1 only
     assert (tmp_path / "report.html").read_text().count("<img") == 1
+    # what produced it
+    prov = r["provenance"]
+    assert prov["command"].startswith("hetserve reproduce rampa --clusters rampa-high-bw")
+    from importlib.metadata import version
+
+    import highspy  # noqa: F401  (installed: its version is recorded)
+
+    assert prov["versions"]["highspy"] == version("highspy")
+    assert set(prov["versions"]) >= {"hetserve", "python", "numpy", "scipy", "torch", "ray"}
 
 
 @pytest.mark.parametrize(

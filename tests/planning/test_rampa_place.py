@@ -124,8 +124,9 @@ def test_place_cli_writes_placements_and_refuses_bad_input(capsys, tmp_path):
 @given(st.integers(2, 3), st.integers(0, 10_000), st.sampled_from(["service1", "service2",
                                                                      "service4"]))  # fmt: skip
 def test_the_colony_is_never_cheaper_than_the_exact_optimum(n_sw, seed, name):
-    """The exhaustive search is a lower bound on the colony's cost; the colony reaches it on
-    most small instances (the gap is measured in docs/planning.md)."""
+    """The exhaustive search is a lower bound on the colony's cost, and on these small
+    instances the colony finds a placement whenever one exists (it reached the optimum on
+    228 of 230 such instances over 40 seeds; the gap is measured in docs/planning.md)."""
     from hetserve.planning.rampa.exact import exact_placement
 
     ring = [(f"s{i}", f"s{(i + 1) % n_sw}") for i in range(n_sw)] if n_sw > 2 else [("s0", "s1")]
@@ -140,8 +141,8 @@ def test_the_colony_is_never_cheaper_than_the_exact_optimum(n_sw, seed, name):
     state = ClusterState.of(net)
     assert best.est.throughput_tps >= svc.throughput_tps * (1 - 1e-9)
     assert best.cost == pytest.approx(state.cost_of(best.gpus, best.paths), rel=1e-12)
-    if found is not None:
-        assert found.cost >= best.cost * (1 - 1e-9)
+    assert found is not None, "a placement exists but the colony found none"
+    assert found.cost >= best.cost * (1 - 1e-9)
 
 
 def test_table_ix_gives_288_stage_count_combinations():

@@ -4,10 +4,12 @@ cluster running when it stops."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -75,8 +77,15 @@ def test_the_server_joins_a_running_cluster_and_leaves_it_running():
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     start = [cli, "start", "--head", f"--port={port}", "--num-cpus=2",
              "--include-dashboard=false", f"--temp-dir={tmp}"]  # fmt: skip
-    subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)
+    # in a process group of its own: every Ray process of this head inherits it, so the
+    # test stops exactly what it started (never `ray stop`, which ends every Ray cluster of
+    # the user on this machine)
+    head = subprocess.Popen(start, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            text=True, start_new_session=True)  # fmt: skip
+    group = head.pid  # the leader of the new group
     try:
+        _, err = head.communicate(timeout=120)
+        assert head.returncode == 0, err[-3000:]
         run = subprocess.run([sys.executable, "-c", SERVE, address], capture_output=True,
                              text=True, env=env, timeout=300)  # fmt: skip
         assert run.returncode == 0, run.stderr[-3000:]
@@ -86,5 +95,33 @@ def test_the_server_joins_a_running_cluster_and_leaves_it_running():
                                 env=env, timeout=60)  # fmt: skip
         assert status.returncode == 0, status.stderr
     finally:
-        subprocess.run([cli, "stop", "--force"], capture_output=True, env=env, timeout=120)
+        _stop_group(group)
         shutil.rmtree(tmp, ignore_errors=True)
+    assert not _members(group), "a process of the test's Ray head outlived the test"
+
+
+def _members(pgid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":  # alive, in the group
+                out.append(int(d.name))
+    return out
+
+
+def _stop_group(pgid: int, grace_s: float = 20.0) -> None:
+    """SIGTERM to the group, then SIGKILL to whatever is left after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + wait_s
+        while _members(pgid) and time.monotonic() < end:
+            time.sleep(0.2)
+        if not _members(pgid):
+            return

@@ -7,12 +7,15 @@ and exit status 2 — never a traceback. Every command is documented in ``docs/c
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from hetserve import __version__
 from hetserve.cli import catalog, data, demo, place, plan, reproduce, serve, sim
 from hetserve.cli.common import harden, report_error
 from hetserve.core.errors import HetserveError
+from hetserve.core.provenance import set_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +39,7 @@ harden(cli)
 
 
 def main(argv: list[str] | None = None) -> int:
+    set_command(["hetserve", *(sys.argv[1:] if argv is None else argv)])
     try:
         cli.main(args=argv, prog_name="hetserve", standalone_mode=False)
     except HetserveError as e:

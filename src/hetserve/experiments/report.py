@@ -230,11 +230,14 @@ def _write_report(folder: Path, current: list[Path]) -> Path:
 
 def write_results(results: Any, out_dir: str | Path) -> Path:
     """``DIR/results.json`` of a study: NaN and infinities as null, NumPy scalars as
-    numbers."""
+    numbers, and what produced it under ``provenance`` (versions, git commit, command)."""
+    from hetserve.core.provenance import provenance
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    path.write_text(json.dumps(_clean(results), indent=1, allow_nan=False))
+    doc = {**results, "provenance": provenance()}
+    path.write_text(json.dumps(_clean(doc), indent=1, allow_nan=False))
     return path
 
 

@@ -142,13 +142,13 @@ def solve_highs(
         highspy.HighsVarType.kInteger if integrality[k] else highspy.HighsVarType.kContinuous
         for k in range(n_var)
     ]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
-    if max_nodes is not None:
-        h.setOptionValue("mip_max_nodes", int(max_nodes))
-    with _quiet_stdout():
+    with _quiet_stdout():  # HiGHS prints its banner when the solver is built
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+        if max_nodes is not None:
+            h.setOptionValue("mip_max_nodes", int(max_nodes))
         h.passModel(lp)
         if start is not None:
             sol = highspy.HighsSolution()

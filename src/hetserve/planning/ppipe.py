@@ -128,11 +128,8 @@ def plan_models(
         mip_rel_gap=opt.mip_rel_gap,
         extra_rows=pairs if opt.planner == "dart-r" else None,
     )
-    if not res.allocations:
-        raise HetserveError(
-            f"plan: the solver found no plan ({res.status}) for "
-            f"{', '.join(models)} on {cluster.name}"
-        )
+    if not res.allocations or res.objective <= 0:
+        raise _unserved(models, cands, counts, cluster.name, res.status)
     mplans = {}
     for m in models:
         pipes = []
@@ -170,3 +167,42 @@ def plan_models(
         },
     )
     return plan
+
+
+def _unserved(
+    models: Sequence[str],
+    cands: Sequence[Candidate],
+    counts: Mapping[str, int],
+    cluster: str,
+    status: str,
+) -> HetserveError:
+    """The error for a solve whose best plan leaves a model without throughput (the
+    max-min objective is 0). Which model the solver leaves out is its choice among equal
+    optima, so the message names only what holds whatever it chose: the models no pipeline
+    fits on their own, or that the models fit one by one but not together."""
+    if status != "optimal":
+        return HetserveError(
+            f"plan: the solver found no plan serving every one of {', '.join(models)} on "
+            f"{cluster} ({status}); raise --time-limit or plan fewer models"
+        )
+
+    def fits_alone(c: Candidate) -> bool:
+        need: dict[str, int] = {}
+        for st in c.stages:  # every stage takes at least one GPU of its type
+            need[st.gpu] = need.get(st.gpu, 0) + 1
+        return all(counts.get(t, 0) >= n for t, n in need.items())
+
+    alone = [m for m in models if not any(fits_alone(c) for c in cands if c.model == m)]
+    n = sum(counts.values())
+    devices = f"{n} device{'s' if n != 1 else ''}"
+    if alone:
+        return HetserveError(
+            f"plan: no pipeline of {', '.join(alone)} fits on {cluster} "
+            f"({devices}: each stage needs devices of its own); use a larger "
+            f"cluster or a looser SLO"
+        )
+    return HetserveError(
+        f"plan: {cluster} cannot serve {', '.join(models)} at once: each fits alone, but "
+        f"every plan leaves one of them without throughput ({devices}); "
+        f"plan fewer models or use a larger cluster"
+    )

@@ -3,8 +3,10 @@ constraints) on small clusters, by exhaustive search, to measure the colony's ga
 
 Every stage count, every ordered choice of distinct free GPUs, and for every cut every
 simple switch path between the two GPUs' switches (over links with bandwidth left) is
-tried; the requirement check is the colony's (``state.best_cuts``: the cuts with the
-shortest pipeline cycle). Branches whose cost already reaches the best found are cut. The
+tried; the requirement check is the colony's (``state.best_cuts``, exact: a cut meeting
+the requirements is found whenever one exists). Branches whose cost already reaches the
+best found are cut. ``tests/planning/test_rampa_exact.py`` checks the result against a
+brute force over every GPU sequence, path and cut written from the paper's formulas. The
 search grows as ``GPUs^stages x paths^cuts``: meant for a handful of switches and GPUs.
 """
 

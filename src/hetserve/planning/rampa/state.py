@@ -118,25 +118,26 @@ def _cut_dp(
     svc: Service,
     gpus: Sequence[str],
     paths: Sequence[Sequence[str]] | None,
+    bound_s: float | None = None,
 ) -> tuple[float, list[int]] | None:
-    """The shortest pipeline cycle over stage cuts (a dynamic programme over cut positions:
-    the largest stage time or cut delay so far, minimised) and its bounds; ``paths=None``
-    relaxes the cuts (no delay, no bandwidth)."""
+    """A dynamic programme over cut positions. Without ``bound_s``: the shortest pipeline
+    cycle (the largest stage time or cut delay, minimised) and its bounds. With it: the
+    smallest sum of cut delays over the cuts whose every stage time and cut delay is at
+    most ``bound_s``, and its bounds. Memory, bandwidth and the throughput requirement hold
+    either way; ``paths=None`` relaxes the cuts (no delay, no bandwidth)."""
     net, ops = state.net, svc.ops
     n, s = len(ops), len(gpus)
     if s > n:
         return None
-    cap = 1.0 / svc.throughput_tps  # the cycle may not exceed this
+    cap = (1.0 / svc.throughput_tps) * (1 + 1e-9)  # the cycle may not exceed this
+    add = bound_s is not None
+    if add:
+        cap = min(cap, bound_s)
     prefix_t = [_prefix_s(ops, net.gpus[g]) for g in gpus]
     prefix_m = _prefix_bytes(ops)
-    cuts = []  # per path: (propagation and switching, bottleneck bit/s, bit/s it can carry)
-    links = net.cluster.links
-    for path in paths or ():
-        head = sum(links[x].delay_s for x in path)
-        bw = min(links[x].bw_gbps for x in path) * 1e9
-        cuts.append((head, bw, min(min(links[x].bw_gbps * 1e9, state.room_bps(x)) for x in path)))
+    cuts = _path_terms(state, paths)
     inf = math.inf
-    # best[k][j]: smallest cycle so far with stages 0..k-1 covering ops[:j]
+    # best[k][j]: the best value so far with stages 0..k-1 covering ops[:j]
     best = [[inf] * (n + 1) for _ in range(s + 1)]
     arg = [[-1] * (n + 1) for _ in range(s + 1)]
     best[0][0] = 0.0
@@ -155,8 +156,16 @@ def _cut_dp(
                 c = head + received * 8 / bw  # perf.comm_delay_s
                 if c > cap:
                     continue
-            base = cur[i] if cur[i] > c else c
             t0, m_room = row_t[i], mem_cap - received + prefix_m[i]
+            if add:  # a stage adds nothing to the sum; it must only fit the bound
+                base = cur[i] + c
+                for j in range(i + 1, n - (s - k - 1) + 1):
+                    if prefix_m[j] > m_room or row_t[j] - t0 > cap:
+                        break
+                    if base < nxt[j]:
+                        nxt[j], nxt_arg[j] = base, i
+                continue
+            base = cur[i] if cur[i] > c else c
             for j in range(i + 1, n - (s - k - 1) + 1):
                 t = row_t[j] - t0
                 if prefix_m[j] > m_room or t > cap:
@@ -171,6 +180,49 @@ def _cut_dp(
         bounds.append(arg[k][bounds[-1]])
     bounds.reverse()
     return best[s][n], bounds
+
+
+def _path_terms(
+    state: ClusterState, paths: Sequence[Sequence[str]] | None
+) -> list[tuple[float, float, float]]:
+    """Per path: (propagation and switching, bottleneck bit/s, bit/s it can still carry)."""
+    links = state.net.cluster.links
+    out = []
+    for path in paths or ():
+        head = sum(links[x].delay_s for x in path)
+        bw = min(links[x].bw_gbps for x in path) * 1e9
+        out.append((head, bw, min(min(links[x].bw_gbps * 1e9, state.room_bps(x)) for x in path)))
+    return out
+
+
+def _cycle_bounds(
+    state: ClusterState,
+    svc: Service,
+    gpus: Sequence[str],
+    paths: Sequence[Sequence[str]],
+    lo_s: float,
+    hi_s: float,
+) -> list[float]:
+    """Every value a cut's pipeline cycle can take in ``[lo_s, hi_s]``: the times of every
+    stage (operation range on its GPU) and the delays of every cut, sorted, distinct."""
+    ops, n, s = svc.ops, len(svc.ops), len(gpus)
+    out: set[float] = set()
+    for k, g in enumerate(gpus):
+        row = _prefix_s(ops, state.net.gpus[g])
+        for i in range(k, n - (s - k) + 1):
+            t0 = row[i]
+            for j in range(i + 1, n - (s - k - 1) + 1):
+                t = row[j] - t0
+                if t > hi_s:
+                    break
+                if t >= lo_s:
+                    out.add(t)
+    for k, (head, bw, _) in enumerate(_path_terms(state, paths)):
+        for i in range(k + 1, n - (s - k - 1) + 1):  # the cut after stage k follows ops[i-1]
+            c = head + ops[i - 1].out_bytes * 8 / bw
+            if lo_s <= c <= hi_s:
+                out.add(c)
+    return sorted(out)
 
 
 _PREFIX_S: dict[tuple, list[float]] = {}
@@ -208,16 +260,45 @@ def best_cuts(
 ) -> tuple[tuple[int, ...], Estimate] | None:
     """The requirement check: stage cuts for these GPUs and paths (in stage order) that
     meet the service's throughput, latency and memory requirements and whose cuts' traffic
-    the paths carry; among them the one with the shortest pipeline cycle. None when no cut
-    meets them."""
+    the paths carry; among them one with the shortest pipeline cycle. None when no cut
+    meets them.
+
+    Exact: the latency is ``S x cycle + sum of cut delays``, so the shortest cycle alone
+    can miss a deadline that a cut with a longer cycle and smaller cut delays meets. For
+    each value ``T`` the cycle can take (a stage time or a cut delay, from the shortest
+    cycle up), the cut with the smallest sum of cut delays among those with every stage
+    and cut within ``T`` is found; the first ``T`` with ``S x T + sum <= deadline`` holds
+    a cut that meets the requirements with the shortest cycle of any that does (any such
+    cut, at its own cycle, would have been found there or earlier)."""
     hit = _cut_dp(state, svc, gpus, paths)
     if hit is None:
         return None
+    cap = (1.0 / svc.throughput_tps) * (1 + 1e-9)  # as in the DP
+    deadline = svc.latency_s * (1 + 1e-9)
     est = estimate(state.net, svc.ops, hit[1], gpus, paths)
-    cap = 1.0 / svc.throughput_tps
-    if est.cycle_s > cap * (1 + 1e-9) or est.latency_s > svc.latency_s * (1 + 1e-9):
+    if est.cycle_s > cap:
         return None
-    return tuple(hit[1]), est
+    if est.latency_s <= deadline:
+        return tuple(hit[1]), est
+    s = len(gpus)
+    if s == 1:
+        return None  # one stage: its only cut is the one above
+    floor = _cut_dp(state, svc, gpus, paths, cap)  # the smallest sum at any cycle
+    if floor is None or s * hit[0] + floor[0] > deadline:
+        return None
+    hi = min(cap, (deadline - floor[0]) / s)
+    for t in _cycle_bounds(state, svc, gpus, paths, hit[0], hi):
+        if s * t + floor[0] > deadline:
+            break
+        got = _cut_dp(state, svc, gpus, paths, t)
+        if got is None or s * t + got[0] > deadline:
+            continue
+        est = estimate(state.net, svc.ops, got[1], gpus, paths)
+        if est.cycle_s <= cap and est.latency_s <= deadline:
+            return tuple(got[1]), est
+        if got[0] <= floor[0]:
+            break  # the sum cannot fall further; a longer cycle only adds latency
+    return None
 
 
 def could_meet(state: ClusterState, svc: Service, gpus: Sequence[str]) -> bool:
