@@ -85,7 +85,7 @@ def test_cli_writes_results_and_report(capsys, tmp_path):
     [
         (["--cases", "5"], "--cases: expected cases among 1..4"),
         (["--cases", "x"], "--cases: expected integers"),
-        (["--combos", "0"], "--combos: expected 1..288"),
+        (["--combos", "0"], "'--combos': 0 is not in the range 1<=x<=288"),
         (["--clusters", "hc1-s"], "needs a switched topology"),
         (["--clusters", "nosuch"], "nosuch"),
         (["--serve", "-1"], "--serve"),

@@ -115,6 +115,31 @@ def test_exact_equals_brute_force_and_beats_the_baselines(rows, n_a, n_b, rates)
     assert len(ex.gpu_of) + len(ex.rejected) == len(streams)
 
 
+@pytest.mark.parametrize(
+    ("reply", "needle"),
+    [
+        (("time_limit", 0.0, "x"), "without an optimum (time_limit)"),
+        (("optimal", 0.0, "half"), "not integral (a value 0.5"),
+    ],
+)
+def test_exact_checks_the_lps_status_and_integrality(monkeypatch, reply, needle):
+    """A status other than optimal, or a fractional value, is an error, never rounded."""
+    import numpy as np
+
+    import hetserve.planning.milp as milp
+
+    streams, opts = _table([(1.0, 2.0), (3.0, 1.0)])
+
+    def fake(a, *args, **kw):
+        n = a.shape[1]
+        x = np.full(n, 0.5) if reply[2] == "half" else np.eye(1, n).ravel()
+        return reply[0], reply[1], x
+
+    monkeypatch.setattr(milp, "solve_highs", fake)
+    with pytest.raises(HetserveError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        assign("exact", streams, {"A": 1, "B": 1}, opts)
+
+
 def test_options_over_real_models_and_gpus():
     from hetserve.core.latency import RooflineModel
 

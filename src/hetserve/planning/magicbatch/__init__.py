@@ -16,7 +16,9 @@ both is infeasible for the stream, with the reason recorded.
 **Assignment** (Eqs. 5-9). Each stream runs on one GPU of its own; the energy of an
 assignment is ``sum_m E_request(n_m, m) * r_m`` (J/s, Eq. 5 per second). ``exact`` solves
 the problem exactly: it is a rectangular assignment problem (streams x GPU instances),
-solved with SciPy's ``linear_sum_assignment``; a stream that cannot be placed (infeasible
+solved as a transportation LP over streams x GPU types with HiGHS (its matrix is totally
+unimodular, so the simplex's vertex optimum is integral; the status and the integrality are
+checked); a stream that cannot be placed (infeasible
 everywhere, or more streams than GPUs) is rejected, and the solver first places as many
 streams as possible, then minimises energy among those placements (rejection costs more
 than any placement). ``fcfs``: GPUs numbered by how advanced they are (oldest first, then

@@ -68,9 +68,11 @@ def exact_assignment(
     streams: Sequence[EdgeStream], inst: Sequence[str], options: Mapping[str, Mapping[str, Option]]
 ) -> Assignment:
     """A transportation problem over streams x GPU *types* (each type offers as many
-    places as it has GPUs): its constraint matrix is that of a bipartite graph, so the LP
-    optimum is integral; HiGHS solves it as an LP. Placing a stream earns more than any
-    energy difference, so the optimum places as many as possible first."""
+    places as it has GPUs): its constraint matrix is that of a bipartite graph (totally
+    unimodular), so every vertex of the LP is integral; HiGHS solves it as an LP (simplex:
+    a vertex optimum). The status must be optimal and every value integral (checked: an
+    error otherwise, never a rounded guess). Placing a stream earns more than any energy
+    difference, so the optimum places as many as possible first."""
     from scipy import sparse
 
     from hetserve.planning.milp import solve_highs
@@ -95,8 +97,14 @@ def exact_assignment(
             a, np.full(len(hi), -np.inf), hi, np.zeros(n), np.ones(n), power - big,
             np.zeros(n), 60.0,
         )  # fmt: skip
-        if x is None:
-            raise HetserveError(f"exact: the assignment LP found no solution ({status})")
+        if x is None or status != "optimal":
+            raise HetserveError(f"exact: the assignment LP ended without an optimum ({status})")
+        off = float(np.abs(x - np.round(x)).max())
+        if off > 1e-6:
+            raise HetserveError(
+                f"exact: the assignment LP's optimum is not integral (a value {off:.3g} from "
+                f"the nearest integer); this is a solver defect, please report it"
+            )
         used = dict.fromkeys(types, 0)
         for v, (i, k) in enumerate(pairs):
             if x[v] > 0.5:
