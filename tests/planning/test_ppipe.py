@@ -74,6 +74,21 @@ def test_milp_matches_brute_force(data):
     assert validate_plan(plan, cluster, lat, 0.4) == []
 
 
+def test_the_references_import_none_of_the_planner():
+    """The brute force and the plan validator check the planner, so they recompute from
+    the latency model and the cluster and import nothing from ``hetserve.planning``."""
+    import ast
+    import importlib
+
+    for name in ("hetserve.planning.bruteforce", "hetserve.planning.validate"):
+        mod = importlib.import_module(name)
+        tree = ast.parse(open(mod.__file__).read())
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + [
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        ]
+        assert not [m for m in imported if m.startswith("hetserve.planning")], (name, imported)
+
+
 RM = RooflineModel()
 MODELS = ["resnet50", "efficientnet-b0", "densenet121"]
 
