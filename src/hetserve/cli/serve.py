@@ -160,7 +160,13 @@ def _setup_logging(level: str, access_log: bool) -> None:
 )  # fmt: skip
 @click.option("--slo", help="Per-model SLOs in ms: m1=ms,m2=ms [default: 5 x batch-1 latency].")
 @click.option("--emulate", is_flag=True, help="Workers sleep for the latency model's time.")
-@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="cpu or cuda[:N]: where the start-up measurement of --profiles runs (workers run "
+    "on their planned GPU type's device).",
+)
 @click.option(
     "--engine",
     type=click.Choice(["ray", "threads"]),
