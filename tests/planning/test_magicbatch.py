@@ -251,6 +251,7 @@ def test_shared_is_optimal_and_never_above_exact(rows, n_a, n_b, park, deadline)
     streams, opts, gpus = _shared_table(rows, deadline_s=deadline)
     counts = {"A": n_a, "B": n_b}
     sh = shared(streams, counts, opts, gpus, park_idle=park)
+    assert sh.solve.get("status", "optimal") == "optimal"  # no solve when nothing fits
     placed, power = _brute_shared(streams, counts, opts, gpus, park)
     assert len(sh.gpu_of) == placed
     assert total_power_w(sh, streams, gpus, counts, park) == pytest.approx(power, abs=1e-6)
@@ -273,3 +274,21 @@ def test_shared_packs_streams_onto_fewer_gpus():
     assert total_power_w(sh, streams, gpus, counts, True) < total_power_w(
         ex, streams, gpus, counts, True
     )
+
+
+def test_a_node_limited_shared_solve_says_so():
+    """The MagicBatch study's 15 streams on 10 GPUs of each type: one branch-and-bound node
+    does not prove the optimum, and the plan says so (status and gap in its meta)."""
+    from hetserve.core.latency import RooflineModel
+    from hetserve.experiments.magicbatch.study import MagicBatchConfig, edge_cluster
+    from hetserve.planning.magicbatch import plan_streams, random_streams
+
+    cfg = MagicBatchConfig()
+    cluster = edge_cluster(10)
+    gpus = {g.name: g for g in cluster.gpu_types()}
+    streams = random_streams(15, cfg.models, 15)
+    plan, a, _ = plan_streams("shared", streams, cluster.gpu_counts(), gpus,
+                              RooflineModel(catalog=cluster.catalog), park_idle=True,
+                              shared_limits={"time_limit_s": 600.0, "max_nodes": 1})  # fmt: skip
+    assert a.solve["status"] == "node_limit" and a.solve["gap"] > 0
+    assert plan.meta["solve"]["status"] == "node_limit"

@@ -222,6 +222,8 @@ def run_point(cfg: MagicBatchConfig, cluster: Cluster, lat: LatencyModel, n: int
             "gpus_used": len(set(a.gpu_of.values())),
             "sim": sim,
         }
+        if a.solve:  # shared's MILP: proven optimal, or stopped at its node limit
+            out["methods"][method]["solve"] = {"status": a.solve["status"], "gap": a.solve["gap"]}
     if "fcfs" not in plans:
         plans["fcfs"], _ = plan_method("fcfs", streams, cluster, lat, seed)
     tf = {"max_batch": cfg.tf_batch, "max_queue_delay_s": cfg.tf_timeout_ms / 1e3}

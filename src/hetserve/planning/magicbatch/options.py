@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import GpuType
@@ -104,6 +105,9 @@ class Assignment:
     gpu_of: dict[str, str]  # stream -> GPU instance
     option_of: dict[str, Option]
     rejected: dict[str, str] = field(default_factory=dict)  # stream -> why
+    # for a solver's assignment: its status ("optimal" = proven; "node_limit" or
+    # "time_limit" = the best found when the search stopped) and relative MIP gap
+    solve: dict[str, Any] = field(default_factory=dict)
 
     def power_w(self, streams: Sequence[EdgeStream]) -> float:
         rate = {s.name: s.rate_rps for s in streams}

@@ -156,7 +156,7 @@ def plan_streams(
                 "placed": len(a.gpu_of),
                 "rejected": len(a.rejected),
             },
-            "solve": {"gpus": dict(counts), "streams": len(streams)},
+            "solve": {"gpus": dict(counts), "streams": len(streams), **a.solve},
         },
         groups=groups,
         assignments=records,

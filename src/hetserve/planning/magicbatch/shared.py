@@ -150,13 +150,17 @@ def shared(
     integer = np.ones(n_var)
     integer[t0:] = 0
     left_s = max(0.1, time_limit_s - (time.perf_counter() - t_start) - SOLVE_MARGIN_S)
-    status, _gap, x = solve_highs(
+    status, gap, x = solve_highs(
         a, lo, hi, np.zeros(n_var), col_hi, cost, integer,
         left_s, 1e-9, start, max_nodes,
     )  # fmt: skip
     if x is None:
         raise HetserveError(f"shared: the MILP found no solution ({status})")
-    return _shared_result(streams, inst, pairs, x, options)
+    out = _shared_result(streams, inst, pairs, x, options)
+    if status not in ("optimal", "time_limit"):  # HiGHS's solution limit: the node bound
+        status = "node_limit" if max_nodes is not None and "SolutionLimit" in status else status
+    out.solve.update(status=status, gap=gap, max_nodes=max_nodes)
+    return out
 
 
 def _shared_result(
