@@ -1,7 +1,7 @@
 """What produced a result: the versions of hetserve and the libraries that decide its
 numbers, the git commit of the source, and the command line. Every ``results.json`` of
 ``hetserve reproduce`` carries it under ``provenance``, and every benchmark prints it
-first (docs/formats.md#provenance)."""
+first (docs/formats.md, "Provenance")."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+"""What produced a result: versions, commit and command, in every results.json and as the
+first line of every benchmark."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hetserve.core import provenance as P
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_versions_commit_and_command():
+    p = P.provenance(["/x/bin/hetserve", "reproduce", "rampa", "--out", "a b"])
+    assert p["command"] == "hetserve reproduce rampa --out 'a b'"
+    assert p["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    import numpy
+
+    assert p["versions"]["numpy"] == numpy.__version__
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    if head:  # a git checkout (CI's clone is one)
+        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", p["git_commit"])
+        assert p["git_commit"].startswith(head)
+
+
+def test_a_script_is_named_as_run():
+    assert P.command_line(["benchmarks/bench_sim.py", "--n", "3"]) == (
+        "python benchmarks/bench_sim.py --n 3"
+    )
+    line = P.provenance_line(["benchmarks/bench_sim.py"])
+    assert line.startswith("command: python benchmarks/bench_sim.py; python ")
+    assert "highspy" in line and "commit " in line
+
+
+def test_every_benchmark_prints_its_provenance_first():
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        tree = ast.parse(script.read_text())
+        main = next(
+            (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None
+        )
+        assert main is not None, script.name
+        first = next(n for n in main.body if not isinstance(n, ast.Expr)
+                 or not isinstance(n.value, ast.Constant))  # fmt: skip
+        assert "provenance_line" in ast.unparse(first), script.name
