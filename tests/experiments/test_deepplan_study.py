@@ -45,6 +45,7 @@ def test_fig11_orders_the_kinds_and_matches_the_paper_s_shape(results):
 def test_table4_two_cold_starts_at_once_are_slower_but_beat_pipeswitch(results):
     for m, (ps, one, two) in results["table4"].items():
         assert one < two, m  # sharing the host links costs
+        assert two < ps, m  # yet two PT+DHA cold starts at once beat PipeSwitch alone
         assert one == pytest.approx(results["fig11"][m]["pt+dha"], rel=1e-9)
         assert ps == pytest.approx(results["fig11"][m]["pipeswitch"], rel=1e-9)
 
@@ -79,6 +80,9 @@ def test_the_command_writes_and_prints(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "BERT-Base: PT+DHA speed-up" in out
     assert (tmp_path / "results.json").exists() and (tmp_path / "report.html").exists()
+    f11 = json.loads((tmp_path / "results.json").read_text())["fig11"]["bert-base"]
+    speedup = f11["pipeswitch"] / f11["pt+dha"]
+    assert speedup > 1.5 and f"{speedup:.2f}x" in out  # the printed figure is the computed one
     bad = tmp_path / "bad.csv"
     bad.write_text("model,layer,kind,param_bytes,load_us,exec_gpu_us,exec_host_us\nm,0,L,1,x,1,1\n")
     rc = main(["reproduce", "deepplan", "--quick", "--layers", str(bad), "--out", str(tmp_path)])

@@ -66,9 +66,14 @@ def test_study_results_have_the_documented_shape(small_results):
             assert all(0 <= v <= 1.25 for v in per.values())
             curve = data["curves"]["hc1-s"]["T"][p][wl]
             assert [pt[0] for pt in curve] == sorted(pt[0] for pt in curve)
-            # each model's max is the last grid point before its first dip
+            # each model's max, written out: every point up to it meets 99%, the next
+            # point of the curve (if any) misses it, and it is 0 or a grid point
+            grid = [pt[0] for pt in curve]
             for m, v in per.items():
-                assert v == S.max_before_dip([(pt[0], pt[2][m]) for pt in curve], 0.99)
+                assert v == 0 or v in grid, (m, v)
+                assert all(pt[2][m] >= 0.99 for pt in curve if pt[0] <= v)
+                after = [pt[2][m] for pt in curve if pt[0] > v]
+                assert not after or after[0] < 0.99
     u = data["utilization"]["hc1-s"]["T"]["ppipe"]["poisson"]
     assert 0 <= u["low"] <= 1 and 0 <= u["high"] <= 1
     assert set(data["ablation"]["hc1-s"]["T"]) >= {"reservation", "reactive"}
@@ -83,9 +88,14 @@ def test_summary_rows_ratios(small_results):
     res, _ = small_results
     rows = S.summary_rows(res)
     assert [r[:2] for r in rows] == [["hc1-s", "poisson"], ["hc1-s", "bursty"]]
-    pp, np_ = float(rows[0][2]), float(rows[0][3])
-    if np_ > 0:
-        assert rows[0][5] == f"{pp / np_:.2f}x"
+    for row, wl in zip(rows, ("poisson", "bursty"), strict=True):
+        want = {p: res["hc1-s"]["T"][p][wl] for p in ("ppipe", "np", "dart-r")}
+        assert row[2:5] == [f"{want[p]:.3f}" for p in ("ppipe", "np", "dart-r")]
+        assert want["np"] > 0  # this fixture's NP serves: the ratio is defined
+        # the ratio from the per-model maxima, averaged here
+        per = res["per_model"]["hc1-s"]["T"]
+        mean = {p: sum(per[p][wl].values()) / len(per[p][wl]) for p in ("ppipe", "np")}
+        assert row[5] == f"{mean['ppipe'] / mean['np']:.2f}x"
 
 
 @pytest.mark.parametrize(
@@ -94,7 +104,7 @@ def test_summary_rows_ratios(small_results):
         (["--groups", "G9"], "unknown group 'G9'"),
         (["--group", "X"], "expected NAME=VALUE"),
         (["--clusters", "hc9-l"], "hc9-l"),
-        (["--duration", "0"], "--duration must be > 0"),
+        (["--duration", "0"], "'--duration': 0.0 is not in the range 0.0<x"),
         (["--lf-step", "2"], "--lf-step"),
     ],
 )

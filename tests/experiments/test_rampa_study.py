@@ -56,7 +56,34 @@ def test_the_study_collects_every_figure(tiny):
     assert must == [{"cluster": "rampa-base", "case": 1, "rampa": 6, "ncar_best": best,
                      "holds": best <= 6}]  # fmt: skip
     rows = S.summary_rows(tiny)
-    assert rows[0][2] == "all 16 settings"
+    assert rows[0][1] == f"{int(best <= 6)} of 1 settings"
+
+
+def test_collect_and_the_verdicts_on_hand_made_runs():
+    """Two settings: RAMPA places 3 where NCAR's combinations place 5 and 2 (RAMPA below
+    NCAR's best), and 4 where they place 1 and 4 (a tie): best, worst, mean and the
+    verdict rows worked out by hand."""
+    cfg = S.RampaConfig(clusters=("rampa-high-bw",), cases=(2, 3), combos=2)
+
+    def run(placed):
+        return {"placed": placed, "services": [], "times": [], "seconds": 0.0,
+                "stages": {"service1": placed}}  # fmt: skip
+
+    done = {("rampa", "rampa-high-bw", 2, -1): run(3), ("rampa", "rampa-high-bw", 3, -1): run(4)}
+    for k, ncar, pe in ((2, (5, 2), (1, 1)), (3, (1, 4), (2, 0))):
+        for i in range(2):
+            done[("ncar", "rampa-high-bw", k, i)] = run(ncar[i])
+            done[("pe", "rampa-high-bw", k, i)] = run(pe[i])
+    r = S.collect(cfg, done)
+    e2, e3 = r["fig7"]["rampa-high-bw"]["2"], r["fig7"]["rampa-high-bw"]["3"]
+    assert (e2["ncar"]["best"], e2["ncar"]["worst"], e2["ncar"]["mean"]) == (5, 2, 3.5)
+    assert (e3["pe"]["best"], e3["pe"]["worst"], e3["pe"]["mean"]) == (2, 0, 1.0)
+    assert (e2["ncar"]["best_stages"], e2["ncar"]["worst_stages"]) == ([5], [2])
+    assert [m["holds"] for m in r["rampa_not_below_ncar_best"]] == [False, True]
+    rows = {row[0]: row[1] for row in S.summary_rows(r)}
+    assert rows["Fig. 7: RAMPA >= NCAR's best of 2 combinations"] == "1 of 2 settings"
+    assert rows["Fig. 7: RAMPA over NCAR's best (min / max)"] == "-40.0% / +0.0%"  # 3/5, 4/4
+    assert rows["Fig. 7: NCAR's mean >= PE's mean"] == "2 of 2 settings"
 
 
 def test_cli_writes_results_and_report(capsys, tmp_path):

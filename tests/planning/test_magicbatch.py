@@ -15,7 +15,6 @@ from hetserve.planning.magicbatch import (
     Option,
     assign,
     batch_choice,
-    brute_force,
     stream_options,
 )
 
@@ -29,7 +28,9 @@ def test_the_largest_batch_that_meets_the_deadline_and_keeps_up():
     o = batch_choice(LAT, EdgeStream("s", "m", 100.0, 0.150), V100)
     assert o.batch == 9
     assert o.latency_s == pytest.approx(0.08 + 0.065)
-    assert o.energy_j == pytest.approx(LAT.energy("m", V100, 1, 9) / 9)
+    # by hand: exec = 65 ms, busy 45 of it (u = 45/65), V100 power 40 + 260 (0.3 + 0.7 u)
+    # = 244 W, so a request costs 0.065 x 244 / 9 J
+    assert o.energy_j == pytest.approx(0.065 * 244.0 / 9)
     # at 10 req/s the wait dominates: B = 2 (0.1 s + 30 ms); B = 3 would wait 0.2 s
     assert batch_choice(LAT, EdgeStream("s", "m", 10.0, 0.150), V100).batch == 2
 
@@ -103,16 +104,50 @@ def test_exact_equals_brute_force_and_beats_the_baselines(rows, n_a, n_b, rates)
     streams, opts = _table(rows)
     streams = [EdgeStream(s.name, "m", float(r), 1.0) for s, r in zip(streams, rates, strict=False)]
     counts = {"A": n_a, "B": n_b}
-    placed, power = brute_force(streams, counts, opts)
+    placed, power = _brute_one_per_gpu(rows, rates, counts)
     ex = assign("exact", streams, counts, opts)
     assert len(ex.gpu_of) == placed
-    assert ex.power_w(streams) == pytest.approx(power)
+    assert _power(ex, rows, rates) == pytest.approx(power)
     for method in ("fcfs", "greedy"):
         other = assign(method, streams, counts, opts)
         assert len(other.gpu_of) <= placed
         if len(other.gpu_of) == placed:
-            assert other.power_w(streams) >= power - 1e-9
+            assert _power(other, rows, rates) >= power - 1e-9
     assert len(ex.gpu_of) + len(ex.rejected) == len(streams)
+
+
+def _power(a, rows, rates):
+    """Eq. 5 per second, written out: energy per request on the stream's GPU type x rate."""
+    return sum(rows[int(s[1:])]["AB".index(g[0])] * rates[int(s[1:])] for s, g in a.gpu_of.items())
+
+
+def _brute_one_per_gpu(rows, rates, counts):
+    """(streams placed, J/s) of the best one-stream-per-GPU assignment, by trying every
+    choice of a GPU type or none per stream (GPUs of a type are interchangeable), written
+    from the table alone: more streams first, then less energy."""
+    best = (0, 0.0)
+    for pick in itertools.product((None, 0, 1), repeat=len(rows)):
+        if any(p is not None and rows[i][p] is None for i, p in enumerate(pick)):
+            continue  # infeasible there
+        if pick.count(0) > counts["A"] or pick.count(1) > counts["B"]:
+            continue
+        n = sum(p is not None for p in pick)
+        j = sum(rows[i][p] * rates[i] for i, p in enumerate(pick) if p is not None)
+        if n > best[0] or (n == best[0] and j < best[1]):
+            best = (n, j)
+    return best
+
+
+def test_exact_weighs_energy_by_rate():
+    """Rates 2 and 1: s0 costs 100 J on A and 110 J on B, s1 50 J and 200 J. Greedy takes
+    A for s0 (2 x 100 + 1 x 200 = 400 J/s); the optimum puts s0 on B and s1 on A
+    (2 x 110 + 1 x 50 = 270 J/s)."""
+    streams, opts = _table([(100.0, 110.0), (50.0, 200.0)])
+    streams = [EdgeStream(s.name, "m", r, 1.0) for s, r in zip(streams, (2.0, 1.0), strict=True)]
+    greedy = assign("greedy", streams, {"A": 1, "B": 1}, opts)
+    exact = assign("exact", streams, {"A": 1, "B": 1}, opts)
+    assert greedy.power_w(streams) == 400.0 and exact.power_w(streams) == 270.0
+    assert exact.gpu_of == {"s0": "B#0", "s1": "A#0"}
 
 
 @pytest.mark.parametrize(

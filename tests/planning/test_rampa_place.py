@@ -13,9 +13,9 @@ from hetserve.cli import main
 from hetserve.core.presets import preset
 from hetserve.planning.rampa.aco import AcoParams, pipeedge, rampa
 from hetserve.planning.rampa.network import RampaNet
-from hetserve.planning.rampa.perf import estimate, fits
 from hetserve.planning.rampa.place import place_sequence, request_sequence, table_v_services
 from hetserve.planning.rampa.state import ClusterState
+from tests.planning.test_rampa_exact import ref_cut, ref_meets
 from tests.planning.test_rampa_model import cluster
 
 FAST = AcoParams(agents=6, generations=3)
@@ -23,25 +23,29 @@ TYPES = ["L4", "V100-32GB", "A30", "T4"]
 
 
 def check_invariants(state):
+    """Every placement meets its requirements by the formulas written out in
+    test_rampa_exact (not the placer's estimate), and every link carries what the
+    placements' cuts send, recomputed here, within its capacity."""
     net = state.net
     taken = [g for p in state.placed for g in p.gpus]
     assert len(taken) == len(set(taken))  # a GPU serves one service
     assert not set(taken) & state.free
-    for link, used in state.used_bps.items():
-        lk = net.cluster.links[link]
-        assert used <= lk.bw_gbps * 1e9 * lk.lanes * (1 + 1e-9), link
+    load: dict[str, float] = {}
     for p in state.placed:
         svc = p.service
-        again = estimate(net, svc.ops, p.bounds, p.gpus, p.paths)
-        assert again == p.est
-        assert p.est.throughput_tps >= svc.throughput_tps * (1 - 1e-9)
-        assert p.est.latency_s <= svc.latency_s * (1 + 1e-9)
-        assert fits(net, p.est, p.gpus)
-        for path, bps in zip(p.paths, p.traffic_bps(), strict=True):
-            assert all(bps <= net.cluster.links[x].bw_gbps * 1e9 * (1 + 1e-9) for x in path)
-            # a path joins its two stages' GPUs
+        assert ref_meets(svc, ref_cut(net, svc, p.bounds, p.gpus, p.paths)), p.to_json()
         for k, path in enumerate(p.paths):
+            # a path joins its two stages' GPUs
             assert path[0] == net.gpus[p.gpus[k]].up and path[-1] == net.gpus[p.gpus[k + 1]].down
+            bps = svc.throughput_tps * 8 * svc.ops[p.bounds[k + 1] - 1].out_bytes
+            for x in path:
+                assert bps <= net.cluster.links[x].bw_gbps * 1e9 * (1 + 1e-9), x  # one lane
+                load[x] = load.get(x, 0.0) + bps
+    for link, bps in load.items():
+        lk = net.cluster.links[link]
+        assert bps <= lk.bw_gbps * 1e9 * lk.lanes * (1 + 1e-9), link
+        assert state.used_bps.get(link, 0.0) == pytest.approx(bps, rel=1e-9), link
+    assert {x for x, v in state.used_bps.items() if v} <= set(load)
 
 
 @settings(max_examples=10, deadline=None)

@@ -405,6 +405,7 @@ RESERVED_KEYS = (
     "summary",
     "paper",
     "config",
+    "provenance",  # added by report.write_results
 )
 
 

@@ -29,7 +29,7 @@ it (section 5.1).
 
 from __future__ import annotations
 
-from hetserve.planning.magicbatch.assign import assign, brute_force
+from hetserve.planning.magicbatch.assign import assign
 from hetserve.planning.magicbatch.options import (
     METHODS,
     Assignment,
@@ -50,7 +50,7 @@ from hetserve.planning.magicbatch.shared import shared, total_power_w, utilisati
 
 __all__ = [
     "METHODS", "STREAM_COLUMNS", "Assignment", "EdgeStream", "Option", "PsoGaParams",
-    "assign", "batch_choice", "brute_force", "gpu_instances", "plan_streams", "pso_ga",
+    "assign", "batch_choice", "gpu_instances", "plan_streams", "pso_ga",
     "random_streams", "read_streams", "shared", "stream_options", "total_power_w",
     "utilisation",
 ]  # fmt: skip

@@ -1,9 +1,8 @@
 """One stream per GPU: ``exact`` (a transportation LP), ``fcfs`` and ``greedy``
-(section 5.1), and brute force for tests."""
+(section 5.1). The tests check ``exact`` against a brute force of their own."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -122,33 +121,3 @@ def exact_assignment(
                 if any(o.feasible for o in opts.values()) else reject_reason(opts)
             )  # fmt: skip
     return Assignment("exact", gpu_of, opt_of, rejected)
-
-
-def brute_force(
-    streams: Sequence[EdgeStream],
-    counts: Mapping[str, int],
-    options: Mapping[str, Mapping[str, Option]],
-) -> tuple[int, float]:
-    """(streams placed, power) of the best assignment, by trying every one (small cases)."""
-    inst = gpu_instances(counts)
-    if len(streams) > 7 or len(inst) > 7:
-        raise HetserveError("brute force: at most 7 streams and 7 GPUs")
-    best = (0, 0.0)
-    choices = [None, *inst]
-    for pick in itertools.product(choices, repeat=len(streams)):
-        used = [p for p in pick if p is not None]
-        if len(used) != len(set(used)):
-            continue
-        placed, power, ok = 0, 0.0, True
-        for s, p in zip(streams, pick, strict=True):
-            if p is None:
-                continue
-            o = options[s.name][type_of(p)]
-            if not o.feasible:
-                ok = False
-                break
-            placed += 1
-            power += o.power_w(s.rate_rps)
-        if ok and (placed > best[0] or (placed == best[0] and power < best[1] - 1e-12)):
-            best = (placed, power)
-    return best
