@@ -234,6 +234,14 @@ def test_deepplan_plan_prints_every_kind_and_writes_load_plans(capsys, tmp_path)
         assert kind in out
     data = json.loads(f.read_text())
     lp = data["load_plans"]["bert-base"]
+    # the printed cold starts: the kinds' order holds, and the written kind's is the file's
+    row = next(line for line in out.splitlines() if "bert-base" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    cold = dict(zip(("baseline", "pipeswitch", "dha", "pt", "pt+dha", "optimal"),
+                    map(float, cells[5:11]), strict=True))  # fmt: skip
+    assert cold["optimal"] <= cold["dha"] <= cold["pipeswitch"] <= cold["baseline"]
+    assert cold["pt+dha"] <= cold["pt"] <= cold["pipeswitch"]
+    assert cold["dha"] == pytest.approx(lp["predicted"]["cold_ms"], abs=0.005)
     assert lp["kind"] == "dha" and lp["gpu"] == "V100-16GB" and lp["layers"] == len(lp["parts"])
     assert 0 in lp["dha"] and lp["predicted"]["cold_ms"] > lp["predicted"]["warm_ms"]
     back = Plan.load(f)
