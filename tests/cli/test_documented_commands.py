@@ -102,3 +102,51 @@ def test_the_quick_documented_commands_run_as_written(capsys, tmp_path, monkeypa
     # and the one that reads what an earlier one wrote
     assert main(["trace", "stats", "a.csv", "--plot", "rate.png"]) == 0
     assert (tmp_path / "rate.png").stat().st_size > 0
+
+
+def _cited():
+    """(doc, text) for every backticked source path (``x/y.py``, optionally ``: name``) and
+    dotted module reference (``hetserve.a.b`` or ``core.a.b``) in the README and docs/."""
+    paths, modules = [], []
+    for doc in DOCS:
+        text = doc.read_text()
+        for m in re.finditer(r"`([\w/.-]+\.py)(?::\s*(\w+))?`", text):
+            paths.append((doc.name, m.group(1), m.group(2)))
+        pattern = (r"`((?:hetserve\.)?(?:core|planning|sim|runtime|experiments|scheduling|"
+                   r"workload|zoo|profiling|cli)\.[\w.]+)`")  # fmt: skip
+        for m in re.finditer(pattern, text):
+            modules.append((doc.name, m.group(1)))
+    return paths, modules
+
+
+def test_every_cited_file_function_and_module_exists():
+    import importlib
+
+    src = ROOT / "src" / "hetserve"
+    paths, modules = _cited()
+    assert paths and modules
+    missing = []
+    for doc, path, name in paths:
+        found = [p for p in (ROOT / path, src / path) if p.is_file()]
+        if not found and "/" not in path:  # a bare file name, in the section's package
+            found = sorted(src.rglob(path))
+        if not found:
+            missing.append(f"{doc}: {path}")
+        elif name and not any(re.search(rf"^\s*(def|class) {name}\b", f.read_text(), re.M)
+                              for f in found):  # fmt: skip
+            missing.append(f"{doc}: {path}: {name}")
+    for doc, dotted in modules:
+        parts = (dotted if dotted.startswith("hetserve.") else f"hetserve.{dotted}").split(".")
+        for i in range(len(parts), 1, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for attr in parts[i:]:
+                obj = getattr(obj, attr, None)
+            if obj is None:
+                missing.append(f"{doc}: {dotted}")
+            break
+        else:
+            missing.append(f"{doc}: {dotted}")
+    assert not missing, missing
