@@ -51,23 +51,36 @@ class VerdictConfig:
     magicbatch: MB.MagicBatchConfig = field(default_factory=MB.MagicBatchConfig)
 
 
-# name -> (what is compared, side A, side B, higher is better, grid step of the measure)
-HEADLINES: dict[str, tuple[str, str, str, bool, float]] = {
-    "ppipe_over_np": ("max load factor, hc1-l, Poisson, mean over groups", "PPipe", "NP",
-                      True, 0.05),
-    "reservation_over_reactive": ("max load factor, hc2-l, G1 and G2, Poisson",
-                                  "reservation", "reactive", True, 0.05),
-    "flex_over_clockwork_maf-stable": ("goodput req/s at the highest load, MAF stable",
-                                       "FLEX", "Clockwork", True, 0.0),
-    "flex_over_clockwork_maf-bursty": ("goodput req/s at the highest load, MAF bursty",
-                                       "FLEX", "Clockwork", True, 0.0),
-    "ptdha_over_pipeswitch": ("Fig. 13 goodput at 180 instances, SLO 100 ms", "PT+DHA",
-                              "PipeSwitch", True, 0.0),
-    "rampa_over_ncar": ("services placed, rampa-base, same demand (NCAR: best of the "
-                        "sampled combinations)", "RAMPA", "NCAR", True, 1.0),
-    "magicbatch_over_tfserving": ("energy of the batches J, mean over stream counts",
-                                  "MagicBatch", "TF-Serving", False, 0.0),
-}  # fmt: skip
+# name -> (side A, side B, higher is better, grid step of the measure)
+HEADLINES: dict[str, tuple[str, str, bool, float]] = {
+    "ppipe_over_np": ("PPipe", "NP", True, 0.05),
+    "reservation_over_reactive": ("reservation", "reactive", True, 0.05),
+    "flex_over_clockwork_maf-stable": ("FLEX", "Clockwork", True, 0.0),
+    "flex_over_clockwork_maf-bursty": ("FLEX", "Clockwork", True, 0.0),
+    "ptdha_over_pipeswitch": ("PT+DHA", "PipeSwitch", True, 0.0),
+    "rampa_over_ncar": ("RAMPA", "NCAR", True, 1.0),
+    "magicbatch_over_tfserving": ("MagicBatch", "TF-Serving", False, 0.0),
+}
+
+
+def describe(cfg: VerdictConfig) -> dict[str, str]:
+    """What each headline compares, in this configuration's words."""
+    top = max(cfg.shepherd.loads_rps)
+    dp = cfg.deepplan
+    return {
+        "ppipe_over_np": f"max load factor, {cfg.ppipe_cluster}, Poisson, mean over "
+        f"{', '.join(cfg.ppipe_groups)}",
+        "reservation_over_reactive": f"max load factor of PPipe's plan, {cfg.ablation_cluster}, "
+        f"{', '.join(cfg.ablation_groups)}, Poisson",
+        "flex_over_clockwork_maf-stable": f"goodput req/s at {top:g} req/s, MAF stable",
+        "flex_over_clockwork_maf-bursty": f"goodput req/s at {top:g} req/s, MAF bursty",
+        "ptdha_over_pipeswitch": f"Fig. 13 goodput at {dp.fig13_instances[-1]} instances, "
+        f"SLO {dp.fig13_slos_ms[0]:g} ms",
+        "rampa_over_ncar": f"services placed, {cfg.rampa.clusters[0]}, case "
+        f"{cfg.rampa.cases[0]} (NCAR: best of {cfg.rampa.combos} combinations)",
+        "magicbatch_over_tfserving": "energy of the batches J, mean over "
+        f"{', '.join(map(str, cfg.magicbatch.stream_counts))} streams",
+    }
 
 
 def tasks(cfg: VerdictConfig) -> list[tuple]:
@@ -177,7 +190,9 @@ def collect(cfg: VerdictConfig, done: Mapping[tuple, Any]) -> dict[str, Any]:
         pairs["rampa_over_ncar"].append((done[("rampa", s, ("rampa", -1))], ncar))
         e = [done[("magicbatch", s, n)] for n in cfg.magicbatch.stream_counts]
         pairs["magicbatch_over_tfserving"].append((mean(x[0] for x in e), mean(x[1] for x in e)))
-    out = {name: verdict(name, pairs[name], list(cfg.seeds)) for name in HEADLINES}
+    what = describe(cfg)
+    out = {name: {"what": what[name], **verdict(name, pairs[name], list(cfg.seeds))}
+           for name in HEADLINES}  # fmt: skip
     return {"seeds": list(cfg.seeds), "headlines": out}
 
 
@@ -185,7 +200,7 @@ def verdict(name: str, pairs: Sequence[tuple[float, float]], seeds: list[int]) -
     """Both sides and their difference (A - B) per seed, mean and spread, and the verdict:
     A (or B) ahead only when the difference has the same sign on every seed and its
     smallest size is at least the measure's grid step; otherwise a tie."""
-    what, a_name, b_name, higher_better, step = HEADLINES[name]
+    a_name, b_name, higher_better, step = HEADLINES[name]
     a = [float(x) for x, _ in pairs]
     b = [float(y) for _, y in pairs]
     d = [x - y for x, y in pairs]
@@ -199,7 +214,7 @@ def verdict(name: str, pairs: Sequence[tuple[float, float]], seeds: list[int]) -
     else:
         call = "tie: the difference changes sign across seeds or is within the grid step"
     return {
-        "what": what, "a": a_name, "b": b_name, "higher_is_better": higher_better,
+        "a": a_name, "b": b_name, "higher_is_better": higher_better,
         "grid_step": step, "seeds": seeds, "a_values": a, "b_values": b,
         "a_mean": statistics.fmean(a), "b_mean": statistics.fmean(b),
         "diff_mean": statistics.fmean(d), "diff_min": min(d), "diff_max": max(d),
