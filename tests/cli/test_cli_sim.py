@@ -52,6 +52,12 @@ def test_simulate_writes_contract_files(capsys, tmp_path):
     workers = (out / "workers.csv").read_text().splitlines()
     assert workers[0] == "worker,gpu,share,busy_s,utilization,energy_j" and len(workers) == 17
     assert sum(s["energy_by_gpu_type_j"].values()) == pytest.approx(s["energy_j"])
+    # each type between idle and board power for the whole run: 4 L4 (16 W idle, 72 W
+    # board) and 12 P4 (7 W, 75 W) for the simulated seconds
+    t = s["simulated_s"]
+    assert t >= 2.0
+    for gpu, n, idle_w, tdp_w in (("L4", 4, 16.0, 72.0), ("P4", 12, 7.0, 75.0)):
+        assert n * idle_w * t <= s["energy_by_gpu_type_j"][gpu] <= n * tdp_w * t, gpu
     code, text, _ = run(capsys, "report", str(out))
     assert code == 0 and (out / "report.html").stat().st_size > 10_000
 
