@@ -289,8 +289,10 @@ def save_peer(out: dict, folder: str = RESULTS) -> None:
     import matplotlib.pyplot as plt
 
     os.makedirs(folder, exist_ok=True)
+    from hetserve.core.provenance import provenance
+
     with open(f"{folder}/peer.json", "w") as f:
-        json.dump(out, f, indent=1)
+        json.dump({**out, "provenance": provenance()}, f, indent=1)
     systems = list(dict.fromkeys(r["system"] for r in out["peer"]))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for name in systems:
