@@ -4,4 +4,5 @@ import sys
 
 from hetserve.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # the studies' worker processes import this module again
+    sys.exit(main())

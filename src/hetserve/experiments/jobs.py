@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TypeVar
@@ -19,7 +20,8 @@ def parallel_map(
 ) -> list[R]:
     """``fn`` over ``items`` in ``jobs`` processes (in this one when ``jobs <= 1``; ``fn``
     must then be a module-level function); results in the order they finish, each reported
-    as ``progress(label(result), done, total)``."""
+    as ``progress(label(result), done, total)``. Workers are started by a fork server, so
+    ``fn`` and its arguments must pickle (module-level functions, plain data)."""
     out: list[R] = []
 
     def note(r: R) -> None:
@@ -31,7 +33,10 @@ def parallel_map(
         for a in items:
             note(fn(a))
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
+        # forkserver, not fork: a process that has run HiGHS (1.16 keeps a thread pool)
+        # can deadlock a forked child's next solve; the workers start from a clean server
+        ctx = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
             for fut in as_completed([ex.submit(fn, a) for a in items]):
                 note(fut.result())
     return out
