@@ -78,7 +78,7 @@ def test_the_server_joins_a_running_cluster_and_leaves_it_running():
     start = [cli, "start", "--head", f"--port={port}", "--num-cpus=2",
              "--include-dashboard=false", f"--temp-dir={tmp}"]  # fmt: skip
     # in a process group of its own: every Ray process of this head inherits it, so the
-    # test stops exactly what it started (never `ray stop`, which ends every Ray cluster of
+    # test stops exactly what it started (never the ray CLI's stop, which ends every Ray cluster of
     # the user on this machine)
     head = subprocess.Popen(start, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             text=True, start_new_session=True)  # fmt: skip
