@@ -122,9 +122,7 @@ def reproduce_ppipe(
         changes["groups"] = _profile_groups(profiles)
     if workloads:
         changes["workloads"] = _named(workloads, "--workload")
-    if duration_s is not None:
-        if duration_s <= 0:
-            raise HetserveError(f"--duration must be > 0, got {duration_s}")
+    if duration_s is not None:  # > 0: its range is cli.common's
         changes["duration_s"] = duration_s
     if not 0 < lf_step <= lf_max:
         raise HetserveError(f"need 0 < --lf-step <= --lf-max, got {lf_step} and {lf_max}")
@@ -217,9 +215,7 @@ def reproduce_shepherd(
 
     cfg = S.quick_config() if quick else S.ShepherdConfig()
     changes: dict[str, Any] = {"seed": seed}
-    if duration_s is not None:
-        if duration_s <= 0:
-            raise HetserveError(f"--duration must be > 0, got {duration_s}")
+    if duration_s is not None:  # > 0: its range is cli.common's
         changes["duration_s"] = duration_s
     for opt, text, key, conv in (
         ("--loads", loads, "loads_rps", float),
@@ -235,9 +231,7 @@ def reproduce_shepherd(
             if not vals or min(vals) <= 0:
                 raise HetserveError(f"{opt}: expected positive numbers, got {text!r}")
             changes[key] = vals
-    if n_streams is not None:
-        if n_streams < 1:
-            raise HetserveError(f"--streams must be >= 1, got {n_streams}")
+    if n_streams is not None:  # >= 1: its range is cli.common's
         changes["n_streams"] = n_streams
     cfg = dataclasses.replace(cfg, **changes)
     n_jobs = _jobs(jobs)
