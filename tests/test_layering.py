@@ -12,6 +12,7 @@ ORDER = [
     "workload",
     "planning",
     "scheduling",
+    "engine",
     "sim",
     "runtime",
     "zoo",

@@ -65,8 +65,8 @@ def test_two_cold_starts_under_one_pcie_switch_interfere():
 def test_dha_runs_share_the_host_link_with_loads():
     """A DHA run's DHA part is slowed by the loads and other DHA runs on its GPU's host
     path (its own model's cold load excepted); loads count only loads."""
+    from hetserve.engine.links import HostLinks
     from hetserve.scheduling.protocol import Load
-    from hetserve.sim.loader import HostLinks
 
     names = ["bert-base@0", "bert-base@1"]
     plan, lat, pl = setup(names, "dha")

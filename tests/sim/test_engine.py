@@ -10,6 +10,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, PENDING
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.requests import Request, Stream
+from hetserve.engine.rules import ProtocolError
 from hetserve.experiments.setup import Setup, build_setup, build_trace, simulate
 from hetserve.scheduling import (
     BaseScheduler,
@@ -22,7 +23,7 @@ from hetserve.scheduling import (
     SetTimer,
     make_scheduler,
 )
-from hetserve.sim.engine import SimConfig, SimulationError, Simulator
+from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload import Poisson, generate
 from hetserve.workload.trace import Trace
 from tests.helpers import linear_setup
@@ -350,21 +351,21 @@ def test_protocol_violations_raise():
             w = next(iter(self.view.workers))
             return [Dispatch(1, "m", (r,), (RouteStep(0, w, now, (0, 1)),)), Drop((r,), "x")]
 
-    with pytest.raises(SimulationError, match="does not hold"):
+    with pytest.raises(ProtocolError, match="does not hold"):
         _sim(s, Twice(), _one([0.0])).run()
 
     class BadRoute(BaseScheduler):
         def on_arrival(self, r, now):
             return [Dispatch(1, "m", (r,), (RouteStep(0, "nope", now, (0, 1)),))]
 
-    with pytest.raises(SimulationError, match="unknown worker"):
+    with pytest.raises(ProtocolError, match="unknown worker"):
         _sim(s, BadRoute(), _one([0.0])).run()
 
     class Past(BaseScheduler):
         def on_arrival(self, r, now):
             return [SetTimer(now - 1, None)]
 
-    with pytest.raises(SimulationError, match="in the past"):
+    with pytest.raises(ProtocolError, match="in the past"):
         _sim(s, Past(), _one([1.0])).run()
 
 
@@ -450,7 +451,7 @@ def test_open_routes_park_and_gather():
 
 def test_open_route_errors_and_lost_sources():
     s = _two_stage_setup()
-    with pytest.raises(SimulationError, match="parked at block 5, the route starts at block 6"):
+    with pytest.raises(ProtocolError, match="parked at block 5, the route starts at block 6"):
         _sim(s, Gatherer(l4_block=6), _one([0.0, 0.0005], model="resnet50")).run()
 
     class Gap(BaseScheduler):
@@ -460,7 +461,7 @@ def test_open_route_errors_and_lost_sources():
             route = (RouteStep(0, p4, now, (0, 5)), RouteStep(2, l4, now, (5, 10)))
             return [Dispatch(1, r.model, (r,), route)]
 
-    with pytest.raises(SimulationError, match="consecutive stage numbers"):
+    with pytest.raises(ProtocolError, match="consecutive stage numbers"):
         _sim(s, Gap(), _one([0.0], model="resnet50")).run()
     # the worker holding parked activations is lost before they move on: the batch fails
     sched = Gatherer(gather_at=0.5)

@@ -33,7 +33,7 @@ class EmulatedExecutor:
         if not callable(getattr(lat, "load_timeline", None)):
             engine.clock.call_at(now, lambda: engine.load_finished(a, now))
             return
-        from hetserve.sim.loader import HostLinks
+        from hetserve.engine.links import HostLinks
 
         if self._links is None:
             self._links = HostLinks(engine.view.cluster)
@@ -107,7 +107,7 @@ class EmulatedExecutor:
         dha = lat.dha_s(model, w.gpu, w.share, batch)
         if dha <= 0:
             return dur
-        from hetserve.sim.loader import HostLinks
+        from hetserve.engine.links import HostLinks
 
         if self._links is None:
             self._links = HostLinks(engine.view.cluster)

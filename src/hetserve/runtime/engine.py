@@ -25,6 +25,11 @@ load plan) and reports the end through :meth:`RuntimeEngine.load_finished`. Open
 cuts a batch's output into per-request parts); a later dispatch gathers them over the
 links from every worker they are parked on.
 
+What an action means (the route and bookkeeping checks, the reports, the lost-worker
+rules, the bytes at a cut) is :mod:`hetserve.engine.rules`, shared with the simulator: a
+scheduler that breaks the protocol gets the same :class:`~hetserve.engine.rules.ProtocolError`
+from both.
+
 Faults: an executor that finds its worker gone (a dead Ray actor) calls
 :meth:`RuntimeEngine.worker_lost`; the scheduler hears of it first, then the batches on
 that worker come back to it (``reason="worker lost"``, protocol rule 9) to be re-dispatched
@@ -46,6 +51,26 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.engine.links import LinkTable
+from hetserve.engine.rules import (
+    ACTIVATIONS_LOST,
+    PARKED,
+    PREEMPTED,
+    check_dispatch,
+    check_load,
+    check_timer,
+    cut_bytes,
+    drop_not_held,
+    ended_twice,
+    load_report,
+    lost_reason,
+    not_held,
+    parked_elsewhere,
+    parked_sources,
+    stage_done_report,
+    stage_ended_report,
+    unknown_action,
+)
 from hetserve.scheduling.protocol import (
     RETURNED,
     ClusterView,
@@ -56,9 +81,7 @@ from hetserve.scheduling.protocol import (
     Preempt,
     Scheduler,
     SetTimer,
-    StageReport,
 )
-from hetserve.sim.links import LinkTable
 
 _EPS = 1e-12
 
@@ -173,7 +196,8 @@ class RuntimeEngine:
 
     # ------------------------------------------------------------------ entry points
     def start(self) -> None:
-        self._apply(self.scheduler.start(self.view, self.plan, self.clock.now()))
+        now = self.clock.now()
+        self._apply(self.scheduler.start(self.view, self.plan, now), now)
 
     def submit(self, request: Request, payload: Any = None) -> None:
         """A request arrives now; its outcome comes through ``on_done`` exactly once."""
@@ -185,55 +209,56 @@ class RuntimeEngine:
         self.held[request.id] = request
         if payload is not None:
             self.payloads[request.id] = payload
-        self._apply(self.scheduler.on_arrival(request, self.clock.now()))
+        now = self.clock.now()
+        self._apply(self.scheduler.on_arrival(request, now), now)
 
     # ------------------------------------------------------------------ actions
-    def _apply(self, actions: list[Any]) -> None:
-        now = self.clock.now()
+    def _apply(self, actions: list[Any], now: float) -> None:
+        """Carry out a scheduler's actions; ``now`` is the time the scheduler was given."""
         for a in actions:
             if type(a) is Dispatch:
                 self._dispatch(a, now)
             elif type(a) is SetTimer:
+                check_timer(a.at_s, now)
                 token = a.token
                 self.clock.call_at(a.at_s, lambda token=token: self._timer(token))
             elif type(a) is Drop:
                 for r in a.requests:
                     if self.held.pop(r.id, None) is None:
-                        raise HetserveError(f"Drop of request {r.id}, which is not held")
+                        raise drop_not_held(r)
                     self._finish(r, DROPPED, a.reason or "dropped", None)
             elif type(a) is Preempt:
                 self._preempt(a, now)
             elif type(a) is Load:
+                check_load(a, self._nblocks, self.running)
                 load = getattr(self.executor, "load", None)
                 if load is not None:
                     load(self, a, now)  # the executor calls load_finished
                     continue
-                rep = StageReport("load", -1, a.model, 0, a.worker, now, now, blocks=a.blocks)
-                self._apply(self.scheduler.on_stage_done(rep, now))
+                self._apply(self.scheduler.on_stage_done(load_report(a, now, now), now), now)
             elif type(a) is Evict:
+                check_load(a, self._nblocks, self.running)
                 evict = getattr(self.executor, "evict", None)
                 if evict is not None:
                     evict(self, a)
             else:
-                raise HetserveError(f"unknown action {a!r}")
+                raise unknown_action(a)
 
     def _timer(self, token: object) -> None:
-        self._apply(self.scheduler.on_timer(token, self.clock.now()))
+        now = self.clock.now()
+        self._apply(self.scheduler.on_timer(token, now), now)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
-        first = d.route[0].blocks[0]
-        if d.route[-1].blocks[1] > self._nblocks[d.model] or not d.requests:
-            raise HetserveError(f"Dispatch {d.batch_id}: no requests, or a route past the end")
+        first = check_dispatch(d, self._nblocks, self.running, self.batches)
+        held, parked = self.held, self.parked
         for r in d.requests:
-            at = self.parked.get(r.id)
+            if r.id not in held or r.model != d.model:
+                raise not_held(d, r)
+            at = parked.get(r.id)
             if (0 if at is None else at[0]) != first:
-                raise HetserveError(
-                    f"Dispatch {d.batch_id}: request {r.id} is at block "
-                    f"{0 if at is None else at[0]}, the route starts at block {first}"
-                )
+                raise parked_elsewhere(d, r, 0 if at is None else at[0])
         for r in d.requests:
-            if self.held.pop(r.id, None) is None:
-                raise HetserveError(f"Dispatch {d.batch_id}: request {r.id} is not held")
+            del held[r.id]
         b = _Batch(d, now)
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
             b.payload = [self.parked[r.id][2] for r in d.requests]
@@ -256,24 +281,21 @@ class RuntimeEngine:
         each over the links to the stage's worker (the simulator's rule); the stage may
         start when all have arrived. Activations parked on a lost worker are gone."""
         b = task.batch
-        counts: dict[str, int] = {}
-        for r in b.d.requests:
-            src = self.parked[r.id][1]
-            counts[src] = counts.get(src, 0) + 1
+        counts = parked_sources(b.d.requests, lambda i: self.parked[i][1])
         if any(src in self.lost for src in counts):
             task.dead = True
-            self._end(b, task, now, "activations lost", 0)
+            self._end(b, task, now, ACTIVATIONS_LOST, 0)
             return
-        t0, t1 = math.inf, now
+        t0 = t1 = now
         if self.links is not None:
-            per_request = self.view.latency.out_bytes(b.d.model, first - 1)
-            per_request *= self.view.cut_bytes_factor
-            dst = self.view.workers[task.worker].gpu_id
-            for src, k in counts.items():
-                path, bw, delay = self.links.path(self.view.workers[src].gpu_id, dst)
-                s0, s1 = self.links.transfer(path, bw, delay, per_request * k, now)
-                t0, t1 = min(t0, s0), max(t1, s1)
-        task.transfer = (min(t0, t1), t1)
+            workers = self.view.workers
+            t0, t1 = self.links.gather(
+                [(workers[src].gpu_id, k) for src, k in counts.items()],
+                workers[task.worker].gpu_id,
+                cut_bytes(self.view.latency, b.d.model, first - 1, 1, self.view.cut_bytes_factor),
+                now,
+            )
+        task.transfer = (t0, t1)
         if t1 > now:
             self.clock.call_at(t1, lambda: self._enqueue(task, self.clock.now()))
         else:
@@ -284,7 +306,7 @@ class RuntimeEngine:
             return
         if task.worker in self.lost:
             task.dead = True
-            self._end(task.batch, task, now, _lost_reason(task.batch), 0)
+            self._end(task.batch, task, now, lost_reason(task.batch.d.route), 0)
             return
         self._seq += 1
         heapq.heappush(self.ready[task.worker], (task.planned_s, self._seq, task))
@@ -316,7 +338,7 @@ class RuntimeEngine:
                 stop(self, cur)
         else:
             cur.dead = True
-            self._end(b, cur, now, "preempted", 0)
+            self._end(b, cur, now, PREEMPTED, 0)
 
     @staticmethod
     def _current(b: _Batch) -> _Task | None:
@@ -327,10 +349,8 @@ class RuntimeEngine:
     def load_finished(self, a: Load, start_s: float, ok: bool = True, reason: str = "") -> None:
         """An executor's load ended (``ok=False``: it failed, ``reason`` says why)."""
         now = self.clock.now()
-        rep = StageReport(
-            "load", -1, a.model, 0, a.worker, start_s, now, (), ok, False, reason, a.blocks
-        )
-        self._apply(self.scheduler.on_stage_done(rep, now))
+        rep = load_report(a, start_s, now, ok, reason)
+        self._apply(self.scheduler.on_stage_done(rep, now), now)
 
     # ------------------------------------------------------------------ faults
     def worker_lost(self, worker: str) -> None:
@@ -340,7 +360,7 @@ class RuntimeEngine:
             return
         now = self.clock.now()
         self.lost.add(worker)
-        self._apply(self.scheduler.on_worker_lost(worker, now))
+        self._apply(self.scheduler.on_worker_lost(worker, now), now)
         victims = [t for _, _, t in sorted(self.ready[worker], key=lambda e: e[:2])]
         self.ready[worker] = []
         cur = self.running[worker]
@@ -350,7 +370,7 @@ class RuntimeEngine:
         for t in victims:
             if not t.dead and t.batch.d.batch_id in self.batches:
                 t.dead = True
-                self._end(t.batch, t, now, _lost_reason(t.batch), 0)
+                self._end(t.batch, t, now, lost_reason(t.batch.d.route), 0)
 
     def stage_failed(self, task: _Task, error: str) -> None:
         """A stage raised: its batch's requests end as failed, with the error as reason."""
@@ -377,7 +397,7 @@ class RuntimeEngine:
         d = b.d
         if preempted:
             task.dead = True
-            self._end(b, task, now, "preempted", blocks_done)
+            self._end(b, task, now, PREEMPTED, blocks_done)
             self._try_start(worker, now)
             return
         last = task.index == len(d.route) - 1
@@ -386,7 +406,7 @@ class RuntimeEngine:
         if last and end_block < self._nblocks[d.model]:
             # an open route: the requests are parked here, back with the scheduler
             self.batches.pop(d.batch_id, None)
-            reason = "parked"
+            reason = PARKED
             split = getattr(self.executor, "split", None)
             rows = split(output, len(d.requests)) if split else [None] * len(d.requests)
             for r, row in zip(d.requests, rows, strict=True):
@@ -403,28 +423,21 @@ class RuntimeEngine:
             t0 = t1 = now
             if self.links is not None:
                 wa, wb = self.view.workers[worker], self.view.workers[nxt.worker]
-                path, bw, delay = self.links.path(wa.gpu_id, wb.gpu_id)
                 step = d.route[task.index]
-                nbytes = (
-                    self.view.latency.out_bytes(d.model, step.blocks[1] - 1)
-                    * len(d.requests)
-                    * self.view.cut_bytes_factor
-                )
-                t0, t1 = self.links.transfer(path, bw, delay, nbytes, now)
+                nbytes = cut_bytes(
+                    self.view.latency, d.model, step.blocks[1] - 1, len(d.requests),
+                    self.view.cut_bytes_factor,
+                )  # fmt: skip
+                t0, t1 = self.links.send(wa.gpu_id, wb.gpu_id, nbytes, now)
             ntask = _Task(b, task.index + 1, nxt.worker, nxt.planned_start_s, transfer=(t0, t1))
             b.tasks.append(ntask)
             if t1 > now:
                 self.clock.call_at(t1, lambda: self._enqueue(ntask, self.clock.now()))
             else:
                 self._enqueue(ntask, now)
-        step = d.route[task.index]
-        tr = task.transfer
-        rep = StageReport(
-            "stage", d.batch_id, d.model, step.stage, worker, task.start_s, now, d.requests,
-            True, last, reason, step.blocks, blocks_done,
-            None if tr is None else tr[0], None if tr is None else tr[1],
-        )  # fmt: skip
-        self._apply(self.scheduler.on_stage_done(rep, now))
+        tr = task.transfer or (None, None)
+        rep = stage_done_report(d, task.index, worker, task.start_s, now, last, reason, tr)
+        self._apply(self.scheduler.on_stage_done(rep, now), now)
         self._try_start(worker, now)
 
     def _end(self, b: _Batch, task: _Task, now: float, reason: str, blocks_done: int) -> None:
@@ -436,25 +449,16 @@ class RuntimeEngine:
         else:
             for r in d.requests:
                 self._finish(r, FAILED, reason, None)
-        step = d.route[task.index]
         start = task.start_s if not math.isnan(task.start_s) else now
-        rep = StageReport(
-            "stage", d.batch_id, d.model, step.stage, task.worker, start, now, d.requests,
-            False, False, reason, step.blocks, blocks_done,
-        )  # fmt: skip
-        self._apply(self.scheduler.on_stage_done(rep, now))
+        tr = task.transfer or (None, None)
+        rep = stage_ended_report(d, task.index, task.worker, start, now, reason, blocks_done, tr)
+        self._apply(self.scheduler.on_stage_done(rep, now), now)
 
     def _finish(self, r: Request, outcome: int, reason: str, output: Any) -> None:
         if r.id not in self.open:
-            raise HetserveError(f"request {r.id} ended twice")
+            raise ended_twice(r.id)
         self.open.discard(r.id)
         self.parked.pop(r.id, None)
         self.payloads.pop(r.id, None)
         if self.on_done is not None:
             self.on_done(r, outcome, reason, output)
-
-
-def _lost_reason(b: _Batch) -> str:
-    """A batch hit by a lost worker comes back if it started at block 0 (its inputs are
-    still here), and fails if it carried activations parked elsewhere."""
-    return "worker lost" if b.d.route[0].blocks[0] == 0 else "activations lost"

@@ -1,6 +1,6 @@
 """Discrete-event engine: virtual time, emulated workers, links and model loading."""
 
-from hetserve.sim.engine import SimConfig, SimulationError, Simulator
+from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.sim.result import SimResult
 
-__all__ = ["SimConfig", "SimResult", "SimulationError", "Simulator"]
+__all__ = ["SimConfig", "SimResult", "Simulator"]

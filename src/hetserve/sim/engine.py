@@ -11,7 +11,7 @@ Parts:
   at a time: the blocks of the stage back to back, each for the latency model's time, all
   multiplied by one seeded jitter draw per stage execution (``lognormal`` with a CV, or
   ``exponential``). A ``Preempt`` stops a running stage at its next block boundary.
-- **Links** (:mod:`hetserve.sim.links`) and **residency and loading**
+- **Links** (:mod:`hetserve.engine.links`, shared with the runtime) and **residency and loading**
   (:mod:`hetserve.sim.loader`); preemption and failures in :mod:`hetserve.sim.faults`.
 - **Energy**: every GPU draws its idle power all the time; while a slice runs a stage it
   draws the latency model's busy energy instead of its share of idle power.
@@ -35,6 +35,20 @@ from hetserve.core.latency import LatencyModel
 from hetserve.core.outcome import DROPPED, LATE, OK, PENDING
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
+from hetserve.engine.links import HostLinks, LinkTable
+from hetserve.engine.rules import (
+    NOT_RESIDENT,
+    PARKED,
+    check_dispatch,
+    check_timer,
+    cut_bytes,
+    drop_not_held,
+    lost_reason,
+    not_held,
+    parked_elsewhere,
+    stage_done_report,
+    unknown_action,
+)
 from hetserve.scheduling.protocol import (
     ClusterView,
     Dispatch,
@@ -44,12 +58,10 @@ from hetserve.scheduling.protocol import (
     Preempt,
     Scheduler,
     SetTimer,
-    StageReport,
 )
 from hetserve.sim.faults import FaultsMixin
 from hetserve.sim.finish import EndMixin
-from hetserve.sim.links import LinkTable
-from hetserve.sim.loader import HostLinks, LoaderMixin
+from hetserve.sim.loader import LoaderMixin
 from hetserve.sim.result import SimResult
 from hetserve.sim.routes import RoutesMixin
 from hetserve.sim.state import (
@@ -64,7 +76,6 @@ from hetserve.sim.state import (
     _TRANSFER_DONE,
     _WORKER_LOST,
     SimConfig,
-    SimulationError,
     _Batch,
     _Task,
     _Worker,
@@ -175,7 +186,6 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self._reason_idx: dict[str, int] = {"": 0}
         self.rows: list[tuple] = []
         self.batches: dict[int, _Batch] = {}
-        self.reports: list[StageReport] = []
         self.heap: list = []
         self.seq = 0
         if self.cfg.warm:
@@ -253,16 +263,13 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
                     self.seq += 1
                     heapq.heappush(self.heap, (a.at_s, self.seq, _TIMER, a.token, None))
                     continue
-                if a.at_s < now - 1e-9:
-                    raise SimulationError(f"SetTimer at {a.at_s} is in the past (now {now})")
+                check_timer(a.at_s, now)
                 self._push(max(a.at_s, now), _TIMER, a.token, None)
             elif type(a) is Drop:
                 ri = self._reason(a.reason or "dropped")
                 for r in a.requests:
                     if self.state[r.id] != _AWAITING:
-                        raise SimulationError(
-                            f"Drop of request {r.id}, which the scheduler does not hold"
-                        )
+                        raise drop_not_held(r)
                     self.state[r.id] = _DONE
                     self.outcome[r.id] = DROPPED
                     self.reason[r.id] = ri
@@ -273,30 +280,19 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             elif type(a) is Evict:
                 self._evict(a)
             else:
-                raise SimulationError(f"unknown action {a!r}")
+                raise unknown_action(a)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
-        if d.batch_id in self.batches or not d.requests or not d.route:
-            raise SimulationError(
-                f"Dispatch {d.batch_id}: batch ids must be new; requests and route non-empty"
-            )
-        self._check_route(d)
+        first = check_dispatch(d, self._nblocks, self.workers, self.batches)
         state, dispatch_s, batch_of = self.state, self.dispatch_s, self.batch_of
         model, bid = d.model, d.batch_id
-        first = d.route[0].blocks[0]
         at_block = self.at_block
         for r in d.requests:
             i = r.id
             if state[i] != _AWAITING or r.model != model:
-                raise SimulationError(
-                    f"Dispatch {bid}: request {i} is not held by the scheduler or is for "
-                    f"another model"
-                )
+                raise not_held(d, r)
             if at_block[i] != first:
-                raise SimulationError(
-                    f"Dispatch {bid}: request {i} is parked at block {at_block[i]}, "
-                    f"the route starts at block {first}"
-                )
+                raise parked_elsewhere(d, r, at_block[i])
             state[i] = _IN_BATCH
             if first == 0:
                 dispatch_s[i] = now
@@ -328,7 +324,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             if task.dead:
                 continue
             if w.lost:
-                self._fail_batch(task.batch, task, self._lost_reason(task.batch), now)
+                self._fail_batch(task.batch, task, lost_reason(task.batch.route), now)
                 continue
             self._start(w, task, now)
 
@@ -345,7 +341,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
         if w.resident.get(model, 0) & m != m:
             if not w.loading.get(model, 0) & m:
-                self._fail_batch(b, task, "blocks not resident", now)
+                self._fail_batch(b, task, NOT_RESIDENT, now)
                 return
             cold = w.cold.get(model)
             if cold is None:
@@ -394,7 +390,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             end_block = step.blocks[1]
             if end_block < self._nblocks[b.model]:
                 # an open route: the requests are parked here, back with the scheduler
-                reason = "parked"
+                reason = PARKED
                 state, at_block, at_worker = self.state, self.at_block, self.at_worker
                 for r in b.requests:
                     i = r.id
@@ -419,36 +415,23 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             nw = self.workers[nxt.worker]
             ntask = _Task(b, b.stage, nw)
             b.tasks.append(ntask)
-            path, bw, delay = self.links.path(w.gpu_id, nw.gpu_id)
-            nbytes = (
-                self.latency.out_bytes(b.model, step.blocks[1] - 1)
-                * len(b.requests)
-                * self.cfg.cut_bytes_factor
+            nbytes = cut_bytes(
+                self.latency,
+                b.model,
+                step.blocks[1] - 1,
+                len(b.requests),
+                self.cfg.cut_bytes_factor,
             )
-            t0, t1 = self.links.transfer(path, bw, delay, nbytes, now)
+            t0, t1 = self.links.send(w.gpu_id, nw.gpu_id, nbytes, now)
             ntask.transfer_start_s, ntask.transfer_end_s = t0, t1
             if t1 > now:
                 self._push(t1, _TRANSFER_DONE, ntask, None)
             else:
                 self._input_arrived(ntask, now)
-        blocks = step.blocks
-        rep = StageReport(
-            "stage",
-            b.id,
-            b.model,
-            step.stage,
-            w.id,
-            task.start_s,
-            now,
-            b.requests,
-            True,
-            last,
-            reason,
-            blocks,
-            blocks[1] - blocks[0],
-            task.transfer_start_s,
-            task.transfer_end_s,
-        )
+        rep = stage_done_report(
+            b.d, task.index, w.id, task.start_s, now, last, reason,
+            (task.transfer_start_s, task.transfer_end_s),
+        )  # fmt: skip
         acts = self.scheduler.on_stage_done(rep, now)
         if acts:
             self._apply(acts, now)

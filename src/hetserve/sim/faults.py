@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 from hetserve.core.outcome import FAILED
-from hetserve.scheduling.protocol import RETURNED, Preempt, StageReport
+from hetserve.engine.rules import PREEMPTED, lost_reason, stage_ended_report
+from hetserve.scheduling.protocol import RETURNED, Preempt
 from hetserve.sim.state import _AWAITING, _DONE, _PREEMPT_STOP, _Batch, _Task
 
 
@@ -45,7 +46,7 @@ class FaultsMixin:
             self._push(task.start_s + task.cum[k], _PREEMPT_STOP, task, k + 1)
         else:
             task.dead = True
-            self._end_batch(b, task, now, "preempted", 0)
+            self._end_batch(b, task, now, PREEMPTED, 0)
 
     def _preempt_stop(self, task: _Task, blocks_done: int, now: float) -> None:
         w = task.worker
@@ -54,9 +55,9 @@ class FaultsMixin:
         w.running = None
         w.busy_s += now - task.start_s
         w.busy_energy_j += task.energy_j * blocks_done / len(task.cum)
-        self._row(task, now, "preempted")
+        self._row(task, now, PREEMPTED)
         task.dead = True
-        self._end_batch(task.batch, task, now, "preempted", blocks_done)
+        self._end_batch(task.batch, task, now, PREEMPTED, blocks_done)
         self._try_start(w, now)
 
     def _end_batch(self, b: _Batch, task: _Task, now: float, reason: str, blocks_done: int) -> None:
@@ -76,23 +77,10 @@ class FaultsMixin:
                 self.outcome[r.id] = FAILED
                 self.reason[r.id] = ri
         start = task.start_s if not math.isnan(task.start_s) else now
-        rep = StageReport(
-            "stage",
-            b.id,
-            b.model,
-            task.step.stage,
-            task.worker.id,
-            start,
-            now,
-            b.requests,
-            False,
-            False,
-            reason,
-            task.step.blocks,
-            blocks_done,
-            task.transfer_start_s,
-            task.transfer_end_s,
-        )
+        rep = stage_ended_report(
+            b.d, task.index, task.worker.id, start, now, reason, blocks_done,
+            (task.transfer_start_s, task.transfer_end_s),
+        )  # fmt: skip
         acts = self.scheduler.on_stage_done(rep, now)
         if acts:
             self._apply(acts, now)
@@ -101,12 +89,6 @@ class FaultsMixin:
         task.start_s = now
         self._row(task, now, "failed")
         self._end_batch(b, task, now, reason, 0)
-
-    @staticmethod
-    def _lost_reason(b: _Batch) -> str:
-        """A batch hit by a lost worker: back to the scheduler if it started at block 0
-        (its inputs are still there), failed if it carried parked activations."""
-        return "worker lost" if b.route[0].blocks[0] == 0 else "activations lost"
 
     def _worker_lost(self, wid: str, now: float) -> None:
         """Protocol rule 9: the scheduler hears of it first, then of the batches it hit."""
@@ -131,6 +113,6 @@ class FaultsMixin:
         w.waiting_load.clear()
         for t in victims:
             if not t.dead and t.batch.alive:
-                self._end_batch(t.batch, t, now, self._lost_reason(t.batch), 0)
+                self._end_batch(t.batch, t, now, lost_reason(t.batch.route), 0)
 
     # ------------------------------------------------------------------ loading

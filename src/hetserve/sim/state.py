@@ -16,10 +16,6 @@ _AWAITING, _IN_BATCH, _DONE = 0, 1, 2
 _EPS = 1e-12
 
 
-class SimulationError(RuntimeError):
-    """A scheduler broke the protocol (a bug in the scheduler, not bad user input)."""
-
-
 @dataclass(frozen=True)
 class SimConfig:
     seed: int = 0
@@ -84,9 +80,10 @@ class _Worker:
 
 
 class _Batch:
-    __slots__ = ("alive", "dispatch_s", "id", "model", "requests", "route", "stage", "tasks")
+    __slots__ = ("alive", "d", "dispatch_s", "id", "model", "requests", "route", "stage", "tasks")
 
     def __init__(self, d: Dispatch, now: float) -> None:
+        self.d = d
         self.id = d.batch_id
         self.model = d.model
         self.requests = d.requests

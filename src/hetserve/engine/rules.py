@@ -1,0 +1,188 @@
+"""The Scheduler protocol's rules (``scheduling.protocol``), as both engines enforce them.
+
+Each function here is one rule, with one message: the simulator and the runtime call the
+same function at the same point, so a scheduler that breaks a rule fails the same way
+(:class:`ProtocolError`, the same text) in both. The engines keep their own state (lists
+indexed by request id in the simulator, dicts in the runtime) and pass in what a rule
+needs. What stays in an engine is how time passes and how a stage runs, never what an
+action means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Mapping
+from typing import Any
+
+from hetserve.core.requests import Request
+from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, StageReport
+
+# A stage's result, as the engines record it and report it (rule 5).
+PARKED = "parked"  # an open route's last stage: the requests wait on its worker (rule 4)
+WORKER_LOST = "worker lost"  # a batch from block 0 hit by a lost worker: returned (rule 9)
+ACTIVATIONS_LOST = "activations lost"  # one that carried parked activations: failed
+PREEMPTED = "preempted"
+NOT_RESIDENT = "blocks not resident"
+
+
+class ProtocolError(RuntimeError):
+    """A scheduler broke the Scheduler protocol: a bug in the scheduler, not bad user
+    input (that is ``HetserveError``). Both engines raise it, with the same message."""
+
+
+# ---------------------------------------------------------------------- dispatch (rule 4)
+def check_dispatch(
+    d: Dispatch, nblocks: Mapping[str, int], workers: Container[str], live: Container[int]
+) -> int:
+    """A dispatch's shape: a batch id not in use (``live``: the batches under way), some
+    requests, a route over the model's blocks contiguously with consecutive stage numbers,
+    on known workers, ending at or before the model's last block. Returns the route's
+    first block."""
+    if d.batch_id in live or not d.requests or not d.route:
+        raise ProtocolError(
+            f"Dispatch {d.batch_id}: batch ids must be new; requests and route non-empty"
+        )
+    nb = nblocks.get(d.model)
+    if nb is None:
+        raise ProtocolError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
+    route = d.route
+    if len(route) == 1:  # the common case, checked quickly
+        st = route[0]
+        if st.stage == 0 and st.blocks == (0, nb) and st.worker in workers:
+            return 0
+    pos = route[0].blocks[0]
+    s0 = route[0].stage
+    for k, st in enumerate(route):
+        if st.stage != s0 + k or st.blocks[0] != pos or st.blocks[1] <= pos or s0 < 0:
+            raise ProtocolError(
+                f"Dispatch {d.batch_id}: route must cover blocks contiguously with "
+                f"consecutive stage numbers (step {k}: stage {st.stage}, {st.blocks})"
+            )
+        if st.worker not in workers:
+            raise ProtocolError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
+        pos = st.blocks[1]
+    if pos > nb:
+        raise ProtocolError(f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}")
+    return route[0].blocks[0]
+
+
+def not_held(d: Dispatch, r: Request) -> ProtocolError:
+    """A dispatched request the scheduler does not hold (never arrived, in another batch,
+    already ended) or one of another model."""
+    return ProtocolError(
+        f"Dispatch {d.batch_id}: request {r.id} is not held by the scheduler or is for "
+        f"another model"
+    )
+
+
+def parked_elsewhere(d: Dispatch, r: Request, at_block: int) -> ProtocolError:
+    """A dispatched request not at the route's first block (rule 3: a returned request
+    stays where its batch started; rule 4: a continued route starts where it stopped)."""
+    return ProtocolError(
+        f"Dispatch {d.batch_id}: request {r.id} is parked at block {at_block}, "
+        f"the route starts at block {d.route[0].blocks[0]}"
+    )
+
+
+def parked_sources(requests: Iterable[Request], where: Callable[[int], str]) -> dict[str, int]:
+    """A continued batch's input (rule 4): per worker, how many of its requests'
+    activations are parked there (``where(request id)``), in the requests' order."""
+    counts: dict[str, int] = {}
+    for r in requests:
+        src = where(r.id)
+        counts[src] = counts.get(src, 0) + 1
+    return counts
+
+
+def cut_bytes(latency: Any, model: str, after_block: int, n_requests: int, factor: float) -> float:
+    """Activation bytes crossing the cut after ``after_block`` for a batch of
+    ``n_requests`` (``factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32 bytes)."""
+    return latency.out_bytes(model, after_block) * n_requests * factor
+
+
+# ---------------------------------------------------------------------- other actions
+def drop_not_held(r: Request) -> ProtocolError:
+    return ProtocolError(f"Drop of request {r.id}, which the scheduler does not hold")
+
+
+def check_timer(at_s: float, now: float) -> None:
+    """Rule 6: a timer is for now or later (1 ns of rounding allowed)."""
+    if at_s < now - 1e-9:
+        raise ProtocolError(f"SetTimer at {at_s} is in the past (now {now})")
+
+
+def check_load(a: Load | Evict, nblocks: Mapping[str, int], workers: Container[str]) -> None:
+    """Rule 8: a load or eviction names a known worker and a block range of a served
+    model."""
+    kind = type(a).__name__
+    if a.worker not in workers:
+        raise ProtocolError(f"{kind} on unknown worker {a.worker!r}")
+    nb = nblocks.get(a.model)
+    if nb is None:
+        raise ProtocolError(f"{kind} of {a.model!r}, which is not in the plan")
+    if not 0 <= a.blocks[0] < a.blocks[1] <= nb:
+        raise ProtocolError(f"{kind} of {a.model} blocks {a.blocks}: model has {nb}")
+
+
+def unknown_action(a: object) -> ProtocolError:
+    return ProtocolError(f"unknown action {a!r}")
+
+
+def ended_twice(request_id: int) -> ProtocolError:
+    return ProtocolError(f"request {request_id} ended twice")
+
+
+# ---------------------------------------------------------------------- faults (rule 9)
+def lost_reason(route: tuple[RouteStep, ...]) -> str:
+    """A batch hit by a lost worker comes back to the scheduler if its route started at
+    block 0 (its inputs are still at the front end), and fails if it carried activations
+    parked on some worker."""
+    return WORKER_LOST if route[0].blocks[0] == 0 else ACTIVATIONS_LOST
+
+
+# ---------------------------------------------------------------------- reports (rule 5)
+def stage_done_report(
+    d: Dispatch,
+    index: int,
+    worker: str,
+    start_s: float,
+    end_s: float,
+    last: bool,
+    reason: str,
+    transfer: tuple[float | None, float | None] = (None, None),
+) -> StageReport:
+    """The report of route step ``index`` that ran to its end (``reason``: ``PARKED`` at
+    the end of an open route, else empty)."""
+    step = d.route[index]
+    b = step.blocks
+    return StageReport(
+        "stage", d.batch_id, d.model, step.stage, worker, start_s, end_s, d.requests,
+        True, last, reason, b, b[1] - b[0], transfer[0], transfer[1],
+    )  # fmt: skip
+
+
+def stage_ended_report(
+    d: Dispatch,
+    index: int,
+    worker: str,
+    start_s: float,
+    end_s: float,
+    reason: str,
+    blocks_done: int,
+    transfer: tuple[float | None, float | None] = (None, None),
+) -> StageReport:
+    """The report of route step ``index`` stopped before its end: preempted or its worker
+    lost (``reason`` in ``RETURNED``: the requests are the scheduler's again) or failed."""
+    step = d.route[index]
+    return StageReport(
+        "stage", d.batch_id, d.model, step.stage, worker, start_s, end_s, d.requests,
+        False, False, reason, step.blocks, blocks_done, transfer[0], transfer[1],
+    )  # fmt: skip
+
+
+def load_report(
+    a: Load, start_s: float, end_s: float, ok: bool = True, reason: str = ""
+) -> StageReport:
+    """A load's report (``kind="load"``)."""
+    return StageReport(
+        "load", -1, a.model, 0, a.worker, start_s, end_s, (), ok, False, reason, a.blocks
+    )

@@ -1,0 +1,136 @@
+"""The protocol's rules live once (``hetserve.engine.rules``): a scheduler that breaks one
+fails the same way, with the same ``ProtocolError`` and message, in the simulator and in
+the runtime engine."""
+
+import pytest
+
+from hetserve.core.requests import Stream
+from hetserve.engine.rules import ProtocolError
+from hetserve.experiments.setup import build_setup
+from hetserve.runtime.emulated import EmulatedExecutor
+from hetserve.runtime.engine import RuntimeEngine, VirtualClock
+from hetserve.scheduling import (
+    BaseScheduler,
+    ClusterView,
+    Dispatch,
+    Drop,
+    Evict,
+    Load,
+    RouteStep,
+    SetTimer,
+)
+from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.workload.trace import Trace
+
+SETUP = build_setup("hc1-s", ["resnet50"])
+MODEL = SETUP.models[0]
+NB = SETUP.latency.num_blocks(MODEL)
+W0, W1 = SETUP.placement.workers[0].id, SETUP.placement.workers[1].id
+
+
+def _route(*steps):
+    return tuple(RouteStep(k, w, 0.0, b) for k, (w, b) in enumerate(steps))
+
+
+# one broken rule each: what the scheduler does at the first arrival (r) and the second (r2)
+BROKEN = {
+    "batch id in use": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), _route((W0, (0, NB)))),
+        Dispatch(1, MODEL, (s.extra,), _route((W1, (0, NB)))),
+    ],
+    "no requests": lambda r, now, s: [Dispatch(1, MODEL, (), _route((W0, (0, NB))))],
+    "unknown model": lambda r, now, s: [Dispatch(1, "vgg16", (r,), _route((W0, (0, NB))))],
+    "unknown worker": lambda r, now, s: [Dispatch(1, MODEL, (r,), _route(("gpu-x", (0, NB))))],
+    "gap in the route": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), _route((W0, (0, 2)), (W1, (3, NB))))
+    ],
+    "stage numbers": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), (RouteStep(0, W0, 0.0, (0, 2)), RouteStep(2, W1, 0.0, (2, NB))))
+    ],
+    "past the last block": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), _route((W0, (0, 2)), (W1, (2, NB + 1))))
+    ],
+    "dispatched twice": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), _route((W0, (0, NB)))),
+        Dispatch(2, MODEL, (r,), _route((W1, (0, NB)))),
+    ],
+    "not at the route's first block": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), _route((W0, (3, NB))))
+    ],
+    "dropped twice": lambda r, now, s: [Drop((r,), "a"), Drop((r,), "b")],
+    "dispatched after its drop": lambda r, now, s: [
+        Drop((r,), "a"),
+        Dispatch(1, MODEL, (r,), _route((W0, (0, NB)))),
+    ],
+    "timer in the past": lambda r, now, s: [SetTimer(now - 1.0, "t")],
+    "load on an unknown worker": lambda r, now, s: [Load("gpu-x", MODEL, (0, NB))],
+    "load past the last block": lambda r, now, s: [Load(W0, MODEL, (0, NB + 1))],
+    "evict of another model": lambda r, now, s: [Evict(W0, "vgg16", (0, 1))],
+    "unknown action": lambda r, now, s: ["dispatch everything"],
+}
+
+
+class Broken(BaseScheduler):
+    """Holds the first request until the second arrives, then breaks one rule."""
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+        self.extra = None
+
+    def on_arrival(self, r, now):
+        if self.extra is None:
+            self.extra = r
+            return []
+        first, self.extra = self.extra, r
+        return BROKEN[self.rule](first, now, self)
+
+
+def _trace():
+    import numpy as np
+
+    st = Stream(MODEL, MODEL, 1.0)
+    return Trace(np.array([0.5, 1.0]), np.array([0, 0], dtype=np.int32), (st,), 2.0)
+
+
+def _in_sim(rule):
+    sim = Simulator(
+        SETUP.cluster, SETUP.latency, SETUP.plan, SETUP.placement, Broken(rule), _trace(),
+        SimConfig(),
+    )  # fmt: skip
+    with pytest.raises(ProtocolError) as e:
+        sim.run()
+    return str(e.value)
+
+
+def _in_runtime(rule):
+    clock = VirtualClock()
+    view = ClusterView.build(SETUP.cluster, SETUP.latency, SETUP.placement)
+    eng = RuntimeEngine(view, SETUP.plan, Broken(rule), EmulatedExecutor(), clock)
+    eng.start()
+    for r in _trace().requests():
+        clock.call_at(r.arrival_s, lambda r=r: eng.submit(r))
+    with pytest.raises(ProtocolError) as e:
+        clock.run()
+    return str(e.value)
+
+
+@pytest.mark.parametrize("rule", sorted(BROKEN))
+def test_a_broken_rule_fails_alike_in_both_engines(rule):
+    sim_msg = _in_sim(rule)
+    assert sim_msg == _in_runtime(rule)
+    assert sim_msg  # a message that says what broke
+
+
+def test_a_correct_scheduler_passes_the_same_checks():
+    """The checks reject only what breaks a rule: the same dispatch, done right, serves."""
+
+    class Fine(Broken):
+        def on_arrival(self, r, now):
+            return [Dispatch(r.id + 1, MODEL, (r,), _route((W0, (0, 2)), (W1, (2, NB))))]
+
+    res = Simulator(
+        SETUP.cluster, SETUP.latency, SETUP.plan, SETUP.placement, Fine(None), _trace(),
+        SimConfig(),
+    ).run()  # fmt: skip
+    assert res.outcome.tolist() == [1, 1]  # ok, ok
