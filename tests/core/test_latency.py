@@ -144,3 +144,32 @@ def test_fit_linear_recovers_parameters(alpha, beta):
     assert p.alpha_s == pytest.approx(alpha, rel=1e-6)
     assert p.beta_s == pytest.approx(beta, rel=1e-6)
     assert isinstance(p, LinearParams)
+
+
+def test_cold_start_capabilities_are_a_declared_protocol():
+    """The engines and the cold-start scheduler ask ``cold_start_model`` for DeepPlan's
+    capabilities; a model without them is warm-only, and no module probes with getattr."""
+    import ast
+    from pathlib import Path
+
+    from hetserve.core.latency import (
+        ColdStartModel,
+        GraphBlocksModel,
+        RooflineModel,
+        cold_start_model,
+    )
+    from hetserve.core.layerlatency import LayerLatency
+
+    roof = RooflineModel()
+    assert cold_start_model(roof) is None and isinstance(roof, GraphBlocksModel)
+    lat = LayerLatency({})
+    assert cold_start_model(lat) is lat and isinstance(lat, ColdStartModel)
+    names = {"model_load_plan", "gpu_bytes", "dha_s", "load_timeline", "cold_run_s"}
+    src = Path(__file__).resolve().parents[2] / "src" / "hetserve"
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr":
+                arg = node.args[1] if len(node.args) > 1 else None
+                assert not (isinstance(arg, ast.Constant) and arg.value in names), (
+                    f"{path.relative_to(src)}:{node.lineno} probes for {arg.value}"
+                )

@@ -37,14 +37,17 @@ simulator's business.
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hetserve.core.errors import ConfigError, HetserveError, unknown
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
 from hetserve.core.graph import Blocks, ModelGraph, balanced_partition, get_graph
+
+if TYPE_CHECKING:
+    from hetserve.core.coldstart import ModelLoadPlan, Timeline
 
 BUSY_POWER_FLOOR = 0.3
 
@@ -66,6 +69,47 @@ class LatencyModel(Protocol):
     def energy(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float: ...
+
+
+@runtime_checkable
+class ColdStartModel(LatencyModel, Protocol):
+    """A latency model that also knows how its models start cold (DeepPlan): each model's
+    load plan, the weights it keeps on the GPU, the part of a warm run spent reading host
+    memory (direct host access), the cold start's timeline and how long a batch takes that
+    starts while its model loads. ``core.layerlatency.LayerLatency`` implements it; the
+    engines and the cold-start scheduler ask :func:`cold_start_model` for it instead of
+    probing for methods."""
+
+    def model_load_plan(self, model: str) -> ModelLoadPlan: ...
+
+    def gpu_bytes(self, model: str, gpu: str | GpuType) -> float: ...
+
+    def dha_s(self, model: str, gpu: str | GpuType, share: int, batch: int) -> float: ...
+
+    def load_timeline(
+        self, model: str, gpu: str | GpuType, load_scale: Sequence[float] = ()
+    ) -> Timeline: ...
+
+    def cold_run_s(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, load: Timeline,
+        offset_s: float,
+    ) -> float: ...  # fmt: skip
+
+
+def cold_start_model(latency: LatencyModel) -> ColdStartModel | None:
+    """``latency`` as a :class:`ColdStartModel`, or None when it follows no load plans
+    (its loads move whole blocks over the host link, its runs read no host memory)."""
+    return latency if isinstance(latency, ColdStartModel) else None
+
+
+@runtime_checkable
+class GraphBlocksModel(LatencyModel, Protocol):
+    """A latency model over a model graph cut into blocks (the roofline model): the
+    simulator counts a block's weights from its layers."""
+
+    def graph(self, model: str) -> ModelGraph: ...
+
+    def blocks(self, model: str) -> Blocks: ...
 
 
 def _check_args(model: str, share: int, batch: int, n_blocks: int, blocks: range | None) -> range:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hetserve.core.latency import cold_start_model
+
 if TYPE_CHECKING:
     from hetserve.runtime.engine import RuntimeEngine, _Task
     from hetserve.scheduling.protocol import Load
@@ -29,8 +31,8 @@ class EmulatedExecutor:
         self._links: Any = None
 
     def load(self, engine: RuntimeEngine, a: Load, now: float) -> None:
-        lat = engine.view.latency
-        if not callable(getattr(lat, "load_timeline", None)):
+        lat = cold_start_model(engine.view.latency)
+        if lat is None:
             engine.clock.call_at(now, lambda: engine.load_finished(a, now))
             return
         from hetserve.engine.links import HostLinks
@@ -38,9 +40,9 @@ class EmulatedExecutor:
         if self._links is None:
             self._links = HostLinks(engine.view.cluster)
         w = engine.view.workers[a.worker]
-        lp = lat.model_load_plan(a.model)  # type: ignore[attr-defined]
+        lp = lat.model_load_plan(a.model)
         scale, held = self._links.take(w.gpu_id, lp.plan.n_parts, a.model, now)
-        tl = lat.load_timeline(a.model, w.gpu, scale)  # type: ignore[attr-defined]
+        tl = lat.load_timeline(a.model, w.gpu, scale)
         self._cold[(a.worker, a.model)] = (now, tl, held)
 
         def done() -> None:
@@ -56,8 +58,9 @@ class EmulatedExecutor:
         cold = self._cold.get((step.worker, d.model))
         if cold is not None:  # a planned cold start under way: layer by layer
             w = engine.view.workers[step.worker]
-            lat: Any = engine.view.latency
-            dur = lat.cold_run_s(d.model, w.gpu, w.share, len(d.requests), cold[1], now - cold[0])
+            cm = cold_start_model(engine.view.latency)
+            assert cm is not None  # a planned load is under way
+            dur = cm.cold_run_s(d.model, w.gpu, w.share, len(d.requests), cold[1], now - cold[0])
             dur = self._dha_contention(engine, w, d.model, len(d.requests), dur, now, cold[2])
             task.emu = [dur]
 
@@ -78,7 +81,7 @@ class EmulatedExecutor:
                 cum.append(acc)
             self._cum[key] = cum
 
-        if callable(getattr(engine.view.latency, "dha_s", None)):
+        if cold_start_model(engine.view.latency) is not None:
             w = engine.view.workers[step.worker]
             end = self._dha_contention(engine, w, d.model, len(d.requests), cum[-1], now, ())
             if end != cum[-1]:
@@ -103,7 +106,8 @@ class EmulatedExecutor:
     ) -> float:
         """A run with DHA layers shares its host path, as in the simulator
         (``sim.loader``): its duration, and the path held until it ends."""
-        lat: Any = engine.view.latency
+        lat = cold_start_model(engine.view.latency)
+        assert lat is not None
         dha = lat.dha_s(model, w.gpu, w.share, batch)
         if dha <= 0:
             return dur

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from hetserve.core.latency import RooflineModel
+from hetserve.core.latency import RooflineModel, cold_start_model
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock, _Task
 from hetserve.runtime.stage import StageRunner
 
@@ -59,9 +59,9 @@ class TorchExecutor:
     @staticmethod
     def _load_plan(engine: RuntimeEngine, model: str) -> Any:
         lp = engine.plan.load_plans.get(model)
-        lat = engine.view.latency
-        if lp is None and callable(getattr(lat, "model_load_plan", None)):
-            lp = lat.model_load_plan(model)  # type: ignore[attr-defined]
+        cold = cold_start_model(engine.view.latency)
+        if lp is None and cold is not None:
+            lp = cold.model_load_plan(model)
         return lp
 
     def _backend(self) -> Any:

@@ -32,6 +32,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 
 from hetserve.core.errors import HetserveError
+from hetserve.core.latency import cold_start_model
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.protocol import (
@@ -109,9 +110,9 @@ class ColdStart(BaseScheduler):
         b = per.get(model)
         if b is None:
             gpu = self.view.workers[w].gpu.name
-            lat = self.view.latency
-            if callable(getattr(lat, "gpu_bytes", None)):
-                b = float(lat.gpu_bytes(model, gpu))  # type: ignore[attr-defined]
+            cold = cold_start_model(self.view.latency)
+            if cold is not None:
+                b = float(cold.gpu_bytes(model, gpu))
             else:
                 lp = self.plan.load_plans.get(model)
                 b = lp.predicted.get("gpu_mb", 0.0) * 1e6 if lp else 0.0
@@ -121,9 +122,9 @@ class ColdStart(BaseScheduler):
     def _cold_s(self, model: str) -> float:
         lp = self.plan.load_plans.get(model)
         if lp is None:
-            lat = self.view.latency
-            if callable(getattr(lat, "model_load_plan", None)):
-                lp = lat.model_load_plan(model)  # type: ignore[attr-defined]
+            cold = cold_start_model(self.view.latency)
+            if cold is not None:
+                lp = cold.model_load_plan(model)
         return lp.predicted.get("cold_ms", 0.0) / 1e3 if lp else 0.0
 
     def _warm_s(self, model: str, w: WorkerId, batch: int = 1) -> float:

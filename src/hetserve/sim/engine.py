@@ -31,7 +31,7 @@ import numpy as np
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
-from hetserve.core.latency import LatencyModel
+from hetserve.core.latency import LatencyModel, cold_start_model
 from hetserve.core.outcome import DROPPED, LATE, OK, PENDING
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
@@ -110,11 +110,13 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self.links = LinkTable(cluster, self.cfg.record_links)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s
-        self._dha_s = getattr(latency, "dha_s", None)  # DHA runs contend for host links
+        self._cold_model = cold_start_model(latency)
+        # DHA runs contend for host links
+        self._dha_s = None if self._cold_model is None else self._cold_model.dha_s
         # (model, worker, batch, blocks) -> _run_times
         self._runs: dict[tuple[str, str, int, tuple[int, int]], tuple] = {}
         # loads that follow load plans (core.layerlatency), over host links they share
-        self._planned_loads = callable(getattr(latency, "load_timeline", None))
+        self._planned_loads = self._cold_model is not None
         self._host_links = HostLinks(cluster)
         self._jitter_on = self.cfg.jitter == "exponential" or (
             self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
@@ -348,7 +350,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
                 w.waiting_load.append(task)
                 return
             # a planned cold start under way: layer by layer, each as its weights arrive
-            dur = self.latency.cold_run_s(model, w.gpu, w.info.share, n, cold[1], now - cold[0])
+            dur = self._cold_model.cold_run_s(model, w.gpu, w.info.share, n, cold[1], now - cold[0])
             energy *= dur / max(cum[-1], 1e-12)
             cum = (dur,)
         if self._overhead_s and task.index == 0:

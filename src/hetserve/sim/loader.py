@@ -31,6 +31,7 @@ import heapq
 from typing import Any
 
 from hetserve.core.errors import HetserveError
+from hetserve.core.latency import GraphBlocksModel, cold_start_model
 from hetserve.engine.links import HostLinks
 from hetserve.engine.rules import check_load, load_report
 from hetserve.scheduling.protocol import Evict, Load
@@ -61,16 +62,15 @@ class LoaderMixin:
         hit = self._bytes_cache.get(model)
         if hit is not None:
             return hit
-        if callable(getattr(self.latency, "gpu_bytes", None)):
-            gpu = self.latency.model_load_plan(model).gpu
-            self._bytes_cache[model] = [self.latency.gpu_bytes(model, gpu)]
+        cold = cold_start_model(self.latency)
+        if cold is not None:
+            gpu = cold.model_load_plan(model).gpu
+            self._bytes_cache[model] = [cold.gpu_bytes(model, gpu)]
         else:
             n = self.latency.num_blocks(model)
             out = [0.0] * n
-            blocks = getattr(self.latency, "blocks", None)
-            graph = getattr(self.latency, "graph", None)
-            if callable(blocks) and callable(graph):
-                g, b = graph(model), blocks(model)
+            if isinstance(self.latency, GraphBlocksModel):
+                g, b = self.latency.graph(model), self.latency.blocks(model)
                 out = [sum(g.layers[i].param_bytes for i in b.layers(k)) for k in range(n)]
             else:
                 from hetserve.core.graph import get_graph
