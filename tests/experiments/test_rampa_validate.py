@@ -2,11 +2,15 @@
 its deadline at the required throughput, latency within the estimate, over the pinned
 paths."""
 
+import json
+
+from hetserve.core.plan import Plan
 from hetserve.core.presets import preset
-from hetserve.experiments.rampa.validate import placements_plan, serve_placements
+from hetserve.experiments.rampa.validate import serve_placements
 from hetserve.planning.rampa.aco import AcoParams
 from hetserve.planning.rampa.network import RampaNet
 from hetserve.planning.rampa.place import place_sequence, request_sequence, table_v_services
+from hetserve.planning.rampa.serving import placements_plan, rampa_latency
 from hetserve.planning.rampa.state import ClusterState
 
 CLUSTER = preset("rampa-base")
@@ -32,7 +36,8 @@ def test_cuts_take_the_placed_paths():
     state = ClusterState.of(RampaNet.of(CLUSTER))
     placed, _ = place_sequence(state, ["service1", "service4"], "pe",
                                dict.fromkeys(table_v_services(), 3))  # fmt: skip
-    plan, placement, lat, pins = placements_plan(placed, CLUSTER)
+    plan = placements_plan(placed, CLUSTER)
+    placement, lat, pins = plan.binding, rampa_latency(plan), plan.paths
     assert len(pins) == sum(p.stages - 1 for p in placed)
     assert set(plan.models) == {"p000-service1", "p001-service4"}
     assert lat.num_blocks("p000-service1") == len(placed[0].service.ops)
@@ -42,6 +47,7 @@ def test_cuts_take_the_placed_paths():
 
     sim = Simulator(CLUSTER, lat, plan, placement, make_scheduler("fixed-batch", {}),
                     merge([], [], 1.0))  # fmt: skip
-    for (a, b), path in pins.items():
-        sim.links.pin(a, b, path)
+    for (a, b), path in pins.items():  # the simulator takes the plan's paths
         assert sim.links.path(a, b)[0] == path
+    again = Plan.from_json(json.loads(json.dumps(plan.to_json())), "p.json")
+    assert again.binding == plan.binding and again.paths == plan.paths

@@ -248,3 +248,33 @@ def test_timers_that_fire_late_are_still_honoured(name):
     clock.call_at(0.0, lambda: eng.submit(Request(0, "resnet50", "s", 1e-4, 1e-4 + slo)))
     clock.run(until=10.0)
     assert done == {0: OK}
+
+
+def test_a_timer_the_clock_fires_early_still_reaches_the_scheduler_at_its_time():
+    """Rule 6 on the wall clock: asyncio may run a callback a little before its time; the
+    engine must not hand the scheduler a time before the one it asked for (MagicBatch
+    then found nothing due, set no new timer, and its queue waited forever)."""
+    from hetserve.scheduling import BaseScheduler, SetTimer
+
+    class EarlyClock(VirtualClock):
+        def call_at(self, t, fn):
+            super().call_at(t - 1e-7, fn)  # fires 100 ns early
+
+    seen = []
+
+    class Timed(BaseScheduler):
+        def start(self, view, plan, now):
+            super().start(view, plan, now)
+            return [SetTimer(0.25, "t")]
+
+        def on_timer(self, token, now):
+            seen.append(now)
+            return []
+
+    setup = build_setup("hc1-s", ["resnet50"])
+    view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
+    clock = EarlyClock()
+    eng = RuntimeEngine(view, setup.plan, Timed(), EmulatedExecutor(), clock)
+    eng.start()
+    clock.run()
+    assert seen == [0.25]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -53,7 +53,7 @@ def int_list(value: str, what: str) -> list[int]:
 
 
 @contextmanager
-def progress_bar(label: str, total: int) -> Iterator[Callable[[], None]]:
+def progress_bar(label: str, total: int | None) -> Iterator[Callable[[], None]]:
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -159,6 +159,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "max_batch": (1, 1024),
     "pt_max": (1, 64),
     "gpus_per_type": (1, 1000),
+    "g_max": (1, 1000),
+    "case": (1, 4),
+    "max_requests": (1, 100_000),
 }
 
 
@@ -178,3 +181,16 @@ def harden(command: click.Command) -> None:
         elif type(p.type) is click.types.IntParamType and name in INT_RANGES:
             lo_i, hi_i = INT_RANGES[name]
             p.type = click.IntRange(lo_i, hi_i)
+
+
+def plan_scheduler(
+    plan: Any, scheduler: str | None, params: Sequence[str], fallback: str
+) -> tuple[str, dict[str, Any]]:
+    """The scheduler and its parameters: ``--scheduler`` if given, else the one the plan
+    names (with its parameters), else ``fallback``; ``--param`` on top."""
+    from hetserve.scheduling.protocol import parse_params
+
+    choice = plan.scheduler
+    if scheduler is None and choice is not None:
+        return choice.name, {**choice.params, **parse_params(params)}
+    return scheduler or fallback, parse_params(params)

@@ -11,23 +11,6 @@ from hetserve.cli.common import console
 from hetserve.core.errors import HetserveError
 
 
-def _requests_file(path: str, known: list[str]) -> list[str]:
-    from hetserve.core.errors import ConfigError
-    from hetserve.core.files import csv_rows
-
-    out = []
-    for line, row in csv_rows(path, ("service",)):
-        name = row["service"].strip()
-        if name not in known:
-            raise ConfigError(
-                f"{path}:{line}: field 'service': expected one of {', '.join(known)}, got {name!r}"
-            )
-        out.append(name)
-    if not out:
-        raise ConfigError(f"{path}: no requests (one row per request after the header)")
-    return out
-
-
 @click.command()
 @click.option("--cluster", "cluster_name", required=True, help="A switched cluster (rampa-*).")
 @click.option(
@@ -79,6 +62,7 @@ def place(
     from hetserve.planning.rampa.place import (
         CASES,
         place_sequence,
+        read_requests,
         request_sequence,
         table_v_services,
         write_placements,
@@ -101,7 +85,7 @@ def place(
     c = load_cluster(cluster_name)
     net = RampaNet.of(c)
     reqs = (
-        _requests_file(requests_file, list(services))
+        read_requests(requests_file, list(services))
         if requests_file
         else request_sequence(case, max_requests, seed)
     )

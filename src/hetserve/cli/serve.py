@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from hetserve.cli.common import console, csv_list
+from hetserve.cli.common import console, csv_list, plan_scheduler
 from hetserve.core.errors import HetserveError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -133,19 +133,27 @@ def _setup_logging(level: str, access_log: bool) -> None:
     "--cluster", "cluster_name", default="local-cpu", show_default=True,
     help="Cluster preset name or cluster YAML file.",
 )  # fmt: skip
-@click.option("--models", required=True, help="Comma-separated model names.")
+@click.option(
+    "--models",
+    default=None,
+    help="Comma-separated model names (required without --plan) [default: the plan's].",
+)
 @click.option(
     "--plan", "plan_file", type=click.Path(exists=True, dir_okay=False),
     help="A plan JSON (hetserve plan --output) to serve instead of planning at start-up.",
 )  # fmt: skip
 @click.option(
     "--planner",
-    type=click.Choice(["default", "np", "ppipe", "dart-r"]),
     default="default",
     show_default=True,
-    help="Without --plan: plan at start-up (default: every model whole on every GPU).",
+    help="Without --plan: plan at start-up with a registered planner that needs only the "
+    "models (ppipe, np, dart-r, deepplan; default: every model whole on every GPU).",
 )
-@click.option("--scheduler", default="flex", show_default=True, help="Scheduler name.")
+@click.option(
+    "--scheduler",
+    default=None,
+    help="Scheduler name [default: the plan's scheduler; without a plan flex].",
+)
 @click.option(
     "--param", "params", multiple=True,
     help="Scheduler parameter key=value (repeatable), e.g. max_batch=4.",
@@ -243,10 +251,10 @@ def _setup_logging(level: str, access_log: bool) -> None:
 )  # fmt: skip
 def serve(
     cluster_name: str,
-    models: str,
+    models: str | None,
     plan_file: str | None,
     planner: str,
-    scheduler: str,
+    scheduler: str | None,
     params: tuple[str, ...],
     profiles: str | None,
     remeasure: bool,
@@ -281,18 +289,21 @@ def serve(
     from hetserve.experiments.setup import build_setup, parse_slo
     from hetserve.profiling.cache import default_cpu_threads, measured_profiles
     from hetserve.runtime.http import HttpConfig, create_app
-    from hetserve.runtime.server import Server, ServerConfig, check_served
-    from hetserve.scheduling.protocol import parse_params
+    from hetserve.runtime.server import Server, ServerConfig, check_served, wall_clock_params
 
-    names = csv_list(models)
-    if not names:
-        raise HetserveError("--models: give at least one model name")
+    names = csv_list(models) if models else []
+    if not names and plan_file is None:
+        raise HetserveError("--models: give at least one model name (or a --plan)")
     secret = _token(token, token_file)
     _check_host(host)
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise HetserveError(f"--device: expected cpu or cuda[:N], got {device!r}")
     cluster = load_cluster(cluster_name)
     slo_ms = parse_slo(slo)
+    if plan_file is not None and not names:
+        from hetserve.core.plan import Plan
+
+        names = list(Plan.load(plan_file).models)
     if emulate:
         engine = "emulated"
     if profiles is None and not emulate and cluster.name == "local-cpu":
@@ -303,23 +314,19 @@ def serve(
         )
     plan = plan_file
     if plan is None and planner != "default":
-        from hetserve.core.plan import slos_from_scale
         from hetserve.experiments.setup import latency_source
-        from hetserve.planning.ppipe import PlanOptions, plan_models
+        from hetserve.planning.registry import PlanRequest, make_plan
 
-        lat, names = latency_source(cluster, names, profiles, 10)
-        slos = slos_from_scale(cluster, lat, names, 5.0)
-        slos.update({m: v / 1e3 for m, v in (slo_ms or {}).items()})
-        plan = plan_models(cluster, lat, slos, None, PlanOptions(planner=planner))
+        req = PlanRequest(cluster, names, slo_ms, None,
+                          lambda: latency_source(cluster, names, profiles, 10))  # fmt: skip
+        plan = make_plan(planner, req, {}).plan
+        names = list(plan.models)
         check_served(plan, _placement(plan, cluster), names)
     setup = build_setup(
         cluster, names, profiles=profiles, slo_ms=slo_ms, plan=plan, max_batch=max_batch,
     )  # fmt: skip
-    sp = parse_params(params)
-    if scheduler in ("flex", "flex-np", "clockwork", "nexus"):
-        sp.setdefault("max_batch", max_batch)  # (their default, 128, exceeds the profiles)
-    if scheduler in ("edf-adaptive", "reservation"):
-        sp.setdefault("margin_s", 0.01)  # timers on the wall clock fire late (1-4 ms here)
+    scheduler, sp = plan_scheduler(setup.plan, scheduler, params, "flex")
+    sp = wall_clock_params(scheduler, sp, max_batch)
     build = leaf_rows = host_alias = None
     if not emulate:
         from hetserve.profiling.layers import host_alias, leaf_rows

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list, names_list
+from hetserve.cli.common import console, csv_list, names_list, plan_scheduler
 from hetserve.cli.views import print_summary, write_run
 from hetserve.core.errors import HetserveError
 
@@ -25,7 +25,12 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--cluster", "cluster_name", required=True, help="Preset name or cluster YAML file."
         ),
-        click.option("--models", default=None, help="Comma-separated model names (required)."),
+        click.option(
+            "--models",
+            default=None,
+            help="Comma-separated model names (required without --plan; with one, a subset "
+            "of its models) [default: the plan's models].",
+        ),
         click.option(
             "--profiles",
             type=click.Path(file_okay=False),
@@ -83,9 +88,9 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--cut-bytes",
             type=click.Choice(["fp16", "fp32"]),
-            default="fp16",
-            show_default=True,
-            help="Precision of activations crossing cuts (PPipe sends FP16).",
+            default=None,
+            help="Precision of activations crossing cuts [default: the plan's, else fp16: "
+            "PPipe sends FP16].",
         ),
     ]
     for o in reversed(opts):
@@ -105,8 +110,8 @@ def _build(
 ) -> Any:
     from hetserve.experiments.setup import build_setup, parse_slo
 
-    if not models:
-        raise HetserveError("--models: required (comma-separated model names)")
+    if not models and not plan_path:
+        raise HetserveError("--models: required without --plan (comma-separated model names)")
     if profiles and estimate:
         raise HetserveError("give --profiles DIR or --estimate, not both")
     if slo_scale <= 0:
@@ -115,7 +120,7 @@ def _build(
         raise HetserveError(f"--max-batch must be >= 1, got {max_batch}")
     return build_setup(
         cluster_name,
-        csv_list(models),
+        csv_list(models) if models else [],
         profiles=profiles,
         slo_ms=parse_slo(slo),
         slo_scale=slo_scale,
@@ -124,14 +129,20 @@ def _build(
     )
 
 
-def _sim_config(seed: int, jitter_cv: float, cut_bytes: str) -> Any:
+def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, plan: Any = None) -> Any:
+    """The simulator's configuration; ``cut_bytes`` None: the plan's precision at cuts
+    (``meta.cut_bytes_factor``, RAMPA's plans send FP32), else FP16."""
     from hetserve.sim.engine import SimConfig
 
+    if cut_bytes is None:
+        factor = float((plan.meta if plan is not None else {}).get("cut_bytes_factor", 0.5))
+    else:
+        factor = 0.5 if cut_bytes == "fp16" else 1.0
     return SimConfig(
         seed=seed,
         jitter="lognormal" if jitter_cv > 0 else "none",
         jitter_cv=jitter_cv,
-        cut_bytes_factor=0.5 if cut_bytes == "fp16" else 1.0,
+        cut_bytes_factor=factor,
     )
 
 
@@ -139,9 +150,9 @@ def _sim_config(seed: int, jitter_cv: float, cut_bytes: str) -> Any:
 @_setup_options
 @click.option(
     "--scheduler",
-    default="edf-adaptive",
-    show_default=True,
-    help="Registered name (fixed-batch, edf-adaptive, ...) or module:Class.",
+    default=None,
+    help="Registered name (fixed-batch, edf-adaptive, ...) or module:Class [default: the "
+    "plan's scheduler; without a plan edf-adaptive].",
 )
 @click.option("--rate", "rate_rps", type=float, default=None, help="Total offered rate, req/s.")
 @click.option(
@@ -173,8 +184,8 @@ def simulate(
     workload: str,
     duration_s: float,
     jitter_cv: float,
-    cut_bytes: str,
-    scheduler: str,
+    cut_bytes: str | None,
+    scheduler: str | None,
     rate_rps: float | None,
     load_factor: float | None,
     placements_path: str | None,
@@ -191,7 +202,6 @@ def simulate(
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.setup import build_trace, model_rates
     from hetserve.experiments.setup import simulate as run_sim
-    from hetserve.scheduling.protocol import parse_params
 
     if duration_s <= 0:
         raise HetserveError(f"--duration must be > 0, got {duration_s}")
@@ -201,12 +211,13 @@ def simulate(
     rates = model_rates(setup, rate_rps, load_factor)
     trace = build_trace(setup, workload, rates, duration_s, seed)
     t0 = time.perf_counter()
-    cfg = _sim_config(seed, jitter_cv, cut_bytes)
+    cfg = _sim_config(seed, jitter_cv, cut_bytes, setup.plan)
+    scheduler, sched_params = plan_scheduler(setup.plan, scheduler, params, "edf-adaptive")
     if setup.plan.load_plans:  # cold starts: nothing is resident at t = 0
         import dataclasses
 
         cfg = dataclasses.replace(cfg, warm=False)
-    res = run_sim(setup, scheduler, trace, parse_params(params), cfg)
+    res = run_sim(setup, scheduler, trace, sched_params, cfg)
     wall = time.perf_counter() - t0
     s = summarize(res)
     s["config"] = {
@@ -215,13 +226,14 @@ def simulate(
         "slo_ms": {m: v * 1e3 for m, v in setup.slos_s.items()},
         "scheduler": scheduler,
         "params": list(params),
+        "scheduler_params": sched_params,
         "workload": workload,
         "rates_rps": rates,
         "load_factor": load_factor,
         "duration_s": duration_s,
         "seed": seed,
         "jitter_cv": jitter_cv,
-        "cut_bytes": cut_bytes,
+        "cut_bytes": "fp16" if cfg.cut_bytes_factor == 0.5 else "fp32",
         "capacity_rps": setup.plan.capacity_rps(),
         "latency_source": "profiles" if profiles else "roofline",
     }
@@ -318,7 +330,7 @@ def sweep(
     workload: str,
     duration_s: float,
     jitter_cv: float,
-    cut_bytes: str,
+    cut_bytes: str | None,
     schedulers: str,
     seeds: str,
     target: float,
@@ -337,7 +349,7 @@ def sweep(
         raise HetserveError("need 0 < --target <= 1, --resolution > 0 and --start > 0")
     setup = _build(cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch)
     seed_list = _seeds(seeds)
-    cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes)
+    cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes, setup.plan)
     sched_params = parse_params(params)
     results: dict[str, Any] = {}
     names = names_list(schedulers, "--schedulers")

@@ -6,8 +6,10 @@ slices, a number of instances) with one unified batch size; the planner records 
 latency and throughput. Plans are JSON-serialisable (``Plan.to_json`` / ``Plan.load``; format
 in ``docs/formats.md``).
 
-A **Placement** binds a plan to concrete worker slots (node, GPU, slice). Worker ids are
-``"<gpu id>:<slice>/<share>"``, e.g. ``"l4-0/gpu0:0/1"``.
+A plan holds what every planner decides: pipelines and shares (PPipe), serving groups
+(HERD), load plans (DeepPlan), stream assignments (MagicBatch), a pinned binding of stages to
+GPUs and pinned cut paths (RAMPA), and the scheduler that serves it by default. A
+**Placement** (``core.placement``) binds a plan to concrete worker slots.
 
 :func:`default_plan` is the plan used when none is given: every model may run whole on every
 GPU of the cluster (share 1), one pipeline per GPU type, the pools shared by all models.
@@ -29,6 +31,12 @@ from hetserve.core.coldstart import ModelLoadPlan
 from hetserve.core.errors import ConfigError, HetserveError
 from hetserve.core.files import read_json
 from hetserve.core.latency import LatencyModel
+from hetserve.core.placement import Placement, WorkerSlot, bind, worker_id
+
+__all__ = [
+    "ModelPlan", "Pipeline", "Placement", "Plan", "SchedulerChoice", "ServingGroup", "Stage",
+    "WorkerSlot", "best_batch", "bind", "default_plan", "slos_from_scale", "worker_id",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,15 @@ class ServingGroup:
 
 
 @dataclass(frozen=True)
+class SchedulerChoice:
+    """The scheduler that serves a plan by default: a registered name (or ``module:Class``)
+    and its parameters."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Plan:
     models: dict[str, ModelPlan]
     shared_pools: bool = False  # True: every model's pipelines use the same GPUs
@@ -84,6 +101,10 @@ class Plan:
     load_plans: dict[str, ModelLoadPlan] = field(default_factory=dict)
     # MagicBatch: per stream, its GPU and batch (``StreamAssignment``)
     assignments: dict[str, StreamAssignment] = field(default_factory=dict)
+    scheduler: SchedulerChoice | None = None  # serves it unless a command names another
+    # RAMPA: stages bound to chosen GPUs, and the links each cut between two GPUs takes
+    binding: Placement | None = None
+    paths: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.groups:
@@ -163,6 +184,13 @@ class Plan:
             out["load_plans"] = {m: lp.to_json() for m, lp in self.load_plans.items()}
         if self.assignments:
             out["assignments"] = {n: a.to_json() for n, a in self.assignments.items()}
+        if self.scheduler is not None:
+            out["scheduler"] = {"name": self.scheduler.name, "params": self.scheduler.params}
+        if self.binding is not None:
+            out["binding"] = self.binding.to_json()
+        if self.paths:
+            out["paths"] = [{"from": a, "to": b, "links": list(p)}
+                            for (a, b), p in self.paths.items()]  # fmt: skip
         for n, m in self.models.items():
             out["models"][n] = {
                 "slo_ms": m.slo_s * 1e3,
@@ -279,9 +307,22 @@ class Plan:
                 str(n): StreamAssignment.from_json(str(n), a, f"{source}: assignments.{n}")
                 for n, a in dict(data.get("assignments", {})).items()
             }
+            sched = None
+            if "scheduler" in data:
+                sc = data["scheduler"]
+                if not isinstance(sc, dict) or not isinstance(sc.get("name"), str):
+                    raise ConfigError(f"{source}: scheduler: expected {{name, params}}")
+                sched = SchedulerChoice(sc["name"], dict(sc.get("params", {})))
+            binding = None
+            if "binding" in data:
+                binding = Placement.from_json(data["binding"], f"{source}: binding")
+            paths = {
+                (str(p["from"]), str(p["to"])): tuple(str(x) for x in p["links"])
+                for p in data.get("paths", [])
+            }
             return Plan(
                 models, bool(data.get("shared_pools", False)), meta, groups, load_plans,
-                assignments,
+                assignments, sched, binding, paths,
             )  # fmt: skip
         except KeyError as e:
             raise ConfigError(f"{source}: missing field {e}") from None
@@ -303,123 +344,6 @@ class Plan:
                         f"stage must end at block {n} (the model has {n} "
                         f"blocks), got {p.stages[-1].blocks[1]}"
                     )
-
-
-# ---------------------------------------------------------------------- placement
-
-
-@dataclass(frozen=True)
-class WorkerSlot:
-    id: str
-    gpu_id: str
-    node: str
-    gpu: str  # GPU type name
-    share: int
-    slice: int
-
-
-@dataclass(frozen=True)
-class Placement:
-    workers: tuple[WorkerSlot, ...]
-    # (model, pipeline index, stage index) -> worker ids serving that stage
-    stages: dict[tuple[str, int, int], tuple[str, ...]]
-    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # serving group -> workers
-
-    def worker(self, wid: str) -> WorkerSlot:
-        for w in self.workers:
-            if w.id == wid:
-                return w
-        raise HetserveError(f"placement has no worker {wid!r}")
-
-
-def worker_id(gpu_id: str, slice_: int, share: int) -> str:
-    return f"{gpu_id}:{slice_}/{share}"
-
-
-def bind(plan: Plan, cluster: Cluster) -> Placement:
-    """Bind a plan to worker slots.
-
-    Shared-pool plans: every stage on GPU type ``t`` with share 1 gets every GPU of that type.
-    Serving groups: each group takes its GPUs (round-robin over nodes), and every model of
-    the group is served whole by all of them.
-    Otherwise slices are taken GPU by GPU, spreading each stage's GPUs round-robin over
-    nodes (to balance NIC load); slices of one GPU stay in one pool.
-    """
-    by_type: dict[str, list] = {}
-    for g in cluster.gpus:
-        by_type.setdefault(g.type.name, []).append(g)
-    slots: dict[str, WorkerSlot] = {}
-    stages: dict[tuple[str, int, int], tuple[str, ...]] = {}
-
-    def add(g: Any, s: int, k: int) -> str:
-        wid = worker_id(g.id, s, k)
-        slots.setdefault(wid, WorkerSlot(wid, g.id, g.node, g.type.name, k, s))
-        return wid
-
-    if plan.shared_pools:
-        for name, m in plan.models.items():
-            for pi, p in enumerate(m.pipelines):
-                for si, st in enumerate(p.stages):
-                    gt = cluster.catalog.get(st.gpu).name
-                    gpus = by_type.get(gt, [])
-                    if not gpus:
-                        raise HetserveError(
-                            f"plan uses {gt}, which cluster {cluster.name} does not have"
-                        )
-                    stages[(name, pi, si)] = tuple(
-                        add(g, s, st.share) for g in gpus for s in range(st.share)
-                    )
-        return Placement(tuple(slots.values()), stages)
-
-    # disjoint pools and groups: order each type's GPUs round-robin across nodes
-    free: dict[str, list] = {}
-    for t, gpus in by_type.items():
-        per_node: dict[str, list] = {}
-        for g in gpus:
-            per_node.setdefault(g.node, []).append(g)
-        order, lists = [], list(per_node.values())
-        while any(lists):
-            for lst in lists:
-                if lst:
-                    order.append(lst.pop(0))
-        free[t] = order
-    if plan.groups:
-        by_group: dict[str, tuple[str, ...]] = {}
-        for grp in plan.groups:
-            gt = cluster.catalog.get(grp.gpu).name
-            if len(free.get(gt, [])) < grp.gpus:
-                raise HetserveError(
-                    f"plan needs {grp.gpus} {gt} GPUs for group {grp.name}; cluster "
-                    f"{cluster.name} has {len(free.get(gt, []))} left"
-                )
-            gpus, free[gt] = free[gt][: grp.gpus], free[gt][grp.gpus :]
-            ids = tuple(add(g, 0, 1) for g in gpus)
-            by_group[grp.name] = ids
-            for name in grp.models:
-                for pi, p in enumerate(plan.models[name].pipelines):
-                    if len(p.stages) != 1:
-                        raise HetserveError(
-                            f"group {grp.name}: {name} pipeline {pi} has {len(p.stages)} "
-                            f"stages; serving groups run whole models"
-                        )
-                    # a model in several groups: all their GPUs (requests go by stream)
-                    stages[(name, pi, 0)] = stages.get((name, pi, 0), ()) + ids
-        return Placement(tuple(slots.values()), stages, by_group)
-    for name, m in plan.models.items():
-        for pi, p in enumerate(m.pipelines):
-            for si, st in enumerate(p.stages):
-                gt = cluster.catalog.get(st.gpu).name
-                need = math.ceil(st.instances / st.share)
-                if len(free.get(gt, [])) < need:
-                    raise HetserveError(
-                        f"plan needs {need} more {gt} GPUs for {name} "
-                        f"pipeline {pi} stage {si}; cluster {cluster.name} has "
-                        f"{len(free.get(gt, []))} left"
-                    )
-                gpus, free[gt] = free[gt][:need], free[gt][need:]
-                ids = [add(g, s, st.share) for g in gpus for s in range(st.share)]
-                stages[(name, pi, si)] = tuple(ids[: st.instances])
-    return Placement(tuple(slots.values()), stages)
 
 
 def best_batch(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hetserve.core.cluster import Cluster
@@ -21,12 +21,21 @@ from hetserve.core.errors import HetserveError
 
 
 class LinkTable:
-    def __init__(self, cluster: Cluster, record: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        record: bool = False,
+        pins: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+    ) -> None:
+        """``pins``: (GPU a, GPU b) -> the links transfers from a to b take (a plan's
+        pinned cut paths, RAMPA's), instead of the cluster's shortest path."""
         self.cluster = cluster
         self.record = record
         self._lanes: dict[str, list[float]] = {}
         self._paths: dict[tuple[str, str], tuple[tuple[str, ...], float, float]] = {}
         self.log: dict[str, list[tuple[float, float]]] = {}
+        for (a, b), path in (pins or {}).items():
+            self.pin(a, b, path)
 
     def path(self, a: str, b: str) -> tuple[tuple[str, ...], float, float]:
         """Links between two GPUs, the bottleneck Gbit/s and the path's delay (cached)."""

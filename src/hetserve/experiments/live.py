@@ -69,16 +69,19 @@ class LiveRun:
 
 
 def binary_body(
-    x: np.ndarray, deadline_ms: float | None = None, name: str = "input"
-) -> tuple[bytes, dict[str, str]]:
+    x: np.ndarray, deadline_ms: float | None = None, name: str = "input",
+    stream: str | None = None,
+) -> tuple[bytes, dict[str, str]]:  # fmt: skip
     """An infer request carrying ``x`` (with its batch dimension; FP32, or INT64 for
-    integer arrays) as input ``name`` in binary, asking for binary outputs: the body and
-    its headers."""
+    integer arrays) as input ``name`` in binary, asking for binary outputs, from client
+    stream ``stream`` (``parameters.stream``) where given: the body and its headers."""
     integer = np.issubdtype(x.dtype, np.integer)
     blob = np.ascontiguousarray(x, dtype="<i8" if integer else "<f4").tobytes()
     params: dict[str, Any] = {"binary_data_output": True}
     if deadline_ms is not None:
         params["deadline_ms"] = deadline_ms
+    if stream is not None:
+        params["stream"] = stream
     head = json.dumps(
         {
             "inputs": [
@@ -114,11 +117,14 @@ def replay_http(
     token: str | None = None,
     timeout_s: float = 60.0,
     connections: int = 128,
+    input_names: Mapping[str, str] | None = None,
 ) -> LiveRun:
     """Send the trace's requests to the server at ``url`` (``http://host:port``) at their
     arrival times, over ``connections`` keep-alive connections
     (:func:`hetserve.experiments.loadgen.open_loop`; latency counts from each request's
-    arrival time); ``inputs[model]``: one request's input (no batch dimension)."""
+    arrival time); ``inputs[model]``: one request's input (no batch dimension), named
+    ``input_names[model]`` (default: the model graph's first input). Each request names
+    its trace stream (``parameters.stream``), which a MagicBatch plan queues by."""
     from hetserve.core.graph import get_graph
     from hetserve.experiments.loadgen import http_request, open_loop
 
@@ -127,8 +133,8 @@ def replay_http(
         raise HetserveError(f"no input for model(s) {', '.join(missing)}")
     payloads = []
     for st in trace.streams:
-        name = get_graph(st.model).inputs[0].name
-        body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3, name)
+        name = (input_names or {}).get(st.model) or get_graph(st.model).inputs[0].name
+        body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3, name, st.name)
         if token is not None:
             hdr["Authorization"] = f"Bearer {token}"
         payloads.append(http_request(url, f"/v2/models/{st.model}/infer", body, hdr))

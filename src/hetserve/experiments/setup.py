@@ -70,10 +70,17 @@ def build_setup(
     n_blocks: int = 10,
 ) -> Setup:
     c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    source = str(plan) if isinstance(plan, (str, Path)) else "plan"
     if isinstance(plan, (str, Path)):
         plan = Plan.load(plan)
+    if plan is not None and not models:  # the plan's models
+        models = list(plan.models)
     if plan is not None and plan.load_plans:
         latency, names = cold_latency(plan, models, c)
+    elif plan is not None and plan.meta.get("latency_source") == "rampa":
+        from hetserve.planning.rampa.serving import rampa_latency
+
+        latency, names = rampa_latency(plan, source), list(models)
     else:
         latency, names = latency_source(c, models, profiles, n_blocks)
     if plan is not None:
@@ -85,12 +92,19 @@ def build_setup(
             for g in plan.groups
             if any(m in names for m in g.models)
         )
-        plan = Plan(
-            {m: plan.models[m] for m in names}, plan.shared_pools, plan.meta, groups,
-            {m: lp for m, lp in plan.load_plans.items() if m in names},
-            {n: a for n, a in plan.assignments.items() if a.model in names},
+        plan = replace(
+            plan, models={m: plan.models[m] for m in names}, groups=groups,
+            load_plans={m: lp for m, lp in plan.load_plans.items() if m in names},
+            assignments={n: a for n, a in plan.assignments.items() if a.model in names},
         )  # fmt: skip
-        plan.check_against(latency)
+        plan.check_against(latency, source)
+        for (a, b), path in plan.paths.items():
+            bad = [x for x in path if x not in c.links]
+            if bad or not path:
+                raise HetserveError(
+                    f"{source}: paths: {a} -> {b} names links cluster {c.name} does not "
+                    f"have: {', '.join(bad) or 'none given'}"
+                )
         slos = {m: plan.models[m].slo_s for m in names}
     else:
         slos = slos_from_scale(c, latency, names, slo_scale)

@@ -177,7 +177,7 @@ class RuntimeEngine:
         self.executor = executor
         self.clock = clock
         self.on_done = on_done
-        self.links = LinkTable(view.cluster) if emulate_links else None
+        self.links = LinkTable(view.cluster, pins=plan.paths) if emulate_links else None
         self.batches: dict[int, _Batch] = {}
         self.held: dict[int, Request] = {}  # requests the scheduler holds
         self.payloads: dict[int, Any] = {}
@@ -220,8 +220,8 @@ class RuntimeEngine:
                 self._dispatch(a, now)
             elif type(a) is SetTimer:
                 check_timer(a.at_s, now)
-                token = a.token
-                self.clock.call_at(a.at_s, lambda token=token: self._timer(token))
+                token, at_s = a.token, a.at_s
+                self.clock.call_at(at_s, lambda token=token, at_s=at_s: self._timer(token, at_s))
             elif type(a) is Drop:
                 for r in a.requests:
                     if self.held.pop(r.id, None) is None:
@@ -244,8 +244,12 @@ class RuntimeEngine:
             else:
                 raise unknown_action(a)
 
-    def _timer(self, token: object) -> None:
-        now = self.clock.now()
+    def _timer(self, token: object, at_s: float) -> None:
+        """Rule 6: a timer never fires before its time. asyncio may run a callback up to
+        its clock's resolution early, and ``t0 + t - t0`` may round below ``t``: the
+        scheduler is then told its own time (a scheduler that finds nothing due at a
+        time earlier than the one it asked for would wait forever)."""
+        now = max(self.clock.now(), at_s)
         self._apply(self.scheduler.on_timer(token, now), now)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:

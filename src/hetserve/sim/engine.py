@@ -107,7 +107,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self._failures: list[tuple[float, str]] = []
         self._bytes_cache: dict[str, list[float]] = {}
         self._mask_bytes: dict[tuple[str, int], float] = {}
-        self.links = LinkTable(cluster, self.cfg.record_links)
+        self.links = LinkTable(cluster, self.cfg.record_links, plan.paths)
         self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
         self._overhead_s = self.cfg.request_overhead_s
         self._cold_model = cold_start_model(latency)

@@ -1,11 +1,8 @@
 """Validation by serving (beyond the paper, whose Figs. 9-10 only estimate): RAMPA
 placements run in hetserve's simulator over the switched topology.
 
-A placement is a plan: one pipeline per placed service (its model named
-``p<k>-<service>``), its stages bound to the chosen GPUs, its cuts to the chosen paths
-(pinned in the link model, so transfers take them and share their lanes with every other
-service's). Operations take RAMPA's time (``FLOPs / FLOPS + memory / memory bandwidth``,
-times the batch) and cuts carry Table VI's output sizes as they are. Each service receives
+A placement is a plan (``planning.rampa.serving``): one pipeline per placed service, its
+stages bound to the chosen GPUs, its cuts to the chosen paths. Each service receives
 requests at its required throughput, evenly spaced (a seeded phase per service, early
 enough for one request at least), and the
 ``fixed-batch`` scheduler sends each request through its pipeline alone (batch 1, no
@@ -20,69 +17,12 @@ from typing import Any
 import numpy as np
 
 from hetserve.core.cluster import Cluster
-from hetserve.core.gpus import GpuType
-from hetserve.core.latency import busy_power_w
 from hetserve.core.outcome import LATE, OK
-from hetserve.core.plan import ModelPlan, Pipeline, Placement, Plan, Stage, WorkerSlot, worker_id
+from hetserve.core.plan import bind
 from hetserve.core.requests import Stream
-from hetserve.planning.rampa.perf import Op
+from hetserve.planning.rampa.serving import placements_plan, rampa_latency
 from hetserve.planning.rampa.state import Placement as RampaPlacement
 from hetserve.workload.trace import merge
-
-
-class RampaLatency:
-    """The ``LatencyModel`` of placed services: per operation (one block each) RAMPA's time
-    on the GPU, linear in the batch."""
-
-    def __init__(self, ops: dict[str, Sequence[Op]]) -> None:
-        self.ops = {m: list(v) for m, v in ops.items()}
-
-    def num_blocks(self, model: str) -> int:
-        return len(self.ops[model])
-
-    def out_bytes(self, model: str, block: int) -> float:
-        return self.ops[model][block].out_bytes
-
-    def latency(
-        self, model: str, gpu: GpuType, share: int, batch: int, blocks: range | None = None
-    ) -> float:
-        ops = self.ops[model]
-        rng = range(len(ops)) if blocks is None else blocks
-        per = sum(ops[i].flops / (gpu.fp32_tflops * 1e12)
-                  + ops[i].memory_bytes / (gpu.mem_bw_gbps * 1e9) for i in rng)  # fmt: skip
-        return per * batch * share
-
-    def energy(
-        self, model: str, gpu: GpuType, share: int, batch: int, blocks: range | None = None
-    ) -> float:
-        return self.latency(model, gpu, share, batch, blocks) * busy_power_w(gpu, share, 1.0)
-
-
-def placements_plan(
-    placed: Sequence[RampaPlacement], cluster: Cluster
-) -> tuple[Plan, Placement, RampaLatency, dict[tuple[str, str], tuple[str, ...]]]:
-    """The plan, worker binding, latency model and pinned cut paths of placements."""
-    models: dict[str, ModelPlan] = {}
-    slots: list[WorkerSlot] = []
-    stages: dict[tuple[str, int, int], tuple[str, ...]] = {}
-    ops: dict[str, list[Op]] = {}
-    pins: dict[tuple[str, str], tuple[str, ...]] = {}
-    for k, p in enumerate(placed):
-        name = f"p{k:03d}-{p.service.name}"
-        ops[name] = list(p.service.ops)
-        st = []
-        for s, g in enumerate(p.gpus):
-            gpu = cluster.gpu(g)
-            wid = worker_id(g, 0, 1)
-            slots.append(WorkerSlot(wid, g, gpu.node, gpu.type.name, 1, 0))
-            stages[(name, 0, s)] = (wid,)
-            st.append(Stage((p.bounds[s], p.bounds[s + 1]), gpu.type.name, 1, 1,
-                            p.est.stage_s[s]))  # fmt: skip
-        for s, path in enumerate(p.paths):
-            pins[(p.gpus[s], p.gpus[s + 1])] = tuple(path)
-        pipe = Pipeline(tuple(st), 1, p.est.latency_s, p.est.throughput_tps)
-        models[name] = ModelPlan(p.service.latency_s, 1.0, (pipe,))
-    return Plan(models), Placement(tuple(slots), stages), RampaLatency(ops), pins
 
 
 def simulate_placements(
@@ -96,7 +36,8 @@ def simulate_placements(
     from hetserve.scheduling.protocol import make_scheduler
     from hetserve.sim.engine import SimConfig, Simulator
 
-    plan, placement, lat, pins = placements_plan(placed, cluster)
+    plan = placements_plan(placed, cluster)
+    lat = rampa_latency(plan)
     rng = np.random.default_rng(seed)
     streams, parts = [], []
     for name, p in zip(plan.models, placed, strict=True):
@@ -106,10 +47,8 @@ def simulate_placements(
         parts.append(times)
     trace = merge(parts, streams, duration_s)
     sched = make_scheduler("fixed-batch", {"max_batch": 1, "max_queue_delay_s": 0.0})
-    sim = Simulator(cluster, lat, plan, placement, sched, trace,
+    sim = Simulator(cluster, lat, plan, bind(plan, cluster), sched, trace,
                     SimConfig(seed=seed, cut_bytes_factor=1.0))  # fmt: skip
-    for (a, b), path in pins.items():
-        sim.links.pin(a, b, path)
     return sim.run()
 
 

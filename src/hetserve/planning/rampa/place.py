@@ -36,6 +36,24 @@ def table_v_services() -> dict[str, Service]:
     }  # fmt: skip
 
 
+def read_requests(path: str, known: Sequence[str]) -> list[str]:
+    """A requests file: a CSV with a ``service`` column, one deployment request a row."""
+    from hetserve.core.errors import ConfigError
+    from hetserve.core.files import csv_rows
+
+    out = []
+    for line, row in csv_rows(path, ("service",)):
+        name = row["service"].strip()
+        if name not in known:
+            raise ConfigError(
+                f"{path}:{line}: field 'service': expected one of {', '.join(known)}, got {name!r}"
+            )
+        out.append(name)
+    if not out:
+        raise ConfigError(f"{path}: no requests (one row per request after the header)")
+    return out
+
+
 def stage_combinations() -> list[dict[str, int]]:
     """Every combination of Table IX's stage counts (288), services 1-6 in order."""
     names = list(TABLE_IX)
