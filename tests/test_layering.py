@@ -1,5 +1,9 @@
-"""DESIGN.md's layering rules, checked on the source: imports only go down the list, core
-imports nothing else of hetserve, torch and ray only inside zoo/, profiling/, runtime/."""
+"""The layering rules of docs/design.md, checked on the source: imports only go down the
+list, core imports nothing else of hetserve, torch and ray only inside zoo/, profiling/,
+runtime/.
+
+``python -m tests.test_layering`` prints the package-level import graph (which package
+imports which, with the number of importing modules) in the layers' order."""
 
 import ast
 from pathlib import Path
@@ -54,3 +58,65 @@ def test_layering(path):
             assert parts[1] in ("core", "zoo", "profiling"), f"{rel} imports {mod}"
         else:
             assert ORDER.index(parts[1]) <= ORDER.index(layer), f"{rel} imports {mod}"
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """Per package of hetserve, the packages it imports and how many of its modules do
+    (module-level and function-level imports alike)."""
+    graph: dict[str, dict[str, int]] = {}
+    for path in FILES:
+        rel = path.relative_to(SRC)
+        if len(rel.parts) < 2:
+            continue
+        src = rel.parts[0]
+        seen = set()
+        for mod in _imports(path):
+            parts = mod.split(".")
+            if parts[0] == "hetserve" and len(parts) > 1 and parts[1] != src:
+                seen.add(parts[1])
+        for dst in seen:
+            graph.setdefault(src, {}).setdefault(dst, 0)
+            graph[src][dst] += 1
+    return graph
+
+
+def test_the_import_graph_goes_down_the_layers():
+    """The graph that ``python -m tests.test_layering`` prints has no edge upwards."""
+    order = [*ORDER, "cli"]
+    for src, dsts in import_graph().items():
+        for dst in dsts:
+            if src in order and dst in order and src not in ("zoo", "profiling"):
+                assert order.index(dst) < order.index(src), f"{src} -> {dst}"
+
+
+if __name__ == "__main__":
+    g = import_graph()
+    for src in [*ORDER, "cli"]:
+        deps = g.get(src, {})
+        line = ", ".join(
+            f"{d} ({n})"
+            for d, n in sorted(
+                deps.items(), key=lambda x: ORDER.index(x[0]) if x[0] in ORDER else 99
+            )
+        )
+        print(f"{src:12} -> {line or '(nothing of hetserve)'}")
+
+
+def test_the_protocol_module_imports_none_of_its_policies():
+    """Built-in schedulers are named by module in ``protocol.BUILTIN`` and imported on
+    first use; the protocol itself imports no policy."""
+    policies = {p.stem for p in (SRC / "scheduling").glob("*.py")} - {"__init__", "protocol"}
+    found = []
+    for node in ast.walk(ast.parse((SRC / "scheduling" / "protocol.py").read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found += [n for n in names if n.startswith("hetserve.scheduling.")
+                  and n.split(".")[2] in policies]  # fmt: skip
+    assert not found
+    from hetserve.scheduling.protocol import BUILTIN
+
+    assert {m.rsplit(".", 1)[-1] for m in BUILTIN.values()} <= policies

@@ -126,9 +126,10 @@ def test_every_scheduler_copes_with_a_model_without_pipelines():
     from hetserve.core.requests import Request
     from hetserve.experiments.setup import build_setup
     from hetserve.scheduling import ClusterView, Drop, make_scheduler
-    from hetserve.scheduling.protocol import SCHEDULERS, _load_builtin
+    from hetserve.scheduling.protocol import BUILTIN, SCHEDULERS, scheduler_factory
 
-    _load_builtin()
+    for name in BUILTIN:
+        assert scheduler_factory(name) is not None, name
     s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
     models = dict(s.plan.models)
     models["efficientnet-b0"] = ModelPlan(models["efficientnet-b0"].slo_s)

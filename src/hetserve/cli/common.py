@@ -1,5 +1,5 @@
 """What every command module shares: the console, option parsers and validation, progress
-bars, JSON output. It imports no command module (DESIGN.md: the ``cli/`` package)."""
+bars, JSON output. It imports no command module (docs/design.md: the ``cli/`` package)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Clusters: nodes with GPUs, NICs, PCIe switches, NVLink pairs, racks, and an optional
-switched network topology. One link model serves them all (DESIGN.md): a transfer crosses
+switched network topology. One link model serves them all (docs/design.md): a transfer crosses
 a *path of directed links*, each with a bandwidth (Gbit/s), a propagation delay and a
 number of parallel lanes.
 

@@ -1,4 +1,4 @@
-"""Latency and energy models behind one interface (DESIGN.md):
+"""Latency and energy models behind one interface (docs/design.md):
 
 ``latency(model, gpu, share, batch, blocks) -> seconds`` and ``energy(...) -> joules`` for
 a contiguous range of the model's blocks (``None``: the whole model) on one ``1/share``

@@ -314,13 +314,12 @@ def fit_params(setup: Setup, scheduler: str, params: Mapping[str, Any] | None) -
     not fail on the scheduler's default of 8 or 128."""
     import inspect
 
-    from hetserve.scheduling.protocol import SCHEDULERS, _load_builtin
+    from hetserve.scheduling.protocol import scheduler_factory
 
     out = dict(params or {})
     if "max_batch" in out:
         return out
-    _load_builtin()
-    factory = SCHEDULERS.get(scheduler)
+    factory = scheduler_factory(scheduler)
     if factory is None:
         return out
     p = inspect.signature(factory).parameters.get("max_batch")

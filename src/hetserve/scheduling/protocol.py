@@ -1,4 +1,4 @@
-"""The Scheduler protocol — the seam between policies and engines (DESIGN.md).
+"""The Scheduler protocol — the seam between policies and engines (docs/design.md).
 
 Rules every scheduler follows, and every engine relies on:
 
@@ -240,6 +240,20 @@ class BaseScheduler:
 
 
 SCHEDULERS: dict[str, Callable[..., Scheduler]] = {}
+# the built-in schedulers by name -> the module that registers them (imported on first use:
+# this module imports none of its policies)
+BUILTIN: dict[str, str] = {
+    "coldstart": "hetserve.scheduling.coldstart",
+    "edf-adaptive": "hetserve.scheduling.edf_adaptive",
+    "fixed-batch": "hetserve.scheduling.fixed_batch",
+    "flex": "hetserve.scheduling.flex",
+    "flex-np": "hetserve.scheduling.flex",
+    "clockwork": "hetserve.scheduling.flex",
+    "magicbatch": "hetserve.scheduling.magicbatch",
+    "nexus": "hetserve.scheduling.nexus",
+    "reactive": "hetserve.scheduling.reactive",
+    "reservation": "hetserve.scheduling.reservation",
+}
 
 
 def register(name: str) -> Callable[[type], type]:
@@ -251,9 +265,20 @@ def register(name: str) -> Callable[[type], type]:
     return deco
 
 
+def scheduler_names() -> list[str]:
+    """Every scheduler name: the built-ins and those registered since."""
+    return sorted({*BUILTIN, *SCHEDULERS})
+
+
+def scheduler_factory(name: str) -> Callable[..., Scheduler] | None:
+    """The class registered as ``name`` (a built-in's module imported on first use)."""
+    if name not in SCHEDULERS and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])
+    return SCHEDULERS.get(name)
+
+
 def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Scheduler:
     """A scheduler by registered name, or by ``package.module:Class`` path."""
-    _load_builtin()
     params = dict(params or {})
     if ":" in name:
         mod, _, cls_name = name.partition(":")
@@ -269,9 +294,10 @@ def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Schedu
                 f"scheduler {name!r}: not a scheduler class (it must define {', '.join(hooks)})"
             )
     else:
-        if name not in SCHEDULERS:
-            raise unknown("scheduler", name, SCHEDULERS)
-        factory = SCHEDULERS[name]
+        found = scheduler_factory(name)
+        if found is None:
+            raise unknown("scheduler", name, scheduler_names())
+        factory = found
     _check_params(name, factory, params)
     try:
         return Provisioned(factory(**params))
@@ -361,19 +387,6 @@ class Provisioned:
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         return self.inner.on_worker_lost(worker, now)
-
-
-def _load_builtin() -> None:
-    from hetserve.scheduling import (  # noqa: F401
-        coldstart,
-        edf_adaptive,
-        fixed_batch,
-        flex,
-        magicbatch,
-        nexus,
-        reactive,
-        reservation,
-    )
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
