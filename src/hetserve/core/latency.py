@@ -37,6 +37,7 @@ simulator's business.
 from __future__ import annotations
 
 import csv
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -98,8 +99,15 @@ class ColdStartModel(LatencyModel, Protocol):
 
 def cold_start_model(latency: LatencyModel) -> ColdStartModel | None:
     """``latency`` as a :class:`ColdStartModel`, or None when it follows no load plans
-    (its loads move whole blocks over the host link, its runs read no host memory)."""
-    return latency if isinstance(latency, ColdStartModel) else None
+    (its loads move whole blocks over the host link, its runs read no host memory). The
+    answer depends on the class only, and is cached per class (a protocol ``isinstance``
+    check costs microseconds; schedulers ask per model and worker)."""
+    return latency if _is_cold_start_class(type(latency)) else None
+
+
+@functools.cache
+def _is_cold_start_class(cls: type) -> bool:
+    return issubclass(cls, ColdStartModel)
 
 
 @runtime_checkable

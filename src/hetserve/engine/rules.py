@@ -113,14 +113,15 @@ def check_timer(at_s: float, now: float) -> None:
 def check_load(a: Load | Evict, nblocks: Mapping[str, int], workers: Container[str]) -> None:
     """Rule 8: a load or eviction names a known worker and a block range of a served
     model."""
+    nb = nblocks.get(a.model)
+    if a.worker in workers and nb is not None and 0 <= a.blocks[0] < a.blocks[1] <= nb:
+        return
     kind = type(a).__name__
     if a.worker not in workers:
         raise ProtocolError(f"{kind} on unknown worker {a.worker!r}")
-    nb = nblocks.get(a.model)
     if nb is None:
         raise ProtocolError(f"{kind} of {a.model!r}, which is not in the plan")
-    if not 0 <= a.blocks[0] < a.blocks[1] <= nb:
-        raise ProtocolError(f"{kind} of {a.model} blocks {a.blocks}: model has {nb}")
+    raise ProtocolError(f"{kind} of {a.model} blocks {a.blocks}: model has {nb}")
 
 
 def unknown_action(a: object) -> ProtocolError:
@@ -148,15 +149,16 @@ def stage_done_report(
     end_s: float,
     last: bool,
     reason: str,
-    transfer: tuple[float | None, float | None] = (None, None),
+    transfer_start_s: float | None = None,
+    transfer_end_s: float | None = None,
 ) -> StageReport:
     """The report of route step ``index`` that ran to its end (``reason``: ``PARKED`` at
-    the end of an open route, else empty)."""
+    the end of an open route, else empty), with the times its input was in transfer."""
     step = d.route[index]
     b = step.blocks
     return StageReport(
         "stage", d.batch_id, d.model, step.stage, worker, start_s, end_s, d.requests,
-        True, last, reason, b, b[1] - b[0], transfer[0], transfer[1],
+        True, last, reason, b, b[1] - b[0], transfer_start_s, transfer_end_s,
     )  # fmt: skip
 
 
@@ -180,9 +182,13 @@ def stage_ended_report(
 
 
 def load_report(
-    a: Load, start_s: float, end_s: float, ok: bool = True, reason: str = ""
+    worker: str,
+    model: str,
+    blocks: tuple[int, int],
+    start_s: float,
+    end_s: float,
+    ok: bool = True,
+    reason: str = "",
 ) -> StageReport:
     """A load's report (``kind="load"``)."""
-    return StageReport(
-        "load", -1, a.model, 0, a.worker, start_s, end_s, (), ok, False, reason, a.blocks
-    )
+    return StageReport("load", -1, model, 0, worker, start_s, end_s, (), ok, False, reason, blocks)

@@ -235,7 +235,12 @@ class RuntimeEngine:
                 if load is not None:
                     load(self, a, now)  # the executor calls load_finished
                     continue
-                self._apply(self.scheduler.on_stage_done(load_report(a, now, now), now), now)
+                self._apply(
+                    self.scheduler.on_stage_done(
+                        load_report(a.worker, a.model, a.blocks, now, now), now
+                    ),
+                    now,
+                )
             elif type(a) is Evict:
                 check_load(a, self._nblocks, self.running)
                 evict = getattr(self.executor, "evict", None)
@@ -353,7 +358,7 @@ class RuntimeEngine:
     def load_finished(self, a: Load, start_s: float, ok: bool = True, reason: str = "") -> None:
         """An executor's load ended (``ok=False``: it failed, ``reason`` says why)."""
         now = self.clock.now()
-        rep = load_report(a, start_s, now, ok, reason)
+        rep = load_report(a.worker, a.model, a.blocks, start_s, now, ok, reason)
         self._apply(self.scheduler.on_stage_done(rep, now), now)
 
     # ------------------------------------------------------------------ faults
@@ -440,7 +445,7 @@ class RuntimeEngine:
             else:
                 self._enqueue(ntask, now)
         tr = task.transfer or (None, None)
-        rep = stage_done_report(d, task.index, worker, task.start_s, now, last, reason, tr)
+        rep = stage_done_report(d, task.index, worker, task.start_s, now, last, reason, *tr)
         self._apply(self.scheduler.on_stage_done(rep, now), now)
         self._try_start(worker, now)
 

@@ -432,7 +432,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
                 self._input_arrived(ntask, now)
         rep = stage_done_report(
             b.d, task.index, w.id, task.start_s, now, last, reason,
-            (task.transfer_start_s, task.transfer_end_s),
+            task.transfer_start_s, task.transfer_end_s,
         )  # fmt: skip
         acts = self.scheduler.on_stage_done(rep, now)
         if acts:

@@ -118,7 +118,7 @@ class LoaderMixin:
         nbytes = self._bytes_of(a.model, new)
         if w.mem_used + nbytes > w.mem_cap * (1 + 1e-9):
             acts = self.scheduler.on_stage_done(
-                load_report(a, now, now, False, "out of memory"), now
+                load_report(a.worker, a.model, a.blocks, now, now, False, "out of memory"), now
             )
             if acts:
                 self._apply(acts, now)
@@ -172,7 +172,7 @@ class LoaderMixin:
         for t in waiting:
             self.seq += 1
             heapq.heappush(w.ready, (t.step.planned_start_s, self.seq, t))
-        acts = self.scheduler.on_stage_done(load_report(Load(w.id, model, blocks), t0, now), now)
+        acts = self.scheduler.on_stage_done(load_report(w.id, model, blocks, t0, now), now)
         if acts:
             self._apply(acts, now)
         self._try_start(w, now)
