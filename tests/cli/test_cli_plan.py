@@ -423,3 +423,68 @@ def test_a_cluster_that_parks_idle_gpus(capsys, tmp_path):
     assert code == 0
     s = json.loads((tmp_path / "sim" / "summary.json").read_text())
     assert s["energy_j"] / 10 == pytest.approx(parked, rel=0.1)
+
+
+def test_planner_registry_errors_are_one_line(capsys, tmp_path):
+    """Every planner by name: a planner's option given to another, a missing required
+    option, models given to RAMPA, an unknown planner; one line each, exit status 2."""
+    f = str(tmp_path / "p.json")
+    cases = [
+        (["--planner", "herd", "--cluster", "shepherd-12xv100", "--models", "resnet50"],
+         "--planner herd: give the offered load with --rate"),
+        (["--planner", "ppipe", "--cluster", "hc1-s", "--models", "resnet50", "--rate", "5"],
+         "--rate: options of --planner herd only"),
+        (["--planner", "deepplan", "--cluster", "p3-8xlarge", "--models", "resnet18",
+          "--stages", "2,3,2,4,8,5"], "--stages: options of --planner rampa, pe, ncar only"),
+        (["--planner", "rampa", "--cluster", "rampa-base", "--models", "resnet50"],
+         "places RAMPA's services (Table V), not --models"),
+        (["--planner", "pe", "--cluster", "rampa-base"], "give the stage counts with --stages"),
+        (["--planner", "herd", "--cluster", "hc1-s", "--models", "resnet50", "--rate", "9"],
+         "groups GPUs of one type; hc1-s has"),
+        (["--planner", "ppipee", "--cluster", "hc1-s", "--models", "resnet50"], "ppipe"),
+    ]  # fmt: skip
+    for args, msg in cases:
+        code, _, err = run(capsys, "plan", *args, "--output", f)
+        assert code == 2 and msg in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_a_plan_file_alone_configures_serve(capsys, tmp_path):
+    """serve --plan without --models or --scheduler: the plan's models and its scheduler
+    (HERD's plan is served by flex, RAMPA's by fixed-batch over its pinned GPUs)."""
+    herd = tmp_path / "herd.json"
+    assert (
+        run(
+            capsys,
+            "plan",
+            "--planner",
+            "herd",
+            "--cluster",
+            "shepherd-12xv100",
+            "--models",
+            "resnet50,bert-base",
+            "--rate",
+            "100",
+            "--output",
+            str(herd),
+        )[0]
+        == 0
+    )
+    code, out, err = run(capsys, "serve", "--cluster", "shepherd-12xv100", "--plan", str(herd),
+                         "--emulate", "--check", "--port", "0")  # fmt: skip
+    assert code == 0, err
+    assert "with flex" in out and "resnet50" in out and "bert-base" in out
+    rampa = tmp_path / "rampa.json"
+    assert run(capsys, "plan", "--planner", "rampa", "--cluster", "rampa-base",
+               "--max-requests", "2", "--output", str(rampa))[0] == 0  # fmt: skip
+    code, out, err = run(capsys, "serve", "--cluster", "rampa-base", "--plan", str(rampa),
+                         "--emulate", "--check", "--port", "0")  # fmt: skip
+    assert code == 0, err
+    assert "with fixed-batch" in out and "p000-" in out
+    # a binding on a GPU the cluster lacks is refused, naming the plan file
+    data = json.loads(rampa.read_text())
+    data["binding"]["workers"][0]["gpu_id"] = "nowhere/gpu0"
+    rampa.write_text(json.dumps(data))
+    code, _, err = run(capsys, "simulate", "--cluster", "rampa-base", "--plan", str(rampa),
+                       "--rate", "5", "--duration", "1", "--out", str(tmp_path / "x"))  # fmt: skip
+    assert code == 2 and f"{rampa}: binding: worker" in err, err
+    assert "nowhere/gpu0" in err and len(err.strip().splitlines()) == 1, err

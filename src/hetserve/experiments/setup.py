@@ -98,6 +98,8 @@ def build_setup(
             assignments={n: a for n, a in plan.assignments.items() if a.model in names},
         )  # fmt: skip
         plan.check_against(latency, source)
+        if plan.binding is not None:
+            plan.binding.check_against(plan, c, f"{source}: binding")
         for (a, b), path in plan.paths.items():
             bad = [x for x in path if x not in c.links]
             if bad or not path:
