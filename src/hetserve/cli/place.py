@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import click
-from rich.table import Table
 
 from hetserve.cli.common import console
+from hetserve.cli.planviews import print_placements
 from hetserve.core.errors import HetserveError
 
 
@@ -117,20 +117,7 @@ def place(
     meta = {"method": method, "case": requests_file or CASES[case],
             "seed": seed, "stages": counts, "seconds": wall}  # fmt: skip
     write_placements(output, c.name, placed, failed, meta, served)
-    t = Table(title=f"{method} on {c.name}: {len(placed)} services placed")
-    for col in ("#", "service", "model", "stages", "GPUs", "hops", "tps est / req",
-                "latency ms est / req", "cost"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("service", "model", "GPUs") else "right")
-    for i, p in enumerate(placed[:60]):
-        gpus = ", ".join(f"{net.gpus[g].type}@{net.gpus[g].rack}" for g in p.gpus)
-        hops = ",".join(str(len(x)) for x in p.paths) or "-"
-        t.add_row(str(i + 1), p.service.name, p.service.model, str(p.stages), gpus, hops,
-                  f"{p.est.throughput_tps:.2f} / {p.service.throughput_tps:g}",
-                  f"{p.est.latency_s * 1e3:.1f} / {p.service.latency_s * 1e3:g}",
-                  f"{p.cost:.3g}")  # fmt: skip
-    console.print(t)
-    if len(placed) > 60:
-        console.print(f"(the first 60 of {len(placed)}; all are in {output})")
+    print_placements(placed, net, f"{method} on {c.name}", output)
     end = (
         f"request {len(placed) + 1} ({failed}) could not be placed"
         if failed

@@ -74,8 +74,19 @@ def _print_assignments(p: Any, d: dict[str, Any], cluster: Any, output: str) -> 
 
 
 def _print_placements(p: Any, d: dict[str, Any], cluster: Any, output: str) -> None:
-    placed, net = d["placed"], d["net"]
-    t = Table(title=f"{p.meta['planner']} on {cluster.name}: {len(placed)} services placed")
+    placed = d["placed"]
+    print_placements(placed, d["net"], f"{p.meta['planner']} on {cluster.name}", output)
+    failed = d["failed"]
+    console.print(
+        f"request {len(placed) + 1} ({failed}) could not be placed" if failed
+        else f"all {d['requests']} requests placed"
+    )  # fmt: skip
+
+
+def print_placements(placed: Any, net: Any, title: str, output: str) -> None:
+    """RAMPA's placements, a row each (the first 60): stages, GPUs (type@rack), path hops,
+    estimated throughput and latency against the requirement, cost."""
+    t = Table(title=f"{title}: {len(placed)} services placed")
     for col in ("#", "service", "model", "stages", "GPUs", "hops", "tps est / req",
                 "latency ms est / req", "cost"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("service", "model", "GPUs") else "right")
@@ -89,8 +100,3 @@ def _print_placements(p: Any, d: dict[str, Any], cluster: Any, output: str) -> N
     console.print(t)
     if len(placed) > 60:
         console.print(f"(the first 60 of {len(placed)}; all are in {output})")
-    failed = d["failed"]
-    console.print(
-        f"request {len(placed) + 1} ({failed}) could not be placed" if failed
-        else f"all {d['requests']} requests placed"
-    )  # fmt: skip
