@@ -43,12 +43,17 @@ def _slos(req: PlanRequest, opts: Mapping[str, Any]) -> tuple[Any, list[str], di
         raise HetserveError(f"--slo-scale must be > 0, got {scale}")
     lat, names = req.latency()
     slos = slos_from_scale(req.cluster, lat, names, scale, opts.get("slo_ref_gpu"))
+    slos.update(_given_slos(req, names))
+    return lat, names, slos
+
+
+def _given_slos(req: PlanRequest, names: list[str]) -> dict[str, float]:
+    """The request's SLOs in seconds, each for one of ``names``."""
     given = req.slo_ms or {}
     bad = [m for m in given if m not in names]
     if bad:
         raise HetserveError(f"--slo names {', '.join(bad)}, not among --models")
-    slos.update({m: v / 1e3 for m, v in given.items()})
-    return lat, names, slos
+    return {m: v / 1e3 for m, v in given.items()}
 
 
 def _ppipe_family(name: str) -> Any:
@@ -146,10 +151,7 @@ def _deepplan(req: PlanRequest, opts: Mapping[str, Any]) -> PlanResult:
         raise HetserveError("--models: give at least one model")
     for m in names:  # instances (bert-base@3) are served whole: one block each
         get_layer_table(base_model(m))
-    slos = {m: v / 1e3 for m, v in (req.slo_ms or {}).items()}
-    bad = [m for m in slos if m not in names]
-    if bad:
-        raise HetserveError(f"--slo names {', '.join(bad)}, not among --models")
+    slos = _given_slos(req, names)
     kind = str(opts.get("kind", "pt+dha"))
     plan, every = plan_cold_starts(
         req.cluster, names, None, kind, slos, int(opts.get("batch", 1)),

@@ -121,3 +121,17 @@ def make_plan(name: str, request: PlanRequest, options: Mapping[str, Any]) -> Pl
     meta = {**plan.meta, "planner": plan.meta.get("planner", name)}
     res.plan = replace(plan, meta=meta, scheduler=plan.scheduler or spec.scheduler)
     return res
+
+
+def model_graph(plan: Plan, model: str) -> Any:
+    """The graph of a plan's model, as the server advertises its tensors: a RAMPA plan's
+    models are Table V services (``planning.rampa.serving.service_graph``), every other
+    plan's are the zoo's or their instances (``bert-base@3``)."""
+    if plan.meta.get("latency_source") == "rampa":
+        from hetserve.planning.rampa.serving import service_graph
+
+        return service_graph(plan, model)
+    from hetserve.core.graph import get_graph
+    from hetserve.core.layerlatency import base_model
+
+    return get_graph(base_model(model))

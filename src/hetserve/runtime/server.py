@@ -124,15 +124,9 @@ class Server:
         emulated workers) and the largest batch one infer request may carry."""
         t = self._tensors.get(model)
         if t is None:
-            from hetserve.core.graph import get_graph
-            from hetserve.core.layerlatency import base_model
+            from hetserve.planning.registry import model_graph
 
-            if self.setup.plan.meta.get("latency_source") == "rampa":
-                from hetserve.planning.rampa.serving import service_graph
-
-                g = service_graph(self.setup.plan, model)
-            else:
-                g = get_graph(base_model(model))
+            g = model_graph(self.setup.plan, model)
             t = self._tensors[model] = ModelTensors(g.inputs, g.outputs, self.cfg.max_request_batch)
         return t
 
