@@ -15,8 +15,9 @@ import time
 
 from hetserve.core.plan import slos_from_scale
 from hetserve.core.provenance import provenance_line
+from hetserve.engine.setup import build_setup
 from hetserve.experiments.metrics import summarize
-from hetserve.experiments.setup import build_setup, build_trace
+from hetserve.experiments.setup import build_trace
 from hetserve.planning.ppipe import plan_models
 from hetserve.scheduling.protocol import make_scheduler
 from hetserve.scheduling.reservation import Reservation

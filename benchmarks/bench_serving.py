@@ -58,8 +58,8 @@ def _closed_loop(url: str, model: str, x: np.ndarray, clients: int, seconds: flo
 def overhead(batches=(1, 4, 8), seconds: float = 15.0) -> dict:
     import torch
 
+    from hetserve.engine.setup import build_setup
     from hetserve.experiments.live import serve_in_thread
-    from hetserve.experiments.setup import build_setup
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
     from hetserve.zoo.registry import build
@@ -235,8 +235,9 @@ def peer(loads=(0.3, 0.5, 0.7, 0.9), seconds: float = 10.0, waits=(0.005, 0.02, 
     import ray
     from ray import serve
 
+    from hetserve.engine.setup import build_setup
     from hetserve.experiments.live import replay_http, serve_in_thread
-    from hetserve.experiments.setup import build_setup, build_trace
+    from hetserve.experiments.setup import build_trace
     from hetserve.profiling.cache import measured_profiles
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig

@@ -14,8 +14,9 @@ import statistics
 import time
 
 from hetserve.core.provenance import provenance_line
+from hetserve.engine.setup import build_setup
 from hetserve.experiments.metrics import summarize
-from hetserve.experiments.setup import build_setup, build_trace, simulate
+from hetserve.experiments.setup import build_trace, simulate
 
 
 def bench(models: list[str], scheduler: str, duration_s: float, reps: int = 3) -> float:

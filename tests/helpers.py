@@ -5,7 +5,7 @@ from __future__ import annotations
 from hetserve.core.cluster import parse_cluster
 from hetserve.core.latency import LinearModel, LinearParams
 from hetserve.core.plan import bind, default_plan
-from hetserve.experiments.setup import Setup
+from hetserve.engine.setup import Setup
 
 
 def linear_setup(

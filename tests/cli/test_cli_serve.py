@@ -148,7 +148,7 @@ def test_profile_cache_records_when_and_threads_and_remeasures(tmp_path, monkeyp
 
 
 def test_profile_watch_warns_when_real_batches_run_slower_than_the_profile(caplog):
-    from hetserve.experiments.setup import build_setup
+    from hetserve.engine.setup import build_setup
     from hetserve.runtime.metrics import ProfileWatch
     from hetserve.scheduling import ClusterView
     from hetserve.scheduling.protocol import StageReport

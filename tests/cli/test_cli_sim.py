@@ -85,7 +85,7 @@ def test_simulate_same_seed_identical_requests(capsys, tmp_path):
     assert a == (tmp_path / "r1" / "requests.csv").read_bytes()
 
 
-@pytest.mark.parametrize("workload", ["gamma:2", "synthetic", "azure2019"])
+@pytest.mark.parametrize("workload", ["gamma:cv=2", "synthetic", "azure2019"])
 def test_simulate_workloads(capsys, tmp_path, workload):
     if workload == "azure2019":
         f = tmp_path / "az.csv"
@@ -168,6 +168,11 @@ def test_sweep_and_report(capsys, tmp_path):
         (("simulate", *BASE, "--plan", "/nonexistent.json", "--out", "x"), "cannot read plan"),
         (("simulate", *BASE, "--param", "max_batch", "--out", "x"), "expected key=value"),
         (("simulate", *BASE, "--workload", "azure2019:/nope.csv", "--out", "x"), "cannot read"),
+        (("simulate", *BASE, "--workload", "gamma:2", "--out", "x"), "e.g. gamma:cv=2"),
+        (
+            ("simulate", *BASE, "--workload", "poisson:rate=5", "--rate", "9", "--out", "x"),
+            "leave rate= out",
+        ),
         (("sweep", *BASE, "--seeds", "a", "--out", "x"), "--seeds: expected integers"),
         (("report", "/nonexistent-dir"), "not a folder"),
     ],
@@ -175,3 +180,24 @@ def test_sweep_and_report(capsys, tmp_path):
 def test_simulate_errors(capsys, args, needle):
     code, _, err = run(capsys, *args)
     assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_trace_gen_and_simulate_take_one_grammar(capsys, tmp_path):
+    """A process trace gen writes (rate in the spec) is one simulate takes (rate given by
+    --rate): the same process, so the same arrivals for one stream at the same seed."""
+    spec = "onoff:on_s=0.5,off_s=1.5"
+    a = tmp_path / "a.csv"
+    args = ("trace", "gen", "--process", f"{spec},rate=40", "--duration", "3", "--out", str(a))
+    assert run(capsys, *args)[0] == 0
+    code, _, err = run(
+        capsys, "simulate", "--cluster", "hc1-s", "--models", "resnet50", "--workload", spec,
+        "--rate", "40", "--duration", "3", "--seed", "0", "--out", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert code == 0, err
+    gen = [line.split(",")[0] for line in a.read_text().splitlines()[1:]]
+    sim = [
+        line.split(",")[3]
+        for line in (tmp_path / "r" / "requests.csv").read_text().splitlines()[1:]
+    ]
+    assert len(gen) == len(sim) > 0
+    assert [float(x) for x in gen] == pytest.approx([float(x) for x in sim], abs=1e-9)

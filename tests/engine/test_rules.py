@@ -6,7 +6,7 @@ import pytest
 
 from hetserve.core.requests import Stream
 from hetserve.engine.rules import ProtocolError
-from hetserve.experiments.setup import build_setup
+from hetserve.engine.setup import build_setup
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock
 from hetserve.scheduling import (

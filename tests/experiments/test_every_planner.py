@@ -18,8 +18,9 @@ import pytest
 
 from hetserve.cli.main import main
 from hetserve.core.outcome import OK
+from hetserve.engine.setup import build_setup
 from hetserve.experiments.live import replay_http, serve_in_thread
-from hetserve.experiments.setup import build_setup, build_trace, model_rates
+from hetserve.experiments.setup import build_trace, model_rates
 from hetserve.planning.registry import planners
 from hetserve.runtime.http import create_app
 from hetserve.runtime.server import Server, ServerConfig, wall_clock_params

@@ -2,8 +2,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetserve.engine.setup import build_setup
 from hetserve.experiments.loadfactor import search_max_load_factor
-from hetserve.experiments.setup import build_setup, pooled_attainment
+from hetserve.experiments.setup import pooled_attainment
 
 
 @settings(max_examples=100, deadline=None)

@@ -1,8 +1,9 @@
 import pytest
 
 from hetserve.core.outcome import OK
+from hetserve.engine.setup import build_setup
 from hetserve.experiments.metrics import summarize
-from hetserve.experiments.setup import build_setup, build_trace, simulate
+from hetserve.experiments.setup import build_trace, simulate
 
 
 def test_summary_is_consistent_with_raw_records():

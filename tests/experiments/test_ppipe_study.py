@@ -41,7 +41,7 @@ def small_results(tmp_path_factory):
     cfg = S.StudyConfig(
         clusters=("hc1-s",),
         groups={"T": ("resnet50", "efficientnet-b4")},
-        workloads={"poisson": "poisson", "bursty": "gamma:1.5"},
+        workloads={"poisson": "poisson", "bursty": "gamma:cv=1.5"},
         duration_s=2.0,
         lf_step=0.25,
         lf_max=1.25,

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import shepherd_linear_model
 from hetserve.core.plan import bind
-from hetserve.experiments.setup import Setup, simulate
+from hetserve.engine.setup import Setup
+from hetserve.experiments.setup import simulate
 from hetserve.experiments.shepherd.scenarios import V100, group_setup
 from hetserve.planning.herd import (
     ModelStream,

@@ -89,17 +89,15 @@ def test_place_cli_writes_placements_and_refuses_bad_input(capsys, tmp_path):
     out = tmp_path / "pl.json"
     reqs = tmp_path / "r.csv"
     reqs.write_text("service\nservice3\nservice1\n")
-    code = main(["place", "--cluster", "rampa-base", "--requests", str(reqs), "--serve", "5",
-                 "--output", str(out)])  # fmt: skip
+    code = main(["place", "--cluster", "rampa-base", "--requests", str(reqs), "--output",
+                 str(out)])  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0 and "2 placed" in text and "all 2 requests placed" in text
-    assert "2 of 2 services met every deadline" in text
-    d = json.loads(out.read_text())
-    assert d["placed"] == 2 and d["first_failure"] is None
-    served = d["services"][1]["served"]
-    assert served["met"] == served["requests"] == 300  # 60 tps for 5 s
-    assert [s["service"] for s in d["services"]] == ["service3", "service1"]
-    assert d["services"][1]["throughput_tps"] >= 60
+    d = json.loads(out.read_text())  # a plan: the placed services, in order
+    assert list(d["meta"]["services"].values()) == ["service3", "service1"]
+    assert d["solve"]["failed"] is None
+    svc1 = d["models"]["p001-service1"]
+    assert svc1["weight"] == 60 and svc1["pipelines"][0]["planned_rps"] >= 60
     code = main(["place", "--cluster", "rampa-base", "--method", "pe", "--stages",
                  "2,3,2,4,8,5", "--max-requests", "3", "--output", str(out)])  # fmt: skip
     assert code == 0 and json.loads(out.read_text())["meta"]["stages"]["service5"] == 8
@@ -197,23 +195,28 @@ def test_the_path_free_check_never_refuses_what_paths_allow(n_sw, seed, name, da
         assert relaxed is not None and relaxed[0] <= real[0] * (1 + 1e-12)
 
 
-def test_simulate_runs_a_placements_file_and_refuses_bad_ones(capsys, tmp_path):
-    """``hetserve place --output`` writes what ``hetserve simulate --placements`` serves; a
-    file that does not fit the cluster is refused with one line naming the entry."""
+def test_place_writes_a_plan_that_simulate_replays_and_refuses_bad_ones(capsys, tmp_path):
+    """``hetserve place --output`` writes a plan; ``simulate --plan`` at the plan's
+    ``required_rps`` offers every placed service its required throughput (constant
+    arrivals, as RAMPA's requirement states it), and every one meets every deadline; a plan
+    that does not fit the cluster is refused with one line naming the file and the field."""
     pl = tmp_path / "pl.json"
     assert main(["place", "--cluster", "rampa-base", "--max-requests", "4", "--output",
                  str(pl)]) == 0  # fmt: skip
-    capsys.readouterr()
-    out = tmp_path / "run"
-    code = main(["simulate", "--cluster", "rampa-base", "--placements", str(pl), "--duration",
-                 "3", "--out", str(out)])  # fmt: skip
-    assert code == 0
-    summary = json.loads((out / "summary.json").read_text())
+    assert "simulate --plan" in capsys.readouterr().out
     data = json.loads(pl.read_text())
-    assert summary["config"]["services"] == 4
-    # every placed service meets every deadline at its required rate
+    assert data["planner"] == "rampa" and data["scheduler"]["name"] == "fixed-batch"
+    required = data["meta"]["required_rps"]
+    out = tmp_path / "run"
+    code = main(["simulate", "--cluster", "rampa-base", "--plan", str(pl), "--workload",
+                 "constant", "--rate", repr(required), "--duration", "8", "--out",
+                 str(out)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["per_model"]) == 4
     assert summary["attainment"] == 1.0 and summary["arrived"] > 0
-    assert len(summary["per_model"]) == len(data["services"])
+    for name, m in summary["per_model"].items():  # each at its required rate
+        assert m["arrived"] == pytest.approx(8 * data["models"][name]["weight"], abs=1.5)
     capsys.readouterr()
 
     def refused(mutate, needle, cluster="rampa-base"):
@@ -221,25 +224,16 @@ def test_simulate_runs_a_placements_file_and_refuses_bad_ones(capsys, tmp_path):
         mutate(bad)
         f = tmp_path / "bad.json"
         f.write_text(json.dumps(bad))
-        code = main(["simulate", "--cluster", cluster, "--placements", str(f), "--out",
-                     str(tmp_path / "x")])  # fmt: skip
+        code = main(["simulate", "--cluster", cluster, "--plan", str(f), "--rate", "10",
+                     "--out", str(tmp_path / "x")])  # fmt: skip
         err = capsys.readouterr().err
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+        assert str(f) in err
 
-    refused(lambda d: None, "placements are for 'rampa-base', not 'rampa-large'", "rampa-large")
-    refused(lambda d: d["services"][0].update(service="service9"), "services[0]: field 'service'")
-    refused(
-        lambda d: d["services"][1]["stages"][0].update(ops=[1, 2]), "services[1]: field 'stages'"
-    )
-    refused(lambda d: d["services"][2]["stages"][0].update(gpu="nope"), "stages[0].gpu: 'nope'")
-    two = next(i for i, s in enumerate(data["services"]) if len(s["stages"]) > 1)
-    refused(lambda d: d["services"][two]["stages"][0].update(path=["x->y"]),
-            f"services[{two}]: stages[0].path")  # fmt: skip
-    refused(lambda d: d["services"][1].update(stages=d["services"][0]["stages"])
-            if d["services"][0]["service"] == d["services"][1]["service"]
-            else d["services"].__setitem__(1, d["services"][0]), "is not free")  # fmt: skip
+    refused(lambda d: d["binding"]["workers"][0].update(gpu="nope"), "binding")
+    refused(lambda d: d["paths"][0].update(links=["x->y"]), "paths")
     latin = tmp_path / "latin1.json"
-    latin.write_bytes('{"cluster": "rampa-base", "x": "é"}'.encode("latin-1"))
-    code = main(["simulate", "--cluster", "rampa-base", "--placements", str(latin), "--out",
-                 str(tmp_path / "x")])  # fmt: skip
+    latin.write_bytes('{"planner": "rampa", "x": "é"}'.encode("latin-1"))
+    code = main(["simulate", "--cluster", "rampa-base", "--plan", str(latin), "--rate", "1",
+                 "--out", str(tmp_path / "x")])  # fmt: skip
     assert code == 2 and "not UTF-8" in capsys.readouterr().err

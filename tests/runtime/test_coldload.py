@@ -159,7 +159,7 @@ def test_served_over_http_cold_instances_answer_and_the_cli_simulates_them(tmp_p
     from fastapi.testclient import TestClient
 
     from hetserve.cli import main
-    from hetserve.experiments.setup import build_setup
+    from hetserve.engine.setup import build_setup
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig
     from hetserve.zoo.registry import build

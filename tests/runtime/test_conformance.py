@@ -16,8 +16,8 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from hetserve.core.graph import shipped_models  # noqa: E402
+from hetserve.engine.setup import build_setup  # noqa: E402
 from hetserve.experiments.live import free_port  # noqa: E402
-from hetserve.experiments.setup import build_setup  # noqa: E402
 from hetserve.runtime.http import HttpConfig, create_app  # noqa: E402
 from hetserve.runtime.server import Server, ServerConfig  # noqa: E402
 from hetserve.zoo.registry import build  # noqa: E402

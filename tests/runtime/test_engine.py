@@ -4,7 +4,8 @@ per request, and real PyTorch execution."""
 import pytest
 
 from hetserve.core.outcome import OK
-from hetserve.experiments.setup import build_setup, build_trace
+from hetserve.engine.setup import build_setup
+from hetserve.experiments.setup import build_trace
 from hetserve.experiments.shepherd.scenarios import group_setup
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock
@@ -81,7 +82,7 @@ def _check_parity(setup, name, trace, params=None, fail=None):
 
 def test_parity_edf_adaptive_whole_models():
     s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
-    tr = build_trace(s, "gamma:2", s.plan.rates_at(0.9), 2.0, seed=3)
+    tr = build_trace(s, "gamma:cv=2", s.plan.rates_at(0.9), 2.0, seed=3)
     _check_parity(s, "edf-adaptive", tr)
 
 
@@ -115,7 +116,7 @@ def test_parity_when_a_worker_is_lost(name):
 
 def _two_pool_setup(model="resnet50", n=(12, 4)):
     from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
-    from hetserve.experiments.setup import Setup
+    from hetserve.engine.setup import Setup
 
     base = build_setup("hc1-s", [model])
     st = (Stage((0, 5), "P4", 1, n[0]), Stage((5, 10), "L4", 1, n[1]))
@@ -182,7 +183,7 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts(sched):
     torch = pytest.importorskip("torch")
     from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
     from hetserve.core.requests import Request
-    from hetserve.experiments.setup import Setup
+    from hetserve.engine.setup import Setup
     from hetserve.runtime.torch_executor import TorchExecutor
     from hetserve.zoo.registry import build
 

@@ -11,7 +11,7 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from hetserve.experiments.setup import build_setup  # noqa: E402
+from hetserve.engine.setup import build_setup  # noqa: E402
 from hetserve.experiments.shepherd.scenarios import group_setup  # noqa: E402
 from hetserve.runtime.http import create_app  # noqa: E402
 from hetserve.runtime.server import Server, ServerConfig  # noqa: E402

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from hetserve.core.cluster import parse_cluster  # noqa: E402
 from hetserve.core.presets import preset_spec  # noqa: E402
-from hetserve.experiments.setup import build_setup  # noqa: E402
+from hetserve.engine.setup import build_setup  # noqa: E402
 from hetserve.runtime.http import create_app  # noqa: E402
 from hetserve.runtime.server import Server, ServerConfig  # noqa: E402
 from hetserve.zoo.registry import build  # noqa: E402
@@ -128,7 +128,7 @@ def test_open_routes_park_activations_in_the_object_store():
     the rows from both first-stage actors. Outputs equal the single-process model's within
     the FP16-cut tolerance."""
     from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
-    from hetserve.experiments.setup import Setup
+    from hetserve.engine.setup import Setup
 
     model = build("resnet18")
     n = 12

@@ -28,7 +28,7 @@ SERVE = textwrap.dedent(
     """
     import asyncio, sys
     import ray, torch
-    from hetserve.experiments.setup import build_setup
+    from hetserve.engine.setup import build_setup
     from hetserve.runtime.server import Server, ServerConfig
     from hetserve.zoo.registry import build
 

@@ -54,10 +54,9 @@ def test_two_cold_starts_under_one_pcie_switch_interfere():
     for other, factor in ((ws[1], 2.0), (ws[2], 1.0)):
         sim = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {"preload": False}),
                         one_request_trace(names[0], at_s=10.0), SimConfig(warm=False))  # fmt: skip
-        sim.heap, sim.seq = [], 0
-        sim._load(Load(ws[0], names[0], (0, 1)), 0.0)
-        sim._load(Load(other, names[1], (0, 1)), 0.0)
-        done = sorted(t for t, *_ in sim.heap)
+        sim.loader.load(Load(ws[0], names[0], (0, 1)), 0.0)
+        sim.loader.load(Load(other, names[1], (0, 1)), 0.0)
+        done = sorted(t for t, *_ in sim.events.heap)
         assert done[0] == pytest.approx(alone)  # the first started alone
         assert done[1] == pytest.approx(factor * alone)
 
@@ -86,15 +85,14 @@ def test_dha_runs_share_the_host_link_with_loads():
 
     sim = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {"preload": False}),
                     one_request_trace(names[0], at_s=10.0), SimConfig(warm=False))  # fmt: skip
-    sim.heap, sim.seq = [], 0
-    sim._load(Load(ws[1], names[1], (0, 1)), 0.0)
+    sim.loader.load(Load(ws[1], names[1], (0, 1)), 0.0)
     w0, w1 = sim.workers[ws[0]], sim.workers[ws[1]]
     warm = lat.latency(names[0], w0.gpu, 1, 1)
-    cum, _ = sim._dha_contention(w0, names[0], dha, (warm,), 1.0, 0.001)
+    cum, _ = sim.loader.dha_contention(w0, names[0], dha, (warm,), 1.0, 0.001)
     assert cum[-1] == pytest.approx(warm + dha)  # GPU 1's load is on the shared uplink
     # GPU 1's own cold start: its load is not counted against its DHA run
     cold = lat.cold_run_s(names[1], w1.gpu, 1, 1, w1.cold[names[1]][1], 0.001)
-    cum, _ = sim._dha_contention(w1, names[1], dha, (cold,), 1.0, 0.001)
+    cum, _ = sim.loader.dha_contention(w1, names[1], dha, (cold,), 1.0, 0.001)
     assert cum[-1] == pytest.approx(cold + dha)  # ...but GPU 0's DHA run is
 
 

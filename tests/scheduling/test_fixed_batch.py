@@ -113,7 +113,7 @@ def test_bad_parameters():
         make_scheduler("fixed-batch", {"max_batch": 0})
     with pytest.raises(HetserveError, match="unknown parameter 'colour'; it takes max_batch"):
         make_scheduler("fixed-batch", {"colour": 1})
-    with pytest.raises(HetserveError, match="max_batch must be an integer, got 'abc'"):
+    with pytest.raises(HetserveError, match="max_batch must be an integer >= 1, got 'abc'"):
         make_scheduler("fixed-batch", {"max_batch": "abc"})
     with pytest.raises(HetserveError, match="did you mean 'fixed-batch'"):
         make_scheduler("fixed-bach")
@@ -124,7 +124,7 @@ def test_every_scheduler_copes_with_a_model_without_pipelines():
     model are dropped at arrival as "not provisioned" (the other models are served)."""
     from hetserve.core.plan import ModelPlan, Plan, bind
     from hetserve.core.requests import Request
-    from hetserve.experiments.setup import build_setup
+    from hetserve.engine.setup import build_setup
     from hetserve.scheduling import ClusterView, Drop, make_scheduler
     from hetserve.scheduling.protocol import BUILTIN, SCHEDULERS, scheduler_factory
 

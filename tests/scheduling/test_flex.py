@@ -131,12 +131,12 @@ def test_clockwork_is_earliest_deadline_first():
 
 def test_parameters_are_checked():
     for name, params, msg in [
-        ("flex", {"lambda_": 1.0}, "lambda_ must be > 1"),
-        ("flex", {"priority": "x"}, "priority must be"),
-        ("clockwork", {"max_batch": 0}, "max_batch must be >= 1"),
-        ("flex-np", {"overhead_s": -1}, "overhead_s must be >= 0"),
-        ("flex", {"lambda_": "x"}, "lambda_ must be a finite number, got 'x'"),
-        ("nexus", {"epoch_s": 0}, "epoch_s must be > 0"),
+        ("flex", {"lambda_": 1.0}, "lambda_ must be a finite number > 1, got 1.0"),
+        ("flex", {"priority": "x"}, "priority must be 'largest' or 'deadline', got 'x'"),
+        ("clockwork", {"max_batch": 0}, "max_batch must be an integer >= 1, got 0"),
+        ("flex-np", {"overhead_s": -1}, "overhead_s must be a finite number >= 0, got -1"),
+        ("flex", {"lambda_": "x"}, "lambda_ must be a finite number > 1, got 'x'"),
+        ("nexus", {"epoch_s": 0}, "epoch_s must be a finite number > 0, got 0"),
     ]:
         with pytest.raises(HetserveError, match=msg):
             make_scheduler(name, params)

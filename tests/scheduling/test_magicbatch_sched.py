@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from hetserve.core.latency import RooflineModel
 from hetserve.core.outcome import DROPPED, LATE, OK
+from hetserve.engine.setup import Setup
 from hetserve.experiments.magicbatch.study import edge_cluster, plan_method, simulate_plan
-from hetserve.experiments.setup import Setup, build_trace, model_rates, simulate
+from hetserve.experiments.setup import build_trace, model_rates, simulate
 from hetserve.planning.magicbatch import EdgeStream, random_streams
 
 CLUSTER = edge_cluster(2)

@@ -12,8 +12,9 @@ from hetserve.core.outcome import LATE, OK, PENDING
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.profiles import ProfileSet, TableModel
 from hetserve.core.requests import Request
+from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.metrics import summarize
-from hetserve.experiments.setup import Setup, build_setup, build_trace, simulate
+from hetserve.experiments.setup import build_trace, simulate
 from hetserve.scheduling import ClusterView, Dispatch, Drop, SetTimer, make_scheduler
 from hetserve.scheduling.reservation import ReservationTable
 from hetserve.sim.engine import SimConfig

@@ -11,7 +11,8 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, PENDING
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.requests import Request, Stream
 from hetserve.engine.rules import ProtocolError
-from hetserve.experiments.setup import Setup, build_setup, build_trace, simulate
+from hetserve.engine.setup import Setup, build_setup
+from hetserve.experiments.setup import build_trace, simulate
 from hetserve.scheduling import (
     BaseScheduler,
     Dispatch,
@@ -75,7 +76,7 @@ def _check_invariants(res, sim=None):
     st.floats(0.2, 2.5),
     st.integers(0, 1000),
     st.sampled_from([0.0, 0.3]),
-    st.sampled_from(["poisson", "gamma:3", "mmpp"]),
+    st.sampled_from(["poisson", "gamma:cv=3", "mmpp"]),
 )
 def test_invariants_whole_models(sched, lf, seed, jitter_cv, workload):
     tr = build_trace(SETUP, workload, SETUP.plan.rates_at(lf), 0.3, seed)
@@ -134,7 +135,7 @@ def test_transfer_time_and_stage_rows():
 def test_determinism_byte_identical(tmp_path):
     outs = []
     for k in range(2):
-        tr = build_trace(SETUP, "gamma:2", SETUP.plan.rates_at(0.9), 1.0, seed=5)
+        tr = build_trace(SETUP, "gamma:cv=2", SETUP.plan.rates_at(0.9), 1.0, seed=5)
         res = simulate(
             SETUP, "edf-adaptive", tr, None, SimConfig(seed=5, jitter="lognormal", jitter_cv=0.2)
         )
@@ -143,7 +144,7 @@ def test_determinism_byte_identical(tmp_path):
         outs.append(k)
     assert filecmp.cmp(tmp_path / "r0.csv", tmp_path / "r1.csv", shallow=False)
     assert filecmp.cmp(tmp_path / "b0.csv", tmp_path / "b1.csv", shallow=False)
-    tr = build_trace(SETUP, "gamma:2", SETUP.plan.rates_at(0.9), 1.0, seed=5)
+    tr = build_trace(SETUP, "gamma:cv=2", SETUP.plan.rates_at(0.9), 1.0, seed=5)
     res = simulate(
         SETUP, "edf-adaptive", tr, None, SimConfig(seed=6, jitter="lognormal", jitter_cv=0.2)
     )
@@ -233,7 +234,7 @@ def test_load_then_run_and_memory_limit():
     sched = Scripted(w, timers=[(0.0, [Load(w, "resnet50", (0, 10))])], blocks=(0, 10))
     sim = _sim(s, sched, _one([0.0001], model="resnet50"), warm=False)
     res = sim.run()
-    total = sum(sim.block_bytes("resnet50"))
+    total = sum(sim.loader.block_bytes("resnet50"))
     load_s = total * 8 / (31.5 * 8e9)  # PCIe gen4 x16: 31.5 GB/s
     (load,) = [r for r in sched.reports if r.kind == "load"]
     assert load.completed and load.end_s == pytest.approx(load_s)
@@ -260,7 +261,7 @@ def test_load_then_run_and_memory_limit():
 def test_out_of_memory_load_is_reported():
     s = linear_setup()
     sim = _sim(s, BaseScheduler(), _one([0.0]), warm=False)
-    sim._bytes_cache["m"] = [20e9]  # a 20 GB block on a 16 GB V100
+    sim.loader._bytes_cache["m"] = [20e9]  # a 20 GB block on a 16 GB V100
     w = next(iter(sim.workers))
     sched = Scripted(w, timers=[(0.0, [Load(w, "m", (0, 1))])])
     sim.scheduler = sched
@@ -274,7 +275,7 @@ def test_warm_plan_exceeding_memory_is_an_error():
 
     s = linear_setup()
     sim = _sim(s, BaseScheduler(), _one([0.0]))
-    sim._bytes_cache["m"] = [20e9]
+    sim.loader._bytes_cache["m"] = [20e9]
     with pytest.raises(HetserveError, match="exceed its memory"):
         sim.run()
 

@@ -154,3 +154,14 @@ def test_parse_process_ok():
         generate([], 1.0, 0)
     with pytest.raises(HetserveError):
         generate([Stream("a", "m", 0.1, Poisson(1))], 0.0, 0)
+
+
+def test_one_grammar_with_the_rate_given_elsewhere():
+    """The same spec, its rate given by the command (simulate) or in the spec (trace gen):
+    the same process."""
+    assert parse_process("gamma:cv=4", 50.0) == parse_process("gamma:rate=50,cv=4")
+    assert parse_process("mmpp", 7.0) == parse_process("mmpp:rate=7")
+    with pytest.raises(HetserveError, match="leave rate= out"):
+        parse_process("poisson:rate=5", 10.0)
+    with pytest.raises(HetserveError, match=r"e\.g\. gamma:cv=4"):
+        parse_process("gamma:4", 10.0)  # the old positional spelling names the new one

@@ -188,7 +188,7 @@ def plan_scheduler(
 ) -> tuple[str, dict[str, Any]]:
     """The scheduler and its parameters: ``--scheduler`` if given, else the one the plan
     names (with its parameters), else ``fallback``; ``--param`` on top."""
-    from hetserve.scheduling.protocol import parse_params
+    from hetserve.scheduling.params import parse_params
 
     choice = plan.scheduler
     if scheduler is None and choice is not None:

@@ -53,9 +53,10 @@ def demo(out: str) -> None:
         f"wrote {folder}/ (latency.csv, blocks.csv, energy.csv; format in docs/profiles.md)"
     )
     console.rule("6. Simulate: the same kind of cluster, two schedulers")
+    from hetserve.engine.setup import build_setup
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.report import write_report
-    from hetserve.experiments.setup import build_setup, build_trace
+    from hetserve.experiments.setup import build_trace
     from hetserve.experiments.setup import simulate as run_sim
 
     setup = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
@@ -162,9 +163,10 @@ def _live_step(outdir: Path, duration_s: float = 8.0, load_factor: float = 0.5) 
     """10. Serve ResNet-18 for real over HTTP and compare with the simulator."""
     import json
 
+    from hetserve.engine.setup import build_setup
     from hetserve.experiments.live import replay_http, serve_in_thread
     from hetserve.experiments.metrics import summarize
-    from hetserve.experiments.setup import build_setup, build_trace, simulate
+    from hetserve.experiments.setup import build_trace, simulate
     from hetserve.profiling.cache import measured_profiles
     from hetserve.runtime.http import create_app
     from hetserve.runtime.server import Server, ServerConfig

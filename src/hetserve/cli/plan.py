@@ -199,7 +199,8 @@ def plan(cluster_name: str, models: str | None, profiles: str | None, estimate: 
     assignments (magicbatch), or placements in a switched cluster (rampa; pe and ncar). The
     plan names the scheduler that serves it by default."""
     from hetserve.core.cluster import load_cluster
-    from hetserve.experiments.setup import latency_source, parse_slo
+    from hetserve.engine.setup import latency_source
+    from hetserve.experiments.setup import parse_slo
     from hetserve.planning.registry import PlanRequest, get_planner, make_plan, option_owners
 
     if profiles and estimate:

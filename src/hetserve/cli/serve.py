@@ -18,12 +18,15 @@ import re
 import signal
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hetserve.cli.common import console, csv_list, plan_scheduler
 from hetserve.core.errors import HetserveError
+
+if TYPE_CHECKING:
+    from hetserve.engine.setup import Setup
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -286,7 +289,8 @@ def serve(
     import uvicorn
 
     from hetserve.core.cluster import load_cluster
-    from hetserve.experiments.setup import build_setup, parse_slo
+    from hetserve.engine.setup import build_setup
+    from hetserve.experiments.setup import parse_slo
     from hetserve.profiling.cache import default_cpu_threads, measured_profiles
     from hetserve.runtime.http import HttpConfig, create_app
     from hetserve.runtime.server import Server, ServerConfig, check_served, wall_clock_params
@@ -314,7 +318,7 @@ def serve(
         )
     plan = plan_file
     if plan is None and planner != "default":
-        from hetserve.experiments.setup import latency_source
+        from hetserve.engine.setup import latency_source
         from hetserve.planning.registry import PlanRequest, make_plan
 
         req = PlanRequest(cluster, names, slo_ms, None,
@@ -405,7 +409,7 @@ def _placement(plan: Any, cluster: Any) -> Any:
 
 
 def _print_summary(
-    server: Any, setup: Any, scheduler: str, engine: str, host: str, port: int, http: Any
+    server: Any, setup: Setup, scheduler: str, engine: str, host: str, port: int, http: Any
 ) -> None:
     from hetserve import __version__
 

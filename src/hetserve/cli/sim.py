@@ -74,7 +74,9 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--workload",
             default="poisson",
             show_default=True,
-            help="poisson | gamma:CV | mmpp | azure2019:FILE | azure2021:FILE | synthetic",
+            help="An arrival process without its rate (poisson, gamma:cv=4, mmpp:ratio=10, "
+            "constant, onoff:on_s=1,off_s=1) or a trace source (azure2019:FILE, azure2021:FILE, "
+            "synthetic); grammar in docs/workloads.md.",
         ),
         click.option(
             "--duration", "duration_s", default=60.0, show_default=True, help="Seconds of arrivals."
@@ -108,7 +110,8 @@ def _build(
     plan_path: str | None,
     max_batch: int,
 ) -> Any:
-    from hetserve.experiments.setup import build_setup, parse_slo
+    from hetserve.engine.setup import build_setup
+    from hetserve.experiments.setup import parse_slo
 
     if not models and not plan_path:
         raise HetserveError("--models: required without --plan (comma-separated model names)")
@@ -161,14 +164,6 @@ def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, plan: Any = 
     default=None,
     help="Offered rate as a multiple of the plan's capacity (default 1.0).",
 )
-@click.option(
-    "--placements",
-    "placements_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="RAMPA placements (hetserve place --output): serve every placed service at its "
-    "required throughput over its paths, instead of --models.",
-)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 def simulate(
@@ -188,17 +183,11 @@ def simulate(
     scheduler: str | None,
     rate_rps: float | None,
     load_factor: float | None,
-    placements_path: str | None,
     seed: int,
     out: str,
 ) -> None:
     """Simulate serving a workload; writes summary.json, requests.csv, batches.csv,
     workers.csv."""
-    if placements_path is not None:
-        if duration_s <= 0:
-            raise HetserveError(f"--duration must be > 0, got {duration_s}")
-        _simulate_placements(cluster_name, placements_path, models, duration_s, seed, out)
-        return
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.setup import build_trace, model_rates
     from hetserve.experiments.setup import simulate as run_sim
@@ -252,44 +241,6 @@ def simulate(
     )
 
 
-def _simulate_placements(
-    cluster_name: str,
-    path: str,
-    models: str | None,
-    duration_s: float,
-    seed: int,
-    out: str,
-) -> None:
-    """``simulate --placements``: RAMPA's placed services, each at its required rate,
-    batch 1, over the paths chosen for its cuts (experiments.rampa.validate)."""
-    from hetserve.core.cluster import load_cluster
-    from hetserve.experiments.metrics import summarize
-    from hetserve.experiments.rampa.validate import simulate_placements
-    from hetserve.planning.rampa.network import RampaNet
-    from hetserve.planning.rampa.place import read_placements
-    from hetserve.planning.rampa.state import ClusterState
-
-    if models:
-        raise HetserveError("--models: not with --placements (the placements name the models)")
-    cluster = load_cluster(cluster_name)
-    placed = read_placements(path, ClusterState.of(RampaNet.of(cluster)))
-    if not placed:
-        raise HetserveError(f"{path}: no placed services to simulate")
-    t0 = time.perf_counter()
-    res = simulate_placements(placed, cluster, duration_s, seed)
-    wall = time.perf_counter() - t0
-    s = summarize(res)
-    s["config"] = {"cluster": cluster.name, "placements": str(path), "services": len(placed),
-                   "scheduler": "fixed-batch", "params": ["max_batch=1", "max_queue_delay_s=0"],
-                   "workload": "constant at each service's required throughput",
-                   "duration_s": duration_s, "seed": seed}  # fmt: skip
-    folder = Path(out)
-    write_run(folder, res, s)
-    print_summary(s, f"{len(placed)} placed services on {cluster.name}, {duration_s:g} s")
-    console.print(f"simulated {len(res.trace)} requests in {wall:.2f} s wall; wrote {folder}/"
-                  "summary.json, requests.csv, batches.csv")  # fmt: skip
-
-
 def _seeds(value: str) -> list[int]:
     try:
         out = [int(v) for v in csv_list(value)]
@@ -341,7 +292,7 @@ def sweep(
     """Highest load factor at which attainment stays >= target, per scheduler."""
     from hetserve.experiments.loadfactor import search_max_load_factor
     from hetserve.experiments.setup import pooled_attainment
-    from hetserve.scheduling.protocol import parse_params
+    from hetserve.scheduling.params import parse_params
 
     if duration_s <= 0:
         raise HetserveError(f"--duration must be > 0, got {duration_s}")

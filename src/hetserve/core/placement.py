@@ -93,11 +93,19 @@ class Placement:
         by_id = {g.id: g for g in cluster.gpus}
         for w in self.workers:
             g = by_id.get(w.gpu_id)
-            if g is None or g.type.name != cluster.catalog.get(w.gpu).name:
+            if g is None or g.type.name not in (w.gpu, _canonical(cluster, w.gpu)):
                 raise ConfigError(
                     f"{source}: worker {w.id} is on GPU {w.gpu_id} ({w.gpu}), which cluster "
                     f"{cluster.name} does not have"
                 )
+
+
+def _canonical(cluster: Cluster, gpu: str) -> str | None:
+    """A GPU type's catalog name, None for a name the catalog does not know."""
+    try:
+        return cluster.catalog.get(gpu).name
+    except HetserveError:
+        return None
 
 
 def worker_id(gpu_id: str, slice_: int, share: int) -> str:

@@ -1,18 +1,13 @@
-"""Build a simulation from command-line style options and run it.
+"""Build a trace from command-line style options and run a simulation of a
+:class:`~hetserve.engine.setup.Setup` on it.
 
 Used by ``hetserve simulate``, ``sweep``, ``demo`` and the benchmarks, so that all of them
 mean the same thing by a workload spec, a load factor or an SLO scale.
 
-Workload specs (``--workload``):
-
-==================  ==============================================================
-``poisson``         one Poisson stream per model
-``gamma:CV``        one Gamma-renewal stream per model, inter-arrival CV ``CV``
-``mmpp[:k=v,...]``  one two-state MMPP stream per model (``ratio``, ``high_s``, ``low_s``)
-``azure2019:FILE``  Azure Functions 2019 file; functions folded onto the models
-``azure2021:FILE``  Azure Functions 2021 file; likewise
-``synthetic``       a synthetic Azure-like trace (100 functions) generated in memory
-==================  ==============================================================
+Workload specs (``--workload``; the grammar is in ``docs/workloads.md``, "Workload
+specs"): an arrival process without its rate (``poisson``, ``gamma:cv=4``,
+``mmpp:ratio=10``, ...; one stream per model, or per placed stream assignment), or a trace
+source (``azure2019:FILE``, ``azure2021:FILE``, ``synthetic``).
 
 Rates: ``rate`` is the total offered rate (req/s) split over the models by weight;
 ``load_factor`` multiplies the plan's capacity (:meth:`Plan.capacity_rps`). Azure traces
@@ -23,21 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from hetserve.core.cluster import Cluster, load_cluster
 from hetserve.core.errors import HetserveError
-from hetserve.core.graph import get_graph
-from hetserve.core.latency import LatencyModel, RooflineModel
-from hetserve.core.plan import Placement, Plan, bind, default_plan, slos_from_scale
-from hetserve.core.profiles import ProfileSet, TableModel
 from hetserve.core.requests import Stream
+from hetserve.engine.setup import Setup, fit_params
 from hetserve.scheduling.protocol import make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.sim.result import SimResult
-from hetserve.workload.arrivals import MMPP2, Gamma, Poisson
+from hetserve.workload.arrivals import PROCESSES, parse_process
 from hetserve.workload.azure import (
     counts_to_trace,
     read_azure2019,
@@ -45,120 +34,6 @@ from hetserve.workload.azure import (
     synthetic_azure2019_counts,
 )
 from hetserve.workload.trace import Trace, generate
-
-
-@dataclass
-class Setup:
-    cluster: Cluster
-    latency: LatencyModel
-    models: list[str]
-    slos_s: dict[str, float]
-    plan: Plan
-    placement: Placement
-
-
-def build_setup(
-    cluster: str | Cluster,
-    models: Sequence[str],
-    *,
-    profiles: str | Path | None = None,
-    slo_ms: Mapping[str, float] | None = None,
-    slo_scale: float = 5.0,
-    plan: str | Path | Plan | None = None,
-    max_batch: int = 8,
-    slo_margin: float = 0.4,
-    n_blocks: int = 10,
-) -> Setup:
-    c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    source = str(plan) if isinstance(plan, (str, Path)) else "plan"
-    if isinstance(plan, (str, Path)):
-        plan = Plan.load(plan)
-    if plan is not None and not models:  # the plan's models
-        models = list(plan.models)
-    if plan is not None and plan.load_plans:
-        latency, names = cold_latency(plan, models, c)
-    elif plan is not None and plan.meta.get("latency_source") == "rampa":
-        from hetserve.planning.rampa.serving import rampa_latency
-
-        latency, names = rampa_latency(plan, source), list(models)
-    else:
-        latency, names = latency_source(c, models, profiles, n_blocks)
-    if plan is not None:
-        missing = [m for m in names if m not in plan.models]
-        if missing:
-            raise HetserveError(f"plan has no pipelines for {', '.join(missing)}")
-        groups = tuple(
-            replace(g, models=tuple(m for m in g.models if m in names))
-            for g in plan.groups
-            if any(m in names for m in g.models)
-        )
-        plan = replace(
-            plan, models={m: plan.models[m] for m in names}, groups=groups,
-            load_plans={m: lp for m, lp in plan.load_plans.items() if m in names},
-            assignments={n: a for n, a in plan.assignments.items() if a.model in names},
-        )  # fmt: skip
-        plan.check_against(latency, source)
-        if plan.binding is not None:
-            plan.binding.check_against(plan, c, f"{source}: binding")
-        for (a, b), path in plan.paths.items():
-            bad = [x for x in path if x not in c.links]
-            if bad or not path:
-                raise HetserveError(
-                    f"{source}: paths: {a} -> {b} names links cluster {c.name} does not "
-                    f"have: {', '.join(bad) or 'none given'}"
-                )
-        slos = {m: plan.models[m].slo_s for m in names}
-    else:
-        slos = slos_from_scale(c, latency, names, slo_scale)
-        if slo_ms:
-            unknown_m = [m for m in slo_ms if m not in names]
-            if unknown_m:
-                raise HetserveError(f"--slo names {', '.join(unknown_m)}, not among --models")
-            slos.update({m: v / 1e3 for m, v in slo_ms.items()})
-        plan = default_plan(c, latency, slos, max_batch=max_batch, slo_margin=slo_margin)
-    return Setup(c, latency, names, slos, plan, bind(plan, c))
-
-
-def cold_latency(plan: Plan, models: Sequence[str], cluster: Cluster) -> tuple[Any, list[str]]:
-    """The latency model of a plan with load plans (DeepPlan): layer tables and the
-    plan's load plans (``core.layerlatency``), from the ``layers.csv`` the plan was made
-    from where it names one. Model names may carry instance suffixes (``bert-base@3``)."""
-    from hetserve.core.layerlatency import LayerLatency
-
-    if not models:
-        raise HetserveError("--models: give at least one model")
-    missing = [m for m in models if m not in plan.load_plans]
-    if missing:
-        raise HetserveError(f"plan has no load plan for {', '.join(missing)}")
-    sources = {lp.layers_source for lp in plan.load_plans.values()} - {"estimate", ""}
-    if len(sources) > 1:
-        raise HetserveError(f"plan's load plans come from several layer files: {sources}")
-    lat = LayerLatency(plan.load_plans, next(iter(sources), None), cluster.catalog)
-    for m in models:  # a load plan must cover its model's layers exactly
-        lp = plan.load_plans[m]
-        n = len(lat.rows(m, lp.gpu))
-        if len(lp.plan.modes) != n:
-            raise HetserveError(
-                f"plan: load_plans.{m} has {len(lp.plan.modes)} layers; the model's layer "
-                f"table has {n}"
-            )
-    return lat, list(models)
-
-
-def latency_source(
-    cluster: Cluster, models: Sequence[str], profiles: str | Path | None, n_blocks: int = 10
-) -> tuple[LatencyModel, list[str]]:
-    """A profile set's table model (``profiles``), or the roofline model of the shipped
-    graphs; and the models' canonical names (unknown names fail with suggestions)."""
-    if not models:
-        raise HetserveError("--models: give at least one model")
-    if profiles is not None:
-        table = TableModel(ProfileSet.read(profiles, cluster.catalog), cluster.catalog)
-        for m in models:
-            table.num_blocks(m)
-        return table, list(models)
-    names = [get_graph(m).name for m in models]
-    return RooflineModel(n_blocks=n_blocks, catalog=cluster.catalog), names
 
 
 def parse_slo(text: str | None) -> dict[str, float] | None:
@@ -219,13 +94,13 @@ def build_trace(
     kind = kind.strip().lower()
     total = sum(rates.values())
     slos = [setup.slos_s[m] for m in setup.models]
-    if setup.plan.assignments and kind not in ("poisson", "gamma", "mmpp"):
+    if setup.plan.assignments and kind not in PROCESSES:
         raise HetserveError(
             f"--workload {kind}: a plan with stream assignments (MagicBatch) takes its "
-            f"streams' rates; use poisson, gamma:CV or mmpp"
+            f"streams' rates; use an arrival process ({', '.join(PROCESSES)})"
         )
-    if kind in ("poisson", "gamma", "mmpp"):
-        streams = []
+    if kind in PROCESSES:
+        shape = parse_process(workload, 1.0)
         if setup.plan.assignments:
             base = _stream_rates(setup)
             targets = [
@@ -235,27 +110,7 @@ def build_trace(
             ]
         else:
             targets = [(m, m, setup.slos_s[m], rates[m]) for m in setup.models]
-        for name, m, slo_s, r in targets:
-            if kind == "poisson":
-                proc: Any = Poisson(r)
-            elif kind == "gamma":
-                try:
-                    proc = Gamma(r, cv=float(arg or 1.0))
-                except ValueError:
-                    raise HetserveError(
-                        f"--workload gamma:CV: CV must be a number, got {arg!r}"
-                    ) from None
-            else:
-                kw = {}
-                for item in filter(None, arg.split(",")):
-                    k, _, v = item.partition("=")
-                    if k not in ("ratio", "high_s", "low_s"):
-                        raise HetserveError(
-                            f"--workload mmpp: unknown parameter {k!r} (ratio, high_s, low_s)"
-                        )
-                    kw[k] = float(v)
-                proc = MMPP2(r, **kw)
-            streams.append(Stream(name, m, slo_s, proc))
+        streams = [Stream(name, m, slo_s, shape.with_rate(r)) for name, m, slo_s, r in targets]
         return generate(streams, duration_s, seed)
     if kind == "azure2019":
         if not arg:
@@ -273,8 +128,8 @@ def build_trace(
         keep = tr.time_s < duration_s
         return Trace(tr.time_s[keep], tr.stream_idx[keep], tr.streams, duration_s)
     raise HetserveError(
-        f"--workload: unknown kind {kind!r}; expected poisson, gamma:CV, "
-        f"mmpp, azure2019:FILE, azure2021:FILE or synthetic"
+        f"--workload: unknown kind {kind!r}; expected an arrival process "
+        f"({', '.join(PROCESSES)}), azure2019:FILE, azure2021:FILE or synthetic"
     )
 
 
@@ -289,48 +144,6 @@ def simulate(
     return Simulator(
         setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, config
     ).run()
-
-
-def covered_max_batch(setup: Setup, limit: int = 1024) -> int:
-    """The largest batch size that the latency model covers for every model on every GPU
-    type and share of the placement (a profile set may cover only some; the roofline and
-    linear models cover all, up to ``limit``)."""
-    kinds = {(w.gpu, w.share) for w in setup.placement.workers}
-    best = limit
-    for m in setup.models:
-        for gpu, share in kinds:
-            b = 1
-            while b < best:
-                try:
-                    setup.latency.latency(m, gpu, share, b + 1)
-                except HetserveError:
-                    break
-                b += 1
-            best = min(best, b)
-    return best
-
-
-def fit_params(setup: Setup, scheduler: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The scheduler's parameters, with ``max_batch`` (where it takes one and none is given)
-    kept to the batch sizes the latency model covers: a profile set of batches 1..4 must
-    not fail on the scheduler's default of 8 or 128."""
-    import inspect
-
-    from hetserve.scheduling.protocol import scheduler_factory
-
-    out = dict(params or {})
-    if "max_batch" in out:
-        return out
-    factory = scheduler_factory(scheduler)
-    if factory is None:
-        return out
-    p = inspect.signature(factory).parameters.get("max_batch")
-    if p is None or not isinstance(p.default, int):
-        return out
-    cap = covered_max_batch(setup, p.default)
-    if cap < p.default:
-        out["max_batch"] = cap
-    return out
 
 
 def attainment(res: SimResult) -> tuple[int, int]:

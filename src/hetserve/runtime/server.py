@@ -27,7 +27,9 @@ from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
+from hetserve.engine.setup import Setup
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import LoopClock, RuntimeEngine
 from hetserve.runtime.metrics import (
@@ -97,8 +99,8 @@ def wall_clock_params(
 
 
 class Server:
-    def __init__(self, setup: Any, config: ServerConfig | None = None) -> None:
-        """``setup``: cluster, latency, plan and placement (``experiments.setup.Setup``)."""
+    def __init__(self, setup: Setup, config: ServerConfig | None = None) -> None:
+        """``setup``: cluster, latency, plan and placement (the composition root)."""
         self.setup = setup
         self.cfg = config or ServerConfig()
         self.metrics = Metrics()
@@ -325,7 +327,7 @@ class Server:
         gc.unfreeze()  # what start() froze may be collected again
 
 
-def check_served(plan: Any, placement: Any, models: list[str]) -> None:
+def check_served(plan: Plan, placement: Placement, models: list[str]) -> None:
     """Every requested model has a pipeline whose every stage has workers: else a one-line
     error naming the model and why."""
     for m in models:

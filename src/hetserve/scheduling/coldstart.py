@@ -30,11 +30,13 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable
+from typing import Annotated
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import cold_start_model
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.scheduling.params import Range
 from hetserve.scheduling.protocol import (
     RETURNED,
     Action,
@@ -54,11 +56,12 @@ from hetserve.scheduling.protocol import (
 @register("coldstart")
 class ColdStart(BaseScheduler):
     def __init__(
-        self, max_batch: int = 1, memory_reserve_gb: float = 5.0, preload: bool = True
+        self,
+        max_batch: Annotated[int, Range(1)] = 1,
+        memory_reserve_gb: Annotated[float, Range(0)] = 5.0,
+        preload: bool = True,
     ) -> None:
         super().__init__()
-        if max_batch < 1 or memory_reserve_gb < 0:
-            raise HetserveError("coldstart: need max_batch >= 1 and memory_reserve_gb >= 0")
         self.max_batch = int(max_batch)
         self.reserve_b = float(memory_reserve_gb) * 1e9
         self.preload = bool(preload)

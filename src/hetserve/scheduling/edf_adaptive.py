@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from typing import Annotated
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.pools import Pools, check_margin, check_max_batch
+from hetserve.scheduling.params import Range
+from hetserve.scheduling.pools import Pools
 from hetserve.scheduling.protocol import (
     RETURNED,
     Action,
@@ -60,12 +62,16 @@ class _ModelState:
 
 @register("edf-adaptive")
 class EdfAdaptive(BaseScheduler):
-    def __init__(self, max_batch: int | None = None, margin_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        max_batch: Annotated[int | None, Range(1)] = None,
+        margin_s: Annotated[float, Range(0, 10, hi_open=True)] = 0.0,
+    ) -> None:
         """``margin_s``: a batch that waits to fill goes this much before the last moment
         (on a wall clock timers fire late; ``hetserve serve`` sets 10 ms)."""
         super().__init__()
-        self.max_batch_param = check_max_batch("edf-adaptive", max_batch)
-        self.margin_s = check_margin("edf-adaptive", margin_s)
+        self.max_batch_param = max_batch
+        self.margin_s = float(margin_s)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)

@@ -10,10 +10,12 @@ are ``late``.
 from __future__ import annotations
 
 from collections import deque
+from typing import Annotated
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.scheduling.params import Range
 from hetserve.scheduling.pools import Pools
 from hetserve.scheduling.protocol import (
     RETURNED,
@@ -31,10 +33,12 @@ from hetserve.scheduling.protocol import (
 
 @register("fixed-batch")
 class FixedBatch(BaseScheduler):
-    def __init__(self, max_batch: int = 8, max_queue_delay_s: float = 0.005) -> None:
+    def __init__(
+        self,
+        max_batch: Annotated[int, Range(1)] = 8,
+        max_queue_delay_s: Annotated[float, Range(0)] = 0.005,
+    ) -> None:
         super().__init__()
-        if max_batch < 1 or max_queue_delay_s < 0:
-            raise HetserveError("fixed-batch: need max_batch >= 1 and max_queue_delay_s >= 0")
         self.max_batch = int(max_batch)
         self.delay = float(max_queue_delay_s)
 

@@ -39,10 +39,12 @@ import bisect
 import heapq
 import math
 from collections.abc import Sequence
+from typing import Annotated
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.scheduling.params import OneOf, Range
 from hetserve.scheduling.pools import Pools
 from hetserve.scheduling.protocol import (
     RETURNED,
@@ -84,30 +86,17 @@ class _Worker:
         self.lost = False
 
 
-def _number(scheduler: str, name: str, value: object, kind: type = float) -> float:
-    """A numeric scheduler parameter, or a one-line error naming it."""
-    try:
-        return kind(value)  # type: ignore[call-arg, no-any-return]
-    except (TypeError, ValueError):
-        raise HetserveError(
-            f"{scheduler}: {name} must be {'an integer' if kind is int else 'a number'}, "
-            f"got {value!r}"
-        ) from None
-
-
 class _GroupScheduler(BaseScheduler):
     """Per-model deadline queues over whole-model workers that may serve several models."""
 
-    def __init__(self, max_batch: int = 128, overhead_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        max_batch: Annotated[int, Range(1)] = 128,
+        overhead_s: Annotated[float, Range(0)] = 0.0,
+    ) -> None:
         super().__init__()
-        max_batch = int(_number(self.name, "max_batch", max_batch, int))
-        overhead_s = _number(self.name, "overhead_s", overhead_s)
-        if max_batch < 1:
-            raise HetserveError(f"{self.name}: max_batch must be >= 1, got {max_batch}")
-        if overhead_s < 0:
-            raise HetserveError(f"{self.name}: overhead_s must be >= 0, got {overhead_s}")
-        self.max_batch = max_batch
-        self.overhead_s = overhead_s
+        self.max_batch = int(max_batch)
+        self.overhead_s = float(overhead_s)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
@@ -247,21 +236,14 @@ class _GroupScheduler(BaseScheduler):
 class Flex(_GroupScheduler):
     def __init__(
         self,
-        max_batch: int = 128,
-        lambda_: float = 3.03,
-        overhead_s: float = 0.0,
-        priority: str = "largest",
+        max_batch: Annotated[int, Range(1)] = 128,
+        lambda_: Annotated[float, Range(1, lo_open=True)] = 3.03,
+        overhead_s: Annotated[float, Range(0)] = 0.0,
+        priority: Annotated[str, OneOf("largest", "deadline")] = "largest",
         preempt: bool = True,
     ) -> None:
         super().__init__(max_batch, overhead_s)
-        lambda_ = _number(self.name, "lambda_", lambda_)
-        if lambda_ <= 1:
-            raise HetserveError(f"{self.name}: lambda_ must be > 1, got {lambda_}")
-        if priority not in ("largest", "deadline"):
-            raise HetserveError(
-                f"{self.name}: priority must be 'largest' or 'deadline', got {priority!r}"
-            )
-        self.lambda_ = lambda_
+        self.lambda_ = float(lambda_)
         self.priority = priority
         self.preempt = preempt
         self.preemptions = 0
@@ -322,9 +304,9 @@ class FlexNP(Flex):
 
     def __init__(
         self,
-        max_batch: int = 128,
-        overhead_s: float = 0.0,
-        priority: str = "largest",
+        max_batch: Annotated[int, Range(1)] = 128,
+        overhead_s: Annotated[float, Range(0)] = 0.0,
+        priority: Annotated[str, OneOf("largest", "deadline")] = "largest",
     ) -> None:
         super().__init__(max_batch, 3.03, overhead_s, priority, preempt=False)
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Annotated
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.scheduling.params import Range
 from hetserve.scheduling.protocol import (
     RETURNED,
     Action,
@@ -55,10 +57,8 @@ class _Stream:
 
 @register("magicbatch")
 class MagicBatch(BaseScheduler):
-    def __init__(self, margin_ms: float = 2.0) -> None:
+    def __init__(self, margin_ms: Annotated[float, Range(0, 1e6, hi_open=True)] = 2.0) -> None:
         super().__init__()
-        if not 0 <= margin_ms < 1e6:
-            raise HetserveError(f"magicbatch: margin_ms must be >= 0, got {margin_ms}")
         self.margin_s = float(margin_ms) / 1e3
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:

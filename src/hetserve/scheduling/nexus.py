@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Annotated
 
 import numpy as np
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.flex import _GroupScheduler, _Model, _number, _Worker
+from hetserve.scheduling.flex import _GroupScheduler, _Model, _Worker
+from hetserve.scheduling.params import Range
 from hetserve.scheduling.protocol import Action, ClusterView, Drop, SetTimer, register
 from hetserve.workload.trace import Trace
 
@@ -56,16 +58,13 @@ def peak_rates(trace: Trace, epoch_s: float = 60.0, bin_s: float = 1.0) -> dict[
 class Nexus(_GroupScheduler):
     def __init__(
         self,
-        epoch_s: float = 60.0,
+        epoch_s: Annotated[float, Range(0, lo_open=True)] = 60.0,
         rates: Mapping[str, Sequence[float]] | None = None,
-        max_batch: int = 128,
-        overhead_s: float = 0.0,
+        max_batch: Annotated[int, Range(1)] = 128,
+        overhead_s: Annotated[float, Range(0)] = 0.0,
     ) -> None:
         super().__init__(max_batch, overhead_s)
-        epoch_s = _number(self.name, "epoch_s", epoch_s)
-        if epoch_s <= 0:
-            raise HetserveError(f"nexus: epoch_s must be > 0, got {epoch_s}")
-        self.epoch_s = epoch_s
+        self.epoch_s = float(epoch_s)
         self.rates = {m: [float(x) for x in v] for m, v in (rates or {}).items()}
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:

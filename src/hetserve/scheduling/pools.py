@@ -87,21 +87,6 @@ class Pools:
         return self.outstanding[w] == 0 and w not in self.lost
 
 
-def check_margin(scheduler: str, margin_s: float) -> float:
-    """Validate a ``margin_s`` parameter: how long before the last moment a batch that
-    waits to fill is sent (on a wall clock, timers fire a little late)."""
-    if not 0.0 <= margin_s < 10.0:
-        raise HetserveError(f"{scheduler}: margin_s must be in [0, 10) s, got {margin_s}")
-    return float(margin_s)
-
-
-def check_max_batch(scheduler: str, max_batch: int | None) -> int | None:
-    """Validate an optional ``max_batch`` scheduler parameter."""
-    if max_batch is not None and max_batch < 1:
-        raise HetserveError(f"{scheduler}: max_batch must be >= 1, got {max_batch}")
-    return max_batch
-
-
 class DeadlineQueues:
     """Per-model queues of waiting requests, most urgent first (a heap by deadline, then
     request id)."""

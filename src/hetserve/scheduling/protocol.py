@@ -57,7 +57,7 @@ Rules every scheduler follows, and every engine relies on:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -67,6 +67,7 @@ from hetserve.core.gpus import GpuType
 from hetserve.core.latency import LatencyModel
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
+from hetserve.scheduling.params import check_params, checked_init
 
 WorkerId = str
 
@@ -257,9 +258,13 @@ BUILTIN: dict[str, str] = {
 
 
 def register(name: str) -> Callable[[type], type]:
+    """Register a scheduler class under ``name``; its constructor checks its arguments
+    against their declarations (:mod:`hetserve.scheduling.params`)."""
+
     def deco(cls: type) -> type:
         SCHEDULERS[name] = cls
         cls.name = name  # type: ignore[attr-defined]
+        checked_init(cls, name)
         return cls
 
     return deco
@@ -298,53 +303,11 @@ def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Schedu
         if found is None:
             raise unknown("scheduler", name, scheduler_names())
         factory = found
-    _check_params(name, factory, params)
+    check_params(name, factory, params)
     try:
         return Provisioned(factory(**params))
     except TypeError as e:
         raise HetserveError(f"scheduler {name!r}: bad parameters {params} ({e})") from None
-
-
-def _check_params(name: str, factory: Any, params: Mapping[str, Any]) -> None:
-    """Each parameter is one the scheduler takes, of the type its constructor declares (an
-    integer for ``int``, a finite number for ``float``, true/false for ``bool``)."""
-    import inspect
-    import math
-    import typing
-
-    try:
-        sig = inspect.signature(factory)
-        hints = typing.get_type_hints(factory.__init__)
-    except (TypeError, ValueError, NameError):
-        return
-    known = [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
-    for key, value in params.items():
-        if key not in sig.parameters:
-            raise HetserveError(
-                f"scheduler {name!r}: unknown parameter {key!r}; it takes "
-                f"{', '.join(known) or 'no parameters'}"
-            )
-        hint = hints.get(key)
-        allowed = typing.get_args(hint) if typing.get_args(hint) else (hint,)
-        if value is None and type(None) in allowed:
-            continue
-        ok = True
-        if bool in allowed:
-            ok = isinstance(value, bool)
-        elif int in allowed and float not in allowed:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif float in allowed:
-            ok = (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
-            )
-        if not ok:
-            want = {bool: "true or false", int: "an integer", float: "a finite number"}
-            kind = next((want[a] for a in (bool, int, float) if a in allowed), "a value")
-            raise HetserveError(
-                f"scheduler {name!r}: parameter {key} must be {kind}, got {value!r}"
-            )
 
 
 class Provisioned:
@@ -387,23 +350,3 @@ class Provisioned:
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         return self.inner.on_worker_lost(worker, now)
-
-
-def parse_params(items: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` strings -> dict with numbers and ``true``/``false`` converted."""
-    out: dict[str, Any] = {}
-    for item in items:
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise HetserveError(f"scheduler parameter {item!r}: expected key=value")
-        val: Any = v.strip()
-        for conv in (int, float):
-            try:
-                val = conv(v)
-                break
-            except ValueError:
-                continue
-        if isinstance(val, str) and val.lower() in ("true", "false"):
-            val = val.lower() == "true"
-        out[k.strip().replace("-", "_")] = val
-    return out

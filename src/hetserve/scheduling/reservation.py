@@ -30,15 +30,15 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.scheduling.params import Range
 from hetserve.scheduling.pools import (
     DeadlineQueues,
     PipelinePool,
     Pools,
-    check_margin,
-    check_max_batch,
 )
 from hetserve.scheduling.protocol import (
     RETURNED,
@@ -97,12 +97,16 @@ def _move(lst: list[tuple[float, WorkerId]], old: tuple[float, WorkerId], new_t:
 
 @register("reservation")
 class Reservation(BaseScheduler):
-    def __init__(self, max_batch: int | None = None, margin_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        max_batch: Annotated[int | None, Range(1)] = None,
+        margin_s: Annotated[float, Range(0, 10, hi_open=True)] = 0.0,
+    ) -> None:
         """``margin_s``: a batch that waits to fill goes this much before the last moment
         (on a wall clock timers fire late; ``hetserve serve`` sets 10 ms)."""
         super().__init__()
-        self.max_batch = check_max_batch("reservation", max_batch)
-        self.margin_s = check_margin("reservation", margin_s)
+        self.max_batch = max_batch
+        self.margin_s = float(margin_s)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)

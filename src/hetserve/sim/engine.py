@@ -11,10 +11,15 @@ Parts:
   at a time: the blocks of the stage back to back, each for the latency model's time, all
   multiplied by one seeded jitter draw per stage execution (``lognormal`` with a CV, or
   ``exponential``). A ``Preempt`` stops a running stage at its next block boundary.
-- **Links** (:mod:`hetserve.engine.links`, shared with the runtime) and **residency and loading**
-  (:mod:`hetserve.sim.loader`); preemption and failures in :mod:`hetserve.sim.faults`.
-- **Energy**: every GPU draws its idle power all the time; while a slice runs a stage it
-  draws the latency model's busy energy instead of its share of idle power.
+- **Parts with their own state**, each in its module: the request ledger
+  (:class:`~hetserve.sim.ledger.Ledger`, born with the simulator), routes over the link
+  model (:class:`~hetserve.sim.routes.Routes`; :mod:`hetserve.engine.links`, shared with
+  the runtime), residency and loading (:class:`~hetserve.sim.loader.Loader`), preemption
+  and failures (:class:`~hetserve.sim.faults.Faults`), energy
+  (:class:`~hetserve.sim.energy.Energy`) and the recorded rows
+  (:class:`~hetserve.sim.result.Recorder`). The simulator itself holds the event loop,
+  the workers, the batches in flight and the protocol's actions; parts that must tell the
+  scheduler something call back through one ``report`` function.
 
 Outputs (:class:`~hetserve.sim.result.SimResult`): one record per request (arrival, dispatch,
 start, finish, outcome, reason, batch), one row per stage execution (worker, start, end,
@@ -31,17 +36,16 @@ import numpy as np
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
-from hetserve.core.latency import LatencyModel, cold_start_model
-from hetserve.core.outcome import DROPPED, LATE, OK, PENDING
+from hetserve.core.latency import LatencyModel
+from hetserve.core.outcome import DROPPED, LATE, OK
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
-from hetserve.engine.links import HostLinks, LinkTable
 from hetserve.engine.rules import (
+    ACTIVATIONS_LOST,
     NOT_RESIDENT,
     PARKED,
     check_dispatch,
     check_timer,
-    cut_bytes,
     drop_not_held,
     lost_reason,
     not_held,
@@ -58,12 +62,14 @@ from hetserve.scheduling.protocol import (
     Preempt,
     Scheduler,
     SetTimer,
+    StageReport,
 )
-from hetserve.sim.faults import FaultsMixin
-from hetserve.sim.finish import EndMixin
-from hetserve.sim.loader import LoaderMixin
-from hetserve.sim.result import SimResult
-from hetserve.sim.routes import RoutesMixin
+from hetserve.sim.energy import Energy
+from hetserve.sim.faults import Faults
+from hetserve.sim.ledger import Ledger
+from hetserve.sim.loader import Loader
+from hetserve.sim.result import Recorder, SimResult
+from hetserve.sim.routes import Routes
 from hetserve.sim.state import (
     _AWAITING,
     _DONE,
@@ -75,6 +81,7 @@ from hetserve.sim.state import (
     _TIMER,
     _TRANSFER_DONE,
     _WORKER_LOST,
+    Events,
     SimConfig,
     _Batch,
     _Task,
@@ -83,7 +90,9 @@ from hetserve.sim.state import (
 from hetserve.workload.trace import Trace
 
 
-class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
+class Simulator:
+    """One simulated run of a scheduler over a trace (``run()`` once)."""
+
     def __init__(
         self,
         cluster: Cluster,
@@ -100,34 +109,43 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         self.placement = placement
         self.scheduler = scheduler
         self.trace = trace
-        self.cfg = config or SimConfig()
-        self.rng = np.random.default_rng(np.random.SeedSequence([self.cfg.seed, 0x5EED]))
-        self.view = ClusterView.build(cluster, latency, placement, self.cfg.cut_bytes_factor)
+        self.cfg = cfg = config or SimConfig()
+        self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x5EED]))
+        self.view = ClusterView.build(cluster, latency, placement, cfg.cut_bytes_factor)
         self.workers = {wid: _Worker(i) for wid, i in self.view.workers.items()}
-        self._failures: list[tuple[float, str]] = []
-        self._bytes_cache: dict[str, list[float]] = {}
-        self._mask_bytes: dict[tuple[str, int], float] = {}
-        self.links = LinkTable(cluster, self.cfg.record_links, plan.paths)
-        self._nblocks = {m: latency.num_blocks(m) for m in plan.models}
-        self._overhead_s = self.cfg.request_overhead_s
-        self._cold_model = cold_start_model(latency)
+        self.batches: dict[int, _Batch] = {}
+        self.events = Events()
+        self.ledger = Ledger(trace)
+        self.recorder = Recorder(trace)
+        self.energy = Energy(cluster, latency)
+        self.routes = Routes(
+            cluster, latency, self.workers, self.ledger, cfg.cut_bytes_factor,
+            cfg.record_links, plan.paths,
+        )  # fmt: skip
+        self.loader = Loader(
+            cluster, latency, plan, placement, self.workers, self.routes.links, self.events,
+            self._report, self._try_start,
+        )  # fmt: skip
+        self.faults = Faults(
+            self.workers, self.batches, self.ledger, self.events, self.recorder,
+            self._report, self._try_start,
+        )  # fmt: skip
+        self._nblocks = self.loader.nblocks
+        self._overhead_s = cfg.request_overhead_s
         # DHA runs contend for host links
-        self._dha_s = None if self._cold_model is None else self._cold_model.dha_s
+        cold = self.loader.cold_model
+        self._dha_s = None if cold is None else cold.dha_s
         # (model, worker, batch, blocks) -> _run_times
         self._runs: dict[tuple[str, str, int, tuple[int, int]], tuple] = {}
-        # loads that follow load plans (core.layerlatency), over host links they share
-        self._planned_loads = self._cold_model is not None
-        self._host_links = HostLinks(cluster)
-        self._jitter_on = self.cfg.jitter == "exponential" or (
-            self.cfg.jitter == "lognormal" and self.cfg.jitter_cv > 0
+        self._jitter_on = cfg.jitter == "exponential" or (
+            cfg.jitter == "lognormal" and cfg.jitter_cv > 0
         )
+        self._ran = False
 
     # ------------------------------------------------------------------ setup helpers
     def fail_worker(self, worker: str, at_s: float) -> None:
         """Lose a worker at a given time (failure injection)."""
-        if worker not in self.workers:
-            raise HetserveError(f"no worker {worker!r}")
-        self._failures.append((at_s, worker))
+        self.faults.fail_worker(worker, at_s)
 
     def _run_times(
         self, model: str, w: _Worker, batch: int, blocks: tuple[int, int]
@@ -136,16 +154,11 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         times, busy energy, and the part of it on DHA layers (reading host memory; 0
         without load plans)."""
         lat, share, gpu = self.latency, w.info.share, w.gpu
-        cum, acc, energy = [], 0.0, 0.0
+        cum, acc = [], 0.0
         for k in range(blocks[0], blocks[1]):
             acc += lat.latency(model, gpu, share, batch, range(k, k + 1))
             cum.append(acc)
-        try:
-            energy = lat.energy(model, gpu, share, batch, range(*blocks))
-        except HetserveError:
-            from hetserve.core.latency import busy_power_w
-
-            energy = acc * busy_power_w(gpu, share, 1.0)
+        energy = self.energy.busy_j(model, gpu, share, batch, range(*blocks), acc)
         dha = 0.0
         if self._dha_s is not None:
             dha = self._dha_s(model, gpu, share, batch)
@@ -164,36 +177,17 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
     @property
     def link_log(self) -> dict[str, list[tuple[float, float]]]:
         """Every transfer's interval per link (with ``SimConfig(record_links=True)``)."""
-        return self.links.log
+        return self.routes.links.log
 
     def run(self) -> SimResult:
+        if self._ran:
+            raise HetserveError("a Simulator runs once: build another for another run")
+        self._ran = True
         tr = self.trace
         n = len(tr)
-        # per-request state as Python lists: element access is much cheaper than on NumPy
-        # arrays in the hot path; they become arrays in the result
-        nan = math.nan
-        self.deadline = tr.deadlines_s().tolist()
-        self.dispatch_s = [nan] * n
-        self.start_s = [nan] * n
-        self.finish_s = [nan] * n
-        self.outcome = [PENDING] * n
-        self.reason = [0] * n
-        self.batch_of = [-1] * n
-        self.state = [_AWAITING] * n
-        # where a request's activations are parked between open routes (rule 4):
-        # the next block to run and the worker holding its input (None: the request's input)
-        self.at_block = [0] * n
-        self.at_worker: list[str | None] = [None] * n
-        self.reasons: list[str] = [""]
-        self._reason_idx: dict[str, int] = {"": 0}
-        self.rows: list[tuple] = []
-        self.batches: dict[int, _Batch] = {}
-        self.heap: list = []
-        self.seq = 0
         if self.cfg.warm:
-            self._warm_start()
-        for at, wid in self._failures:
-            self._push(at, _WORKER_LOST, wid, None)
+            self.loader.warm_start()
+        self.faults.schedule()
         self._apply(self.scheduler.start(self.view, self.plan, 0.0), 0.0)
 
         max_slo = max((s.slo_s for s in tr.streams), default=1.0)
@@ -204,10 +198,11 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         stream_info = [(s.model, s.name, s.slo_s) for s in tr.streams]
         on_arrival = self.scheduler.on_arrival
         on_timer = self.scheduler.on_timer
-        heap = self.heap
+        heap = self.events.heap
         pop = heapq.heappop
         apply = self._apply
         stage_done = self._stage_done
+        loader, faults = self.loader, self.faults
         i = 0
         now = 0.0
         while True:
@@ -235,25 +230,26 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             elif kind == _TRANSFER_DONE:
                 self._input_arrived(a, now)
             elif kind == _LOAD_DONE:
-                self._load_done(a, b, now)
+                loader.load_done(a, b, now)
             elif kind == _PREEMPT_STOP:
-                self._preempt_stop(a, b, now)
+                faults.preempt_stop(a, b, now)
             elif kind == _WORKER_LOST:
-                self._worker_lost(a, now)
+                faults.worker_lost(a, now, self._tell_lost)
         end = max(now, tr.duration_s)
-        self._close(end)
-        return self._result(end)
+        faults.close(end)
+        self.ledger.close()
+        return self.recorder.result(end, self.ledger, self.workers, self.energy, self.routes.links)
 
-    def _push(self, t: float, kind: int, a: object, b: object) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+    def _report(self, rep: StageReport, now: float) -> None:
+        """Tell the scheduler of a stage or load report; apply what it answers."""
+        acts = self.scheduler.on_stage_done(rep, now)
+        if acts:
+            self._apply(acts, now)
 
-    def _reason(self, text: str) -> int:
-        idx = self._reason_idx.get(text)
-        if idx is None:
-            idx = self._reason_idx[text] = len(self.reasons)
-            self.reasons.append(text)
-        return idx
+    def _tell_lost(self, w: _Worker, now: float) -> None:
+        acts = self.scheduler.on_worker_lost(w.id, now)
+        if acts:
+            self._apply(acts, now)
 
     # ------------------------------------------------------------------ actions
     def _apply(self, actions: Iterable[object], now: float) -> None:
@@ -261,34 +257,33 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             if type(a) is Dispatch:
                 self._dispatch(a, now)
             elif type(a) is SetTimer:
-                if a.at_s >= now:
-                    self.seq += 1
-                    heapq.heappush(self.heap, (a.at_s, self.seq, _TIMER, a.token, None))
-                    continue
-                check_timer(a.at_s, now)
-                self._push(max(a.at_s, now), _TIMER, a.token, None)
+                at = a.at_s
+                if at < now:
+                    check_timer(at, now)
+                    at = now
+                ev = self.events
+                heapq.heappush(ev.heap, (at, next(ev.seq), _TIMER, a.token, None))
             elif type(a) is Drop:
-                ri = self._reason(a.reason or "dropped")
+                state = self.ledger.state
                 for r in a.requests:
-                    if self.state[r.id] != _AWAITING:
+                    if state[r.id] != _AWAITING:
                         raise drop_not_held(r)
-                    self.state[r.id] = _DONE
-                    self.outcome[r.id] = DROPPED
-                    self.reason[r.id] = ri
+                self.ledger.end(a.requests, DROPPED, a.reason or "dropped")
             elif type(a) is Preempt:
-                self._preempt(a, now)
+                self.faults.preempt(a, now)
             elif type(a) is Load:
-                self._load(a, now)
+                self.loader.load(a, now)
             elif type(a) is Evict:
-                self._evict(a)
+                self.loader.evict(a)
             else:
                 raise unknown_action(a)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
         first = check_dispatch(d, self._nblocks, self.workers, self.batches)
-        state, dispatch_s, batch_of = self.state, self.dispatch_s, self.batch_of
+        ledger = self.ledger
+        state, dispatch_s, batch_of = ledger.state, ledger.dispatch_s, ledger.batch_of
         model, bid = d.model, d.batch_id
-        at_block = self.at_block
+        at_block = ledger.at_block
         for r in d.requests:
             i = r.id
             if state[i] != _AWAITING or r.model != model:
@@ -305,8 +300,20 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         b.tasks.append(task)
         if first == 0:
             self._input_arrived(task, now)
+            return
+        span = self.routes.gather(model, d.requests, first, task.worker, now)
+        if span is None:
+            self.faults.fail_batch(b, task, ACTIVATIONS_LOST, now)
+            return
+        self._transfer(task, span, now)
+
+    def _transfer(self, task: _Task, span: tuple[float, float], now: float) -> None:
+        """A stage's input on its way (``span``: the transfer's start and end)."""
+        task.transfer_start_s, task.transfer_end_s = span
+        if span[1] > now:
+            self.events.push(span[1], _TRANSFER_DONE, task, None)
         else:
-            self._gather(task, first, now)
+            self._input_arrived(task, now)
 
     def _input_arrived(self, task: _Task, now: float) -> None:
         if task.dead:
@@ -315,8 +322,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         if w.running is None and not w.ready and not w.lost:
             self._start(w, task, now)  # the common case: an idle worker, nothing queued
             return
-        self.seq += 1
-        heapq.heappush(w.ready, (task.step.planned_start_s, self.seq, task))
+        heapq.heappush(w.ready, (task.step.planned_start_s, next(self.events.seq), task))
         if w.running is None:
             self._try_start(w, now)
 
@@ -326,7 +332,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             if task.dead:
                 continue
             if w.lost:
-                self._fail_batch(task.batch, task, lost_reason(task.batch.route), now)
+                self.faults.fail_batch(task.batch, task, lost_reason(task.batch.route), now)
                 continue
             self._start(w, task, now)
 
@@ -343,14 +349,13 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
         if w.resident.get(model, 0) & m != m:
             if not w.loading.get(model, 0) & m:
-                self._fail_batch(b, task, NOT_RESIDENT, now)
+                self.faults.fail_batch(b, task, NOT_RESIDENT, now)
                 return
-            cold = w.cold.get(model)
-            if cold is None:
+            if model not in w.cold:
                 w.waiting_load.append(task)
                 return
             # a planned cold start under way: layer by layer, each as its weights arrive
-            dur = self._cold_model.cold_run_s(model, w.gpu, w.info.share, n, cold[1], now - cold[0])
+            dur = self.loader.cold_run_s(w, model, n, now)
             energy *= dur / max(cum[-1], 1e-12)
             cum = (dur,)
         if self._overhead_s and task.index == 0:
@@ -361,17 +366,17 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             cum = tuple(c * j for c in cum)
             energy *= j
         if dha > 0:
-            cum, energy = self._dha_contention(w, model, dha, cum, energy, now)
+            cum, energy = self.loader.dha_contention(w, model, dha, cum, energy, now)
         task.cum = cum
         task.energy_j = energy
         task.start_s = now
         w.running = task
         if task.index == 0 and blocks[0] == 0:
-            start_s = self.start_s
+            start_s = self.ledger.start_s
             for r in b.requests:
                 start_s[r.id] = now
-        self.seq += 1
-        heapq.heappush(self.heap, (now + cum[-1], self.seq, _STAGE_DONE, task, task.version))
+        ev = self.events
+        heapq.heappush(ev.heap, (now + cum[-1], next(ev.seq), _STAGE_DONE, task, task.version))
 
     def _stage_done(self, task: _Task, version: int, now: float) -> None:
         if task.version != version or task.dead:
@@ -384,8 +389,9 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
         w.busy_energy_j += task.energy_j
         last = task.index == len(b.route) - 1
         step = task.step
-        self._row(task, now, "completed")
+        self.recorder.row(task, now, "completed")
         reason = ""
+        ledger = self.ledger
         if last:
             b.alive = False
             del self.batches[b.id]
@@ -393,7 +399,7 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             if end_block < self._nblocks[b.model]:
                 # an open route: the requests are parked here, back with the scheduler
                 reason = PARKED
-                state, at_block, at_worker = self.state, self.at_block, self.at_worker
+                state, at_block, at_worker = ledger.state, ledger.at_block, ledger.at_worker
                 for r in b.requests:
                     i = r.id
                     state[i] = _AWAITING
@@ -401,11 +407,8 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
                     at_worker[i] = w.id
             else:
                 outcome, state, finish, deadline = (
-                    self.outcome,
-                    self.state,
-                    self.finish_s,
-                    self.deadline,
-                )
+                    ledger.outcome, ledger.state, ledger.finish_s, ledger.deadline,
+                )  # fmt: skip
                 for r in b.requests:
                     i = r.id
                     state[i] = _DONE
@@ -413,23 +416,11 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
                     outcome[i] = OK if now <= deadline[i] + _EPS else LATE
         else:
             b.stage += 1
-            nxt = b.route[b.stage]
-            nw = self.workers[nxt.worker]
+            nw = self.workers[b.route[b.stage].worker]
             ntask = _Task(b, b.stage, nw)
             b.tasks.append(ntask)
-            nbytes = cut_bytes(
-                self.latency,
-                b.model,
-                step.blocks[1] - 1,
-                len(b.requests),
-                self.cfg.cut_bytes_factor,
-            )
-            t0, t1 = self.links.send(w.gpu_id, nw.gpu_id, nbytes, now)
-            ntask.transfer_start_s, ntask.transfer_end_s = t0, t1
-            if t1 > now:
-                self._push(t1, _TRANSFER_DONE, ntask, None)
-            else:
-                self._input_arrived(ntask, now)
+            span = self.routes.forward(b.model, step.blocks[1], len(b.requests), w, nw, now)
+            self._transfer(ntask, span, now)
         rep = stage_done_report(
             b.d, task.index, w.id, task.start_s, now, last, reason,
             task.transfer_start_s, task.transfer_end_s,
@@ -439,22 +430,3 @@ class Simulator(LoaderMixin, FaultsMixin, RoutesMixin, EndMixin):
             self._apply(acts, now)
         if w.running is None and w.ready:
             self._try_start(w, now)
-
-    def _row(self, task: _Task, end: float, status: str) -> None:
-        b = task.batch
-        self.rows.append(
-            (
-                b.id,
-                b.model,
-                task.step.stage,
-                task.worker.id,
-                task.worker.gpu.name,
-                len(b.requests),
-                task.start_s,
-                end,
-                status,
-                task.transfer_start_s,
-                task.transfer_end_s,
-                b.dispatch_s,
-            )
-        )

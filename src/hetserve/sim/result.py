@@ -1,4 +1,5 @@
-"""A simulation's raw output and its CSV files (formats in ``docs/formats.md``)."""
+"""A simulation's raw output and its CSV files (formats in ``docs/formats.md``), and the
+part that records it during a run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from hetserve.core.outcome import OUTCOME_NAMES
+from hetserve.engine.links import LinkTable
+from hetserve.sim.energy import Energy
+from hetserve.sim.ledger import Ledger
+from hetserve.sim.state import _Task, _Worker
 from hetserve.workload.trace import Trace
 
 REQUEST_COLUMNS = (
@@ -139,3 +144,51 @@ class SimResult:
                         _f(self.worker_energy_j.get(wid, math.nan)),
                     )
                 )
+
+
+class Recorder:
+    """The simulator's results part: one row per stage execution as it ends, and at the
+    end of a run the :class:`SimResult` from the ledger, the workers and the energy."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.rows: list[tuple] = []
+
+    def row(self, task: _Task, end: float, status: str) -> None:
+        b = task.batch
+        w = task.worker
+        self.rows.append(
+            (
+                b.id, b.model, task.step.stage, w.id, w.gpu.name, len(b.requests),
+                task.start_s, end, status, task.transfer_start_s, task.transfer_end_s,
+                b.dispatch_s,
+            )
+        )  # fmt: skip
+
+    def result(
+        self,
+        end_s: float,
+        ledger: Ledger,
+        workers: dict[str, _Worker],
+        energy: Energy,
+        links: LinkTable,
+    ) -> SimResult:
+        gpu_j, worker_j = energy.account(workers, end_s)
+        return SimResult(
+            trace=self.trace,
+            end_s=end_s,
+            dispatch_s=np.asarray(ledger.dispatch_s),
+            start_s=np.asarray(ledger.start_s),
+            finish_s=np.asarray(ledger.finish_s),
+            outcome=np.asarray(ledger.outcome, dtype=np.int8),
+            reason=np.asarray(ledger.reason, dtype=np.int16),
+            reasons=tuple(ledger.reasons),
+            batch=np.asarray(ledger.batch_of, dtype=np.int64),
+            stage_rows=self.rows,
+            worker_busy_s={w.id: w.busy_s for w in workers.values()},
+            worker_gpu={w.id: w.gpu.name for w in workers.values()},
+            worker_share={w.id: w.info.share for w in workers.values()},
+            gpu_energy_j=gpu_j,
+            worker_energy_j=worker_j,
+            link_log=links.log,
+        )

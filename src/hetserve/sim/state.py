@@ -1,7 +1,9 @@
-"""The simulator's state: configuration, workers, batches, stage tasks, event kinds."""
+"""The simulator's state: configuration, the event queue, workers, batches, stage tasks."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,20 @@ class SimConfig:
             raise HetserveError(
                 "jitter_cv and request_overhead_s must be >= 0 and cut_bytes_factor > 0"
             )
+
+
+class Events:
+    """The event heap, ``(time, seq, kind, a, b)``, ties broken by ``seq``; the same counter
+    orders the workers' ready queues, so a run is a deterministic function of its inputs."""
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int, Any, Any]] = []
+        self.seq = itertools.count(1)
+
+    def push(self, t: float, kind: int, a: object, b: object) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), kind, a, b))
 
 
 class _Worker:

@@ -183,24 +183,29 @@ PROCESSES: dict[str, type[ArrivalProcess]] = {
 }
 
 
-def parse_process(spec: str) -> ArrivalProcess:
-    """``name:key=value,...`` -> a process; ``rate`` means ``rate_rps``."""
+def parse_process(spec: str, rate_rps: float | None = None) -> ArrivalProcess:
+    """``name[:key=value,...]`` -> a process (the grammar in ``docs/workloads.md``); ``rate``
+    means ``rate_rps``. With ``rate_rps`` the rate comes from elsewhere (a command's
+    ``--rate`` or ``--load-factor``) and the spec must not name one; without, it must."""
     name, _, rest = spec.partition(":")
     name = name.strip().lower()
     if name not in PROCESSES:
         raise unknown("arrival process", name, PROCESSES)
     cls = PROCESSES[name]
     allowed = {f.name for f in fields(cls)}
+    keys = ", ".join(sorted("rate" if a == "rate_rps" else a for a in allowed))
     kwargs: dict[str, float] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         given, eq, val = item.partition("=")
         given = given.strip()
         key = "rate_rps" if given in ("rate", "rate_rps") else given
         if not eq or key not in allowed:
+            hint = ""
+            if not eq and len(allowed) == 2:  # a bare number: name its one shape parameter
+                (shape,) = allowed - {"rate_rps"}
+                hint = f" (e.g. {name}:{shape}={item})"
             raise HetserveError(
-                f"arrival process {spec!r}: expected key=value with keys "
-                f"{', '.join(sorted('rate' if a == 'rate_rps' else a for a in allowed))}"
-                f"; got {item!r}"
+                f"arrival process {spec!r}: expected key=value with keys {keys}; got {item!r}{hint}"
             )
         try:
             kwargs[key] = float(val)
@@ -208,6 +213,13 @@ def parse_process(spec: str) -> ArrivalProcess:
             raise HetserveError(
                 f"arrival process {spec!r}: {given} must be a number, got {val!r}"
             ) from None
-    if "rate_rps" not in kwargs:
+    if rate_rps is not None:
+        if "rate_rps" in kwargs:
+            raise HetserveError(
+                f"arrival process {spec!r}: the rate is given separately here (--rate or "
+                f"--load-factor); leave rate= out"
+            )
+        kwargs["rate_rps"] = rate_rps
+    elif "rate_rps" not in kwargs:
         raise HetserveError(f"arrival process {spec!r}: rate is required (e.g. {name}:rate=10)")
     return cls(**kwargs)  # type: ignore[arg-type]

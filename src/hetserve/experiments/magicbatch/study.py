@@ -162,7 +162,8 @@ def simulate_plan(
     """Serve a MagicBatch plan's streams (Poisson at their rates, their deadlines) in the
     simulator; energy over the run, goodput, attainment, drops."""
     from hetserve.core.plan import bind
-    from hetserve.experiments.setup import Setup, build_trace, model_rates, simulate
+    from hetserve.engine.setup import Setup
+    from hetserve.experiments.setup import build_trace, model_rates, simulate
     from hetserve.sim.engine import SimConfig
 
     names = list(plan.models)

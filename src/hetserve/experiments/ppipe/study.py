@@ -71,7 +71,7 @@ PLANNERS = ("ppipe", "np", "dart-r")
 # ``mmpp:ratio=1.5,high_s=2,low_s=2``, swings the rate between 0.8x and 1.2x the mean for
 # seconds; no data plane can then exceed load factor 1/1.2 = 0.83 for long; see
 # docs/reproduce.md.)
-WORKLOADS = {"poisson": "poisson", "bursty": "gamma:1.5"}
+WORKLOADS = {"poisson": "poisson", "bursty": "gamma:cv=1.5"}
 PAPER = {  # PPipe section 7.2 and 7.4
     "ppipe_max_lf": {"poisson": 0.965, "bursty": 0.903},
     "ppipe_over_np": {"poisson": 1.48, "bursty": 1.751},
@@ -149,7 +149,7 @@ def _class_utilization(res: Any, cluster: Any, order: list[str]) -> dict[str, fl
 def _setup(
     cluster: str, models: Sequence[str], cfg: StudyConfig, plan: Any = None, max_batch: int = 8
 ) -> Any:
-    from hetserve.experiments.setup import build_setup
+    from hetserve.engine.setup import build_setup
 
     return build_setup(cluster, list(models), profiles=cfg.profiles, plan=plan, max_batch=max_batch)
 

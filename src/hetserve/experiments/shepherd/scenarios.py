@@ -13,7 +13,7 @@ from hetserve.core.cluster import parse_cluster
 from hetserve.core.latency import shepherd_linear_model
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.requests import Stream
-from hetserve.experiments.setup import Setup
+from hetserve.engine.setup import Setup
 from hetserve.workload.trace import Trace
 
 V100 = "V100-16GB"

@@ -24,9 +24,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hetserve.engine.setup import Setup
+    from hetserve.workload.trace import Trace
 
 # the 13 models of the main experiments (Table 4 minus ResNeSt-269, BERT, R-CNN, DN201)
 MODELS = (
@@ -95,7 +99,7 @@ def _sched(name: str, trace: Any, cfg: ShepherdConfig) -> tuple[str, dict[str, A
     return name, {}
 
 
-def _run(setup: Any, name: str, trace: Any, cfg: ShepherdConfig) -> dict[str, float]:
+def _run(setup: Setup, name: str, trace: Trace, cfg: ShepherdConfig) -> dict[str, float]:
     from hetserve.core.outcome import OK
     from hetserve.experiments.setup import simulate
 
@@ -154,7 +158,7 @@ def _scale_point(n_gpus: int, grouping: str, cfg: ShepherdConfig) -> dict[str, A
     from hetserve.core.cluster import parse_cluster
     from hetserve.core.latency import LinearModel, shepherd_linear_model
     from hetserve.core.plan import bind
-    from hetserve.experiments.setup import Setup
+    from hetserve.engine.setup import Setup
     from hetserve.experiments.shepherd.scenarios import V100
     from hetserve.planning.herd import HerdResult, herd, herd_plan, model_streams, split_heavy
     from hetserve.workload.maf import maf_trace
@@ -211,7 +215,7 @@ def _scale_point(n_gpus: int, grouping: str, cfg: ShepherdConfig) -> dict[str, A
     return out
 
 
-def _run_timed(setup: Any, trace: Any) -> dict[str, float]:
+def _run_timed(setup: Setup, trace: Trace) -> dict[str, float]:
     """FLEX with its callbacks timed: goodput and scheduler microseconds per event."""
     from hetserve.core.outcome import OK
     from hetserve.scheduling.flex import Flex

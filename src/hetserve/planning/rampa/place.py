@@ -5,10 +5,7 @@ category mix, and the JSON of the placements."""
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -115,86 +112,3 @@ def place_sequence(
         state.take(p)
         placed.append(p)
     return placed, None
-
-
-def write_placements(
-    path: str | Path, cluster: str, placed: Sequence[Placement], failed: str | None,
-    meta: Mapping[str, Any], served: Sequence[Mapping[str, Any]] | None = None,
-) -> None:  # fmt: skip
-    """The placements file (docs/formats.md#rampa-placements); ``served``: per placement,
-    what serving it in the simulator measured."""
-    services = [p.to_json() for p in placed]
-    for s, r in zip(services, served or [], strict=False):
-        s["served"] = {k: r[k] for k in ("requests", "met", "measured_tps",
-                                         "measured_latency_ms", "measured_p99_ms")}  # fmt: skip
-    data = {
-        "cluster": cluster,
-        "meta": dict(meta),
-        "placed": len(placed),
-        "first_failure": failed,
-        "services": services,
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=1))
-
-
-def read_placements(path: str | Path, state: ClusterState) -> list[Placement]:
-    """The placements of a file ``write_placements`` wrote, checked against the cluster
-    (``state``'s, which takes them: a GPU serves one service, links carry their traffic);
-    one-line errors naming the file and the entry."""
-    from hetserve.core.errors import ConfigError
-    from hetserve.core.files import read_json
-    from hetserve.planning.rampa.perf import estimate
-
-    data = read_json(path, "placements file")
-    net = state.net
-    if not isinstance(data, dict) or not isinstance(data.get("services"), list):
-        raise ConfigError(f"{path}: expected a placements file (an object with 'services')")
-    if data.get("cluster") != net.cluster.name:
-        raise ConfigError(f"{path}: field 'cluster': the placements are for "
-                          f"{data.get('cluster')!r}, not {net.cluster.name!r}")  # fmt: skip
-    services = table_v_services()
-    out = []
-    for i, s in enumerate(data["services"]):
-        where = f"{path}: services[{i}]"
-        if not isinstance(s, dict) or s.get("service") not in services:
-            raise ConfigError(f"{where}: field 'service': expected one of "
-                              f"{', '.join(services)}")  # fmt: skip
-        svc = services[s["service"]]
-        st = s.get("stages")
-        try:
-            bounds = [int(x["ops"][0]) for x in st] + [int(st[-1]["ops"][1])]
-            gpus = tuple(str(x["gpu"]) for x in st)
-            paths = tuple(tuple(str(v) for v in x["path"]) for x in st[:-1])
-            ends = [int(x["ops"][1]) for x in st]
-        except (TypeError, KeyError, IndexError, ValueError):
-            raise ConfigError(f"{where}: field 'stages': expected a list of "
-                              "{ops: [from, to], gpu, path}") from None  # fmt: skip
-        if (
-            bounds[0] != 0
-            or bounds[-1] != len(svc.ops)
-            or ends != bounds[1:]
-            or any(a >= b for a, b in itertools.pairwise(bounds))
-        ):
-            raise ConfigError(f"{where}: field 'stages': the ops ranges must cover "
-                              f"0..{len(svc.ops)} of {svc.model} in order")  # fmt: skip
-        for k, g in enumerate(gpus):
-            if g not in net.gpus:
-                raise ConfigError(f"{where}: stages[{k}].gpu: {g!r} is not a GPU of "
-                                  f"{net.cluster.name}")  # fmt: skip
-        for k, p in enumerate(paths):
-            a, b = net.gpus[gpus[k]], net.gpus[gpus[k + 1]]
-            bad = [x for x in p if x not in net.cluster.links]
-            joined = all(x.split("->")[1] == y.split("->")[0] for x, y in itertools.pairwise(p))
-            if bad or not p or p[0] != a.up or p[-1] != b.down or not joined:
-                raise ConfigError(f"{where}: stages[{k}].path: expected links joining "
-                                  f"{gpus[k]} to {gpus[k + 1]}")  # fmt: skip
-        est = estimate(net, svc.ops, bounds, gpus, paths)
-        p = Placement(svc, tuple(bounds), gpus, paths, est, float(s.get("cost", 0.0)),
-                      str(s.get("method", "")))  # fmt: skip
-        try:
-            state.take(p)
-        except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        out.append(p)
-    return out

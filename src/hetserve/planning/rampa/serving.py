@@ -76,9 +76,12 @@ def placements_plan(
         for s, path in enumerate(p.paths):
             pins[(p.gpus[s], p.gpus[s + 1])] = tuple(path)
         pipe = Pipeline(tuple(st), 1, p.est.latency_s, p.est.throughput_tps)
-        models[name] = ModelPlan(p.service.latency_s, 1.0, (pipe,))
+        # weighted by the required throughput: ``--rate`` at the plan's ``required_rps``
+        # offers every service exactly its required rate
+        models[name] = ModelPlan(p.service.latency_s, p.service.throughput_tps, (pipe,))
+    required = sum(p.service.throughput_tps for p in placed)
     info = {"planner": "rampa", **dict(meta or {}), "latency_source": "rampa",
-            "services": services, "cut_bytes_factor": 1.0}  # fmt: skip
+            "services": services, "cut_bytes_factor": 1.0, "required_rps": required}  # fmt: skip
     return Plan(models, meta=info, binding=Placement(tuple(slots.values()), stages), paths=pins)
 
 

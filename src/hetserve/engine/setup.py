@@ -1,0 +1,178 @@
+"""The composition root: a :class:`Setup` (cluster, latency model, plan, placement) built
+from a plan file or from command-line style options, and the scheduler parameters fitted to
+it. Both engines are built from a ``Setup``: the simulator (``experiments.setup.simulate``)
+and the runtime (``runtime.server.Server``); see ``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hetserve.core.cluster import Cluster, load_cluster
+from hetserve.core.errors import HetserveError
+from hetserve.core.graph import get_graph
+from hetserve.core.latency import LatencyModel, RooflineModel
+from hetserve.core.plan import Placement, Plan, bind, default_plan, slos_from_scale
+from hetserve.core.profiles import ProfileSet, TableModel
+from hetserve.scheduling.protocol import scheduler_factory
+
+
+@dataclass
+class Setup:
+    """What both engines are built from: the cluster, the latency model, the models served
+    (canonical names) with their SLOs, the plan and the plan's placement on the cluster."""
+
+    cluster: Cluster
+    latency: LatencyModel
+    models: list[str]
+    slos_s: dict[str, float]
+    plan: Plan
+    placement: Placement
+
+
+def build_setup(
+    cluster: str | Cluster,
+    models: Sequence[str],
+    *,
+    profiles: str | Path | None = None,
+    slo_ms: Mapping[str, float] | None = None,
+    slo_scale: float = 5.0,
+    plan: str | Path | Plan | None = None,
+    max_batch: int = 8,
+    slo_margin: float = 0.4,
+    n_blocks: int = 10,
+) -> Setup:
+    c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    source = str(plan) if isinstance(plan, (str, Path)) else "plan"
+    if isinstance(plan, (str, Path)):
+        plan = Plan.load(plan)
+    if plan is not None and not models:  # the plan's models
+        models = list(plan.models)
+    if plan is not None and plan.load_plans:
+        latency, names = cold_latency(plan, models, c)
+    elif plan is not None and plan.meta.get("latency_source") == "rampa":
+        from hetserve.planning.rampa.serving import rampa_latency
+
+        latency, names = rampa_latency(plan, source), list(models)
+    else:
+        latency, names = latency_source(c, models, profiles, n_blocks)
+    if plan is not None:
+        missing = [m for m in names if m not in plan.models]
+        if missing:
+            raise HetserveError(f"plan has no pipelines for {', '.join(missing)}")
+        groups = tuple(
+            replace(g, models=tuple(m for m in g.models if m in names))
+            for g in plan.groups
+            if any(m in names for m in g.models)
+        )
+        plan = replace(
+            plan, models={m: plan.models[m] for m in names}, groups=groups,
+            load_plans={m: lp for m, lp in plan.load_plans.items() if m in names},
+            assignments={n: a for n, a in plan.assignments.items() if a.model in names},
+        )  # fmt: skip
+        plan.check_against(latency, source)
+        if plan.binding is not None:
+            plan.binding.check_against(plan, c, f"{source}: binding")
+        for (a, b), path in plan.paths.items():
+            bad = [x for x in path if x not in c.links]
+            if bad or not path:
+                raise HetserveError(
+                    f"{source}: paths: {a} -> {b} names links cluster {c.name} does not "
+                    f"have: {', '.join(bad) or 'none given'}"
+                )
+        slos = {m: plan.models[m].slo_s for m in names}
+    else:
+        slos = slos_from_scale(c, latency, names, slo_scale)
+        if slo_ms:
+            unknown_m = [m for m in slo_ms if m not in names]
+            if unknown_m:
+                raise HetserveError(f"--slo names {', '.join(unknown_m)}, not among --models")
+            slos.update({m: v / 1e3 for m, v in slo_ms.items()})
+        plan = default_plan(c, latency, slos, max_batch=max_batch, slo_margin=slo_margin)
+    return Setup(c, latency, names, slos, plan, bind(plan, c))
+
+
+def cold_latency(
+    plan: Plan, models: Sequence[str], cluster: Cluster
+) -> tuple[LatencyModel, list[str]]:
+    """The latency model of a plan with load plans (DeepPlan): layer tables and the
+    plan's load plans (``core.layerlatency``), from the ``layers.csv`` the plan was made
+    from where it names one. Model names may carry instance suffixes (``bert-base@3``)."""
+    from hetserve.core.layerlatency import LayerLatency
+
+    if not models:
+        raise HetserveError("--models: give at least one model")
+    missing = [m for m in models if m not in plan.load_plans]
+    if missing:
+        raise HetserveError(f"plan has no load plan for {', '.join(missing)}")
+    sources = {lp.layers_source for lp in plan.load_plans.values()} - {"estimate", ""}
+    if len(sources) > 1:
+        raise HetserveError(f"plan's load plans come from several layer files: {sources}")
+    lat = LayerLatency(plan.load_plans, next(iter(sources), None), cluster.catalog)
+    for m in models:  # a load plan must cover its model's layers exactly
+        lp = plan.load_plans[m]
+        n = len(lat.rows(m, lp.gpu))
+        if len(lp.plan.modes) != n:
+            raise HetserveError(
+                f"plan: load_plans.{m} has {len(lp.plan.modes)} layers; the model's layer "
+                f"table has {n}"
+            )
+    return lat, list(models)
+
+
+def latency_source(
+    cluster: Cluster, models: Sequence[str], profiles: str | Path | None, n_blocks: int = 10
+) -> tuple[LatencyModel, list[str]]:
+    """A profile set's table model (``profiles``), or the roofline model of the shipped
+    graphs; and the models' canonical names (unknown names fail with suggestions)."""
+    if not models:
+        raise HetserveError("--models: give at least one model")
+    if profiles is not None:
+        table = TableModel(ProfileSet.read(profiles, cluster.catalog), cluster.catalog)
+        for m in models:
+            table.num_blocks(m)
+        return table, list(models)
+    names = [get_graph(m).name for m in models]
+    return RooflineModel(n_blocks=n_blocks, catalog=cluster.catalog), names
+
+
+def covered_max_batch(setup: Setup, limit: int = 1024) -> int:
+    """The largest batch size that the latency model covers for every model on every GPU
+    type and share of the placement (a profile set may cover only some; the roofline and
+    linear models cover all, up to ``limit``)."""
+    kinds = {(w.gpu, w.share) for w in setup.placement.workers}
+    best = limit
+    for m in setup.models:
+        for gpu, share in kinds:
+            b = 1
+            while b < best:
+                try:
+                    setup.latency.latency(m, gpu, share, b + 1)
+                except HetserveError:
+                    break
+                b += 1
+            best = min(best, b)
+    return best
+
+
+def fit_params(setup: Setup, scheduler: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The scheduler's parameters, with ``max_batch`` (where it takes one and none is given)
+    kept to the batch sizes the latency model covers: a profile set of batches 1..4 must
+    not fail on the scheduler's default of 8 or 128."""
+    out = dict(params or {})
+    if "max_batch" in out:
+        return out
+    factory = scheduler_factory(scheduler)
+    if factory is None:
+        return out
+    p = inspect.signature(factory).parameters.get("max_batch")
+    if p is None or not isinstance(p.default, int):
+        return out
+    cap = covered_max_batch(setup, p.default)
+    if cap < p.default:
+        out["max_batch"] = cap
+    return out
