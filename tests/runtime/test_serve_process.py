@@ -114,3 +114,33 @@ def test_sigint_stops_an_idle_server_with_status_0(tmp_path):
     out.seek(0)
     log = out.read()
     assert rc == 0 and "stopped (SIGINT)" in log and "Traceback" not in log, log
+
+
+def test_a_plan_file_alone_serves_in_a_real_process(tmp_path):
+    """``hetserve plan --planner herd ... --output p.json`` then ``hetserve serve --plan
+    p.json --emulate`` as users run them: the process serves the plan's models with the
+    scheduler the plan names, answers a standard client, and exits 0 on SIGTERM."""
+    plan = tmp_path / "p.json"
+    subprocess.run(
+        [sys.executable, "-m", "hetserve", "plan", "--planner", "herd", "--cluster",
+         "shepherd-12xv100", "--models", "resnet50,bert-base", "--slo-scale", "20", "--rate",
+         "200", "--output", str(plan)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    proc, url, out = _start(tmp_path, "--cluster", "shepherd-12xv100", "--plan", str(plan),
+                            "--emulate")  # fmt: skip
+    from hetserve.experiments.live import binary_body
+    from hetserve.zoo.registry import build
+
+    try:
+        index = httpx.post(f"{url}/v2/repository/index", json={}, timeout=10).json()
+        assert {m["name"] for m in index} == {"resnet50", "bert-base"}
+        x = build("resnet50").input_spec.example(2).numpy()
+        body, hdr = binary_body(x)
+        r = httpx.post(f"{url}/v2/models/resnet50/infer", content=body, headers=hdr, timeout=60)
+        assert r.status_code == 200, r.text
+        out.seek(0)
+        assert "flex" in out.read()  # the plan's scheduler (HERD's groups are served by FLEX)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
