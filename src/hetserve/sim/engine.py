@@ -90,6 +90,10 @@ from hetserve.sim.state import (
 from hetserve.workload.trace import Trace
 
 
+def _gone(*args: object) -> None:
+    raise HetserveError("this Simulator has run; build another for another run")
+
+
 class Simulator:
     """One simulated run of a scheduler over a trace (``run()`` once)."""
 
@@ -238,6 +242,9 @@ class Simulator:
         end = max(now, tr.duration_s)
         faults.close(end)
         self.ledger.close()
+        # the parts call back through bound methods (a reference cycle): cut it, so a run's
+        # state is freed when the simulator is, not at the next full collection
+        loader.report = loader.resume = faults.report = faults.resume = _gone  # type: ignore[assignment]
         return self.recorder.result(end, self.ledger, self.workers, self.energy, self.routes.links)
 
     def _report(self, rep: StageReport, now: float) -> None:
