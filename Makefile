@@ -46,6 +46,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_deepplan.py
 	$(VENV)/bin/python benchmarks/bench_magicbatch.py
 	$(VENV)/bin/python benchmarks/bench_rampa.py
+	$(VENV)/bin/python benchmarks/bench_cluster.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

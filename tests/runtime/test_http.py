@@ -330,3 +330,38 @@ def test_a_magicbatch_plan_serves_requests_by_stream_in_emulation(tmp_path):
             assert r.status_code == 400 and "parameters.stream must be" in r.json()["error"]
     get = srv.metrics.registry.get_sample_value
     assert get("hetserve_requests_total", {"model": "resnet50", "outcome": "ok"}) == 4
+
+
+def test_cluster_workers_lists_each_worker_its_stages_state_and_batches():
+    s = build_setup("hc1-s", ["resnet50"], plan=None)
+    srv = Server(s, ServerConfig(scheduler="flex", emulate=True))
+    with TestClient(create_app(srv, token="t0p")) as c:
+        assert c.get("/v2/cluster/workers").status_code == 401  # behind the token
+        h = {"Authorization": "Bearer t0p"}
+        before = c.get("/v2/cluster/workers", headers=h).json()
+        assert {w["id"] for w in before} == {w.id for w in s.placement.workers}
+        for w in before:
+            assert w["state"] == "ready" and w["queue"] == 0 and w["batches_served"] == 0
+            assert w["gpu_type"] in ("P4", "L4") and w["share"] >= 1
+            assert w["stages"] and all(st["model"] == "resnet50" for st in w["stages"])
+            # an in-process engine: no Ray node, no physical GPU to report
+            assert w["node_id"] is None and w["gpu_index"] is None
+        assert c.post("/v2/models/resnet50/infer", json=_zeros(1), headers=h).status_code == 200
+        after = c.get("/v2/cluster/workers", headers=h).json()
+        assert sum(w["batches_served"] for w in after) >= 1
+        ready = c.get("/v2/health/ready").json()
+        assert ready == {"ready": True, "lost_workers": []}
+        # a worker lost: readiness and the listing say so; the model stays ready while
+        # another pipeline has every stage alive
+        lost = before[0]["id"]
+        srv.engine.worker_lost(lost)
+        after = {w["id"]: w for w in c.get("/v2/cluster/workers", headers=h).json()}
+        assert after[lost]["state"] == "lost"
+        assert c.get("/v2/health/ready").json()["lost_workers"] == [lost]
+        assert c.get("/v2/models/resnet50/ready", headers=h).status_code == 200
+        for w in after:  # all of them: the model has no live pipeline left
+            srv.engine.worker_lost(w)
+        assert c.get("/v2/models/resnet50/ready", headers=h).status_code == 503
+        assert c.get("/v2/health/ready").status_code == 503
+        index = c.post("/v2/repository/index", json={}, headers=h).json()
+        assert index[0]["state"] == "UNAVAILABLE" and "lost worker" in index[0]["reason"]

@@ -55,9 +55,15 @@ def test_ray_actors_serve_the_same_outputs():
         r = c.post("/v2/models/resnet18/infer", json=body)
         assert r.status_code == 200, r.text
         got = torch.tensor(r.json()["outputs"][0]["data"]).reshape(3, 1000)
+        # where the actor is, as it said at start-up: this node, no GPU
+        (w,) = c.get("/v2/cluster/workers").json()
+        assert w["node_id"] and w["gpu_index"] is None and w["batches_served"] >= 1
     with torch.inference_mode():
         ref = model(x)
     assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4)
+    # the executor measured what the call path added beyond the actor's compute
+    o = srv.engine.executor.call_overhead_ms()
+    assert o["n"] >= 1 and 0 < o["p50_ms"] < 1000
 
 
 @pytest.mark.parametrize("scheduler", ["flex", "edf-adaptive"])

@@ -158,3 +158,65 @@ def model_ratios(name: str, gpu_list: str, batch: int, window: int | None, out: 
         )
     path = plot_ratios(curves, out or f"{g.name}-ratios.png")
     console.print(f"wrote {path}")
+
+
+@cluster.command("discover")
+@click.option(
+    "--address", default=None,
+    help="A Ray cluster: HOST:PORT of its head (or 'auto') [default: this machine, read "
+    "without Ray].",
+)  # fmt: skip
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), default=None,
+    help="Write the cluster YAML to this file [default: print it on stdout, the table on "
+    "stderr].",
+)  # fmt: skip
+@click.option("--name", default="discovered", show_default=True, help="The cluster's name.")
+@click.option(
+    "--types", "types_file", type=click.Path(dir_okay=False), default=None,
+    help="YAML file of extra GPU types (docs/formats.md#gpu-types): for GPUs the built-in "
+    "catalog does not know (their driver names as aliases); written into the output.",
+)  # fmt: skip
+def cluster_discover(
+    address: str | None, output: str | None, name: str, types_file: str | None
+) -> None:
+    """Read the GPUs of a Ray cluster (or of this machine) and write them as a cluster
+    YAML for plan, simulate and serve: per node its address, CPUs and GPUs (type, memory,
+    PCIe link, NVLink, PCIe switches where NVML answers; else Ray's accelerator_type)."""
+    import sys
+
+    from rich.console import Console
+
+    from hetserve.core.gpus import DEFAULT_CATALOG, load_gpu_types
+    from hetserve.runtime.discovery import discover, joined
+
+    extra = load_gpu_types(types_file) if types_file else []
+    catalog = DEFAULT_CATALOG.with_types(extra)
+    with joined(address):
+        found = discover(address, catalog)
+    found.extra_types = extra
+    found.cluster(name)  # the YAML is checked as plan, simulate and serve will read it
+    t = Table(title=f"{name}: {found.describe()}")
+    for col in ("node", "Ray node", "CPUs", "GPUs", "from", "host link", "NVLink", "hetserve"):
+        t.add_column(col)
+    for n in [*found.nodes, *found.skipped]:
+        links = sorted({f"gen{g.pcie_gen} x{g.pcie_width}" for g in n.gpus if g.pcie_gen})
+        t.add_row(
+            n.name, n.node_id[:8] or "-", f"{n.cpus:g}",
+            n.shape + ("".join(f"\n  {g.index}: {g.driver_name}" for g in n.gpus
+                               if g.driver_name)),
+            n.source, ", ".join(links) or "-",
+            ", ".join(f"{a}-{b}" for a, b in n.nvlink) or "-",
+            n.versions.get("hetserve", "-"),
+        )  # fmt: skip
+    text = found.yaml(name)
+    if output is None:
+        Console(stderr=True, width=console.width).print(t)
+        sys.stdout.write(text)
+        return
+    from pathlib import Path
+
+    console.print(t)
+    Path(output).write_text(text)
+    console.print(f"wrote {output} ({sum(found.gpu_counts().values())} GPUs on "
+                  f"{len(found.nodes)} nodes)", markup=False)  # fmt: skip

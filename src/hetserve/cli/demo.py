@@ -205,10 +205,23 @@ def _live_step(outdir: Path, duration_s: float = 8.0, load_factor: float = 0.5) 
             scheduler="flex", params=params, build=build, engine=engine, cpu_threads=threads
         )
         busy = f"serving over HTTP ({engine} engine), sending {len(trace)} requests"
-        with console.status(busy), serve_in_thread(create_app(Server(setup, cfg))) as url:
+        srv = Server(setup, cfg)
+        with console.status(busy), serve_in_thread(create_app(srv)) as url:
             live = replay_http(url, trace, {"resnet18": x})
         record[engine] = row(label, live.summary())
+        call = getattr(srv.engine.executor if srv.engine else None, "call_overhead_ms", None)
+        if call is not None:
+            record[engine]["ray_call_overhead_ms"] = call()
     console.print(t)
+    if "ray_call_overhead_ms" in record.get("ray", {}):
+        o = record["ray"]["ray_call_overhead_ms"]
+        console.print(
+            f"the Ray actor's calls took {o['p50_ms']:.1f} ms (median; p99 {o['p99_ms']:.1f}) "
+            f"beyond its compute per stage: the call, the object store and the reply, which "
+            f"the profile (measured in process) does not hold; on these 2 cores it costs the "
+            f'Ray row attainment (docs/benchmarks.md, "The Ray path")',
+            markup=False,
+        )
     path = outdir / "live-resnet18.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     console.print(

@@ -133,8 +133,9 @@ def _setup_logging(level: str, access_log: bool) -> None:
     help="YAML file of serve options (keys: option names); command-line options win.",
 )
 @click.option(
-    "--cluster", "cluster_name", default="local-cpu", show_default=True,
-    help="Cluster preset name or cluster YAML file.",
+    "--cluster", "cluster_name", default=None,
+    help="Cluster preset name or cluster YAML file [default: local-cpu; with --address the "
+    "cluster discovered there, and a given file must agree with it].",
 )  # fmt: skip
 @click.option(
     "--models",
@@ -170,7 +171,11 @@ def _setup_logging(level: str, access_log: bool) -> None:
     help="Measure this machine's profiles again instead of reusing the cached ones.",
 )  # fmt: skip
 @click.option("--slo", help="Per-model SLOs in ms: m1=ms,m2=ms [default: 5 x batch-1 latency].")
-@click.option("--emulate", is_flag=True, help="Workers sleep for the latency model's time.")
+@click.option(
+    "--emulate", is_flag=True,
+    help="Workers sleep for the latency model's time (threads of this process; with "
+    "--address, Ray actors placed on the cluster's nodes).",
+)  # fmt: skip
 @click.option(
     "--device",
     default="cpu",
@@ -185,7 +190,17 @@ def _setup_logging(level: str, access_log: bool) -> None:
     show_default=True,
     help="Real workers as Ray actors, or as threads of this process.",
 )
-@click.option("--address", default=None, help="Join this Ray cluster [default: start one].")
+@click.option(
+    "--address", default=None,
+    help="Join this Ray cluster (HOST:PORT of its head): its GPUs are discovered, the plan "
+    "checked against them, every worker placed on a GPU of its planned type [default: "
+    "start a local Ray].",
+)  # fmt: skip
+@click.option(
+    "--runtime-env", "runtime_env_file", type=click.Path(dir_okay=False), default=None,
+    help="YAML or JSON file of Ray's runtime_env for the workers (pip, py_modules, env_vars: "
+    "for nodes without hetserve; docs/deployment.md).",
+)  # fmt: skip
 @click.option(
     "--max-batch", type=click.IntRange(1, 1024), default=8, show_default=True,
     help="Largest batch a worker runs (the plan's and the scheduler's).",
@@ -253,7 +268,7 @@ def _setup_logging(level: str, access_log: bool) -> None:
     "(nothing is served).",
 )  # fmt: skip
 def serve(
-    cluster_name: str,
+    cluster_name: str | None,
     models: str | None,
     plan_file: str | None,
     planner: str,
@@ -266,6 +281,7 @@ def serve(
     device: str,
     engine: str,
     address: str | None,
+    runtime_env_file: str | None,
     max_batch: int,
     max_request_batch: int,
     max_pending: int,
@@ -302,13 +318,22 @@ def serve(
     _check_host(host)
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise HetserveError(f"--device: expected cpu or cuda[:N], got {device!r}")
-    cluster = load_cluster(cluster_name)
     slo_ms = parse_slo(slo)
     if plan_file is not None and not names:
         from hetserve.core.plan import Plan
 
         names = list(Plan.load(plan_file).models)
-    if emulate:
+    from hetserve.cli.joined import discovered_cluster, runtime_env_of
+
+    runtime_env = runtime_env_of(runtime_env_file)
+    found = None
+    if address is not None:
+        if engine != "ray":
+            raise HetserveError("--address joins a Ray cluster: it needs --engine ray")
+        cluster, found = discovered_cluster(address, cluster_name, plan_file, runtime_env)
+    else:
+        cluster = load_cluster(cluster_name or "local-cpu")
+    if emulate and address is None:
         engine = "emulated"
     if profiles is None and not emulate and cluster.name == "local-cpu":
         profiles = str(
@@ -341,6 +366,7 @@ def serve(
             scheduler=scheduler, params=sp, emulate=emulate, build=build,
             leaf_rows=leaf_rows, host_alias=host_alias,
             engine="threads" if engine == "emulated" else engine, ray_address=address,
+            found=found, runtime_env=runtime_env,
             cpu_threads=cpu_threads or default_cpu_threads(), max_pending=max_pending,
             admission=admission, max_request_batch=max_request_batch,
             drain_timeout_s=drain_timeout,

@@ -107,10 +107,36 @@ def _gpu(
 
 # name, FP32, FP16(tensor), tensor cores, GB, GB/s, PCIe gen, NVLink GB/s, TDP, idle, MPS, year
 BUILTIN_GPUS: tuple[GpuType, ...] = (
-    _gpu("P4", 5.5, 0.09, False, 8, 192, 3, None, 75, 7, True, 2016, ("tesla-p4",)),
-    _gpu("T4", 8.1, 65.0, True, 16, 320, 3, None, 70, 10, True, 2018, ("tesla-t4", "gpu_d")),
+    _gpu("P4", 5.5, 0.09, False, 8, 192, 3, None, 75, 7, True, 2016, ("tesla-p4", "Tesla P4")),
     _gpu(
-        "P100", 9.3, 18.7, False, 16, 732, 3, None, 250, 30, True, 2016, ("p100-16gb", "tesla-p100")
+        "T4",
+        8.1,
+        65.0,
+        True,
+        16,
+        320,
+        3,
+        None,
+        70,
+        10,
+        True,
+        2018,
+        ("tesla-t4", "gpu_d", "Tesla T4"),
+    ),
+    _gpu(
+        "P100",
+        9.3,
+        18.7,
+        False,
+        16,
+        732,
+        3,
+        None,
+        250,
+        30,
+        True,
+        2016,
+        ("p100-16gb", "tesla-p100", "Tesla P100-PCIE-16GB"),
     ),
     _gpu(
         "V100-16GB",
@@ -125,7 +151,7 @@ BUILTIN_GPUS: tuple[GpuType, ...] = (
         40,
         True,
         2017,
-        ("v100", "v100-sxm2-16gb", "tesla-v100"),
+        ("v100", "v100-sxm2-16gb", "tesla-v100", "Tesla V100-SXM2-16GB"),
     ),
     _gpu(
         "V100-32GB",
@@ -140,10 +166,10 @@ BUILTIN_GPUS: tuple[GpuType, ...] = (
         40,
         True,
         2018,
-        ("v100-sxm2-32gb", "gpu_b"),
+        ("v100-sxm2-32gb", "gpu_b", "Tesla V100-SXM2-32GB"),
     ),
-    _gpu("A10", 31.2, 125.0, True, 24, 600, 4, None, 150, 20, True, 2021),
-    _gpu("A30", 10.3, 165.0, True, 24, 933, 4, 200, 165, 30, True, 2021, ("gpu_c",)),
+    _gpu("A10", 31.2, 125.0, True, 24, 600, 4, None, 150, 20, True, 2021, ("NVIDIA A10",)),
+    _gpu("A30", 10.3, 165.0, True, 24, 933, 4, 200, 165, 30, True, 2021, ("gpu_c", "NVIDIA A30")),
     _gpu(
         "A100-40GB",
         19.5,
@@ -157,17 +183,57 @@ BUILTIN_GPUS: tuple[GpuType, ...] = (
         50,
         True,
         2020,
-        ("a100", "a100-sxm4-40gb"),
+        ("a100", "a100-sxm4-40gb", "NVIDIA A100-SXM4-40GB"),
     ),
     _gpu(
-        "A100-80GB", 19.5, 312.0, True, 80, 2039, 4, 600, 400, 55, True, 2021, ("a100-sxm4-80gb",)
+        "A100-80GB",
+        19.5,
+        312.0,
+        True,
+        80,
+        2039,
+        4,
+        600,
+        400,
+        55,
+        True,
+        2021,
+        ("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB"),
     ),
-    _gpu("L4", 30.3, 121.0, True, 24, 300, 4, None, 72, 16, True, 2023, ("gpu_a",)),
+    _gpu("L4", 30.3, 121.0, True, 24, 300, 4, None, 72, 16, True, 2023, ("gpu_a", "NVIDIA L4")),
     _gpu(
-        "H100-SXM", 67.0, 989.0, True, 80, 3350, 5, 900, 700, 70, True, 2022, ("h100", "h100-sxm5")
+        "H100-SXM",
+        67.0,
+        989.0,
+        True,
+        80,
+        3350,
+        5,
+        900,
+        700,
+        70,
+        True,
+        2022,
+        ("h100", "h100-sxm5", "NVIDIA H100 80GB HBM3"),
     ),
-    _gpu("H100-PCIe", 51.0, 756.0, True, 80, 2000, 5, 600, 350, 45, True, 2022),
-    _gpu("H200", 67.0, 989.0, True, 141, 4800, 5, 900, 700, 75, True, 2024, ("h200-sxm",)),
+    _gpu(
+        "H100-PCIe", 51.0, 756.0, True, 80, 2000, 5, 600, 350, 45, True, 2022, ("NVIDIA H100 PCIe",)
+    ),
+    _gpu(
+        "H200",
+        67.0,
+        989.0,
+        True,
+        141,
+        4800,
+        5,
+        900,
+        700,
+        75,
+        True,
+        2024,
+        ("h200-sxm", "NVIDIA H200"),
+    ),
     _gpu(
         "GTX-1080-Ti",
         11.3,
@@ -181,7 +247,7 @@ BUILTIN_GPUS: tuple[GpuType, ...] = (
         15,
         False,
         2017,
-        ("1080ti", "gtx1080ti"),
+        ("1080ti", "gtx1080ti", "NVIDIA GeForce GTX 1080 Ti", "GeForce GTX 1080 Ti"),
     ),
     _gpu(
         "RTX-2080-Ti",
@@ -196,10 +262,22 @@ BUILTIN_GPUS: tuple[GpuType, ...] = (
         15,
         False,
         2018,
-        ("2080ti", "rtx2080ti"),
+        ("2080ti", "rtx2080ti", "NVIDIA GeForce RTX 2080 Ti", "GeForce RTX 2080 Ti"),
     ),
     _gpu(
-        "RTX-3090", 35.6, 71.0, True, 24, 936, 4, 112.5, 350, 25, False, 2020, ("3090", "rtx3090")
+        "RTX-3090",
+        35.6,
+        71.0,
+        True,
+        24,
+        936,
+        4,
+        112.5,
+        350,
+        25,
+        False,
+        2020,
+        ("3090", "rtx3090", "NVIDIA GeForce RTX 3090"),
     ),
     _gpu(
         "RTX-A5000",
@@ -214,7 +292,7 @@ BUILTIN_GPUS: tuple[GpuType, ...] = (
         20,
         True,
         2021,
-        ("a5000", "rtxa5000"),
+        ("a5000", "rtxa5000", "NVIDIA RTX A5000"),
     ),
 )
 
@@ -318,3 +396,26 @@ DEFAULT_CATALOG = GpuCatalog()
 def get_gpu(name: str) -> GpuType:
     """A built-in GPU type by name or alias."""
     return DEFAULT_CATALOG.get(name)
+
+
+def gpu_type(name: str, catalog: GpuCatalog, where: str, memory_mb: float | None = None) -> GpuType:
+    """The catalog type a driver's (or Ray's) GPU name stands for, exactly: the name or
+    an alias (``GpuCatalog.get``). An unknown name is a one-line error saying how to add
+    it; a memory far from the type's is one too (a name that maps to the wrong type)."""
+    if name not in catalog:
+        raise ConfigError(
+            f"{where}: unknown GPU {name!r}: no catalog type has this name or alias; add it "
+            f"to the catalog in the cluster YAML (gpu_types: [{{name: ..., fp32_tflops: ..., "
+            f"..., aliases: [{name!r}]}}], docs/formats.md#gpu-types), or as an alias of a "
+            f"type the catalog has"
+        )
+    t = catalog.get(name)
+    if memory_mb is not None and t.memory_gb > 0:
+        gb = memory_mb * 2**20 / 1e9
+        if not 0.8 <= gb / t.memory_gb <= 1.25:
+            raise ConfigError(
+                f"{where}: GPU {name!r} has {memory_mb:.0f} MiB, but the catalog's {t.name} "
+                f"has {t.memory_gb:g} GB; give it a type of its own (gpu_types in the cluster "
+                f"YAML, with {name!r} as an alias)"
+            )
+    return t

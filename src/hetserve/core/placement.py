@@ -9,6 +9,7 @@ chosen GPU) carries it as ``Plan.binding``, written to the plan file as ``bindin
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -200,3 +201,26 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                 ids = [add(g, s, st.share) for g in gpus for s in range(st.share)]
                 stages[(name, pi, si)] = tuple(ids[: st.instances])
     return Placement(tuple(slots.values()), stages)
+
+
+def gpus_needed(plan: Plan, catalog: Any) -> dict[str, int]:
+    """The physical GPUs a plan needs, per type (catalog names): what :func:`bind` takes
+    from a cluster (a shared pool takes every GPU of its type, and needs at least one)."""
+    need: Counter[str] = Counter()
+    if plan.binding is not None:
+        seen = {(s.gpu_id, catalog.get(s.gpu).name) for s in plan.binding.workers}
+        need.update(t for _, t in seen)
+        return dict(need)
+    if plan.groups:
+        for grp in plan.groups:
+            need[catalog.get(grp.gpu).name] += grp.gpus
+        return dict(need)
+    for m in plan.models.values():
+        for p in m.pipelines:
+            for st in p.stages:
+                t = catalog.get(st.gpu).name
+                if plan.shared_pools:
+                    need[t] = 1
+                else:
+                    need[t] += math.ceil(st.instances / st.share)
+    return dict(need)

@@ -55,13 +55,14 @@ def device_name(device: str) -> str:
         raise HetserveError(f"--device must be cpu or cuda[:N], got {device!r}")
     if not torch.cuda.is_available():
         raise HetserveError(f"--device {device}: CUDA is not available on this machine")
-    from hetserve.core.gpus import DEFAULT_CATALOG
+    from hetserve.core.gpus import DEFAULT_CATALOG, gpu_type
 
-    raw = torch.cuda.get_device_name(torch.device(device))
-    for name in DEFAULT_CATALOG.names():
-        if name.replace("-", " ").lower() in raw.lower():
-            return name
-    return raw.replace("NVIDIA ", "").replace(" ", "-")
+    dev = torch.device(device)
+    raw = torch.cuda.get_device_name(dev)
+    memory_mb = torch.cuda.get_device_properties(dev).total_memory / 2**20
+    # the driver's name, exactly (the catalog carries drivers' strings as aliases): never
+    # by substring, which took an A100 for an A10
+    return gpu_type(raw, DEFAULT_CATALOG, f"--device {device}", memory_mb).name
 
 
 class _Energy:

@@ -20,6 +20,23 @@ if TYPE_CHECKING:
     from hetserve.scheduling.protocol import Load
 
 
+def block_times(
+    engine: RuntimeEngine, model: str, step: Any, batch: int, cache: dict[Any, list[float]]
+) -> list[float]:
+    """The latency model's time at each block boundary of a stage (cumulative, s)."""
+    key = (model, step.worker, batch, step.blocks)
+    cum = cache.get(key)
+    if cum is None:
+        w = engine.view.workers[step.worker]
+        lat = engine.view.latency
+        cum, acc = [], 0.0
+        for k in range(*step.blocks):
+            acc += lat.latency(model, w.gpu, w.share, batch, range(k, k + 1))
+            cum.append(acc)
+        cache[key] = cum
+    return cum
+
+
 class EmulatedExecutor:
     """A stage takes the latency model's time for its blocks at the batch's size."""
 
@@ -70,16 +87,7 @@ class EmulatedExecutor:
 
             engine.clock.call_at(now + dur, finish_cold)
             return
-        key = (d.model, step.worker, len(d.requests), step.blocks)
-        cum = self._cum.get(key)
-        if cum is None:
-            w = engine.view.workers[step.worker]
-            lat = engine.view.latency
-            cum, acc = [], 0.0
-            for k in range(*step.blocks):
-                acc += lat.latency(d.model, w.gpu, w.share, len(d.requests), range(k, k + 1))
-                cum.append(acc)
-            self._cum[key] = cum
+        cum = block_times(engine, d.model, step, len(d.requests), self._cum)
 
         if cold_start_model(engine.view.latency) is not None:
             w = engine.view.workers[step.worker]

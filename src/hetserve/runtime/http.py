@@ -10,6 +10,8 @@ has the one version ``1``, other versions are 404):
 - ``POST /v2/models/{m}/infer`` (request format in ``runtime.oip``)
 - ``GET /v2/models/stats``, ``GET /v2/models/{m}/stats`` (Triton's statistics extension)
 - ``POST /v2/repository/index`` (Triton's model repository index)
+- ``GET /v2/cluster/workers`` (hetserve's: each worker, where it runs and its state;
+  ``Server.workers``)
 - ``GET /metrics`` (Prometheus)
 
 Status codes: 400 for a malformed request (the message names the tensor or field, what was
@@ -99,7 +101,9 @@ def create_app(
 
     @api.get("/v2/health/ready")
     async def ready() -> Any:
-        return JSONResponse({"ready": server.ready}, status_code=200 if server.ready else 503)
+        ok = server.ready
+        body = {"ready": ok, "lost_workers": server.lost_workers}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @api.get("/v2")
     async def meta() -> Any:
@@ -131,7 +135,7 @@ def create_app(
     async def model_ready(model: str) -> Any:
         if model not in server.models:
             return _unknown(server, model)
-        ok = server.ready
+        ok = server.model_ready(model)
         return JSONResponse({"name": model, "ready": ok}, status_code=200 if ok else 503)
 
     @api.get("/v2/models/{model}/config")
@@ -161,8 +165,18 @@ def create_app(
 
     @api.post("/v2/repository/index")
     async def repository_index() -> Any:
-        state = "READY" if server.ready else "UNAVAILABLE"
-        return [{"name": m, "version": VERSION, "state": state} for m in server.models]
+        out = []
+        for m in server.models:
+            ok = server.model_ready(m)
+            entry = {"name": m, "version": VERSION, "state": "READY" if ok else "UNAVAILABLE"}
+            if not ok and server.engine is not None and not server.draining:
+                entry["reason"] = "every pipeline has a lost worker"
+            out.append(entry)
+        return out
+
+    @api.get("/v2/cluster/workers")
+    async def cluster_workers() -> Any:
+        return server.workers()
 
     @api.get("/metrics")
     async def metrics() -> Any:
@@ -203,6 +217,8 @@ def _route(path: str) -> str:
         return "metrics"
     if path.startswith("/v2/models") or path.startswith("/v2/repository") or path == "/v2":
         return "metadata"
+    if path.startswith("/v2/cluster"):
+        return "cluster"
     return "other"
 
 

@@ -1,21 +1,29 @@
 """Ray as the engine's executor: one actor per worker slot, activations in the object store.
 
-Each worker slot of the placement becomes a Ray actor (``num_gpus = 1/share`` on GPU
-devices, one CPU otherwise) that holds :class:`~hetserve.runtime.stage.StageRunner`s and
-runs stages on request. A stage's output stays in Ray's object store: the engine keeps its
-reference and hands it to the next stage's actor, so activations go from worker to worker
-without passing through the scheduler host. The actor is threaded (two calls at once), so
-a ``stop`` reaches a running stage, which stops at its next block boundary (a ``Preempt``).
+Each worker slot of the placement becomes a Ray actor that holds
+:class:`~hetserve.runtime.stage.StageRunner`s and runs stages on request (or, emulated,
+sleeps for the latency model's time). GPU slots are placed on GPUs of their planned type
+by Ray's placement groups (``runtime.ray_placement``: one bundle per planned GPU,
+``1/share`` of it per slot), and every actor's report of where it is is checked against
+the plan before anything is served. A thread watches Ray's node table: the workers of a
+node that dies are lost (protocol rule 9) even while idle.
+
+A stage's output stays in Ray's object store: the engine keeps its reference and hands
+it to the next stage's actor, so activations go from worker to worker without passing
+through the scheduler host. Stages run on the actor's one stage thread; ``stop`` has a
+thread of its own (Ray's concurrency groups), so it reaches a running stage, which stops at
+its next block boundary (a ``Preempt``).
 Without an address Ray starts a local instance; with one it joins that cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,11 +32,20 @@ import ray
 import torch
 from ray.exceptions import RayActorError
 
+from hetserve.runtime.emulated import block_times
 from hetserve.runtime.engine import RuntimeEngine, _Task
+from hetserve.runtime.ray_emulated import EmulatedActor
 from hetserve.runtime.torch_executor import _row
 
+# how often the node watch reads Ray's node table (a dead node's idle workers are lost
+# within about this long; busy ones at once, when their call fails)
+WATCH_PERIOD_S = 0.5
 
-@ray.remote(max_concurrency=2)
+
+# stages run one at a time, on the default group's one thread; ``stop`` and ``where`` have
+# a thread of their own, so a stop reaches a running stage (two threads for every method,
+# as before, let two stages run at once if ever sent together)
+@ray.remote(concurrency_groups={"control": 1})
 class StageActor:
     def __init__(
         self, build: Callable[[str], Any], n_blocks: int, device: str, threads: int = 0
@@ -52,8 +69,15 @@ class StageActor:
                 runner.run(self.ex._models[model].input_spec.example(1))
         return True
 
+    @ray.method(concurrency_group="control")
     def stop(self, key: int) -> None:
         self.stops.add(key)
+
+    @ray.method(concurrency_group="control")
+    def where(self) -> dict[str, Any]:
+        from hetserve.runtime.ray_placement import where_am_i
+
+        return where_am_i()
 
     def run(
         self,
@@ -64,8 +88,9 @@ class StageActor:
         x: Any,
         n: int,
         parked: list[tuple[Any, int]] | None = None,
-    ) -> tuple[Any, tuple[int, bool]]:
-        """One stage. ``x``: the input batch, the requests' tensors, the previous stage's
+    ) -> tuple[Any, tuple[int, bool, float]]:
+        """One stage; its output and (blocks run, completed, seconds of compute). ``x``:
+        the input batch, the requests' tensors, the previous stage's
         output, or None (example inputs); ``parked``: a continued batch's input, each
         request's (output of an open route, row)."""
         import torch
@@ -85,23 +110,17 @@ class StageActor:
         elif isinstance(x, list):  # some requests came without a tensor
             ex = self.ex._models[model].input_spec.example(1)[0]
             x = torch.stack([p if p is not None else ex for p in x])
+        t0 = time.perf_counter()
         res = runner.run(x, lambda: key in self.stops)
+        compute_s = time.perf_counter() - t0
         self.stops.discard(key)
         # activations between stages go to the store as NumPy arrays: Ray stores those
         # without pickling the data, and the next actor maps them (a torch tensor is
-        # pickled, about 2x the cost at a batch of 8 ResNet inputs)
-        # (the model's output goes back to the scheduler host, which may have no GPU)
-        out = _cpu(res.output) if runner.last else _numpy(res.output)
-        return out, (res.blocks_done, res.completed)
-
-
-def _cpu(x: Any) -> Any:
-    """Tensors (or tuples of them) in host memory."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    if isinstance(x, (tuple, list)):
-        return type(x)(_cpu(v) for v in x)
-    return x
+        # pickled, about 2x the cost at a batch of 8 ResNet inputs); the model's output
+        # too (it goes back to the scheduler host, which may have no GPU: 0.5 ms less per
+        # call than a tensor, measured with ResNet-18 at batch 1)
+        out = _numpy(res.output)
+        return out, (res.blocks_done, res.completed, compute_s)
 
 
 def _numpy(x: Any) -> Any:
@@ -146,40 +165,89 @@ class RayExecutor:
     def __init__(
         self,
         view: Any,
-        build: Callable[[str], Any],
+        build: Callable[[str], Any] | None,
         n_blocks: int = 10,
         address: str | None = None,
         plan: Any = None,
         cpu_threads: int = 0,
+        emulate: bool = False,
+        found: Any = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
         """``cpu_threads``: torch threads of all CPU worker slots together, split evenly
-        (0: the threads torch uses in this process)."""
-        self.owns_ray = not ray.is_initialized()
-        if self.owns_ray:
-            with _keep_signal_handlers():
-                ray.init(
-                    address=address, include_dashboard=False, log_to_driver=False,
-                    logging_level=logging.ERROR,
-                )  # fmt: skip
+        (0: the threads torch uses in this process); ``emulate``: actors sleep for the
+        latency model's time; ``found``: the discovered cluster (``runtime.discovery``;
+        None: discovered here when the plan has GPU workers)."""
+        from hetserve.runtime.discovery import check_versions, connect, discover
+        from hetserve.runtime.ray_placement import RayPlacement, WorkerPlace, verify
+
+        self.owns_ray = connect(address, runtime_env)
+        self.emulate = emulate
+        self.view = view
         self.actors: dict[str, Any] = {}
         self.dead: set[str] = set()  # workers whose actor died
-        # CPU worker slots share this machine's cores (the threads torch would use here)
-        n_cpu = sum(1 for info in view.workers.values() if info.gpu.name == "CPU")
-        threads = max(1, (cpu_threads or torch.get_num_threads()) // max(1, n_cpu))
-        for wid, info in view.workers.items():
-            gpu = info.gpu.name != "CPU"
-            opts = {"num_gpus": 1.0 / info.share, "num_cpus": 0} if gpu else {"num_cpus": 0}
-            device = "cuda" if gpu else "cpu"
-            self.actors[wid] = StageActor.options(**opts).remote(
-                build, n_blocks, device, 0 if gpu else threads
-            )
-        todo: dict[str, list[tuple[str, tuple[int, int]]]] = {w: [] for w in self.actors}
-        for (model, pi, si), workers in view.placement.stages.items():
-            if plan is not None and model in plan.models:
-                blocks = plan.models[model].pipelines[pi].stages[si].blocks
-                for w in workers:
-                    todo[w].append((model, blocks))
-        ray.get([a.prepare.remote(w, todo[w]) for w, a in self.actors.items()])
+        self._cum: dict[Any, list[float]] = {}
+        # per stage: the call's time beyond the actor's compute (``call_overhead_ms``)
+        self.overhead_s: collections.deque[float] = collections.deque(maxlen=100_000)
+        self._watch: threading.Thread | None = None
+        self._closing = threading.Event()
+        self.placement: Any = None
+        try:
+            if found is None and any(w.gpu.name != "CPU" for w in view.workers.values()):
+                found = discover(address)
+            if found is not None:
+                check_versions(found)
+            self.found = found
+            self.placement = RayPlacement(view, found)
+            # CPU worker slots share this machine's cores (the threads torch would use here)
+            n_cpu = sum(1 for info in view.workers.values() if info.gpu.name == "CPU")
+            threads = max(1, (cpu_threads or torch.get_num_threads()) // max(1, n_cpu))
+            for wid, info in view.workers.items():
+                opts = self.placement.options(info)
+                if emulate:
+                    self.actors[wid] = EmulatedActor.options(**opts).remote()
+                    continue
+                gpu = info.gpu.name != "CPU"
+                self.actors[wid] = StageActor.options(**opts).remote(
+                    build, n_blocks, "cuda" if gpu else "cpu", 0 if gpu else threads
+                )
+            wids = list(self.actors)
+            got = ray.get([self.actors[w].where.remote() for w in wids])
+            self.places = {w: WorkerPlace(**g) for w, g in zip(wids, got, strict=True)}
+            verify(view, found, self.places)
+            todo: dict[str, list[tuple[str, tuple[int, int]]]] = {w: [] for w in self.actors}
+            for (model, pi, si), workers in view.placement.stages.items():
+                if plan is not None and model in plan.models:
+                    blocks = plan.models[model].pipelines[pi].stages[si].blocks
+                    for w in workers:
+                        todo[w].append((model, blocks))
+            ray.get([a.prepare.remote(w, todo[w]) for w, a in self.actors.items()])
+        except BaseException:
+            self.close()
+            raise
+
+    def attach(self, engine: RuntimeEngine, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch Ray's node table from a thread: the workers of a node that is no longer
+        alive are lost (told to the engine on its loop), even those that were idle."""
+        node_of = {w: p.node_id for w, p in self.places.items()}
+
+        def lost(w: str) -> None:
+            self.dead.add(w)
+            engine.worker_lost(w)
+
+        def watch() -> None:
+            while not self._closing.wait(WATCH_PERIOD_S):
+                try:
+                    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+                except Exception:
+                    continue
+                for w, nid in node_of.items():
+                    if nid not in alive and w not in self.dead:
+                        self.dead.add(w)
+                        loop.call_soon_threadsafe(lost, w)
+
+        self._watch = threading.Thread(target=watch, name="hetserve-ray-nodes", daemon=True)
+        self._watch.start()
 
     def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
         d = task.batch.d
@@ -187,18 +255,14 @@ class RayExecutor:
         if step.worker in self.dead:
             engine.clock.call_at(now, lambda: engine.worker_lost(step.worker))
             return
-        x = task.batch.payload  # the requests' tensors, or the previous stage's reference
-        parked = None
-        if task.index == 0 and step.blocks[0] > 0:  # a continued batch (open routes)
-            x, parked = None, x
-        elif task.index == 0 and x is not None:
-            if all(p is None for p in x):
-                x = None
-            elif all(p is not None for p in x):  # one array, put in the store once
-                x = ray.put(torch.stack(x).numpy())
         call = self.actors[step.worker].run
-        args = (id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked)
         at_end = step.blocks[1] == engine._nblocks[d.model]  # the model's last block
+        if self.emulate:
+            cum = block_times(engine, d.model, step, len(d.requests), self._cum)
+            last_stage = task.index == len(d.route) - 1
+            args: tuple[Any, ...] = (id(task), cum, not (last_stage and at_end))
+        else:
+            args = self._args(task, step)
 
         def failed(err: BaseException) -> None:
             if isinstance(err, RayActorError):  # the actor died (killed, node lost): rule 9
@@ -215,29 +279,67 @@ class RayExecutor:
                 err = fut.exception()
                 if err is not None:
                     return failed(err)
-                out, (blocks_done, completed) = fut.result()
-                if completed:
+                out, (blocks_done, completed, compute_s) = fut.result()
+                self._overhead(sent, compute_s)
+                if completed and self.emulate:
+                    engine.stage_finished(task, blocks_done, None)
+                elif completed:
+                    out = _torch(out)
                     rows = [_row(out, i) for i in range(len(d.requests))]
                     engine.stage_finished(task, blocks_done, rows)
                 else:
                     engine.stage_finished(task, blocks_done, None, preempted=True)
 
+            sent = time.perf_counter()
             ref = call.remote(*args)
             asyncio.wrap_future(ref.future()).add_done_callback(whole)
             return
 
         # between stages the activations stay in the object store: only the reference
         # and the stage's outcome come here
+        sent = time.perf_counter()
         out_ref, meta_ref = call.options(num_returns=2).remote(*args)
 
         def done(fut: asyncio.Future[Any]) -> None:
             err = fut.exception()
             if err is not None:
                 return failed(err)
-            blocks_done, completed = fut.result()
+            blocks_done, completed, compute_s = fut.result()
+            self._overhead(sent, compute_s)
             engine.stage_finished(task, blocks_done, out_ref, preempted=not completed)
 
         asyncio.wrap_future(meta_ref.future()).add_done_callback(done)
+
+    def _overhead(self, sent: float, compute_s: float) -> None:
+        self.overhead_s.append(time.perf_counter() - sent - compute_s)
+
+    def call_overhead_ms(self) -> dict[str, float]:
+        """What the Ray path added to the stages so far, beyond the actors' own compute
+        (the call, the object store, the reply, the callback on the loop): the median and
+        the 99th percentile in ms, over ``n`` stages."""
+        xs = sorted(self.overhead_s)
+        if not xs:
+            return {"n": 0, "p50_ms": 0.0, "p99_ms": 0.0}
+
+        def pick(q: float) -> float:
+            return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
+
+        return {"n": len(xs), "p50_ms": pick(0.5), "p99_ms": pick(0.99)}
+
+    def _args(self, task: _Task, step: Any) -> tuple[Any, ...]:
+        """A real stage's arguments: its input (the requests' tensors put in the store
+        once, the previous stage's reference, or a continued batch's parked rows)."""
+        d = task.batch.d
+        x = task.batch.payload  # the requests' tensors, or the previous stage's reference
+        parked = None
+        if task.index == 0 and step.blocks[0] > 0:  # a continued batch (open routes)
+            x, parked = None, x
+        elif task.index == 0 and x is not None:
+            if all(p is None for p in x):
+                x = None
+            elif all(p is not None for p in x):  # one array, put in the store once
+                x = ray.put(torch.stack(x).numpy())
+        return (id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked)
 
     @staticmethod
     def split(out_ref: Any, n: int) -> list[tuple[Any, int]]:
@@ -249,9 +351,15 @@ class RayExecutor:
         self.actors[step.worker].stop.remote(id(task))
 
     def close(self) -> None:
-        """Release the actors (and the local Ray instance, if this executor started it)."""
+        """Release the actors and their placement groups (and the local Ray instance, if
+        this executor started it)."""
+        self._closing.set()
         for a in self.actors.values():
-            ray.kill(a, no_restart=True)
+            with contextlib.suppress(Exception):  # (already gone with its node)
+                ray.kill(a, no_restart=True)
         self.actors.clear()
+        if self.placement is not None:
+            self.placement.remove()
         if self.owns_ray:
             ray.shutdown()
+            self.owns_ray = False

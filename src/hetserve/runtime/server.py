@@ -30,6 +30,7 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.engine.setup import Setup
+from hetserve.runtime import status
 from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import LoopClock, RuntimeEngine
 from hetserve.runtime.metrics import (
@@ -75,6 +76,11 @@ class ServerConfig:
     ray_address: str | None = None
     # torch threads of all CPU workers together (0: torch's default); split among them
     cpu_threads: int = 0
+    # the Ray cluster as discovered (``runtime.discovery.Discovered``): where GPU workers
+    # may go; None: discovered when the Ray engine starts (GPU plans only)
+    found: Any = None
+    # Ray's runtime_env for the job (pip or py_modules for nodes without hetserve)
+    runtime_env: dict[str, Any] | None = None
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
@@ -116,6 +122,8 @@ class Server:
         self._pending_n: dict[str, int] = dict.fromkeys(self.models, 0)
         self._tensors: dict[str, ModelTensors] = {}
         self.draining = False  # shutting down: new requests are refused (503)
+        self._served: dict[str, int] = {}  # stages run to their end, per worker
+        self._infos: dict[str, Any] | None = None
 
     @property
     def models(self) -> list[str]:
@@ -134,7 +142,27 @@ class Server:
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None and not self.draining
+        """Started, not draining, and every model has a pipeline whose every stage has a
+        live worker (readiness follows lost workers)."""
+        return (
+            self.engine is not None
+            and not self.draining
+            and all(self.model_ready(m) for m in self.models)
+        )
+
+    def model_ready(self, model: str) -> bool:
+        """Started, not draining, and some pipeline of the model has a live worker for
+        every stage."""
+        return status.model_ready(self, model)
+
+    @property
+    def lost_workers(self) -> list[str]:
+        return sorted(self.engine.lost) if self.engine is not None else []
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Per worker: where it runs and its state (``runtime.status.workers``; what
+        ``GET /v2/cluster/workers`` answers)."""
+        return status.workers(self)
 
     def check(self) -> None:
         """Start a throwaway scheduler on the plan: configuration errors surface here, as
@@ -147,11 +175,13 @@ class Server:
     def _check_engine(self, view: ClusterView) -> None:
         """The in-process engine runs every stage on this process's CPU: a plan with GPU
         workers needs the Ray engine (whose actors are placed on GPUs) or ``--emulate``.
-        Cold-start plans (load plans) run emulated or on the in-process engine."""
-        if self.setup.plan.load_plans and not self.cfg.emulate and self.cfg.engine == "ray":
+        Cold-start plans (load plans) run emulated in this process or on the in-process
+        engine."""
+        if self.setup.plan.load_plans and self.cfg.engine == "ray":
             raise HetserveError(
-                "a plan with load plans (cold starts) runs with --emulate or --engine "
-                "threads; the Ray engine loads every planned model at start"
+                "a plan with load plans (cold starts) runs with --emulate (without "
+                "--address) or --engine threads; the Ray engine loads every planned model "
+                "at start"
             )
         if self.cfg.emulate or self.cfg.engine != "threads":
             return
@@ -167,8 +197,15 @@ class Server:
         loop = asyncio.get_running_loop()
         view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
         self._check_engine(view)
-        if self.cfg.emulate:
-            executor: Any = EmulatedExecutor()
+        if self.cfg.emulate and self.cfg.engine == "ray":  # emulated actors on a Ray cluster
+            from hetserve.runtime.ray_executor import RayExecutor
+
+            executor: Any = RayExecutor(
+                view, None, self.cfg.n_blocks, self.cfg.ray_address, self.setup.plan,
+                emulate=True, found=self.cfg.found, runtime_env=self.cfg.runtime_env,
+            )  # fmt: skip
+        elif self.cfg.emulate:
+            executor = EmulatedExecutor()
         else:
             from hetserve.runtime.torch_executor import TorchExecutor
 
@@ -179,7 +216,8 @@ class Server:
 
                 executor = RayExecutor(
                     view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address,
-                    self.setup.plan, self.cfg.cpu_threads,
+                    self.setup.plan, self.cfg.cpu_threads, found=self.cfg.found,
+                    runtime_env=self.cfg.runtime_env,
                 )  # fmt: skip
             else:
                 if self.cfg.cpu_threads > 0:  # (process-wide: the stages run in this process)
@@ -203,6 +241,10 @@ class Server:
             view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),
             self._done, emulate_links=self.cfg.emulate, log_limit=10_000,
         )  # fmt: skip
+        attach = getattr(executor, "attach", None)
+        if attach is not None:  # the Ray executor's node watch
+            attach(self.engine, loop)
+        status.log_places(self, getattr(executor, "places", None))
         self.engine.start()
         # what exists now (models, plan, libraries) lives as long as the server: keep it out
         # of the garbage collector's full passes, which otherwise stall the loop for ms
@@ -410,6 +452,9 @@ class _Observed:
         return self._seen(self.inner.on_worker_lost(worker, now))
 
     def on_stage_done(self, rep: Any, now: float) -> list[Any]:
+        if rep.kind == "stage" and rep.completed:
+            served = self.server._served
+            served[rep.worker] = served.get(rep.worker, 0) + 1
         if rep.kind == "stage":
             dur = max(0.0, rep.end_s - rep.start_s)
             m = self.server.metrics

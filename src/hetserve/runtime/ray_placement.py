@@ -1,0 +1,231 @@
+"""Workers on GPUs of their planned type, by Ray's own mechanisms, and checked.
+
+Each planned GPU that holds worker slots becomes one *bundle* ``{"GPU": 1}`` of a Ray
+placement group; the planned GPUs of one planned node form one group with the
+``STRICT_PACK`` strategy (they land on one node, as the plan's links assume). Each bundle
+carries a label selector on Ray's ``ray.io/node-id`` label: the node of that name where the
+plan's cluster is the discovered one (``hetserve cluster discover`` names nodes by address
+and node id), else every node that discovery (``runtime.discovery``) found with GPUs of
+the bundle's type. A worker slot is an actor in
+its GPU's bundle asking for ``1/share`` of a GPU, so the slices of one planned GPU share
+the one physical GPU Ray reserved for the bundle.
+
+Why placement groups with label selectors (Ray 2.60): a bundle reserves a whole GPU, so
+the slices of one planned GPU cannot be spread over two GPUs (per-actor ``num_gpus``
+alone lets Ray put each slice where it likes); the selector names nodes by what discovery
+read, so it binds exact types where Ray's ``accelerator_type:<T>`` resources are coarse
+(Ray calls both A100s ``A100`` and both V100s ``V100``), and it works alike for nodes
+whose type comes from NVML, Ray's resource or its label. Ray does the placing; hetserve
+only says what each bundle needs.
+
+At start-up each actor reports where it really is (node, GPU index, the driver's GPU
+name where a driver answers); :func:`verify` compares that with the plan, and a mismatch
+is an error, not a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hetserve.core.errors import HetserveError
+from hetserve.runtime.discovery import NODE_ID_LABEL, Discovered, gpu_type
+
+# how long Ray may take to reserve the plan's GPUs before it is an error
+RESERVE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class WorkerPlace:
+    """Where a worker's actor really is (what it reported at start-up)."""
+
+    node_id: str
+    node_address: str
+    gpu_index: int | None  # Ray's GPU id on the node (None: a CPU worker)
+    gpu_name: str | None  # as the driver says it (None: no driver, e.g. an emulated node)
+    pid: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def where_am_i() -> dict[str, Any]:
+    """Called inside an actor: its node, GPU index and the driver's name for that GPU."""
+    import os
+
+    import ray
+
+    ctx = ray.get_runtime_context()
+    ids = ray.get_gpu_ids()
+    index = int(ids[0]) if ids else None
+    name = None
+    if index is not None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                raw = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # no driver (an emulated node) or no nvidia-ml-py: Ray's word only
+            name = None
+    return {
+        "node_id": ctx.get_node_id(),
+        "node_address": ray.util.get_node_ip_address(),
+        "gpu_index": index,
+        "gpu_name": name,
+        "pid": os.getpid(),
+    }
+
+
+class RayPlacement:
+    """The placement groups of a plan's GPU workers (module docstring)."""
+
+    def __init__(self, view: Any, found: Discovered | None) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.found = found
+        self.groups: list[Any] = []
+        self._strategy: dict[str, Any] = {}
+        gpu_workers = [w for w in view.workers.values() if w.gpu.name != "CPU"]
+        if not gpu_workers:
+            return
+        if found is None:
+            raise HetserveError("GPU workers need the discovered cluster to be placed")
+        check_shares(gpu_workers)
+        by_node: dict[str, dict[str, list[Any]]] = {}
+        for w in gpu_workers:
+            by_node.setdefault(w.node, {}).setdefault(w.gpu_id, []).append(w)
+        pending = []
+        for node, gpus in by_node.items():
+            bundles, selectors = [], []
+            same = found.node(node)  # the plan was made on the discovered cluster's YAML
+            for ws in gpus.values():
+                ids = found.node_ids_with(ws[0].gpu.name)
+                if same is not None and same.node_id in ids:
+                    ids = [same.node_id]  # that very node
+                if not ids:
+                    raise HetserveError(
+                        f"the plan puts {ws[0].gpu.name} workers on {node}, but the cluster "
+                        f"at {found.address} has no {ws[0].gpu.name} node"
+                    )
+                bundles.append({"GPU": 1.0})
+                selectors.append(
+                    {NODE_ID_LABEL: ids[0] if len(ids) == 1 else f"in({','.join(ids)})"}
+                )
+            pg = placement_group(
+                bundles, strategy="STRICT_PACK", bundle_label_selector=selectors,
+                name=f"hetserve:{node}",
+            )  # fmt: skip
+            self.groups.append(pg)
+            pending.append((node, gpus, pg))
+            for i, ws in enumerate(gpus.values()):
+                for w in ws:
+                    self._strategy[w.id] = PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=i
+                    )
+        for node, gpus, pg in pending:
+            try:
+                ray.get(pg.ready(), timeout=RESERVE_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                need = Counter(ws[0].gpu.name for ws in gpus.values())
+                self.remove()
+                raise HetserveError(
+                    f"Ray could not reserve {', '.join(f'{n}x {t}' for t, n in need.items())} "
+                    f"on one node for the plan's {node} within {RESERVE_TIMEOUT_S:.0f} s (the "
+                    f"cluster has {_shapes(found)}; are other jobs holding them?)"
+                ) from None
+
+    def options(self, worker: Any) -> dict[str, Any]:
+        """The actor options of one worker slot."""
+        if worker.gpu.name == "CPU":
+            return {"num_cpus": 0}
+        return {
+            "num_cpus": 0,
+            "num_gpus": 1.0 / worker.share,
+            "scheduling_strategy": self._strategy[worker.id],
+        }
+
+    def bundles_to_node(self) -> dict[str, str]:
+        """Per GPU worker, the node Ray reserved its bundle on (Ray's own state)."""
+        import ray
+
+        out = {}
+        for wid, st in self._strategy.items():
+            table = ray.util.placement_group_table(st.placement_group)
+            out[wid] = table["bundles_to_node_id"][st.placement_group_bundle_index]
+        return out
+
+    def remove(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in self.groups:
+            with contextlib.suppress(Exception):  # (a cluster going away frees them itself)
+                remove_placement_group(pg)
+        self.groups.clear()
+
+
+def _shapes(found: Discovered) -> str:
+    c = Counter(n.shape for n in found.nodes)
+    return ", ".join(f"{k} node(s) of {s}" for s, k in c.items())
+
+
+def check_shares(workers: list[Any]) -> None:
+    """The slices on one planned GPU take at most the whole GPU (1/share each)."""
+    per_gpu: dict[str, float] = {}
+    for w in workers:
+        if w.share < 1:
+            raise HetserveError(f"worker {w.id}: share {w.share} does not divide a GPU")
+        per_gpu[w.gpu_id] = per_gpu.get(w.gpu_id, 0.0) + 1.0 / w.share
+    for gid, used in per_gpu.items():
+        if used > 1.0 + 1e-9:
+            raise HetserveError(
+                f"the plan's slices on {gid} take {used:.3g} GPUs: the shares of one GPU's "
+                f"workers must add up to at most one GPU (1/share each)"
+            )
+
+
+def verify(view: Any, found: Discovered | None, places: dict[str, WorkerPlace]) -> None:
+    """Every worker is where the plan wants it: on a node of the cluster with a GPU of
+    its planned type (by Ray's GPU id and, where a driver answers, by the driver's name);
+    the slices of one planned GPU on one physical GPU, different planned GPUs on different
+    ones. A mismatch is a one-line error naming the worker, the plan and what it found."""
+    nodes = {n.node_id: n for n in found.nodes} if found is not None else {}
+    phys: dict[str, tuple[str, int | None]] = {}
+    for wid, p in places.items():
+        w = view.workers[wid]
+        planned = w.gpu.name
+        if planned == "CPU":
+            continue
+        at = f"worker {wid} (planned on {planned}) runs on node {p.node_id[:8]}"
+        node = nodes.get(p.node_id)
+        if node is None or p.gpu_index is None:
+            raise HetserveError(f"{at}, GPU {p.gpu_index}: not a GPU node discovery found")
+        gpu = next((g for g in node.gpus if g.index == p.gpu_index), None)
+        if gpu is None or gpu.type != planned:
+            got = gpu.type if gpu is not None else "no such GPU"
+            raise HetserveError(f"{at} ({node.name}), GPU {p.gpu_index}: a {got}")
+        if p.gpu_name is not None:
+            t = gpu_type(p.gpu_name, found.catalog if found else view.cluster.catalog, at)
+            if t.name != planned:
+                raise HetserveError(f"{at}, GPU {p.gpu_index}: the driver says {p.gpu_name!r}")
+        phys.setdefault(w.gpu_id, (p.node_id, p.gpu_index))
+        if phys[w.gpu_id] != (p.node_id, p.gpu_index):
+            raise HetserveError(
+                f"the slices of the plan's {w.gpu_id} run on two GPUs: "
+                f"{phys[w.gpu_id]} and {(p.node_id, p.gpu_index)}"
+            )
+    owners = Counter(phys.values())
+    shared = [k for k, n in owners.items() if n > 1]
+    if shared:
+        gids = sorted(g for g, k in phys.items() if k == shared[0])
+        raise HetserveError(
+            f"the plan's {' and '.join(gids)} run on one physical GPU (node "
+            f"{shared[0][0][:8]}, GPU {shared[0][1]})"
+        )

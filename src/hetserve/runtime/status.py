@@ -1,0 +1,89 @@
+"""What the server says of its workers and models: readiness that follows lost workers,
+the list ``GET /v2/cluster/workers`` answers (each worker, where it runs and its state), and
+the start-up log of where each worker was placed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hetserve.runtime.metrics import LOG
+from hetserve.scheduling import ClusterView
+
+if TYPE_CHECKING:
+    from hetserve.runtime.server import Server
+
+
+def model_ready(server: Server, model: str) -> bool:
+    eng = server.engine
+    if eng is None or server.draining:
+        return False
+    if not eng.lost:
+        return True
+    stages = server.setup.placement.stages
+    for p_idx, pipe in enumerate(server.setup.plan.models[model].pipelines):
+        if all(
+            any(w not in eng.lost for w in stages.get((model, p_idx, s_idx), ()))
+            for s_idx in range(len(pipe.stages))
+        ):
+            return True
+    return False
+
+
+def worker_infos(server: Server) -> dict[str, Any]:
+    if server._infos is None:
+        st = server.setup
+        server._infos = ClusterView.build(st.cluster, st.latency, st.placement).workers
+    return server._infos
+
+
+def workers(server: Server) -> list[dict[str, Any]]:
+    """Per worker: id, planned GPU type and share, the stages it holds, where it runs
+    (Ray's node id and the node's address, GPU index, the driver's GPU name: None
+    where the engine is not Ray's), state (ready, busy, lost), queue and batches
+    served. ``GET /v2/cluster/workers`` answers with this list."""
+    eng = server.engine
+    places = getattr(eng.executor if eng else None, "places", {}) or {}
+    held: dict[str, list[dict[str, Any]]] = {}
+    plan = server.setup.plan
+    for (model, p_idx, s_idx), ws in server.setup.placement.stages.items():
+        blocks = list(plan.models[model].pipelines[p_idx].stages[s_idx].blocks)
+        for w in ws:
+            held.setdefault(w, []).append(
+                {"model": model, "pipeline": p_idx, "stage": s_idx, "blocks": blocks}
+            )
+    out = []
+    for wid, info in worker_infos(server).items():
+        p = places.get(wid)
+        if eng is None:
+            state, queue = "starting", 0
+        elif wid in eng.lost:
+            state, queue = "lost", 0
+        else:
+            state = "busy" if eng.running.get(wid) is not None else "ready"
+            queue = sum(1 for *_, t in eng.ready.get(wid, ()) if not t.dead)
+        out.append({
+            "id": wid, "gpu_type": info.gpu.name, "share": info.share,
+            "planned_gpu": info.gpu_id, "stages": held.get(wid, []),
+            "node_id": p.node_id if p else None,
+            "node_address": p.node_address if p else None,
+            "gpu_index": p.gpu_index if p else None,
+            "gpu_name": p.gpu_name if p else None,
+            "state": state, "queue": queue, "batches_served": server._served.get(wid, 0),
+        })  # fmt: skip
+    return out
+
+
+def log_places(server: Server, places: dict[str, Any] | None) -> None:
+    """The start-up summary of where each worker runs (Ray's engine)."""
+    if not places:
+        return
+    infos = worker_infos(server)
+    LOG.info("%d workers placed and checked against the plan:", len(places))
+    for wid, p in places.items():
+        w = infos[wid]
+        gpu = "CPU" if p.gpu_index is None else f"GPU {p.gpu_index}"
+        said = f" ({p.gpu_name})" if p.gpu_name else ""
+        LOG.info(
+            "  %s: %s%s on node %s (%s), %s%s", wid, w.gpu.name,
+            f"/{w.share}" if w.share > 1 else "", p.node_id[:8], p.node_address, gpu, said,
+        )  # fmt: skip
