@@ -98,7 +98,7 @@ class LocalRayCluster:
     def stop(self) -> list[int]:
         """Stop every process this cluster started; the pids still alive after (none)."""
         for node in reversed(self.nodes):
-            _stop_group(node.pgid)
+            stop_group(node.pgid)
         shutil.rmtree(self.tmp, ignore_errors=True)
         return [p for n in self.nodes for p in members(n.pgid)]
 
@@ -149,7 +149,7 @@ def members(pgid: int) -> list[int]:
     return out
 
 
-def _stop_group(pgid: int, grace_s: float = 15.0) -> None:
+def stop_group(pgid: int, grace_s: float = 15.0) -> None:
     """SIGTERM to the group, then SIGKILL to whatever is left after ``grace_s``."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:

@@ -343,3 +343,18 @@ def test_profile_measure_names_a_cuda_device_exactly(monkeypatch):
     fake("NVIDIA A100-PCIE-40GB", 40960)
     with pytest.raises(HetserveError, match="--device cuda: unknown GPU 'NVIDIA A100-PCIE-40GB'"):
         device_name("cuda")
+
+
+def test_cluster_discover_on_this_machine_and_at_a_dead_address(tmp_path, capsys):
+    from hetserve.cli.main import main
+    from hetserve.core.cluster import load_cluster
+    from hetserve.experiments.live import free_port
+
+    out = tmp_path / "here.yaml"
+    assert main(["cluster", "discover", "--output", str(out), "--name", "here"]) == 0
+    c = load_cluster(str(out))
+    assert c.name == "here" and sum(c.gpu_counts().values()) >= 1
+    capsys.readouterr()
+    assert main(["cluster", "discover", "--address", f"127.0.0.1:{free_port()}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing answers there" in err, err

@@ -26,6 +26,7 @@ pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 
 from tests.runtime.raycluster import ENV, LocalRayCluster, ray_cli  # noqa: E402
+from tests.runtime.serving import start_serve  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 TOKEN = "s3cret"
@@ -104,29 +105,8 @@ STATE = textwrap.dedent(
 
 
 def _serve(tmp_path, *args):
-    out = open(tmp_path / "serve.out", "w+")
     env = {**ENV, "PYTHONUNBUFFERED": "1", "HETSERVE_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "hetserve", "serve", "--port", "0", *args],
-                            stdout=out, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        out.seek(0)
-        m = re.search(r"at http://127\.0\.0\.1:(\d+)/v2", out.read())
-        if m:
-            url = f"http://127.0.0.1:{m.group(1)}"
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    return proc, url, out
-            except httpx.TransportError:
-                pass
-        if proc.poll() is not None:
-            out.seek(0)
-            pytest.fail(f"serve exited with {proc.returncode}: {out.read()}")
-        time.sleep(0.3)
-    proc.kill()
-    out.seek(0)
-    pytest.fail(f"serve did not become ready in 180 s: {out.read()}")
+    return start_serve(tmp_path, args, env, timeout_s=180)
 
 
 def test_serve_places_by_type_and_survives_a_node_loss(cluster, tmp_path):

@@ -4,12 +4,10 @@ cluster running when it stops."""
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("ray")
 
 from hetserve.experiments.live import free_port
+from tests.runtime.raycluster import members, stop_group
 
 # one Ray at a time under pytest-xdist: the module shares a worker with test_ray.py
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.xdist_group("ray")]
@@ -95,33 +94,6 @@ def test_the_server_joins_a_running_cluster_and_leaves_it_running():
                                 env=env, timeout=60)  # fmt: skip
         assert status.returncode == 0, status.stderr
     finally:
-        _stop_group(group)
+        stop_group(group)
         shutil.rmtree(tmp, ignore_errors=True)
-    assert not _members(group), "a process of the test's Ray head outlived the test"
-
-
-def _members(pgid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":  # alive, in the group
-                out.append(int(d.name))
-    return out
-
-
-def _stop_group(pgid: int, grace_s: float = 20.0) -> None:
-    """SIGTERM to the group, then SIGKILL to whatever is left after ``grace_s``."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        end = time.monotonic() + wait_s
-        while _members(pgid) and time.monotonic() < end:
-            time.sleep(0.2)
-        if not _members(pgid):
-            return
+    assert not members(group), "a process of the test's Ray head outlived the test"

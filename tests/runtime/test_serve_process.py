@@ -14,34 +14,15 @@ import pytest
 pytest.importorskip("torch")
 httpx = pytest.importorskip("httpx")
 
+from tests.runtime.serving import start_serve  # noqa: E402
+
 # it starts Ray (the ray engine): one Ray at a time under pytest-xdist (see tests/conftest.py)
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 def _start(tmp_path, *args):
     env = {**os.environ, "HETSERVE_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
-    out = open(tmp_path / "serve.out", "w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hetserve", "serve", "--port", "0", *args],
-        stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        out.seek(0)
-        m = re.search(r"at http://127\.0\.0\.1:(\d+)/v2", out.read())
-        if m:
-            url = f"http://127.0.0.1:{m.group(1)}"
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    return proc, url, out
-            except httpx.TransportError:
-                pass
-        if proc.poll() is not None:
-            out.seek(0)
-            pytest.fail(f"serve exited with {proc.returncode}: {out.read()}")
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail("serve did not become ready in 120 s")
+    return start_serve(tmp_path, args, env)
 
 
 def _rows(url):

@@ -217,9 +217,10 @@ def _live_step(outdir: Path, duration_s: float = 8.0, load_factor: float = 0.5) 
         o = record["ray"]["ray_call_overhead_ms"]
         console.print(
             f"the Ray actor's calls took {o['p50_ms']:.1f} ms (median; p99 {o['p99_ms']:.1f}) "
-            f"beyond its compute per stage: the call, the object store and the reply, which "
-            f"the profile (measured in process) does not hold; on these 2 cores it costs the "
-            f'Ray row attainment (docs/benchmarks.md, "The Ray path")',
+            f"beyond its compute per stage: the call, the object store and the reply, a cost "
+            f"the profile (measured in process) does not hold; where it is a large part of a "
+            f'stage, the Ray row falls behind the simulated one (docs/benchmarks.md, "The Ray '
+            f'path")',
             markup=False,
         )
     path = outdir / "live-resnet18.json"
