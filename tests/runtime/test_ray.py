@@ -58,6 +58,11 @@ def test_ray_actors_serve_the_same_outputs():
         # where the actor is, as it said at start-up: this node, no GPU
         (w,) = c.get("/v2/cluster/workers").json()
         assert w["node_id"] and w["gpu_index"] is None and w["batches_served"] >= 1
+        # what a call costs beyond compute, measured at start-up, is in the scheduler's view
+        assert 0 < w["stage_overhead_ms"] < 1000
+        assert srv.engine.view.stage_overhead_s[w["id"]] == pytest.approx(
+            w["stage_overhead_ms"] / 1e3, abs=1e-6
+        )
     with torch.inference_mode():
         ref = model(x)
     assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -208,7 +208,8 @@ class RuntimeEngine:
         self.open.add(request.id)
         self.held[request.id] = request
         if payload is not None:
-            self.payloads[request.id] = payload
+            admit = getattr(self.executor, "admit", None)  # e.g. into Ray's object store
+            self.payloads[request.id] = payload if admit is None else admit(payload)
         now = self.clock.now()
         self._apply(self.scheduler.on_arrival(request, now), now)
 

@@ -40,6 +40,8 @@ from hetserve.runtime.torch_executor import _row
 # how often the node watch reads Ray's node table (a dead node's idle workers are lost
 # within about this long; busy ones at once, when their call fails)
 WATCH_PERIOD_S = 0.5
+# stage calls per worker at start-up to measure what the Ray path adds to a stage
+OVERHEAD_ROUNDS = 5
 
 
 # stages run one at a time, on the default group's one thread; ``stop`` and ``where`` have
@@ -72,6 +74,12 @@ class StageActor:
     @ray.method(concurrency_group="control")
     def stop(self, key: int) -> None:
         self.stops.add(key)
+
+    def example(self, model: str) -> Any:
+        """One request's example input (no batch dimension) as a NumPy array (None for
+        several inputs)."""
+        x = self.ex._models[model].input_spec.example(1)
+        return _numpy(x[0]) if isinstance(x, torch.Tensor) else None
 
     @ray.method(concurrency_group="control")
     def where(self) -> dict[str, Any]:
@@ -107,9 +115,14 @@ class StageActor:
         elif x is None:  # the first stage, no payloads: the model's example inputs
             net = self.ex._models[model]
             x = net.input_spec.example(n)
-        elif isinstance(x, list):  # some requests came without a tensor
-            ex = self.ex._models[model].input_spec.example(1)[0]
-            x = torch.stack([p if p is not None else ex for p in x])
+        elif isinstance(x, list):  # per request: its input in the store, a tensor, or None
+            refs = [p for p in x if isinstance(p, ray.ObjectRef)]
+            got = iter(ray.get(refs)) if refs else iter(())
+            rows = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
+            ex = None
+            if any(r is None for r in rows):  # some requests came without a tensor
+                ex = self.ex._models[model].input_spec.example(1)[0]
+            x = torch.stack([r if r is not None else ex for r in rows])
         t0 = time.perf_counter()
         res = runner.run(x, lambda: key in self.stops)
         compute_s = time.perf_counter() - t0
@@ -192,6 +205,7 @@ class RayExecutor:
         self._watch: threading.Thread | None = None
         self._closing = threading.Event()
         self.placement: Any = None
+        self.stage_overhead_s: dict[str, float] = {}
         try:
             if found is None and any(w.gpu.name != "CPU" for w in view.workers.values()):
                 found = discover(address)
@@ -222,9 +236,42 @@ class RayExecutor:
                     for w in workers:
                         todo[w].append((model, blocks))
             ray.get([a.prepare.remote(w, todo[w]) for w, a in self.actors.items()])
+            self.stage_overhead_s = self._measure_overheads(view, todo)
+            view.stage_overhead_s.update(self.stage_overhead_s)
         except BaseException:
             self.close()
             raise
+
+    def _measure_overheads(
+        self, view: Any, todo: dict[str, list[tuple[str, tuple[int, int]]]]
+    ) -> dict[str, float]:
+        """Per worker, what a stage call costs beyond the actor's compute (the call, the
+        input fetched from the store, the reply), measured now: ``OVERHEAD_ROUNDS`` calls of a
+        first stage it holds, at batch 1 on the model's example input (emulated: a 1 ms
+        stage); the median. Workers without a first stage get the median of those measured. The
+        scheduler plans with it (``ClusterView.stage_overhead_s``)."""
+        measured: dict[str, float] = {}
+        for w, stages in todo.items():
+            first = next(((m, b) for m, b in stages if b[0] == 0), None)
+            if first is None and not self.emulate:
+                continue
+            a, ts = self.actors[w], []
+            x = None if self.emulate or first is None else ray.get(a.example.remote(first[0]))
+            for k in range(OVERHEAD_ROUNDS):
+                if self.emulate:
+                    args: tuple[Any, ...] = (-1 - k, [0.001], False)
+                else:  # a request's input, in the store already as a served one's is
+                    assert first is not None
+                    ref = None if x is None else [ray.put(x)]
+                    args = (-1 - k, w, first[0], first[1], ref, 1, None)
+                t0 = time.perf_counter()
+                _, (_, _, compute_s) = ray.get(a.run.remote(*args))
+                ts.append(time.perf_counter() - t0 - compute_s)
+            measured[w] = max(0.0, sorted(ts)[len(ts) // 2])
+        if not measured:
+            return {}
+        typical = sorted(measured.values())[len(measured) // 2]
+        return {w: measured.get(w, typical) for w in self.actors}
 
     def attach(self, engine: RuntimeEngine, loop: asyncio.AbstractEventLoop) -> None:
         """Watch Ray's node table from a thread: the workers of a node that is no longer
@@ -337,9 +384,19 @@ class RayExecutor:
         elif task.index == 0 and x is not None:
             if all(p is None for p in x):
                 x = None
-            elif all(p is not None for p in x):  # one array, put in the store once
+            elif all(isinstance(p, torch.Tensor) for p in x):  # one array, put once
                 x = ray.put(torch.stack(x).numpy())
+            else:  # the requests' inputs, put in the store as they arrived (``admit``)
+                x = list(x)
         return (id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked)
+
+    def admit(self, payload: Any) -> Any:
+        """A request's input goes into the object store as it arrives, so a dispatch
+        (on the server's loop, with the worker waiting) only passes references: the
+        stacking and the store's copy are off that path."""
+        if self.emulate or not isinstance(payload, torch.Tensor):
+            return payload
+        return ray.put(_numpy(payload))
 
     @staticmethod
     def split(out_ref: Any, n: int) -> list[tuple[Any, int]]:

@@ -244,7 +244,7 @@ class Server:
         attach = getattr(executor, "attach", None)
         if attach is not None:  # the Ray executor's node watch
             attach(self.engine, loop)
-        status.log_places(self, getattr(executor, "places", None))
+        status.log_places(self, executor)
         self.engine.start()
         # what exists now (models, plan, libraries) lives as long as the server: keep it out
         # of the garbage collector's full passes, which otherwise stall the loop for ms

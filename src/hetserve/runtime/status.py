@@ -40,9 +40,12 @@ def workers(server: Server) -> list[dict[str, Any]]:
     """Per worker: id, planned GPU type and share, the stages it holds, where it runs
     (Ray's node id and the node's address, GPU index, the driver's GPU name: None
     where the engine is not Ray's), state (ready, busy, lost), queue and batches
-    served. ``GET /v2/cluster/workers`` answers with this list."""
+    served, and what a stage call costs there beyond compute (``stage_overhead_ms``,
+    measured at start-up by the Ray executor; 0 in process). ``GET /v2/cluster/workers``
+    answers with this list."""
     eng = server.engine
     places = getattr(eng.executor if eng else None, "places", {}) or {}
+    overhead = getattr(eng.executor if eng else None, "stage_overhead_s", {}) or {}
     held: dict[str, list[dict[str, Any]]] = {}
     plan = server.setup.plan
     for (model, p_idx, s_idx), ws in server.setup.placement.stages.items():
@@ -69,21 +72,26 @@ def workers(server: Server) -> list[dict[str, Any]]:
             "gpu_index": p.gpu_index if p else None,
             "gpu_name": p.gpu_name if p else None,
             "state": state, "queue": queue, "batches_served": server._served.get(wid, 0),
+            "stage_overhead_ms": round(overhead.get(wid, 0.0) * 1e3, 3),
         })  # fmt: skip
     return out
 
 
-def log_places(server: Server, places: dict[str, Any] | None) -> None:
-    """The start-up summary of where each worker runs (Ray's engine)."""
+def log_places(server: Server, executor: Any) -> None:
+    """The start-up summary of where each worker runs and what its calls cost (Ray's
+    engine)."""
+    places = getattr(executor, "places", None)
     if not places:
         return
     infos = worker_infos(server)
+    overhead = getattr(executor, "stage_overhead_s", {}) or {}
     LOG.info("%d workers placed and checked against the plan:", len(places))
     for wid, p in places.items():
         w = infos[wid]
         gpu = "CPU" if p.gpu_index is None else f"GPU {p.gpu_index}"
         said = f" ({p.gpu_name})" if p.gpu_name else ""
         LOG.info(
-            "  %s: %s%s on node %s (%s), %s%s", wid, w.gpu.name,
-            f"/{w.share}" if w.share > 1 else "", p.node_id[:8], p.node_address, gpu, said,
+            "  %s: %s%s on node %s (%s), %s%s; a stage call costs %.1f ms beyond compute",
+            wid, w.gpu.name, f"/{w.share}" if w.share > 1 else "", p.node_id[:8],
+            p.node_address, gpu, said, overhead.get(wid, 0.0) * 1e3,
         )  # fmt: skip

@@ -156,6 +156,10 @@ class ClusterView:
     latency: LatencyModel
     placement: Placement
     cut_bytes_factor: float = 0.5  # activations at cuts: 0.5 FP16 (default), 1.0 FP32
+    # per worker: what running one stage there costs beyond its blocks' compute (an
+    # engine's call path, measured by it at start-up: the Ray executor's actor calls);
+    # empty in the simulator and for workers in the engine's own process
+    stage_overhead_s: dict[WorkerId, float] = field(default_factory=dict)
     _lat_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], float] = field(
         default_factory=dict, repr=False
     )
@@ -177,6 +181,8 @@ class ClusterView:
     def stage_latency_s(
         self, model: str, worker: WorkerId, batch: int, blocks: tuple[int, int] | None = None
     ) -> float:
+        """One stage's time on the worker: its blocks' latency at the batch size, plus the
+        worker's ``stage_overhead_s``."""
         w = self.workers[worker]
         key = (model, w.gpu.name, w.share, batch, blocks)
         t = self._lat_cache.get(key)
@@ -184,7 +190,7 @@ class ClusterView:
             rng = None if blocks is None else range(*blocks)
             t = self.latency.latency(model, w.gpu, w.share, batch, rng)
             self._lat_cache[key] = t
-        return t
+        return t + self.stage_overhead_s.get(worker, 0.0) if self.stage_overhead_s else t
 
     def latency_table(
         self, model: str, worker: WorkerId, max_batch: int, blocks: tuple[int, int] | None = None

@@ -1,0 +1,36 @@
+"""A worker's per-stage overhead (an engine's call path, measured by the Ray executor at
+start-up) is part of every stage time a scheduler or admission reads from the view, and of
+nothing else: the blocks' latency model and the simulator are untouched."""
+
+import pytest
+
+from hetserve.scheduling import ClusterView
+from hetserve.scheduling.admission import Admission
+from tests.helpers import linear_setup
+
+
+def test_stage_times_carry_each_workers_overhead():
+    s = linear_setup(n_gpus=2, alpha_s=0.010, beta_s=0.002, max_batch=4)
+    view = ClusterView.build(s.cluster, s.latency, s.placement)
+    w0, w1 = sorted(view.workers)
+    before = [view.stage_latency_s("m", w0, b) for b in (1, 2, 4)]
+    assert before == pytest.approx([0.012, 0.022, 0.042])
+    view.stage_overhead_s[w0] = 0.005
+    assert [view.stage_latency_s("m", w0, b) for b in (1, 2, 4)] == pytest.approx(
+        [0.017, 0.027, 0.047]
+    )
+    assert view.latency_table("m", w0, 2) == pytest.approx([0.017, 0.027])
+    assert view.stage_latency_s("m", w1, 1) == pytest.approx(0.012)  # only that worker
+    # the blocks' own latency model is unchanged (the simulator and emulation use it)
+    w = view.workers[w0]
+    assert s.latency.latency("m", w.gpu, w.share, 1, None) == pytest.approx(0.012)
+
+
+def test_admission_sees_the_overhead():
+    s = linear_setup(n_gpus=1, alpha_s=0.010, beta_s=0.0, max_batch=4)
+    view = ClusterView.build(s.cluster, s.latency, s.placement)
+    plain = Admission(view, s.plan, 4).best_finish_s("m", 0)
+    (w,) = view.workers
+    view2 = ClusterView.build(s.cluster, s.latency, s.placement)
+    view2.stage_overhead_s[w] = 0.004
+    assert Admission(view2, s.plan, 4).best_finish_s("m", 0) == pytest.approx(plain + 0.004)
