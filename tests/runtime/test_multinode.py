@@ -109,6 +109,28 @@ def _serve(tmp_path, *args):
     return start_serve(tmp_path, args, env, timeout_s=180)
 
 
+def test_without_a_plan_serve_plans_on_the_discovered_cluster(cluster, tmp_path):
+    proc, url, _out = _serve(tmp_path, "--address", cluster.address, "--models", "resnet50",
+                            "--emulate")  # fmt: skip
+    try:
+        workers = httpx.get(f"{url}/v2/cluster/workers", headers=AUTH, timeout=10).json()
+        types = {n.node_id: n.accelerator for n in cluster.nodes}
+        # the default plan: the model whole on every GPU the cluster has (4 P4s, 1 L4)
+        assert sorted(w["gpu_type"] for w in workers) == ["L4", "P4", "P4", "P4", "P4"]
+        assert all(types[w["node_id"]] == w["gpu_type"] for w in workers), workers
+        assert all(w["stage_overhead_ms"] > 0 for w in workers), workers
+        from hetserve.experiments.live import binary_body
+
+        body, hdr = binary_body(__import__("numpy").zeros((2, 3, 224, 224), dtype="float32"))
+        r = httpx.post(f"{url}/v2/models/resnet50/infer", content=body,
+                       headers={**hdr, **AUTH}, timeout=60)  # fmt: skip
+        assert r.status_code == 200, r.text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+# last in this module: it kills a node of the module's cluster
 def test_serve_places_by_type_and_survives_a_node_loss(cluster, tmp_path):
     c_yaml, plan = tmp_path / "c.yaml", tmp_path / "p.json"
     _hetserve("cluster", "discover", "--address", cluster.address, "--output", str(c_yaml))
