@@ -76,7 +76,10 @@ def measured_profiles(
             f"in {folder} (--remeasure to measure again)"
         )
         return folder
-    say(f"measuring {', '.join(models)} on {device} with {threads} torch threads (cached)")
+    say(
+        f"measuring {', '.join(models)} on {device} with {threads} torch threads (kept in "
+        f"{folder} for next time)"
+    )
     ps, _ = measure_profiles(
         models, device, batches, (1,), n_blocks, warmup=2, repeats=5, threads=threads
     )  # with the threads the workers will run with
