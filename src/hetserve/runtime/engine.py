@@ -193,6 +193,8 @@ class RuntimeEngine:
         ] = collections.deque(maxlen=log_limit)
         self._seq = 0
         self._nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
+        # an executor may take a request's input as it arrives (Ray: into the object store)
+        self._admit: Callable[[Any], Any] | None = getattr(executor, "admit", None)
 
     # ------------------------------------------------------------------ entry points
     def start(self) -> None:
@@ -208,8 +210,7 @@ class RuntimeEngine:
         self.open.add(request.id)
         self.held[request.id] = request
         if payload is not None:
-            admit = getattr(self.executor, "admit", None)  # e.g. into Ray's object store
-            self.payloads[request.id] = payload if admit is None else admit(payload)
+            self.payloads[request.id] = payload if self._admit is None else self._admit(payload)
         now = self.clock.now()
         self._apply(self.scheduler.on_arrival(request, now), now)
 

@@ -236,14 +236,14 @@ class RayExecutor:
                     for w in workers:
                         todo[w].append((model, blocks))
             ray.get([a.prepare.remote(w, todo[w]) for w, a in self.actors.items()])
-            self.stage_overhead_s = self._measure_overheads(view, todo)
+            self.stage_overhead_s = self._measure_overheads(todo)
             view.stage_overhead_s.update(self.stage_overhead_s)
         except BaseException:
             self.close()
             raise
 
     def _measure_overheads(
-        self, view: Any, todo: dict[str, list[tuple[str, tuple[int, int]]]]
+        self, todo: dict[str, list[tuple[str, tuple[int, int]]]]
     ) -> dict[str, float]:
         """Per worker, what a stage call costs beyond the actor's compute (the call, the
         input fetched from the store, the reply), measured now: ``OVERHEAD_ROUNDS`` calls of a
@@ -284,14 +284,19 @@ class RayExecutor:
 
         def watch() -> None:
             while not self._closing.wait(WATCH_PERIOD_S):
+                if loop.is_closed() or not ray.is_initialized():
+                    return  # the server, or this process's Ray, is gone: nothing to tell
                 try:
                     alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
                 except Exception:
-                    continue
+                    continue  # the GCS is unreachable for a moment
                 for w, nid in node_of.items():
                     if nid not in alive and w not in self.dead:
                         self.dead.add(w)
-                        loop.call_soon_threadsafe(lost, w)
+                        try:
+                            loop.call_soon_threadsafe(lost, w)
+                        except RuntimeError:  # the loop closed meanwhile
+                            return
 
         self._watch = threading.Thread(target=watch, name="hetserve-ray-nodes", daemon=True)
         self._watch.start()
