@@ -66,9 +66,12 @@ def model() -> None:
 
 
 @model.command("list")
-def model_list() -> None:
-    """The model graphs shipped with hetserve."""
+@click.option("--models", default=None, hidden=True)
+def model_list(models: str | None) -> None:
+    """The model graphs shipped with hetserve, and the models of the model repository
+    (with their versions and whether each can load)."""
     from hetserve.core.graph import get_graph, shipped_models
+    from hetserve.repository.layout import active
 
     t = Table(title="model zoo (graphs shipped as package data)")
     for col in ("name", "task", "input", "layers", "GMACs", "M params"):
@@ -84,6 +87,18 @@ def model_list() -> None:
             f"{g.params / 1e6:.1f}",
         )
     console.print(t)
+    repo = active()
+    if repo is None:
+        return
+    r = Table(title=f"model repository {repo.root}")
+    for col in ("name", "version", "format", "served", "state"):
+        r.add_column(col)
+    for m in repo.models.values():
+        served = m.served()
+        for n, v in sorted(m.versions.items()):
+            state = "ok" if v.error is None else f"UNAVAILABLE: {v.error}"
+            r.add_row(m.name, str(n), v.format or "?", "yes" if n in served else "no", state)
+    console.print(r)
 
 
 @model.command("show")

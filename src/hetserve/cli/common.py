@@ -165,6 +165,42 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 }
 
 
+# commands that name models: ``--model-repository`` is added to each (``add_repository_option``)
+MODEL_PARAMS = frozenset({"models", "name", "model"})
+
+
+def _use_repository(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from hetserve.repository.layout import use
+
+    if value:
+        use(value)
+
+
+def add_repository_option(command: click.Command, under_model: bool = False) -> None:
+    """Give every command of the tree that names models ``--model-repository DIR`` (also
+    ``$HETSERVE_MODEL_REPOSITORY``): its models are then named like zoo models."""
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            add_repository_option(sub, under_model or name == "model")
+        return
+    names = {p.name for p in command.params}
+    if not (names & {"models", "model"} or (under_model and "name" in names)):
+        return
+    command.params.insert(
+        0,
+        click.Option(
+            ["--model-repository", "model_repository"],
+            type=click.Path(file_okay=False),
+            envvar="HETSERVE_MODEL_REPOSITORY",
+            show_envvar=True,
+            expose_value=False,
+            is_eager=True,
+            callback=_use_repository,
+            help="Model repository (Triton layout) whose models are named like zoo models.",
+        ),
+    )
+
+
 def harden(command: click.Command) -> None:
     """Give the options of ``command`` and its subcommands their validated types."""
     if isinstance(command, click.Group):

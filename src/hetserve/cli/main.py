@@ -13,7 +13,7 @@ import click
 
 from hetserve import __version__
 from hetserve.cli import catalog, data, demo, place, plan, reproduce, serve, sim
-from hetserve.cli.common import harden, report_error
+from hetserve.cli.common import add_repository_option, harden, report_error
 from hetserve.core.errors import HetserveError
 from hetserve.core.provenance import set_command
 
@@ -36,6 +36,7 @@ for _command in (
 ):  # fmt: skip
     cli.add_command(_command)
 harden(cli)
+add_repository_option(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -359,7 +359,9 @@ def serve(
     build = leaf_rows = host_alias = None
     if not emulate:
         from hetserve.profiling.layers import host_alias, leaf_rows
-        from hetserve.zoo.registry import build
+        from hetserve.zoo.registry import builder
+
+        build = builder()
     server = Server(
         setup,
         ServerConfig(

@@ -237,7 +237,8 @@ class RooflineModel:
     def blocks(self, model: str) -> Blocks:
         if model not in self._blocks:
             graph = self.graph(model)
-            n = min(self.n_blocks, len(graph.layers))
+            # a repository model's config.yaml may fix its block count (``blocks``)
+            n = min(int(graph.meta.get("n_blocks", self.n_blocks)), len(graph.layers))
             costs = [t for t, _ in self.layer_times(model, self.ref_gpu, 1, 1)]
             self._blocks[model] = Blocks.from_graph(graph, balanced_partition(costs, n))
         return self._blocks[model]

@@ -22,9 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """``$HETSERVE_CACHE`` (default ``~/.cache/hetserve``): profiles/, imports/."""
+    return Path(os.environ.get("HETSERVE_CACHE") or Path.home() / ".cache" / "hetserve")
+
+
 def cache_dir() -> Path:
-    base = os.environ.get("HETSERVE_CACHE") or Path.home() / ".cache" / "hetserve"
-    return Path(base) / "profiles"
+    return cache_root() / "profiles"
 
 
 def default_cpu_threads() -> int:
@@ -36,10 +40,15 @@ def cache_entry(
     models: list[str], device: str, batches: list[int], n_blocks: int, threads: int
 ) -> Path:
     """The folder of the cache entry for these settings (it may not exist yet)."""
+    from hetserve.core.graph import get_graph
+
+    # a repository model's files may change under its name: its import's digest is part
+    # of the key (zoo models have none)
+    digests = [str(get_graph(m).meta.get("digest", "")) for m in sorted(models)]
     key = "|".join(
         [platform.node(), platform.processor(), str(os.cpu_count()), device,
          ",".join(sorted(models)), ",".join(map(str, batches)), str(n_blocks),
-         f"threads={threads}"]
+         f"threads={threads}", *(d for d in digests if d)]
     )  # fmt: skip
     return cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:16]
 

@@ -160,7 +160,7 @@ def measure_profiles(
             for share in shares:
                 torch.set_num_threads(max(1, threads // share) if not cuda else threads)
                 for b in batches:
-                    x: Any = net.input_spec.example(b).to(dev)
+                    x: Any = _to(net.input_spec.example(b), dev)
                     lat_us, e_mj = [], []
                     with torch.inference_mode():
                         for k in range(n):
@@ -201,3 +201,8 @@ def measure_profiles(
     if ps.energy_mj is not None and not ps.energy_mj:
         ps.energy_mj = None
     return ps, fits
+
+
+def _to(x: Any, dev: Any) -> Any:
+    """A tensor, or a tuple of them (several inputs), on ``dev``."""
+    return x.to(dev) if hasattr(x, "to") else tuple(t.to(dev) for t in x)

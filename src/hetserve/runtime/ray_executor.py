@@ -35,7 +35,7 @@ from ray.exceptions import RayActorError
 from hetserve.runtime.emulated import block_times
 from hetserve.runtime.engine import RuntimeEngine, _Task
 from hetserve.runtime.ray_emulated import EmulatedActor
-from hetserve.runtime.torch_executor import _row
+from hetserve.runtime.torch_executor import _row, _stack, example_row
 
 # how often the node watch reads Ray's node table (a dead node's idle workers are lost
 # within about this long; busy ones at once, when their call fails)
@@ -101,9 +101,8 @@ class StageActor:
         the input batch, the requests' tensors, the previous stage's
         output, or None (example inputs); ``parked``: a continued batch's input, each
         request's (output of an open route, row)."""
-        import torch
 
-        from hetserve.runtime.torch_executor import _row, _stack
+        from hetserve.runtime.torch_executor import _row
 
         runner = self.ex.runner(worker, model, blocks)
         if parked is not None:
@@ -121,8 +120,8 @@ class StageActor:
             rows = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
             ex = None
             if any(r is None for r in rows):  # some requests came without a tensor
-                ex = self.ex._models[model].input_spec.example(1)[0]
-            x = torch.stack([r if r is not None else ex for r in rows])
+                ex = example_row(self.ex._models[model])
+            x = _stack([r if r is not None else ex for r in rows])
         t0 = time.perf_counter()
         res = runner.run(x, lambda: key in self.stops)
         compute_s = time.perf_counter() - t0

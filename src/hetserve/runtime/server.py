@@ -137,7 +137,9 @@ class Server:
             from hetserve.planning.registry import model_graph
 
             g = model_graph(self.setup.plan, model)
-            t = self._tensors[model] = ModelTensors(g.inputs, g.outputs, self.cfg.max_request_batch)
+            # a repository model is exported for its config.yaml's max_batch_size rows
+            rows = min(self.cfg.max_request_batch, int(g.meta.get("max_batch", 1 << 30)))
+            t = self._tensors[model] = ModelTensors(g.inputs, g.outputs, rows)
         return t
 
     @property

@@ -81,13 +81,15 @@ class StageRunner:
         self.first, self.stop = first, stop
         self.device = torch.device(device)
         self.cut_dtype = cut_dtype
+        self.dtype = getattr(model, "compute_dtype", torch.float32)
         self.last = stop == len(blocks)
 
     def run(self, x: Any, should_stop: Callable[[], bool] | None = None) -> StageResult:
         """Run the stage on a batch (decoded from the cut before it unless it is the first
         stage); ``should_stop`` is asked at every block boundary."""
-        if self.first > 0:
-            x = decode_cut(x)
+        # floating inputs and cuts in the model's dtype (a repository model's may be FP16
+        # or BF16; requests and cuts carry FP32 or FP16)
+        x = decode_cut(x, self.dtype)
         x = _map_tensors(x, lambda t: t.to(self.device))
         done = 0
         with torch.inference_mode():
@@ -99,5 +101,7 @@ class StageRunner:
                 done += 1
         if not self.last and should_stop is not None and should_stop():
             return StageResult(None, done, False)  # the cut is an exit point too
+        if self.last and self.dtype == torch.bfloat16:  # NumPy has no bfloat16
+            x = _map_tensors(x, lambda t: t.float() if t.is_floating_point() else t)
         out = x if self.last else encode_cut(x, self.cut_dtype)
         return StageResult(out, done, True)

@@ -153,21 +153,21 @@ class TorchExecutor:
         net = self._models.get(b.d.model) or self.build(b.d.model)
         self._models[b.d.model] = net
         xs = [
-            p if p is not None else net.input_spec.example(1)[0]
+            p if p is not None else example_row(net)
             for p in (b.payload or [None] * len(b.d.requests))
         ]
-        return torch.stack(xs)
+        return _stack(xs)
 
     def _cold_input(self, task: _Task, cm: Any) -> Any:
         b = task.batch
         if cm is None or task.index > 0 or b.d.route[0].blocks[0] > 0:
             raise RuntimeError("a cold-loaded model runs whole, from its first block")
         xs = [
-            p if p is not None else cm.net.input_spec.example(1)[0]
+            p if p is not None else example_row(cm.net)
             for p in (b.payload or [None] * len(b.d.requests))
         ]
         dev = "cpu" if cm.backend.name == "cpu" else self.device
-        return torch.stack(xs).to(dev)
+        return _map(_stack(xs), lambda t: t.to(dev))
 
     @staticmethod
     def split(out: Any, n: int) -> list[Any]:
@@ -217,6 +217,17 @@ class TorchExecutor:
             return
         loop = engine.clock.loop  # type: ignore[attr-defined]
         loop.run_in_executor(None, work).add_done_callback(settle)
+
+
+def example_row(net: Any) -> Any:
+    """One request's example input (a tensor, or a tuple for several inputs)."""
+    return _row(net.input_spec.example(1), 0)
+
+
+def _map(x: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    return type(x)(_map(v, fn) for v in x)
 
 
 def split(out: Any, n: int) -> list[Any]:

@@ -76,20 +76,21 @@ def tensor_specs(
     return inputs, outputs
 
 
-def export_model(model: LayeredModel) -> ModelGraph:
-    x = model.input_spec.example(batch=1)
-    input_bytes = float(x.nbytes)
+def count_layers(model: LayeredModel, x: Any) -> tuple[list[Layer], Any]:
+    """Every layer of ``model`` run once on ``x`` (batch 1), counted as the module
+    docstring says; and the model's output. Parameter bytes are FP32 bytes whatever the
+    weights' dtype (the graph format's unit)."""
     layers = []
     with torch.no_grad():
-        for name, kind, layer in zip(
-            model.layer_names, model.layer_kinds, model.layers, strict=True
+        for i, (name, kind, layer) in enumerate(
+            zip(model.layer_names, model.layer_kinds, model.layers, strict=True)
         ):
             weights = [*layer.parameters(), *layer.buffers()]
-            param_bytes = float(sum(w.nbytes for w in weights if w.is_floating_point()))
+            param_bytes = float(sum(4 * w.numel() for w in weights if w.is_floating_point()))
             counter = TrafficCounter(_storage_ptr(w) for w in weights)
             flops = FlopCounterMode(display=False)
             with flops, counter:
-                x = layer(x)
+                x = model.run_layers(x, i, i + 1)
             out_bytes = float(sum(t.nbytes for t in tensors_of(x)))
             layers.append(
                 Layer(
@@ -102,6 +103,13 @@ def export_model(model: LayeredModel) -> ModelGraph:
                     n_ops=counter.ops,
                 )
             )
+    return layers, x
+
+
+def export_model(model: LayeredModel) -> ModelGraph:
+    x = model.input_spec.example(batch=1)
+    input_bytes = float(x.nbytes)
+    layers, x = count_layers(model, x)
     inputs, outputs = tensor_specs(model, x)
     return ModelGraph(
         name=model.model_name,

@@ -43,13 +43,42 @@ SEQUENCE_MODELS = frozenset(
 
 def build(name: str, seed: int = 0, seq_len: int | None = None) -> LayeredModel:
     """A zoo model in eval mode with seeded random weights; ``seq_len`` sets a token
-    model's sequence length (default 128)."""
+    model's sequence length (default 128). A model of the active model repository is
+    built with its own weights."""
     key = name.lower().replace("_", "-")
     if key not in MODELS:
-        raise unknown("zoo model", name, MODELS)
+        from hetserve.repository.layout import active
+
+        repo = active()
+        if repo is not None and name in repo:
+            if seq_len is not None:
+                raise HetserveError(f"model {name}: a repository model's shapes are fixed")
+            return repo.build(name)  # type: ignore[no-any-return]
+        raise unknown("model", name, [*MODELS, *(repo.names() if repo else [])])
     torch.manual_seed(seed)
     if seq_len is None:
         return MODELS[key]().eval()
     if key not in SEQUENCE_MODELS:
         raise HetserveError(f"model {name}: only token models take a sequence length")
     return MODELS[key](seq_len=seq_len).eval()
+
+
+def build_in(repository: str | None, name: str) -> LayeredModel:
+    """:func:`build` with ``repository`` as the active model repository: a picklable
+    builder (``functools.partial(build_in, root)``) for workers in other processes."""
+    if repository:
+        from hetserve.repository.layout import active, use
+
+        repo = active()
+        if repo is None or str(repo.root) != repository:
+            use(repository)
+    return build(name)
+
+
+def builder() -> Callable[[str], LayeredModel]:
+    """The models' builder for workers: :func:`build`, carrying the active model
+    repository's path to processes that do not share this one's state."""
+    from hetserve.repository.layout import active
+
+    repo = active()
+    return partial(build_in, str(repo.root) if repo is not None else None)

@@ -1,0 +1,194 @@
+"""Repository models end to end: import (tensors, cut points, graph), execution with
+their own weights block by block, planning, simulation and serving — on models nobody
+here wrote (transformers BERT, GPT-2, ViT; random weights from their configs) and a CNN
+with skips and two outputs written here, as Hugging Face folders, model.py + safetensors
+and torch.export programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hetserve.core.graph import get_graph  # noqa: E402
+from hetserve.core.latency import RooflineModel  # noqa: E402
+from hetserve.repository import cuts, layout  # noqa: E402
+from hetserve.runtime.stage import StageRunner  # noqa: E402
+from hetserve.zoo.registry import build  # noqa: E402
+from tests.repository.models import eager_outputs, write_repository  # noqa: E402
+
+pytestmark = pytest.mark.torch
+NAMES = ["tiny-bert", "tiny-gpt2", "tiny-vit", "skipnet", "skipnet-pt2", "vit-pt2"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repo")
+    eager = write_repository(root)
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HETSERVE_CACHE", str(cache))
+        layout.use(root)
+        try:
+            yield root, eager, cache
+        finally:
+            layout.use(None)
+
+
+def _inputs(net, batch, seed=5):
+    x = net.input_spec.example(batch, seed=seed)
+    return x if isinstance(x, tuple) else (x,)
+
+
+def test_tensors_derived_from_the_models(repo):
+    g = get_graph("tiny-bert")
+    assert [(s.name, s.datatype, s.shape, s.value_range) for s in g.inputs] == [
+        ("input_ids", "INT64", (32,), (0, 1000)),
+        ("attention_mask", "INT64", (32,), (0, 2)),
+    ]
+    assert [(s.name, s.shape) for s in g.outputs] == [("logits", (3,))]
+    assert [(s.name, s.shape) for s in get_graph("tiny-gpt2").outputs] == [("logits", (16, 1000))]
+    for name in ("skipnet", "skipnet-pt2"):
+        g = get_graph(name)
+        assert [(s.name, s.datatype, s.shape) for s in g.inputs] == [("image", "FP32", (3, 32, 32))]
+        assert [(s.name, s.shape) for s in g.outputs] == [("logits", (10,)), ("boxes", (4,))]
+    assert [s.name for s in get_graph("tiny-vit").inputs] == ["pixel_values"]
+    assert get_graph("tiny-bert").meta["max_batch"] == 16
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_blocks_compose_to_the_eager_model(repo, name):
+    """Batch 1, 7 and the max batch: the blocks run in sequence equal the eager model."""
+    _, eager, _ = repo
+    net = build(name)
+    g = get_graph(name)
+    assert len(net.layers) == len(g.layers) >= 4
+    for batch in (1, 7, g.meta["max_batch"]):
+        xs = _inputs(net, batch)
+        out = net.run_layers(xs if len(xs) > 1 else xs[0], 0, len(net.layers))
+        out = out if isinstance(out, tuple) else (out,)
+        ref = eager_outputs(name, eager[name], xs)
+        assert len(out) == len(ref)
+        for o, r in zip(out, ref, strict=True):
+            assert o.shape == r.shape
+            torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "skipnet", "vit-pt2"])
+def test_any_block_range_continues_on_another_worker(repo, name):
+    """Blocks [0, k) on one runner and [k, n) on another give the whole model's result:
+    exactly with FP32 cuts, within FP16 rounding with FP16 cuts."""
+    net = build(name)
+    blocks = RooflineModel(n_blocks=10).blocks(name)
+    n = len(blocks)
+    xs = _inputs(net, 3)
+    x = xs if len(xs) > 1 else xs[0]
+    whole = StageRunner(net, blocks, (0, n), cut_dtype=None).run(x).output
+    for k in range(1, n):
+        for cut in (None, torch.float16):
+            a = StageRunner(net, blocks, (0, k), cut_dtype=cut).run(x)
+            b = StageRunner(build(name), blocks, (k, n), cut_dtype=cut).run(a.output)
+            got = b.output if isinstance(b.output, tuple) else (b.output,)
+            want = whole if isinstance(whole, tuple) else (whole,)
+            for o, w in zip(got, want, strict=True):
+                if cut is None:
+                    assert torch.equal(o, w), (name, k)
+                else:
+                    torch.testing.assert_close(o, w, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "skipnet"])
+def test_blocks_share_the_loaded_weights(repo, name):
+    net = build(name)
+    own = {t.data_ptr() for t in [*net.program.parameters(), *net.program.buffers()]}
+    used = {t.data_ptr() for layer in net.layers for t in [*layer.parameters(), *layer.buffers()]}
+    assert used and used <= own  # no piece holds a copy
+
+
+def test_cut_points_hold_few_tensors_and_no_sizes(repo):
+    """Cuts fall where few tensors are live (one between the CNN's residual blocks); no
+    piece takes a symbolic size across a cut: its inputs are tensors only."""
+    net = build("skipnet")
+    for layer in net.layers:
+        for n in layer.graph.nodes:
+            if n.op == "placeholder":
+                assert isinstance(n.meta.get("val"), torch.Tensor)
+    ep = torch.export.load(str(repo[0] / "skipnet-pt2" / "1" / "model.pt2"))
+    c = cuts.Cutter(cuts.flatten(ep))
+    index = {n.name: i for i, n in enumerate(c.compute)}
+    live = [len(c.position(index[b]).live) for b in get_graph("skipnet-pt2").meta["cuts"]]
+    assert live.count(1) >= 6 and max(live) <= 2
+    bert = build("tiny-bert")
+    assert any(
+        n.target is torch.ops.aten.sym_size.int
+        for layer in bert.layers[1:]
+        for n in layer.graph.nodes
+    )  # fmt: skip  (the batch size, recomputed from a live tensor's shape)
+
+
+def test_graph_is_cached_by_the_files_hash(repo):
+    _root, _, cache = repo
+    folders = sorted(p.name for p in (cache / "imports").iterdir())
+    assert any(f.startswith("skipnet-v1-") for f in folders)
+    g = json.loads(next((cache / "imports").glob("skipnet-v1-*/graph.json")).read_text())
+    assert g["meta"]["format"] == "python" and g["meta"]["digest"]
+
+
+def _cli(args, env, check=True):
+    r = subprocess.run(
+        [sys.executable, "-m", "hetserve", *args], capture_output=True, text=True, env=env,
+        timeout=300,
+    )  # fmt: skip
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def bigger(tmp_path_factory):
+    """A BERT large enough that PPipe's MILP splits it over a P4 and L4 slices."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    root = tmp_path_factory.mktemp("repo2")
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=2000, hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
+        intermediate_size=1536, num_labels=3, max_position_embeddings=128,
+    )).save_pretrained(root / "small-bert" / "1", safe_serialization=True)  # fmt: skip
+    env = {**os.environ, "HETSERVE_CACHE": str(tmp_path_factory.mktemp("cache2"))}
+    return root, env
+
+
+def test_plan_ppipe_cuts_a_repository_model_into_a_pipeline_and_simulates(bigger, tmp_path):
+    root, env = bigger
+    plan = tmp_path / "plan.json"
+    _cli(["plan", "--planner", "ppipe", "--model-repository", str(root), "--models",
+          "small-bert", "--cluster", "hc1-s", "--output", str(plan)], env)  # fmt: skip
+    p = json.loads(plan.read_text())
+    stages = [len(pl["stages"]) for pl in p["models"]["small-bert"]["pipelines"]]
+    assert max(stages) >= 2, stages
+    env2 = {**env, "HETSERVE_MODEL_REPOSITORY": str(root)}  # the variable, not the option
+    _cli(["simulate", "--plan", str(plan), "--cluster", "hc1-s", "--rate", "2000",
+          "--duration", "2", "--out", str(tmp_path / "sim")], env2)  # fmt: skip
+    out = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert out["arrived"] > 3000 and out["attainment"] > 0.9
+    assert set(out["utilization"]) == {"L4", "P4"}  # both stages' GPU types ran
+
+
+def test_model_list_and_show_name_repository_models(repo):
+    root, _, cache = repo
+    env = {**os.environ, "HETSERVE_CACHE": str(cache)}
+    r = _cli(["model", "list", "--model-repository", str(root)], env)
+    assert "tiny-gpt2" in r.stdout and "huggingface" in r.stdout
+    r = _cli(["model", "show", "skipnet", "--model-repository", str(root), "--json"], env)
+    shown = json.loads(r.stdout)
+    assert shown["name"] == "skipnet" and [o["name"] for o in shown["outputs"]] == [
+        "logits",
+        "boxes",
+    ]
