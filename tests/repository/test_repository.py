@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -192,3 +193,57 @@ def test_model_list_and_show_name_repository_models(repo):
         "logits",
         "boxes",
     ]
+
+
+def test_serve_answers_tritonclient_with_the_eager_models_outputs(repo, tmp_path):
+    """A real ``hetserve serve`` process: metadata from the models (two inputs; two
+    outputs), and outputs equal to the eager models' for requests a standard client sent."""
+    import signal
+
+    import tritonclient.http as triton
+
+    from tests.runtime.serving import start_serve
+
+    root, eager, cache = repo
+    env = {**os.environ, "HETSERVE_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    args = ["--model-repository", str(root), "--models", "tiny-bert,skipnet", "--engine",
+            "threads"]  # fmt: skip
+    proc, url, out = start_serve(tmp_path, args, env, timeout_s=240)
+    try:
+        c = triton.InferenceServerClient(url.removeprefix("http://"))
+        meta = c.get_model_metadata("tiny-bert")
+        assert [(i["name"], i["datatype"], i["shape"]) for i in meta["inputs"]] == [
+            ("input_ids", "INT64", [-1, 32]),
+            ("attention_mask", "INT64", [-1, 32]),
+        ]
+        assert [o["name"] for o in c.get_model_metadata("skipnet")["outputs"]] == [
+            "logits", "boxes",
+        ]  # fmt: skip
+        rng = np.random.default_rng(0)
+        ids = rng.integers(0, 1000, (3, 32)).astype(np.int64)
+        mask = np.ones((3, 32), np.int64)
+        mask[2, 20:] = 0
+        a = triton.InferInput("input_ids", list(ids.shape), "INT64")
+        a.set_data_from_numpy(ids)
+        b = triton.InferInput("attention_mask", list(mask.shape), "INT64")
+        b.set_data_from_numpy(mask)
+        got = c.infer("tiny-bert", [a, b], timeout=30_000_000).as_numpy("logits")
+        (want,) = eager_outputs(
+            "tiny-bert", eager["tiny-bert"], (torch.from_numpy(ids), torch.from_numpy(mask))
+        )
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+        x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)
+        i = triton.InferInput("image", list(x.shape), "FP32")
+        i.set_data_from_numpy(x)
+        res = c.infer("skipnet", [i], timeout=30_000_000)
+        logits, boxes = eager_outputs("skipnet", eager["skipnet"], (torch.from_numpy(x),))
+        np.testing.assert_allclose(res.as_numpy("logits"), logits.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(res.as_numpy("boxes"), boxes.numpy(), rtol=1e-4, atol=1e-5)
+        bad = triton.InferInput("input_ids", [17, 32], "INT64")  # over max_batch_size 16
+        bad.set_data_from_numpy(np.zeros((17, 32), np.int64))
+        with pytest.raises(Exception, match="400|batch"):
+            c.infer("tiny-bert", [bad, b])
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        out.close()

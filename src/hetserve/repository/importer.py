@@ -157,11 +157,28 @@ def _load_weights(module: Any, state: dict[str, torch.Tensor], where: Path) -> N
         ) from None
 
 
+@contextlib.contextmanager
+def _quiet_torch() -> Any:
+    """torch's loggers print the exporter's tracebacks as warnings before it raises; the
+    user gets the one-line error instead."""
+    import io
+    import logging
+
+    log = logging.getLogger("torch")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # it also prints the graph
+            yield
+    finally:
+        log.setLevel(level)
+
+
 def _export(module: Any, kwargs: dict[str, torch.Tensor], where: Path, max_batch: int) -> Any:
     batch = torch.export.Dim("batch", min=1, max=max(2, max_batch))
     dyn = {k: {0: batch} for k in kwargs}
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_torch():
             return torch.export.export(module, (), kwargs, dynamic_shapes=dyn, strict=False)
     except Exception as e:
         msg = " ".join(str(e).split())[:400]
@@ -338,7 +355,8 @@ def source_huggingface(model: RepoModel, version: Version) -> Source:
 def source_pt2(model: RepoModel, version: Version) -> Source:
     path = version.path / "model.pt2"
     try:
-        ep = torch.export.load(str(path))
+        with _quiet_torch():
+            ep = torch.export.load(str(path))
     except Exception as e:
         msg = " ".join(str(e).split())[:300]
         raise ImportError_(
