@@ -194,8 +194,7 @@ def add_repository_option(command: click.Command, under_model: bool = False) -> 
             envvar="HETSERVE_MODEL_REPOSITORY",
             show_envvar=True,
             expose_value=False,
-            is_eager=True,
-            callback=_use_repository,
+            callback=_use_repository,  # before the command's body resolves any name
             help="Model repository (Triton layout) whose models are named like zoo models.",
         ),
     )
