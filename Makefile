@@ -47,6 +47,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_magicbatch.py
 	$(VENV)/bin/python benchmarks/bench_rampa.py
 	$(VENV)/bin/python benchmarks/bench_cluster.py
+	$(VENV)/bin/python benchmarks/bench_repository.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

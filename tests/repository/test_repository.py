@@ -141,6 +141,68 @@ def test_graph_is_cached_by_the_files_hash(repo):
     assert g["meta"]["format"] == "python" and g["meta"]["digest"]
 
 
+def _file_mapped(ts):
+    """How many of the tensors lie in a mapping of a .safetensors file (/proc/self/maps)."""
+    spans = []
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        if len(parts) >= 6 and parts[5].endswith(".safetensors"):
+            a, b = (int(x, 16) for x in parts[0].split("-"))
+            spans.append((a, b))
+    return sum(any(a <= t.data_ptr() < b for a, b in spans) for t in ts)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("name", ["tiny-bert", "skipnet", "vit-pt2"])
+def test_safetensors_weights_are_mapped_from_their_files(repo, name):
+    """model.py and Hugging Face weights are the safetensors files' pages (not copies);
+    a model.pt2's are read into memory."""
+    net = build(name)
+    ts = [t for t in [*net.program.parameters(), *net.program.buffers()] if t.is_floating_point()]
+    mapped = _file_mapped(ts)
+    assert mapped == (0 if name == "vit-pt2" else len(ts)), (name, mapped, len(ts))
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "skipnet", "vit-pt2"])
+def test_layer_tables_have_a_row_per_leaf_module_call(repo, name):
+    """DeepPlan's layer table of a repository model: its rows are the eager model's own
+    leaf modules (path and class), in order, and add up to the graph's weights and FLOPs."""
+    from hetserve.core.layertable import get_layer_table
+
+    _, eager, _ = repo
+    table = get_layer_table(name)
+    g = get_graph(name)
+    modules = dict(eager[name].named_modules())
+    for leaf in table.leaves:
+        assert leaf.name in modules, leaf.name
+        mod = modules[leaf.name]
+        assert next(mod.children(), None) is None and type(mod).__name__ == leaf.kind
+    assert [x.layer for x in table.leaves] == sorted(x.layer for x in table.leaves)
+    assert {x.layer for x in table.leaves} <= set(range(len(g.layers)))
+    assert table.param_bytes == pytest.approx(g.param_bytes)
+    assert sum(x.flops for x in table.leaves) == pytest.approx(sum(x.flops for x in g.layers))
+    kinds = {x.kind for x in table.leaves}
+    assert {"Linear", "LayerNorm"} <= kinds if name != "skipnet" else {"Conv2d", "Linear"} <= kinds
+    # every weighted leaf of the eager model has its row (the table misses no weight)
+    weighted = {
+        n
+        for n, m in modules.items()
+        if next(m.children(), None) is None and any(True for _ in m.parameters())
+    }
+    assert weighted <= {x.name for x in table.leaves}
+
+
+def test_plan_deepplan_on_a_repository_model(repo, tmp_path):
+    root, _, cache = repo
+    env = {**os.environ, "HETSERVE_CACHE": str(cache)}
+    plan = tmp_path / "dp.json"
+    r = _cli(["plan", "--planner", "deepplan", "--model-repository", str(root), "--models",
+              "tiny-bert", "--cluster", "p3-8xlarge", "--output", str(plan)], env)  # fmt: skip
+    assert "tiny-bert" in r.stdout
+    p = json.loads(plan.read_text())
+    assert "tiny-bert" in p["load_plans"]
+
+
 def _cli(args, env, check=True):
     r = subprocess.run(
         [sys.executable, "-m", "hetserve", *args], capture_output=True, text=True, env=env,
@@ -187,6 +249,11 @@ def test_model_list_and_show_name_repository_models(repo):
     env = {**os.environ, "HETSERVE_CACHE": str(cache)}
     r = _cli(["model", "list", "--model-repository", str(root)], env)
     assert "tiny-gpt2" in r.stdout and "huggingface" in r.stdout
+    # a program whose outputs are transformers classes, read by a fresh process with a
+    # fresh cache (transformers' output types must be registered before torch reads it)
+    fresh = {**env, "HETSERVE_CACHE": str(cache.parent / "fresh-cache")}
+    r = _cli(["model", "show", "vit-pt2", "--model-repository", str(root), "--json"], fresh)
+    assert [o["shape"] for o in json.loads(r.stdout)["outputs"]] == [[5]]
     r = _cli(["model", "show", "skipnet", "--model-repository", str(root), "--json"], env)
     shown = json.loads(r.stdout)
     assert shown["name"] == "skipnet" and [o["name"] for o in shown["outputs"]] == [

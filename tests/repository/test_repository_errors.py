@@ -131,3 +131,20 @@ def test_a_name_clash_with_the_zoo(tmp_path):
 def test_a_repository_that_is_not_there(tmp_path):
     msg = _show(tmp_path / "nothing", "m", tmp_path)
     assert "model repository not found" in msg
+
+
+def test_a_model_without_a_cut_is_one_block_and_says_so(tmp_path):
+    """It exports but has no cut point (one operator): planned and served whole, and the
+    output says so."""
+    one = (
+        "import torch\n\n\ndef build():\n    return torch.nn.Linear(8, 4)\n\n\n"
+        "def example_inputs(batch):\n    return {'input': torch.randn(batch, 8)}\n"
+    )
+    _python_model(tmp_path / "repo", source=one)
+    env = {**os.environ, "HETSERVE_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run(
+        [sys.executable, "-m", "hetserve", "model", "show", "m", "--model-repository",
+         str(tmp_path / "repo")], capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "1 layers" in r.stdout and "no valid cut point" in r.stdout

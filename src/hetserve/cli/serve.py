@@ -18,15 +18,13 @@ import re
 import signal
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from hetserve.cli.common import console, csv_list, plan_scheduler
+from hetserve.cli.serveviews import print_shutdown, print_summary
 from hetserve.core.errors import HetserveError
-
-if TYPE_CHECKING:
-    from hetserve.engine.setup import Setup
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -335,6 +333,7 @@ def serve(
         cluster = load_cluster(cluster_name or "local-cpu")
     if emulate and address is None:
         engine = "emulated"
+    names, versions = _repository_versions(names, plan_file)
     if profiles is None and not emulate and cluster.name == "local-cpu":
         profiles = str(
             measured_profiles(
@@ -371,7 +370,7 @@ def serve(
             found=found, runtime_env=runtime_env,
             cpu_threads=cpu_threads or default_cpu_threads(), max_pending=max_pending,
             admission=admission, max_request_batch=max_request_batch,
-            drain_timeout_s=drain_timeout,
+            drain_timeout_s=drain_timeout, versions=versions,
         ),
     )  # fmt: skip
     server.check()
@@ -383,7 +382,7 @@ def serve(
     app = create_app(server, config=http_cfg)
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
-    _print_summary(server, setup, scheduler, engine, host, bound, http_cfg)
+    print_summary(server, setup, scheduler, engine, host, bound, http_cfg)
     if check_only:
         sock.close()
         console.print("hetserve: configuration checked (--check): not serving")
@@ -398,7 +397,7 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     userver.run(sockets=[sock])
-    _print_shutdown(server, userver.stop_signal)
+    print_shutdown(server, userver.stop_signal)
 
 
 class _DrainingServer:
@@ -430,70 +429,30 @@ class _DrainingServer:
         self.server.run(sockets=sockets)
 
 
+def _repository_versions(names: list[str], plan_file: str | None) -> tuple[list[str], Any]:
+    """The served versions of the repository models among ``names``; a model that cannot
+    load is left out (UNAVAILABLE in the repository index, with the reason) and the others
+    serve; with a --plan, or when none is left, it is an error."""
+    from hetserve.repository.layout import active
+    from hetserve.runtime.versions import VersionTable
+
+    repo = active()
+    if repo is None:
+        return names, VersionTable()
+    states, broken = repo.serving(names)
+    for m, (_, why) in broken.items():
+        if plan_file is not None or len(broken) == len(names):
+            raise HetserveError(why)
+        console.print(f"hetserve: model {m} is UNAVAILABLE (the others serve): {why}",
+                      markup=False)  # fmt: skip
+    for m, vs in states.items():
+        for v in vs:
+            if v.state != "READY" and "version policy" not in v.reason:
+                console.print(f"  {m} version {v.version}: UNAVAILABLE: {v.reason}", markup=False)
+    return [n for n in names if n not in broken], VersionTable.of_states(states, broken)
+
+
 def _placement(plan: Any, cluster: Any) -> Any:
     from hetserve.core.plan import bind
 
     return bind(plan, cluster)
-
-
-def _print_summary(
-    server: Any, setup: Setup, scheduler: str, engine: str, host: str, port: int, http: Any
-) -> None:
-    from hetserve import __version__
-
-    shown = f"[{host}]" if ":" in host else host
-    n_workers = len(setup.placement.workers)
-    many = len(setup.models) > 12  # model instances (bert-base@0..@199): a summary line
-    listed = setup.models[:6] if many else setup.models
-    names = ", ".join(listed) + (f" ... ({len(setup.models)} models)" if many else "")
-    console.print(
-        f"hetserve {__version__} serving {names} on {setup.cluster.name} "
-        f"with {scheduler} ({engine} engine, {n_workers} worker(s)) at "
-        f"http://{shown}:{port}/v2"
-    )
-    if many:
-        console.print(f"  (the first {len(listed)} of {len(setup.models)} models:)")
-    for m in listed:
-        mp = setup.plan.models[m]
-        pipes = []
-        for p in mp.pipelines:
-            stages = " -> ".join(
-                f"blocks {s.blocks[0]}-{s.blocks[1]} on {s.instances}x {s.gpu}"
-                + (f"/{s.share}" if s.share > 1 else "")
-                for s in p.stages
-            )
-            pipes.append(f"[{stages}, batch {p.batch}]")
-        t = server.tensors(m)
-        ins = ", ".join(f"{s.name} {s.datatype}{[-1, *s.shape]}" for s in t.inputs)
-        console.print(
-            f"  {m}: SLO {mp.slo_s * 1e3:.1f} ms, input {ins}, up to {t.max_batch} rows per "
-            f"request; {' '.join(pipes)}",
-            markup=False,
-        )
-    auth = "none"
-    if http.token is not None:
-        public = [x for x, on in (("health", http.public_health), ("metrics", http.public_metrics))
-                  if on]  # fmt: skip
-        auth = "bearer token" + (f" ({' and '.join(public)} public)" if public else "")
-    console.print(
-        f"  auth: {auth}; admission {'on' if server.cfg.admission else 'off'}; max pending "
-        f"{server.cfg.max_pending}; metrics at /metrics; SIGTERM or Ctrl+C drains and stops",
-        markup=False,
-    )
-
-
-def _print_shutdown(server: Any, sig: str | None) -> None:
-    get = server.metrics.registry.get_sample_value
-    counts: dict[str, int] = {}
-    for m in server.models:
-        for outcome in ("ok", "late", "dropped", "refused", "overloaded", "failed"):
-            v = get("hetserve_requests_total", {"model": m, "outcome": outcome}) or 0
-            counts[outcome] = counts.get(outcome, 0) + int(v)
-    total = sum(counts.values())
-    parts = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-    console.print(
-        f"hetserve: stopped{f' ({sig})' if sig else ''}; {total} requests"
-        + (f" ({parts})" if parts else "")
-        + "; workers released",
-        markup=False,
-    )

@@ -160,6 +160,8 @@ def show_model(name: str, n_blocks: int, ref_gpu: str, show_layers: bool, as_jso
         f"{g.macs / 1e9:.3f} GMACs ({g.flops / 1e9:.3f} GFLOPs), "
         f"{g.params / 1e6:.2f} M parameters ({g.param_bytes / 1e6:.1f} MB FP32)"
     )
+    if g.meta.get("note"):
+        console.print(f"note: {g.meta['note']}", markup=False)
     t = Table(
         title=f"{len(blocks)} blocks of about equal batch-1 latency on {rm.ref_gpu.name} (roofline)"
     )

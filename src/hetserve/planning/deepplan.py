@@ -44,9 +44,9 @@ from hetserve.core.layertable import (
     LayerRow,
     estimate_layer_rows,
     get_layer_table,
+    has_layer_table,
     read_layers_csv,
     select_rows,
-    shipped_layer_tables,
 )
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
 
@@ -335,7 +335,7 @@ def layer_rows_for(
     arch = base_model(model)
     if layers_csv:
         rows = select_rows(read_layers_csv(layers_csv), arch, gpu.name, batch, layers_csv)
-        if arch in shipped_layer_tables():
+        if has_layer_table(arch):
             want = len(get_layer_table(arch))
             if len(rows) != want:
                 raise HetserveError(

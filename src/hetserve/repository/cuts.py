@@ -313,3 +313,45 @@ def node_flops(gm: fx.GraphModule, args: Sequence[Any]) -> list[float]:
     with torch.no_grad(), counter:
         _Run(gm).run(*args)
     return flops
+
+
+# ------------------------------------------------------------------ leaf-module calls
+
+
+def leaf_calls(gm: fx.GraphModule) -> dict[str, tuple[str, str, str]]:
+    """Per operator node traced inside a *leaf* module (one no other traced module is
+    inside): (the call's key, the module's path, its class name). Operators of container
+    modules (attention's matmuls, residual adds) are glue, not listed."""
+    where: dict[str, tuple[str, str, str]] = {}
+    for n in gm.graph.nodes:
+        stack = n.meta.get("nn_module_stack") or {}
+        if n.op == "call_function" and stack:
+            key, (path, kind) = list(stack.items())[-1]
+            if path and not str(path).startswith("_empty"):  # (not the model itself)
+                where[n.name] = (str(key), str(path), str(getattr(kind, "__name__", kind)))
+    paths = {p for _, p, _ in where.values()}
+    inner = {p.rsplit(".", i)[0] for p in paths for i in range(1, p.count(".") + 1)}
+    return {
+        n: (key, path, kind.rsplit(".", 1)[-1])
+        for n, (key, path, kind) in where.items()
+        if path not in inner
+    }
+
+
+def run_marked(
+    piece: fx.GraphModule, x: Any, calls: dict[str, tuple[str, str, str]], on_call: Any
+) -> Any:
+    """Run ``piece`` node by node, calling ``on_call(path, kind)`` where a leaf call in
+    ``calls`` begins."""
+    state = [""]
+
+    class _Marked(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            c = calls.get(n.name) if n.op == "call_function" else None
+            if c is not None and c[0] != state[0]:
+                state[0] = c[0]
+                on_call(c[1], c[2])
+            return super().run_node(n)
+
+    args = x if isinstance(x, tuple) else (x,)
+    return _Marked(piece).run(*args)

@@ -38,7 +38,7 @@ from hetserve.repository.sources import (
 )  # fmt: skip
 from hetserve.zoo.layered import LayeredModel
 
-GRAPH_FORMAT = 1  # bump when the import's result changes for the same files
+GRAPH_FORMAT = 2  # bump when the import's result changes for the same files
 
 
 class ImportedModel(LayeredModel):
@@ -64,6 +64,15 @@ class ImportedModel(LayeredModel):
         for layer in self.layers[start:stop]:
             x = layer(*x) if isinstance(x, tuple) else layer(x)
         return x
+
+    def run_layer_calls(self, index: int, x: Any, on_call: Any) -> Any:
+        """Layer ``index`` run operator by operator, ``on_call(module path, class name,
+        index)`` called where a leaf-module call begins (``cuts.leaf_calls``): how the
+        layer table (``zoo.leaves``) sees this model's leaf modules."""
+        calls = self.__dict__.get("_leaf_calls")
+        if calls is None:
+            calls = self.__dict__["_leaf_calls"] = cuts.leaf_calls(self.program)
+        return cuts.run_marked(self.layers[index], x, calls, lambda p, k: on_call(p, k, index))
 
 
 # ------------------------------------------------------------------ cutting and counting
@@ -137,6 +146,8 @@ def _graph(net: ImportedModel, model: RepoModel, version: Version, bounds: list[
         "digest": version.digest(cfg),
         "max_batch": cfg.max_batch_size,
     }
+    if len(layers) == 1:
+        meta["note"] = "no valid cut point: the model is one layer, planned and served whole"
     if cfg.slo_ms is not None:
         meta["slo_ms"] = cfg.slo_ms
     if cfg.blocks is not None:
@@ -185,3 +196,22 @@ def cached_graph(model: RepoModel, version: Version) -> ModelGraph:
         json.dumps({"seconds": round(imp.seconds, 3), "layers": len(imp.graph.layers)}) + "\n"
     )
     return imp.graph
+
+
+def cached_layer_table(model: RepoModel, version: Version) -> Any:
+    """The version's layer table (``core.layertable``: one row per leaf-module call, as
+    DeepPlan plans it), made now (and cached beside the graph) unless the cache has it."""
+    from hetserve.core.layertable import LayerTable
+    from hetserve.zoo.leaves import leaf_table
+
+    folder = cache_folder(model, version)
+    path = folder / "layers.json"
+    if path.exists():
+        return LayerTable.from_json(json.loads(path.read_text()), str(path))
+    graph = cached_graph(model, version)
+    table = leaf_table(build(model, version, list(graph.meta.get("cuts", []))).model)
+    table.meta.update(exported_by="hetserve.repository", version=version.number)
+    tmp = folder / "layers.json.tmp"
+    table.save(tmp)
+    tmp.replace(path)
+    return table

@@ -121,6 +121,15 @@ class Version:
         return h.hexdigest()[:20]
 
 
+@dataclass(frozen=True)
+class VersionState:
+    """A version's state as the repository index shows it (Triton's states)."""
+
+    version: int
+    state: Literal["READY", "UNAVAILABLE"]
+    reason: str = ""
+
+
 @dataclass
 class RepoModel:
     name: str
@@ -276,6 +285,62 @@ class ModelRepository:
             self._graphs[m.name] = importer.cached_graph(m, v)
         return self._graphs[m.name]
 
+    def layer_table(self, name: str) -> Any:
+        """The layer table (``core.layertable``, one row per leaf-module call) of the
+        model's default version: from the import cache, else made now (needs torch)."""
+        from hetserve.repository import importer
+
+        m = self.get(name)
+        return importer.cached_layer_table(m, self.version(m.name))
+
+    def version_states(self, name: str) -> list[VersionState]:
+        """Every version on disk with its state: READY for the default version (the newest
+        the policy serves) and for each other served version that imports to the same
+        graph (the same cuts and tensors: versions served together share the plan);
+        UNAVAILABLE, with the reason, for the rest. Imports each served version (cached).
+        Raises when the default version cannot load (the model is broken)."""
+        m = self.get(name)
+        default = self.graph(m.name)
+        d = int(default.meta["version"])
+        served = set(m.served())
+        from hetserve.repository import importer
+
+        out = []
+        for n, v in sorted(m.versions.items()):
+            why = ""
+            if n not in served:
+                why = f"not served by the version policy ({_policy_text(m.config)})"
+            elif v.error:
+                why = v.error
+            elif n != d:
+                try:
+                    g = importer.cached_graph(m, v)
+                except HetserveError as e:
+                    why = str(e)
+                else:
+                    why = _differs(g, default, d)
+            out.append(VersionState(n, "UNAVAILABLE" if why else "READY", why))
+        return out
+
+    def serving(
+        self, names: list[str]
+    ) -> tuple[dict[str, list[VersionState]], dict[str, tuple[int, str]]]:
+        """For ``serve``: each of ``names`` that is a repository model with its versions'
+        states (:meth:`version_states`), and, apart, each that cannot load: its default
+        version and the reason."""
+        ok: dict[str, list[VersionState]] = {}
+        broken: dict[str, tuple[int, str]] = {}
+        for name in names:
+            if name not in self:
+                continue
+            m = self.get(name)
+            try:
+                ok[name] = self.version_states(name)
+            except HetserveError as e:
+                served = m.served()
+                broken[name] = (served[-1] if served else max(m.versions), str(e))
+        return ok, broken
+
     def build(self, name: str, version: int | None = None) -> Any:
         """The model (a ``zoo.layered.LayeredModel``) with the version's weights, cut as
         its graph is (needs torch)."""
@@ -285,6 +350,33 @@ class ModelRepository:
         v = self.version(m.name, version)
         graph = importer.cached_graph(m, v)
         return importer.build(m, v, list(graph.meta.get("cuts", []))).model
+
+
+def _policy_text(cfg: ModelConfig) -> str:
+    pol = cfg.version_policy
+    if pol == "all":
+        return "all"
+    ((k, x),) = pol.items()
+    return f"{k}: {x}"
+
+
+def _differs(g: Any, default: Any, d: int) -> str:
+    """Why version graph ``g`` cannot be served beside the default version ``d``'s."""
+    what = ""
+    if g.inputs != default.inputs:
+        what = "its input tensors"
+    elif g.outputs != default.outputs:
+        what = "its output tensors"
+    elif len(g.layers) != len(default.layers) or g.meta.get("cuts") != default.meta.get("cuts"):
+        what = "its cut points (a different architecture)"
+    elif [x.flops for x in g.layers] != [x.flops for x in default.layers]:
+        what = "its layers' FLOPs (a different architecture)"
+    if not what:
+        return ""
+    return (
+        f"{what} differ from version {d}'s; versions served together share one plan, so "
+        f"they must have the same architecture (serve it as a model folder of its own)"
+    )
 
 
 # ------------------------------------------------------------------ the active repository

@@ -103,8 +103,10 @@ def _safetensors(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def _load_weights(module: Any, state: dict[str, torch.Tensor], where: Path) -> None:
+    """The module's weights become ``state``'s tensors (``assign``: not copied into the
+    module's own; safetensors' tensors map their file, so the weights stay file pages)."""
     try:
-        module.load_state_dict(state, strict=True)
+        module.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as e:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         detail = "; ".join(lines[1:3])[:300]
@@ -308,11 +310,44 @@ def source_huggingface(model: RepoModel, version: Version) -> Source:
     return Source(ep, _specs_of(ex, model.config, vocab), _outputs(out, model.config), net)
 
 
+def _transformers_types(path: Path) -> bool:
+    """Import the ``transformers`` modules whose types a program's output structure names
+    (its output classes are registered with torch's pytree on import, and the program
+    cannot be read back without them). Only installed ``transformers`` modules are
+    imported, never a module the file names elsewhere. True if any was imported."""
+    import importlib
+    import re
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            found = set()
+            for n in z.namelist():
+                if n.endswith(".json"):
+                    found |= set(re.findall(rb"transformers(?:\.\w+)+", z.read(n)))
+    except (OSError, zipfile.BadZipFile):
+        return False
+    done = False
+    for name in sorted(found):
+        module = name.decode().rsplit(".", 1)[0]
+        try:
+            importlib.import_module(module)
+            done = True
+        except Exception:  # (not a module, or transformers absent: the load will say)
+            continue
+    return done
+
+
 def source_pt2(model: RepoModel, version: Version) -> Source:
     path = version.path / "model.pt2"
     try:
         with _quiet_torch():
-            ep = torch.export.load(str(path))
+            try:
+                ep = torch.export.load(str(path))
+            except Exception:
+                if not _transformers_types(path):
+                    raise
+                ep = torch.export.load(str(path))  # its output types now registered
     except Exception as e:
         msg = " ".join(str(e).split())[:300]
         raise ImportError_(

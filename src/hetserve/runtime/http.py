@@ -1,8 +1,10 @@
 """The HTTP front end: the Open Inference Protocol (KServe v2, with Triton's extensions
 that standard clients call) over FastAPI.
 
-Routes (each ``/v2/models/{m}/...`` also as ``/v2/models/{m}/versions/1/...``; every model
-has the one version ``1``, other versions are 404):
+Routes (each ``/v2/models/{m}/...`` also as ``/v2/models/{m}/versions/{v}/...`` for a
+served version ``v``: a zoo model has the one version ``1``, a repository model the
+versions its policy serves (``runtime.versions``); the unversioned route is the default
+version; other versions are 404, with the reason for one that is UNAVAILABLE):
 
 - ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``
 - ``GET /v2/models/{m}`` (metadata: the model's tensors), ``GET /v2/models/{m}/ready``
@@ -48,7 +50,6 @@ from hetserve.runtime.oip import HEADER_LEN, RequestError, encode_outputs, parse
 from hetserve.runtime.server import Server
 
 STATUS = {"dropped": 503, "overloaded": 429, "failed": 500, "refused": 503}
-VERSION = "1"
 ACCESS = logging.getLogger("hetserve.access")
 
 
@@ -125,7 +126,7 @@ def create_app(
         t = server.tensors(model)
         return {
             "name": model,
-            "versions": [VERSION],
+            "versions": [str(v) for v in server.cfg.versions.of(model).ready],
             "platform": "pytorch",
             "inputs": [_meta(s) for s in t.inputs],
             "outputs": [_meta(s) for s in t.outputs],
@@ -165,14 +166,9 @@ def create_app(
 
     @api.post("/v2/repository/index")
     async def repository_index() -> Any:
-        out = []
-        for m in server.models:
-            ok = server.model_ready(m)
-            entry = {"name": m, "version": VERSION, "state": "READY" if ok else "UNAVAILABLE"}
-            if not ok and server.engine is not None and not server.draining:
-                entry["reason"] = "every pipeline has a lost worker"
-            out.append(entry)
-        return out
+        lost = server.engine is not None and not server.draining
+        why = "every pipeline has a lost worker" if lost else ""
+        return server.cfg.versions.index(server.models, server.model_ready, why)
 
     @api.get("/v2/cluster/workers")
     async def cluster_workers() -> Any:
@@ -287,12 +283,11 @@ class _OipApp:
             if model not in self.server.models:
                 served = ", ".join(self.server.models)
                 return await _send(send, 404, f"unknown model {model!r}; served: {served}")
-            if version != VERSION:
-                return await _send(
-                    send, 404, f"model {model!r} has no version {version!r}; versions: {VERSION}"
-                )
+            _, err = self.server.cfg.versions.parse(model, version)
+            if err:
+                return await _send(send, 404, err)
             path = f"/v2/models/{model}" + (f"/{tail}" if tail else "")
-            scope = {**scope, "path": path, "raw_path": path.encode()}
+            scope = {**scope, "path": path, "raw_path": path.encode(), "hetserve.version": version}
         if path.startswith("/v2/models/") and path.endswith("/infer"):
             model = path[len("/v2/models/") : -len("/infer")]
             if "/" not in model:
@@ -316,7 +311,8 @@ class _OipApp:
                         break
                 raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 head = headers.get(HEADER_LEN.lower().encode())
-                status, body, extra = await _infer(self.server, model, raw, head)
+                version = scope.get("hetserve.version")
+                status, body, extra = await _infer(self.server, model, raw, head, version)
                 await _respond(send, status, body, extra)
                 return None
         return await self.api(scope, receive, send)
@@ -337,9 +333,10 @@ def _fail(status: int, msg: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 
 async def _infer(
-    server: Server, model: str, raw: bytes, head: bytes | None
+    server: Server, model: str, raw: bytes, head: bytes | None, route_version: str | None = None
 ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """One infer request: the status, the body and the headers of the answer."""
+    """One infer request (``route_version``: the version its route names, if any): the
+    status, the body and the headers of the answer."""
     if model not in server.models:
         return _fail(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
     if server.draining:
@@ -347,21 +344,22 @@ async def _infer(
     tensors = server.tensors(model)
     try:
         body, binary = split_body(raw, head)
-        _check_names(body, model)
+        version = _check_names(body, model, route_version, server)
         req = parse_request(body, binary, tensors, decode=not server.cfg.emulate)
     except RequestError as e:
         return _fail(400, f"model {model!r}: {e}")
     if req.n == 1:
-        results = [await server.infer(model, req.rows[0], req.deadline_s, req.stream)]
+        results = [await server.infer(model, req.rows[0], req.deadline_s, req.stream, version)]
     else:
         results = await asyncio.gather(
-            *(server.infer(model, x, req.deadline_s, req.stream) for x in req.rows)
+            *(server.infer(model, x, req.deadline_s, req.stream, version) for x in req.rows)
         )
     for r in results:
         if r.outcome in STATUS:
             why = r.reason or r.outcome
             return _fail(STATUS[r.outcome], f"request {r.outcome}: {why}")
-    out: dict[str, Any] = {"model_name": model, "model_version": VERSION, "outputs": []}
+    used = version if version is not None else server.cfg.versions.of(model).default
+    out: dict[str, Any] = {"model_name": model, "model_version": str(used), "outputs": []}
     if req.id is not None:
         out["id"] = req.id
     late = sum(r.outcome == "late" for r in results)
@@ -381,12 +379,21 @@ async def _infer(
     return 200, json.dumps(out).encode(), _JSON
 
 
-def _check_names(body: dict[str, Any], model: str) -> None:
+def _check_names(
+    body: dict[str, Any], model: str, route_version: str | None, server: Server
+) -> int | None:
     """Clients (kserve's) repeat the model's name and version in the body: they must match
-    the route's."""
+    the route's. The version asked for: None for the default, else a served version."""
     name = body.pop("model_name", model)
     if name != model:
         raise RequestError(f"model_name {name!r} in the body, but the route names {model!r}")
-    version = body.pop("model_version", VERSION)
-    if version not in (VERSION, "", None):
-        raise RequestError(f"model_version {version!r}: the only version is {VERSION!r}")
+    given = body.pop("model_version", None)
+    given = None if given in ("", None) else str(given)
+    if route_version is not None and given is not None and given != route_version:
+        raise RequestError(
+            f"model_version {given!r} in the body, but the route names version {route_version!r}"
+        )
+    version, err = server.cfg.versions.parse(model, route_version or given)
+    if err:
+        raise RequestError(f"model_version: {err}")
+    return version

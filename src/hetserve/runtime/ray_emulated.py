@@ -18,7 +18,10 @@ class EmulatedActor:
     def __init__(self) -> None:
         self.stops: set[int] = set()
 
-    def prepare(self, worker: str, stages: list[tuple[str, tuple[int, int]]]) -> bool:
+    def prepare(
+        self, worker: str, stages: list[tuple[str, tuple[int, int]]],
+        versions: dict[str, list[int]] | None = None,
+    ) -> bool:  # fmt: skip
         return True
 
     def where(self) -> dict[str, Any]:

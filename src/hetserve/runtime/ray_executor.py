@@ -35,7 +35,7 @@ from ray.exceptions import RayActorError
 from hetserve.runtime.emulated import block_times
 from hetserve.runtime.engine import RuntimeEngine, _Task
 from hetserve.runtime.ray_emulated import EmulatedActor
-from hetserve.runtime.torch_executor import _row, _stack, example_row
+from hetserve.runtime.torch_executor import _row, _stack, example_row, row_versions
 
 # how often the node watch reads Ray's node table (a dead node's idle workers are lost
 # within about this long; busy ones at once, when their call fails)
@@ -62,13 +62,18 @@ class StageActor:
         self.ex = TorchExecutor(build, n_blocks=n_blocks, device=device)
         self.stops: set[int] = set()
 
-    def prepare(self, worker: str, stages: list[tuple[str, tuple[int, int]]]) -> bool:
-        """Build this worker's stage runners and run each first stage once (weights in
-        place, kernels warmed), so the first requests are not slowed by it."""
+    def prepare(
+        self, worker: str, stages: list[tuple[str, tuple[int, int]]],
+        versions: dict[str, list[int]] | None = None,
+    ) -> bool:  # fmt: skip
+        """Build this worker's stage runners (also for the models' other served
+        ``versions``) and run each first stage once (weights in place, kernels warmed), so
+        the first requests are not slowed by it."""
         for model, blocks in stages:
-            runner = self.ex.runner(worker, model, blocks)
-            if blocks[0] == 0:
-                runner.run(self.ex._models[model].input_spec.example(1))
+            for v in [None, *(versions or {}).get(model, [])]:
+                runner = self.ex.runner(worker, model, blocks, v)
+                if blocks[0] == 0:
+                    runner.run(self.ex._models[model].input_spec.example(1))
         return True
 
     @ray.method(concurrency_group="control")
@@ -96,15 +101,16 @@ class StageActor:
         x: Any,
         n: int,
         parked: list[tuple[Any, int]] | None = None,
+        versions: tuple[int | None, ...] | None = None,
     ) -> tuple[Any, tuple[int, bool, float]]:
         """One stage; its output and (blocks run, completed, seconds of compute). ``x``:
         the input batch, the requests' tensors, the previous stage's
         output, or None (example inputs); ``parked``: a continued batch's input, each
-        request's (output of an open route, row)."""
+        request's (output of an open route, row); ``versions``: the rows' model versions
+        (None: the default version for all)."""
 
         from hetserve.runtime.torch_executor import _row
 
-        runner = self.ex.runner(worker, model, blocks)
         if parked is not None:
             refs = list({r.hex(): r for r, _ in parked}.values())
             got = dict(zip([r.hex() for r in refs], map(_torch, ray.get(refs)), strict=True))
@@ -112,18 +118,17 @@ class StageActor:
         elif isinstance(x, (np.ndarray, tuple)):  # a batch, or the previous stage's output
             x = _torch(x)
         elif x is None:  # the first stage, no payloads: the model's example inputs
-            net = self.ex._models[model]
-            x = net.input_spec.example(n)
+            x = self.ex.net(model).input_spec.example(n)
         elif isinstance(x, list):  # per request: its input in the store, a tensor, or None
             refs = [p for p in x if isinstance(p, ray.ObjectRef)]
             got = iter(ray.get(refs)) if refs else iter(())
             rows = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
             ex = None
             if any(r is None for r in rows):  # some requests came without a tensor
-                ex = example_row(self.ex._models[model])
+                ex = example_row(self.ex.net(model))
             x = _stack([r if r is not None else ex for r in rows])
         t0 = time.perf_counter()
-        res = runner.run(x, lambda: key in self.stops)
+        res = self.ex.run_stage(worker, model, blocks, x, versions, lambda: key in self.stops)
         compute_s = time.perf_counter() - t0
         self.stops.discard(key)
         # activations between stages go to the store as NumPy arrays: Ray stores those
@@ -185,17 +190,22 @@ class RayExecutor:
         emulate: bool = False,
         found: Any = None,
         runtime_env: dict[str, Any] | None = None,
+        versions: dict[str, list[int]] | None = None,
+        version_of: Callable[[int], int | None] | None = None,
     ) -> None:
         """``cpu_threads``: torch threads of all CPU worker slots together, split evenly
         (0: the threads torch uses in this process); ``emulate``: actors sleep for the
         latency model's time; ``found``: the discovered cluster (``runtime.discovery``;
-        None: discovered here when the plan has GPU workers)."""
+        None: discovered here when the plan has GPU workers); ``versions``: per model, the
+        served versions other than the default (built on every worker of the model);
+        ``version_of(request_id)``: a request's version (None: the default)."""
         from hetserve.runtime.discovery import check_versions, connect, discover
         from hetserve.runtime.ray_placement import RayPlacement, WorkerPlace, verify
 
         self.owns_ray = connect(address, runtime_env)
         self.emulate = emulate
         self.view = view
+        self.version_of = version_of
         self.actors: dict[str, Any] = {}
         self.dead: set[str] = set()  # workers whose actor died
         self._cum: dict[Any, list[float]] = {}
@@ -234,7 +244,7 @@ class RayExecutor:
                     blocks = plan.models[model].pipelines[pi].stages[si].blocks
                     for w in workers:
                         todo[w].append((model, blocks))
-            ray.get([a.prepare.remote(w, todo[w]) for w, a in self.actors.items()])
+            ray.get([a.prepare.remote(w, todo[w], versions) for w, a in self.actors.items()])
             self.stage_overhead_s = self._measure_overheads(todo)
             view.stage_overhead_s.update(self.stage_overhead_s)
         except BaseException:
@@ -392,7 +402,9 @@ class RayExecutor:
                 x = ray.put(torch.stack(x).numpy())
             else:  # the requests' inputs, put in the store as they arrived (``admit``)
                 x = list(x)
-        return (id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked)
+        versions = row_versions(self.version_of, d.requests)
+        return (id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked,
+                versions)  # fmt: skip
 
     def admit(self, payload: Any) -> Any:
         """A request's input goes into the object store as it arrives, so a dispatch

@@ -42,6 +42,7 @@ from hetserve.runtime.metrics import (
     failure_reason,
 )
 from hetserve.runtime.oip import ModelTensors
+from hetserve.runtime.versions import VersionTable
 from hetserve.scheduling import ClusterView, Dispatch, make_scheduler
 from hetserve.scheduling.admission import Admission
 
@@ -81,6 +82,8 @@ class ServerConfig:
     found: Any = None
     # Ray's runtime_env for the job (pip or py_modules for nodes without hetserve)
     runtime_env: dict[str, Any] | None = None
+    # the models' served versions, and models that could not load (``runtime.versions``)
+    versions: VersionTable = field(default_factory=VersionTable)
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
@@ -124,6 +127,7 @@ class Server:
         self.draining = False  # shutting down: new requests are refused (503)
         self._served: dict[str, int] = {}  # stages run to their end, per worker
         self._infos: dict[str, Any] | None = None
+        self._versions: dict[int, int] = {}  # request id -> version (not the default)
 
     @property
     def models(self) -> list[str]:
@@ -185,6 +189,12 @@ class Server:
                 "--address) or --engine threads; the Ray engine loads every planned model "
                 "at start"
             )
+        several = sorted(m for m in self.cfg.versions.others() if m in self.setup.plan.load_plans)
+        if several and not self.cfg.emulate:
+            raise HetserveError(
+                f"model {several[0]}: a cold-start plan loads one version of a model; its "
+                f"version_policy serves {len(self.cfg.versions.of(several[0]).ready)}"
+            )
         if self.cfg.emulate or self.cfg.engine != "threads":
             return
         gpus = sorted({w.gpu.name for w in view.workers.values() if w.gpu.name != "CPU"})
@@ -219,7 +229,8 @@ class Server:
                 executor = RayExecutor(
                     view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address,
                     self.setup.plan, self.cfg.cpu_threads, found=self.cfg.found,
-                    runtime_env=self.cfg.runtime_env,
+                    runtime_env=self.cfg.runtime_env, versions=self.cfg.versions.others(),
+                    version_of=self._versions.get,
                 )  # fmt: skip
             else:
                 if self.cfg.cpu_threads > 0:  # (process-wide: the stages run in this process)
@@ -232,8 +243,13 @@ class Server:
                         host_alias=self.cfg.host_alias,
                     )  # fmt: skip
                 else:
-                    executor = TorchExecutor(self.cfg.build, n_blocks=self.cfg.n_blocks)
-                    executor.prepare(self.setup.plan, self.setup.placement)
+                    executor = TorchExecutor(
+                        self.cfg.build, n_blocks=self.cfg.n_blocks,
+                        version_of=self._versions.get,
+                    )  # fmt: skip
+                    executor.prepare(
+                        self.setup.plan, self.setup.placement, self.cfg.versions.others()
+                    )
             self.watch = ProfileWatch(view)
         if self.cfg.admission:
             mb = self.cfg.params.get("max_batch")
@@ -266,11 +282,13 @@ class Server:
         tensor: Any = None,
         deadline_s: float | None = None,
         stream: str | None = None,
+        version: int | None = None,
     ) -> Result:
         """Serve one request (``tensor``: one request's input, without the batch dim);
         ``deadline_s``: relative to now (default: the stream's deadline where the plan
         assigns streams, else the model's SLO); ``stream``: the client's stream (default
-        ``"http"``), which a MagicBatch plan's scheduler queues by."""
+        ``"http"``), which a MagicBatch plan's scheduler queues by; ``version``: a served
+        version other than the default (``runtime.versions``; None: the default)."""
         eng = self.engine
         if eng is None:
             raise HetserveError("the server is not started")
@@ -304,6 +322,8 @@ class Server:
         self._queued.add(rid)
         self._queued_n[model] += 1
         self._pending_n[model] += 1
+        if version is not None:
+            self._versions[rid] = version
         eng.submit(Request(rid, model, stream or "http", now, now + slo), tensor)
         return await fut
 
@@ -319,6 +339,7 @@ class Server:
         name = _NAMES.get(outcome, "failed")
         self.dequeue(r)
         self._pending_n[r.model] -= 1
+        self._versions.pop(r.id, None)
         dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
         m = self.metrics
         m.of(m.requests, r.model, name).inc()

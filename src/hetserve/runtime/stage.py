@@ -87,21 +87,36 @@ class StageRunner:
     def run(self, x: Any, should_stop: Callable[[], bool] | None = None) -> StageResult:
         """Run the stage on a batch (decoded from the cut before it unless it is the first
         stage); ``should_stop`` is asked at every block boundary."""
-        # floating inputs and cuts in the model's dtype (a repository model's may be FP16
-        # or BF16; requests and cuts carry FP32 or FP16)
-        x = decode_cut(x, self.dtype)
-        x = _map_tensors(x, lambda t: t.to(self.device))
-        done = 0
-        with torch.inference_mode():
-            for k in range(self.first, self.stop):
-                if should_stop is not None and done > 0 and should_stop():
-                    return StageResult(None, done, False)
-                lo, hi = self.blocks.bounds[k], self.blocks.bounds[k + 1]
-                x = self.model.run_layers(x, lo, hi)
-                done += 1
-        if not self.last and should_stop is not None and should_stop():
-            return StageResult(None, done, False)  # the cut is an exit point too
+        res = run_together([self], [x], should_stop)
+        return StageResult(res.output[0] if res.completed else None, res.blocks_done,
+                           res.completed)  # fmt: skip
+
+    def _finish(self, x: Any) -> Any:
         if self.last and self.dtype == torch.bfloat16:  # NumPy has no bfloat16
             x = _map_tensors(x, lambda t: t.float() if t.is_floating_point() else t)
-        out = x if self.last else encode_cut(x, self.cut_dtype)
-        return StageResult(out, done, True)
+        return x if self.last else encode_cut(x, self.cut_dtype)
+
+
+def run_together(
+    runners: list[StageRunner], xs: list[Any], should_stop: Callable[[], bool] | None = None
+) -> StageResult:
+    """Run the same blocks of several runners (one per version of a model: the same
+    blocks, each version's weights) on their parts of one batch, block by block in
+    lockstep, so that a stop leaves every part at the same block boundary. The output is
+    the list of the parts' outputs."""
+    first = runners[0]
+    # floating inputs and cuts in the model's dtype (a repository model's may be FP16
+    # or BF16; requests and cuts carry FP32 or FP16)
+    xs = [_map_tensors(decode_cut(x, r.dtype), lambda t, r=r: t.to(r.device))
+          for r, x in zip(runners, xs, strict=True)]  # fmt: skip
+    done = 0
+    with torch.inference_mode():
+        for k in range(first.first, first.stop):
+            if should_stop is not None and done > 0 and should_stop():
+                return StageResult(None, done, False)
+            lo, hi = first.blocks.bounds[k], first.blocks.bounds[k + 1]
+            xs = [r.model.run_layers(x, lo, hi) for r, x in zip(runners, xs, strict=True)]
+            done += 1
+    if not first.last and should_stop is not None and should_stop():
+        return StageResult(None, done, False)  # the cut is an exit point too
+    return StageResult([r._finish(x) for r, x in zip(runners, xs, strict=True)], done, True)

@@ -11,7 +11,7 @@ import torch
 
 from hetserve.core.latency import RooflineModel, cold_start_model
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock, _Task
-from hetserve.runtime.stage import StageRunner
+from hetserve.runtime.stage import StageResult, StageRunner, run_together
 
 
 class TorchExecutor:
@@ -29,6 +29,11 @@ class TorchExecutor:
     thread (CPU) or streams (CUDA); a batch on it runs the whole model, each layer waiting
     for its weights; ``Evict`` frees them. Model names may carry an instance suffix
     (``bert-base@3``): each instance is its own copy of the architecture.
+
+    Versions: ``version_of(request_id)`` names a request's model version (None: the
+    default one). A batch whose rows ask for several versions runs each version's rows
+    with that version's weights, the parts in lockstep block by block (``run_together``),
+    and comes out in the rows' order.
     """
 
     def __init__(
@@ -39,6 +44,7 @@ class TorchExecutor:
         cut_fp16: bool = True,
         leaf_rows: Callable[[Any], Any] | None = None,
         host_alias: Callable[[Any, int], Any] | None = None,
+        version_of: Callable[[int], int | None] | None = None,
     ) -> None:
         """``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits below the
         zoo in the layering, so the caller passes ``hetserve.zoo.registry.build``).
@@ -46,12 +52,14 @@ class TorchExecutor:
         (``hetserve.profiling.layers``)."""
         self.leaf_rows = leaf_rows
         self.host_alias = host_alias
+        self.version_of = version_of
         self.build = build
         self.n_blocks = n_blocks
         self.device = device
         self.cut_dtype = torch.float16 if cut_fp16 else None
         self._models: dict[str, Any] = {}
-        self._runners: dict[tuple[str, str, tuple[int, int]], StageRunner] = {}
+        self._runners: dict[tuple[str, str, tuple[int, int], int | None], StageRunner] = {}
+        self._versioned: dict[tuple[str, int], Any] = {}  # (model, version) -> model
         self._roofline = RooflineModel(n_blocks=n_blocks)
         self._cold: dict[tuple[str, str], Any] = {}  # (worker, model) -> ColdModel
 
@@ -112,34 +120,76 @@ class TorchExecutor:
         if cm is not None and cm.loaded:
             cm.evict()
 
-    def runner(self, worker: str, model: str, blocks: tuple[int, int]) -> StageRunner:
-        key = (worker, model, blocks)
-        r = self._runners.get(key)
-        if r is None:
+    def net(self, model: str, version: int | None = None) -> Any:
+        """The model, built on first use (a version other than the default: its weights)."""
+        if version is None:
             net = self._models.get(model)
             if net is None:
                 net = self._models[model] = self.build(model)
+            return net
+        net = self._versioned.get((model, version))
+        if net is None:
+            net = self._versioned[(model, version)] = self.build(model, version=version)  # type: ignore[call-arg]
+        return net
+
+    def runner(
+        self, worker: str, model: str, blocks: tuple[int, int], version: int | None = None
+    ) -> StageRunner:
+        key = (worker, model, blocks, version)
+        r = self._runners.get(key)
+        if r is None:
+            net = self.net(model, version)
             cut = self._roofline.blocks(net.model_name)
             r = StageRunner(net, cut, blocks, self.device, self.cut_dtype)
             self._runners[key] = r
         return r
 
-    def prepare(self, plan: Any, placement: Any) -> None:
-        """Build every stage runner of the placement and run each once (weights on the
-        device, kernels warmed) so that the first requests are not slowed by it."""
+    def run_stage(
+        self,
+        worker: str,
+        model: str,
+        blocks: tuple[int, int],
+        x: Any,
+        versions: tuple[int | None, ...] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> StageResult:
+        """One stage on a batch whose rows ask for ``versions`` (class docstring)."""
+        kinds = set(versions) if versions else {None}
+        if len(kinds) == 1:
+            return self.runner(worker, model, blocks, next(iter(kinds))).run(x, should_stop)
+        assert versions is not None
+        groups: dict[int | None, list[int]] = {}
+        for i, v in enumerate(versions):
+            groups.setdefault(v, []).append(i)
+        runners = [self.runner(worker, model, blocks, v) for v in groups]
+        parts = [_take(x, torch.tensor(rows)) for rows in groups.values()]
+        res = run_together(runners, parts, should_stop)
+        if not res.completed:
+            return res
+        order = torch.tensor([i for rows in groups.values() for i in rows])
+        merged = _cat(res.output)
+        return StageResult(_take(merged, torch.argsort(order)), res.blocks_done, True)
+
+    def prepare(
+        self, plan: Any, placement: Any, versions: dict[str, list[int]] | None = None
+    ) -> None:
+        """Build every stage runner of the placement (also for each model's other served
+        ``versions``) and run each once (weights on the device, kernels warmed) so that
+        the first requests are not slowed by it."""
         for (model, pi, si), workers in placement.stages.items():
             blocks = plan.models[model].pipelines[pi].stages[si].blocks
             for w in workers:
-                self.runner(w, model, blocks)
-        for (_, model, blocks), r in self._runners.items():
+                for v in [None, *(versions or {}).get(model, [])]:
+                    self.runner(w, model, blocks, v)
+        for (_, model, blocks, vr), r in list(self._runners.items()):
             if blocks[0] == 0:
                 x = self._models[model].input_spec.example(1)
                 while True:
                     res = r.run(x)
                     if r.last:
                         break
-                    nxt = [q for (_, m, b), q in self._runners.items()
-                           if m == model and b[0] == r.stop]  # fmt: skip
+                    nxt = [q for (_, m, b, v), q in self._runners.items()
+                           if m == model and b[0] == r.stop and v == vr]  # fmt: skip
                     if not nxt:
                         break
                     r, x = nxt[0], res.output
@@ -150,8 +200,7 @@ class TorchExecutor:
             return b.payload
         if b.d.route[0].blocks[0] > 0:  # a continued batch: the parked activations
             return _stack(b.payload)
-        net = self._models.get(b.d.model) or self.build(b.d.model)
-        self._models[b.d.model] = net
+        net = self.net(b.d.model)
         xs = [
             p if p is not None else example_row(net)
             for p in (b.payload or [None] * len(b.d.requests))
@@ -186,11 +235,15 @@ class TorchExecutor:
                 return out, step.blocks[1] - step.blocks[0], True, time.perf_counter() - t0
 
         else:
-            runner = self.runner(step.worker, task.batch.d.model, step.blocks)
+            d = task.batch.d
+            versions = row_versions(self.version_of, d.requests)
+            runner = self.runner(step.worker, d.model, step.blocks)
 
             def work() -> tuple[Any, int, bool, float]:
                 t0 = time.perf_counter()
-                res = runner.run(x, lambda: task.stop)
+                res = self.run_stage(
+                    step.worker, d.model, step.blocks, x, versions, lambda: task.stop
+                )
                 return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
 
         def done(result: tuple[Any, int, bool, float]) -> None:
@@ -219,6 +272,16 @@ class TorchExecutor:
         loop.run_in_executor(None, work).add_done_callback(settle)
 
 
+def row_versions(
+    version_of: Callable[[int], int | None] | None, requests: list[Any]
+) -> tuple[int | None, ...] | None:
+    """A batch's rows' model versions (None when every row asks for the default one)."""
+    if version_of is None:
+        return None
+    vs = tuple(version_of(r.id) for r in requests)
+    return vs if any(v is not None for v in vs) else None
+
+
 def example_row(net: Any) -> Any:
     """One request's example input (a tensor, or a tuple for several inputs)."""
     return _row(net.input_spec.example(1), 0)
@@ -233,6 +296,19 @@ def _map(x: Any, fn: Callable[[Any], Any]) -> Any:
 def split(out: Any, n: int) -> list[Any]:
     """A batch's output cut into its ``n`` requests' parts (parked after an open route)."""
     return [_row(out, i) for i in range(n)]
+
+
+def _take(x: Any, rows: torch.Tensor) -> Any:
+    """Rows ``rows`` of a batch (a tensor, or a tuple of them)."""
+    return _map(x, lambda t: t.index_select(0, rows.to(t.device)))
+
+
+def _cat(parts: list[Any]) -> Any:
+    """Parts of a batch (tensors, or tuples of them) joined along the batch dimension."""
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    return type(first)(_cat([p[k] for p in parts]) for k in range(len(first)))
 
 
 def _stack(rows: list[Any]) -> Any:

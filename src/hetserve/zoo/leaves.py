@@ -110,12 +110,54 @@ class _Recorder(TorchDispatchMode):
 
 
 def trace_rows(model: LayeredModel) -> tuple[list[_Row], list[float]]:
-    """The rows of ``model``'s layer table and their FLOPs (one run at batch 1)."""
+    """The rows of ``model``'s layer table and their FLOPs (one run at batch 1). A row
+    opens at each leaf-module call: seen by forward pre-hooks on a zoo model's leaf
+    modules, or by the model's own ``run_layer_calls`` (an imported model's pieces are
+    graphs of operators, each operator marked with the module it was traced in)."""
     weights: dict[int, float] = {}
     for w in [*model.parameters(), *model.buffers()]:
         if w.is_floating_point():
             weights[_ptr(w)] = float(w.nbytes)
     rec = _Recorder(weights)
+    flop_rows: list[float] = []
+    marks: list[float] = []
+    counter = FlopCounterMode(display=False)
+
+    def on_call(name: str, kind: str, layer: int) -> None:
+        marks.append(counter.get_total_flops())
+        row = _Row(name, kind, layer)
+        if rec.pending is not None:  # glue ran before: it belongs to this first call
+            for f in ("act_bytes", "n_ops", "param_bytes", "n_tensors", "once", "sparse"):
+                setattr(row, f, getattr(rec.pending, f))
+            row.weight_ptrs = list(rec.pending.weight_ptrs)
+            rec.pending = None
+        rec.rows.append(row)
+
+    run_layer = getattr(model, "run_layer_calls", None)
+    handles = [] if run_layer is not None else _leaf_hooks(model, on_call)
+    x = model.input_spec.example(batch=1)
+    try:
+        with torch.no_grad():
+            for li, layer in enumerate(model.layers):
+                rec.pending = _Row(f"layers.{li}", type(layer).__name__, li)
+                start = len(rec.rows)
+                marks.clear()
+                counter = FlopCounterMode(display=False)
+                with rec, counter:
+                    x = layer(x) if run_layer is None else run_layer(li, x, on_call)
+                _split_flops(float(counter.get_total_flops()), marks, flop_rows)
+                if len(rec.rows) == start:  # a layer without leaf calls: one row of its own
+                    rec.pending.own = True
+                    rec.rows.append(rec.pending)
+                rec.pending = None
+    finally:
+        for h in handles:
+            h.remove()
+    return rec.rows, flop_rows
+
+
+def _leaf_hooks(model: LayeredModel, on_call: Callable[[str, str, int], None]) -> list[Any]:
+    """Forward pre-hooks calling ``on_call`` at each leaf-module call of a zoo model."""
     layer_of: dict[str, int] = {}
     for li, layer in enumerate(model.layers):
         for name, mod in layer.named_modules():
@@ -125,36 +167,23 @@ def trace_rows(model: LayeredModel) -> tuple[list[_Row], list[float]]:
 
     def pre_hook(mod: torch.nn.Module, _args: Any) -> None:
         name = names[id(mod)]
-        row = _Row(name, type(mod).__name__, layer_of[name])
-        if rec.pending is not None:  # glue ran before: it belongs to this first call
-            for f in ("act_bytes", "n_ops", "param_bytes", "n_tensors", "once", "sparse"):
-                setattr(row, f, getattr(rec.pending, f))
-            row.weight_ptrs = list(rec.pending.weight_ptrs)
-            rec.pending = None
-        rec.rows.append(row)
+        on_call(name, type(mod).__name__, layer_of[name])
 
-    handles = [
+    return [
         mod.register_forward_pre_hook(pre_hook)
         for name, mod in model.named_modules()
         if name in layer_of
     ]
-    flop_rows: list[float] = []
-    x = model.input_spec.example(batch=1)
-    try:
-        with torch.no_grad():
-            for li, layer in enumerate(model.layers):
-                rec.pending = _Row(f"layers.{li}", type(layer).__name__, li)
-                start = len(rec.rows)
-                with rec:
-                    x = _count_flops(layer, x, rec, flop_rows)
-                if len(rec.rows) == start:  # a layer without leaf calls: one row of its own
-                    rec.pending.own = True
-                    rec.rows.append(rec.pending)
-                rec.pending = None
-    finally:
-        for h in handles:
-            h.remove()
-    return rec.rows, flop_rows
+
+
+def _split_flops(total: float, marks: list[float], flop_rows: list[float]) -> None:
+    """A layer's FLOPs per row: between the counter's readings at the rows' calls."""
+    if not marks:  # no leaf call: the layer is one row
+        flop_rows.append(total)
+        return
+    ends = [*marks[1:], total]
+    starts = [0.0, *marks[1:]]  # glue before the first call counts with it
+    flop_rows.extend(float(e - s) for s, e in zip(starts, ends, strict=True))
 
 
 def leaf_table(model: LayeredModel) -> LayerTable:
@@ -180,32 +209,6 @@ def leaf_table(model: LayeredModel) -> LayerTable:
             "batch": 1,
         },
     )
-
-
-def _count_flops(layer: torch.nn.Module, x: Any, rec: _Recorder, flop_rows: list[float]) -> Any:
-    """Runs ``layer``, appending the FLOPs of each of its rows to ``flop_rows``."""
-    counter = FlopCounterMode(display=False)
-    marks: list[tuple[int, float]] = []
-
-    def mark(_mod: Any, _args: Any) -> None:
-        marks.append((len(rec.rows), counter.get_total_flops()))
-
-    hs = [m.register_forward_pre_hook(mark) for m in layer.modules() if not list(m.children())]
-    try:
-        with counter:
-            y = layer(x)
-    finally:
-        for h in hs:
-            h.remove()
-    total = float(counter.get_total_flops())
-    if not marks:  # no leaf call: the layer is one row
-        flop_rows.append(total)
-        return y
-    opens = [f for _, f in marks]
-    ends = [*opens[1:], total]
-    starts = [0.0, *opens[1:]]  # glue before the first call counts with it
-    flop_rows.extend(float(e - s) for s, e in zip(starts, ends, strict=True))
-    return y
 
 
 def export_layer_table(name: str) -> LayerTable:

@@ -41,10 +41,12 @@ SEQUENCE_MODELS = frozenset(
 )
 
 
-def build(name: str, seed: int = 0, seq_len: int | None = None) -> LayeredModel:
+def build(
+    name: str, seed: int = 0, seq_len: int | None = None, version: int | None = None
+) -> LayeredModel:
     """A zoo model in eval mode with seeded random weights; ``seq_len`` sets a token
     model's sequence length (default 128). A model of the active model repository is
-    built with its own weights."""
+    built with its own weights, of ``version`` (default: its newest served one)."""
     key = name.lower().replace("_", "-")
     if key not in MODELS:
         from hetserve.repository.layout import active
@@ -53,8 +55,10 @@ def build(name: str, seed: int = 0, seq_len: int | None = None) -> LayeredModel:
         if repo is not None and name in repo:
             if seq_len is not None:
                 raise HetserveError(f"model {name}: a repository model's shapes are fixed")
-            return repo.build(name)  # type: ignore[no-any-return]
+            return repo.build(name, version)  # type: ignore[no-any-return]
         raise unknown("model", name, [*MODELS, *(repo.names() if repo else [])])
+    if version not in (None, 1):
+        raise HetserveError(f"model {name}: a zoo model has the one version 1")
     torch.manual_seed(seed)
     if seq_len is None:
         return MODELS[key]().eval()
@@ -63,7 +67,7 @@ def build(name: str, seed: int = 0, seq_len: int | None = None) -> LayeredModel:
     return MODELS[key](seq_len=seq_len).eval()
 
 
-def build_in(repository: str | None, name: str) -> LayeredModel:
+def build_in(repository: str | None, name: str, version: int | None = None) -> LayeredModel:
     """:func:`build` with ``repository`` as the active model repository: a picklable
     builder (``functools.partial(build_in, root)``) for workers in other processes."""
     if repository:
@@ -72,7 +76,7 @@ def build_in(repository: str | None, name: str) -> LayeredModel:
         repo = active()
         if repo is None or str(repo.root) != repository:
             use(repository)
-    return build(name)
+    return build(name, version=version)
 
 
 def builder() -> Callable[[str], LayeredModel]:
