@@ -4,7 +4,9 @@ as a model repository in Triton's layout in every format hetserve reads."""
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -140,3 +142,19 @@ def eager_outputs(name: str, model: nn.Module, inputs: tuple[torch.Tensor, ...])
         if name == "tiny-gpt2":
             return (model(input_ids=inputs[0], attention_mask=inputs[1], use_cache=False).logits,)
         return (model(pixel_values=inputs[0]).logits,)
+
+
+@contextlib.contextmanager
+def repository_in_use(root: Path, cache: Path) -> Iterator[None]:
+    """``root`` as the active model repository, ``cache`` as HETSERVE_CACHE, while open."""
+    import pytest
+
+    from hetserve.repository import layout
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HETSERVE_CACHE", str(cache))
+        layout.use(root)
+        try:
+            yield
+        finally:
+            layout.use(None)

@@ -19,10 +19,14 @@ pytest.importorskip("transformers")
 
 from hetserve.core.graph import get_graph  # noqa: E402
 from hetserve.core.latency import RooflineModel  # noqa: E402
-from hetserve.repository import cuts, layout  # noqa: E402
+from hetserve.repository import cuts  # noqa: E402
 from hetserve.runtime.stage import StageRunner  # noqa: E402
 from hetserve.zoo.registry import build  # noqa: E402
-from tests.repository.models import eager_outputs, write_repository  # noqa: E402
+from tests.repository.models import (  # noqa: E402
+    eager_outputs,
+    repository_in_use,
+    write_repository,
+)
 
 pytestmark = pytest.mark.torch
 NAMES = ["tiny-bert", "tiny-gpt2", "tiny-vit", "skipnet", "skipnet-pt2", "vit-pt2"]
@@ -33,13 +37,8 @@ def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     eager = write_repository(root)
     cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HETSERVE_CACHE", str(cache))
-        layout.use(root)
-        try:
-            yield root, eager, cache
-        finally:
-            layout.use(None)
+    with repository_in_use(root, cache):
+        yield root, eager, cache
 
 
 def _inputs(net, batch, seed=5):

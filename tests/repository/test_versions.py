@@ -18,7 +18,7 @@ from hetserve.core.latency import RooflineModel  # noqa: E402
 from hetserve.repository import layout  # noqa: E402
 from hetserve.runtime.torch_executor import TorchExecutor  # noqa: E402
 from hetserve.zoo.registry import build  # noqa: E402
-from tests.repository.models import MODEL_PY, eager_outputs  # noqa: E402
+from tests.repository.models import MODEL_PY, eager_outputs, repository_in_use  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -54,13 +54,8 @@ def vrepo(tmp_path_factory):
     (d / "model.py").write_text(MODEL_PY)
     (d / "w.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not a header")
     cache = tmp_path_factory.mktemp("vcache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HETSERVE_CACHE", str(cache))
-        layout.use(root)
-        try:
-            yield root, eager, cache
-        finally:
-            layout.use(None)
+    with repository_in_use(root, cache):
+        yield root, eager, cache
 
 
 def test_version_states_follow_the_policy_and_the_graph(vrepo, tmp_path):
