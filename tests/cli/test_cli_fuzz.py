@@ -68,6 +68,7 @@ BY_NAME = {
     "port": ["70000", "-1"],
     "max_body_mb": ["0", "nan"],
     "device": ["tpu"],
+    "profile_device": ["tpu"],
     "layers_csv": ["{tmp}/latin1.yaml", "{tmp}/missing.csv", "{tmp}/binary.bin"],
     "streams_file": ["{tmp}/latin1.yaml", "{tmp}/missing.csv", "{tmp}/binary.bin"],
     "address": [],

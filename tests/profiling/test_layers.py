@@ -90,3 +90,46 @@ def test_measurement_on_cuda():
     assert all(r.load_us > 0 for r in rows if r.param_bytes > 0)
     big = max(rows, key=lambda r: r.param_bytes)
     assert big.exec_host_us > big.exec_gpu_us  # weights over PCIe are slower to read
+
+
+def test_measured_rows_carry_the_catalog_name_that_plan_deepplan_selects(
+    monkeypatch, tmp_path, capsys
+):
+    """A measured layers.csv names its GPU as the catalog does (``V100-16GB``), not as the
+    driver does (``Tesla V100-SXM2-16GB``), so ``plan --planner deepplan --layers`` finds
+    its rows. torch.cuda is faked and the CPU run stands in for the CUDA one (which needs a
+    GPU): the rows carry whatever ``device_name`` gives for the device."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    from hetserve.cli import main
+    from hetserve.profiling import layers, measure
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda device=None: SimpleNamespace(total_memory=16 * 2**30),
+    )
+    assert measure.device_name("cuda:0") == "V100-16GB"
+    asked = []
+
+    def name(device):
+        asked.append(device)
+        return measure.device_name("cuda:0")
+
+    monkeypatch.setattr(layers, "device_name", name)
+    rows = layers.measure_layers("resnet18", "cpu", batch=1, warmup=0, repeats=1)
+    monkeypatch.undo()
+    assert asked == ["cpu"] and {r.gpu for r in rows} == {"V100-16GB"}
+    good = write_layers_csv(rows, tmp_path / "layers.csv")
+    raw = [dataclasses.replace(r, gpu="Tesla V100-SXM2-16GB") for r in rows]
+    bad = write_layers_csv(raw, tmp_path / "raw.csv")  # what was written before
+    plan = ["plan", "--planner", "deepplan", "--cluster", "p3-8xlarge", "--models", "resnet18"]
+    out = tmp_path / "dp.json"
+    assert main([*plan, "--layers", str(good), "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert main([*plan, "--layers", str(bad), "--output", str(out)]) == 2
+    assert "no layers of model resnet18 on V100-16GB" in capsys.readouterr().err

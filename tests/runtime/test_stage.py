@@ -60,3 +60,62 @@ def test_preemption_stops_at_a_block_boundary_and_bad_ranges():
     assert not r.completed and r.blocks_done == 2 and r.output is None
     with pytest.raises(HetserveError, match="outside 0..3"):
         StageRunner(model, blocks, (2, 5))
+
+
+def _recorded(runner, monkeypatch):
+    """The runner's device sync and block calls recorded (CUDA's order, on the CPU)."""
+    log = []
+    runner.sync = lambda: log.append("sync")
+    real = runner.model.run_layers
+
+    def run_layers(x, lo, hi):
+        log.append(f"block {lo}")
+        return real(x, lo, hi)
+
+    monkeypatch.setattr(runner.model, "run_layers", run_layers)
+    return log
+
+
+def test_on_cuda_a_stop_is_asked_once_the_blocks_kernels_are_done(monkeypatch):
+    """CUDA only queues kernels: each boundary where a stop is asked first waits for the
+    block before it, and the stage ends only when its kernels are done (recorded on the
+    CPU with the sync stubbed; on a GPU, ``test_on_cuda_preemption_stops_the_gpu``)."""
+    model = build("resnet18")
+    blocks = RooflineModel(n_blocks=4).blocks("resnet18")
+    runner = StageRunner(model, blocks, (0, 4))
+    assert runner.sync is None  # nothing to wait for on the CPU
+    log = _recorded(runner, monkeypatch)
+    b = blocks.bounds
+
+    def stop():
+        log.append("asked")
+        return log.count("asked") >= 2
+
+    r = runner.run(model.input_spec.example(1), stop)
+    assert not r.completed and r.blocks_done == 2
+    assert log == [f"block {b[0]}", "sync", "asked", f"block {b[1]}", "sync", "asked"]
+    log.clear()
+    r = runner.run(model.input_spec.example(1))  # not preemptive: one wait, at the end
+    assert r.completed
+    assert log == [f"block {b[k]}" for k in range(4)] + ["sync"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_preemption_stops_the_gpu():
+    model = build("resnet50")
+    blocks = RooflineModel(n_blocks=10).blocks("resnet50")
+    runner = StageRunner(model, blocks, (0, 10), device="cuda")
+    x = model.input_spec.example(64).cuda()
+    stop_after = [3]
+
+    def stop():
+        stop_after[0] -= 1
+        return stop_after[0] <= 0
+
+    r = runner.run(x, stop)
+    assert not r.completed and r.blocks_done == 3
+    assert torch.cuda.current_stream().query()  # nothing left running on the GPU
+    whole = runner.run(x)
+    with torch.inference_mode():
+        want = model(x)
+    assert torch.equal(whole.output, want)

@@ -147,12 +147,15 @@ def profile_measure(
             f"--layers: DeepPlan's per-layer times need a CUDA device, not {device!r}"
         )
     runs = len(names) * len(b_list) * len(s_list)
+    notes: list[str] = []
     with progress_bar("measuring", runs) as tick:
         ps, fits = measure_profiles(
-            names, device, b_list, s_list, n_blocks, warmup, repeats, lambda _msg: tick()
-        )
+            names, device, b_list, s_list, n_blocks, warmup, repeats, lambda _msg: tick(),
+            note=notes.append,
+        )  # fmt: skip
     folder = ps.write(out)
-    extra = ", energy.csv" if ps.energy_mj else " (no energy: power is not readable here)"
+    why = notes[0] if notes else "no energy: power is not readable here"
+    extra = ", energy.csv" if ps.energy_mj else f" ({why})"
     console.print(f"wrote {folder}/latency.csv, blocks.csv{extra}")
     for f in fits:
         console.print(

@@ -109,6 +109,15 @@ def _token(token: str | None, token_file: str | None) -> str | None:
     return None if token is None else token.strip()
 
 
+def _renamed_device(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """``--device``, the old name of ``--profile-device``: refused, saying so."""
+    if value is not None:
+        raise HetserveError(
+            "--device was renamed --profile-device: it only chose where the start-up profile "
+            "measurement runs; workers run on their planned GPU's device"
+        )
+
+
 def _setup_logging(level: str, access_log: bool) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler = logging.StreamHandler(sys.stderr)
@@ -175,12 +184,17 @@ def _setup_logging(level: str, access_log: bool) -> None:
     "--address, Ray actors placed on the cluster's nodes).",
 )  # fmt: skip
 @click.option(
-    "--device",
+    "--profile-device",
     default="cpu",
     show_default=True,
-    help="cpu or cuda[:N]: where the start-up measurement of --profiles runs (workers run "
-    "on their planned GPU type's device).",
+    help="cpu or cuda[:N]: the device of the start-up measurement of this machine's "
+    "profiles (made on local-cpu when --profiles and --emulate are not given). Workers run "
+    "on the device of their planned GPU.",
 )
+@click.option(
+    "--device", hidden=True, expose_value=False, callback=_renamed_device,
+    help="The old name of --profile-device: refused with a one-line error saying so.",
+)  # fmt: skip
 @click.option(
     "--engine",
     type=click.Choice(["ray", "threads"]),
@@ -276,7 +290,7 @@ def serve(
     remeasure: bool,
     slo: str | None,
     emulate: bool,
-    device: str,
+    profile_device: str,
     engine: str,
     address: str | None,
     runtime_env_file: str | None,
@@ -314,8 +328,8 @@ def serve(
         raise HetserveError("--models: give at least one model name (or a --plan)")
     secret = _token(token, token_file)
     _check_host(host)
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-        raise HetserveError(f"--device: expected cpu or cuda[:N], got {device!r}")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", profile_device):
+        raise HetserveError(f"--profile-device: expected cpu or cuda[:N], got {profile_device!r}")
     slo_ms = parse_slo(slo)
     if plan_file is not None and not names:
         from hetserve.core.plan import Plan
@@ -335,11 +349,10 @@ def serve(
         engine = "emulated"
     names, versions = _repository_versions(names, plan_file)
     if profiles is None and not emulate and cluster.name == "local-cpu":
-        profiles = str(
-            measured_profiles(
-                names, device, [1, 2, 4, 8], 10, cpu_threads, remeasure, say=console.print
-            )
+        folder = measured_profiles(
+            names, profile_device, [1, 2, 4, 8], 10, cpu_threads, remeasure, say=console.print
         )
+        profiles = str(folder)
     plan = plan_file
     if plan is None and planner != "default":
         from hetserve.engine.setup import latency_source

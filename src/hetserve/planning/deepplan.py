@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,11 +61,7 @@ def pt_parallelism(cluster: Cluster, cap: int | None = None) -> tuple[int, float
     groups counts each GPU as its own switch. 1 when no two qualify."""
     best, bw_best = 1, None
     for node in cluster.nodes:
-        groups: dict[object, list[int]] = {}
-        for g in node.gpus:
-            sw = node.pcie_switch_of[g.index] if node.pcie_switch_of else None
-            groups.setdefault(sw if sw is not None else ("own", g.index), []).append(g.index)
-        reps = [min(v) for v in groups.values()]
+        reps = [min(v) for v in _switch_groups(node).values()]
         pairs = {frozenset(p) for p in node.nvlink_pairs}
         for k in range(len(reps), 1, -1):
             if k <= best:
@@ -78,6 +75,46 @@ def pt_parallelism(cluster: Cluster, cap: int | None = None) -> tuple[int, float
     if cap is not None:
         best = max(1, min(best, cap))
     return best, (bw_best if best > 1 else None)
+
+
+def _switch_groups(node: Any) -> dict[object, list[int]]:
+    """A node's GPU indices by PCIe switch (a GPU without one: a switch of its own)."""
+    groups: dict[object, list[int]] = {}
+    for g in node.gpus:
+        sw = node.pcie_switch_of[g.index] if node.pcie_switch_of else None
+        groups.setdefault(sw if sw is not None else ("own", g.index), []).append(g.index)
+    return groups
+
+
+def pt_gpus(node: Any, primary: int, n_parts: int) -> list[int]:
+    """The GPUs of ``node`` whose host links a cold start on GPU ``primary`` loads parts
+    0.. ``n_parts - 1`` over: the primary itself, then one GPU under each other PCIe
+    switch, every one joined by NVLink to the primary and to each other (the lowest index
+    of its switch where several qualify; the switches in index order), as
+    :func:`pt_parallelism` counts them. On ``p3-8xlarge`` GPU 0 pairs with GPU 2 and GPU
+    1 with GPU 3, not 0 with 1 (which share a switch). A one-line error when the node has
+    fewer."""
+    groups = _switch_groups(node)
+    mine = next(k for k, v in groups.items() if primary in v)
+    pairs = {frozenset(p) for p in node.nvlink_pairs}
+    chosen = [primary]
+
+    def joined(g: int) -> bool:
+        return all(frozenset((g, c)) in pairs for c in chosen)
+
+    for k in sorted((k for k in groups if k != mine), key=lambda k: min(groups[k])):
+        if len(chosen) == n_parts:
+            break
+        g = next((g for g in sorted(groups[k]) if joined(g)), None)
+        if g is not None:
+            chosen.append(g)
+    if len(chosen) < n_parts:
+        raise HetserveError(
+            f"{node.name}: a load plan over {n_parts} host links needs {n_parts - 1} GPU(s) "
+            f"under other PCIe switches joined by NVLink to GPU {primary}; the node has "
+            f"{len(chosen) - 1}"
+        )
+    return chosen
 
 
 def pt_parts(rows: Sequence[LayerRow], n_parts: int) -> list[int]:

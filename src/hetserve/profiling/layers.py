@@ -35,6 +35,7 @@ from hetserve.core.layertable import (  # noqa: F401  (the format lives in core)
     read_layers_csv,
     write_layers_csv,
 )
+from hetserve.profiling.measure import device_name
 
 # ------------------------------------------------------------------ DLPack
 
@@ -197,6 +198,9 @@ def measure_layers(
         raise HetserveError(f"layers.csv: {device!r} asked for, but CUDA is not available")
     if not cuda and device != "cpu":
         raise HetserveError(f"layers.csv: device must be cpu or cuda[:N], got {device!r}")
+    # the catalog's name of the GPU type (``CPU`` on the CPU), which plan --planner
+    # deepplan --layers selects the rows by; the driver's string is only an alias of it
+    gpu = device_name(device)
     seq = DEEPPLAN_SEQ_LEN.get(model)
     net = build(model, seq_len=seq) if seq else build(model)
     rows, _ = trace_rows(net)
@@ -268,7 +272,7 @@ def measure_layers(
             LayerRow(
                 model, i, r.kind, nbytes, load_us(row_weights[i]),
                 _median([run[i] for run in gpu_runs]), _median([run[i] for run in host_runs]),
-                torch.cuda.get_device_name(dev) if cuda else "cpu", batch,
+                gpu, batch,
             )
         )  # fmt: skip
     return out

@@ -10,10 +10,22 @@ measured run is bracketed by ``torch.cuda.synchronize()``. A *share* ``k`` on th
 slices need the MPS daemon).
 
 ``out_bytes`` of a block is measured too: the bytes of its output tensors per request.
-Energy (``energy.csv``) is written where power can be read: RAPL on CPUs
-(``/sys/class/powercap/intel-rapl:0/energy_uj``, read before and after the measured runs)
-and NVML on NVIDIA GPUs (``torch.cuda.power_draw`` x time); without either there is no
-``energy.csv``.
+
+Energy (``energy.csv``) is written where an energy counter can be read, as the counter's
+difference over a window of measured runs divided by the runs in the window:
+
+- on the CPU, RAPL's package counter (``/sys/class/powercap/intel-rapl:0/energy_uj``, read
+  before and after the ``repeats`` measured runs);
+- on CUDA, NVML's total-energy counter of the torch device's GPU
+  (``nvmlDeviceGetTotalEnergyConsumption``: millijoules since the driver loaded, Volta and
+  newer; the ``nvml`` extra installs ``nvidia-ml-py``). The GPU is found by its UUID, since
+  torch's device index counts the ``CUDA_VISIBLE_DEVICES`` only and NVML's counts them all.
+  The counter is refreshed every few tens of milliseconds, so the measured runs go on
+  (each synchronized, like the timed ones) until the window lasts at least
+  :data:`MIN_ENERGY_WINDOW_S`; the latency is still the median of the first ``repeats``.
+
+Without a counter (no RAPL, no ``nvidia-ml-py``, a GPU without the counter, no permission)
+there is no ``energy.csv``, and ``note`` is told why once.
 
 Each model's whole-model latency (the sum of its blocks) is fitted to Shepherd's Eq. 1,
 ``alpha * batch + beta``, with the largest relative error of the fit reported.
@@ -21,6 +33,7 @@ Each model's whole-model latency (the sum of its blocks) is fitted to Shepherd's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -34,6 +47,12 @@ from hetserve.core.latency import LinearParams, RooflineModel, fit_linear
 from hetserve.core.profiles import ProfileSet
 
 RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
+# The shortest energy window on CUDA. NVML's counter is refreshed every few tens of
+# milliseconds, not at each read, so each end of a window may be stale by up to one
+# refresh period P: a window of W seconds is off by about P/W of its energy, 10% at
+# P = 50 ms and W = 0.5 s (20% at 0.25 s). 0.5 s costs 20 s per model at the default
+# 4 batch sizes x 10 blocks, which we take for a tenth's accuracy.
+MIN_ENERGY_WINDOW_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -65,37 +84,150 @@ def device_name(device: str) -> str:
     return gpu_type(raw, DEFAULT_CATALOG, f"--device {device}", memory_mb).name
 
 
+def _uuid_key(uuid: Any) -> str:
+    """A GPU UUID as both sides can be compared: torch's ``xxxxxxxx-xxxx-...`` and NVML's
+    ``GPU-xxxxxxxx-xxxx-...`` (bytes or str), lower case, without the ``GPU-``."""
+    s = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    return s.strip().lower().removeprefix("gpu-")
+
+
+def nvml_handle(nvml: Any, device: str) -> Any:
+    """NVML's handle of the physical GPU that torch's ``device`` is, matched by UUID (torch
+    numbers the ``CUDA_VISIBLE_DEVICES`` only, NVML every GPU of the machine). A
+    ``LookupError`` naming the UUID where no GPU NVML sees has it."""
+    import torch
+
+    want = _uuid_key(torch.cuda.get_device_properties(torch.device(device)).uuid)
+    for i in range(nvml.nvmlDeviceGetCount()):
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = nvml.nvmlDeviceGetUUID(h)
+        except nvml.NVMLError:  # a GPU this process may not query is not ours
+            continue
+        if _uuid_key(uuid) == want:
+            return h
+    raise LookupError(
+        f"no GPU NVML sees has the UUID of {device} (GPU-{want}): a MIG slice, or a GPU this "
+        f"process may not query"
+    )
+
+
 class _Energy:
-    """Joules between two reads, where the hardware lets us read them (else None)."""
+    """The energy counter of a device (module docstring): ``kind`` ``"rapl"``, ``"nvml"``
+    or None, with ``why`` saying why none; ``min_window_s``: the shortest window it can
+    measure. :meth:`close` releases NVML."""
 
     def __init__(self, device: str) -> None:
         self.device = device
-        self.kind = None
-        if device == "cpu" and RAPL.exists() and os.access(RAPL, os.R_OK):
-            self.kind = "rapl"
+        self.kind: str | None = None
+        self.why = ""
+        self.min_window_s = 0.0
+        self._nvml: Any = None
+        self._handle: Any = None
+        if device == "cpu":
+            if RAPL.exists() and os.access(RAPL, os.R_OK):
+                self.kind = "rapl"
+            else:
+                self.why = f"{RAPL} (RAPL) is not readable on this machine"
         elif device.startswith("cuda"):
-            import torch
+            self._open_nvml()
 
-            try:
-                torch.cuda.power_draw(torch.device(device))
-                self.kind = "nvml"
-            except Exception:  # no pynvml, or no permission: no energy
-                self.kind = None
+    def _open_nvml(self) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            self.why = "nvidia-ml-py is not installed (the nvml extra)"
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            self.why = f"NVML did not start: {e}"
+            return
+        try:
+            handle = nvml_handle(pynvml, self.device)
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        except LookupError as e:
+            self.why = str(e)
+        except pynvml.NVMLError_NotSupported:
+            self.why = (
+                f"the GPU of {self.device} has no total-energy counter (NVML: not supported; "
+                f"it needs a Volta or newer GPU)"
+            )
+        except pynvml.NVMLError_NoPermission:
+            self.why = f"NVML denied reading the energy counter of {self.device}'s GPU"
+        except pynvml.NVMLError as e:
+            self.why = f"NVML could not read the energy counter of {self.device}'s GPU: {e}"
+        else:
+            self.kind, self._nvml, self._handle = "nvml", pynvml, handle
+            self.min_window_s = MIN_ENERGY_WINDOW_S
+            return
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlShutdown()
+            self._nvml = None
 
     def start(self) -> Any:
         if self.kind == "rapl":
             return int(RAPL.read_text())
-        return time.perf_counter()
+        if self.kind == "nvml":
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        return None
 
-    def joules(self, mark: Any, seconds: float) -> float | None:
+    def joules(self, mark: Any) -> float | None:
+        """Joules since ``start()`` returned ``mark`` (None where there is no counter, or
+        it went back: RAPL's wrapped, or the driver reloaded)."""
         if self.kind == "rapl":
             delta = int(RAPL.read_text()) - mark
-            return delta / 1e6 if delta >= 0 else None  # (the counter wrapped)
+            return delta / 1e6 if delta >= 0 else None
         if self.kind == "nvml":
-            import torch
-
-            return torch.cuda.power_draw(torch.device(self.device)) / 1e3 * seconds
+            delta = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) - mark
+            return delta / 1e3 if delta >= 0 else None
         return None
+
+
+@dataclass(frozen=True)
+class Window:
+    """One block's measured runs: the first ``repeats`` timed (``times_s``; the latency is
+    their median), all ``runs`` inside the energy window of ``seconds``; ``joules``: the
+    window's energy / ``runs`` (None without a counter); ``last``: the last run's output."""
+
+    times_s: list[float]
+    runs: int
+    seconds: float
+    joules: float | None
+    last: Any
+
+
+def measure_window(
+    run: Callable[[], Any],
+    repeats: int,
+    energy: _Energy,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Window:
+    """Calls ``run`` (one synchronized run of a block) ``repeats`` times, and on until the
+    window lasts ``energy.min_window_s``; the counter is read before the first and after
+    the last run."""
+    if repeats < 1:
+        raise HetserveError(f"measure_window: repeats must be >= 1, got {repeats}")
+    times: list[float] = []
+    mark = energy.start()
+    t_start = clock()
+    runs = 0
+    while True:
+        t0 = clock()
+        last = run()
+        t1 = clock()
+        if runs < repeats:
+            times.append(t1 - t0)
+        runs += 1
+        if runs >= repeats and t1 - t_start >= energy.min_window_s:
+            break
+    total = energy.joules(mark)
+    return Window(times, runs, t1 - t_start, None if total is None else total / runs, last)
 
 
 def measure_profiles(
@@ -108,9 +240,12 @@ def measure_profiles(
     repeats: int = 10,
     progress: Callable[[str], None] | None = None,
     threads: int = 0,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[ProfileSet, list[Fit]]:
     """Measure a profile set (module docstring); returns it with the alpha/beta fits.
-    ``threads``: torch threads to measure with (0: as set), as the serving workers run."""
+    ``threads``: torch threads to measure with (0: as set), as the serving workers run.
+    ``progress`` is called after each (model, share, batch); ``note`` once, with why there
+    is no energy where there is none."""
     import torch
 
     if threads > 0:
@@ -118,7 +253,7 @@ def measure_profiles(
         torch.set_num_threads(threads)
         try:
             return measure_profiles(
-                models, device, batches, shares, n_blocks, warmup, repeats, progress
+                models, device, batches, shares, n_blocks, warmup, repeats, progress, note=note
             )
         finally:
             torch.set_num_threads(before)
@@ -136,6 +271,8 @@ def measure_profiles(
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     energy = _Energy(device)
+    if energy.kind is None and note is not None:
+        note(f"no energy.csv: {energy.why}")
     threads = torch.get_num_threads()
     roofline = RooflineModel(n_blocks=n_blocks)
     ps = ProfileSet(energy_mj={} if energy.kind else None)
@@ -144,6 +281,14 @@ def measure_profiles(
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(dev)
+
+    def synced(net: Any, x: Any, lo: int, hi: int) -> Callable[[], Any]:
+        def run() -> Any:
+            y = net.run_layers(x, lo, hi)
+            sync()
+            return y
+
+        return run
 
     try:
         for name in models:
@@ -168,18 +313,11 @@ def measure_profiles(
                             for _ in range(warmup):
                                 net.run_layers(x, lo, hi)
                             sync()
-                            times = []
-                            mark = energy.start()
-                            t_all = time.perf_counter()
-                            for _ in range(repeats):
-                                t0 = time.perf_counter()
-                                y = net.run_layers(x, lo, hi)
-                                sync()
-                                times.append(time.perf_counter() - t0)
-                            j = energy.joules(mark, time.perf_counter() - t_all)
-                            lat_us.append(statistics.median(times) * 1e6)
-                            if j is not None:
-                                e_mj.append(j / repeats * 1e3)
+                            w = measure_window(synced(net, x, lo, hi), repeats, energy)
+                            lat_us.append(statistics.median(w.times_s) * 1e6)
+                            if w.joules is not None:
+                                e_mj.append(w.joules * 1e3)
+                            y = w.last
                             out_bytes[k] = (
                                 sum(t.numel() * t.element_size() for t in tensors_of(y)) / b
                             )
@@ -198,6 +336,7 @@ def measure_profiles(
                 fits.append(Fit(net.model_name, gpu, p, err))
     finally:
         torch.set_num_threads(threads)
+        energy.close()
     if ps.energy_mj is not None and not ps.energy_mj:
         ps.energy_mj = None
     return ps, fits

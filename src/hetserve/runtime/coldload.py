@@ -20,11 +20,16 @@ backend takes its host-alias function (``profiling.layers.host_alias``).
 The ordering logic runs on the CPU too (:class:`ThreadBackend`: a loader thread copies
 each row into fresh tensors and sets a ``threading.Event``; the hooks wait on it), which is
 how it is tested without a GPU. :class:`CudaBackend` is the same on CUDA streams and
-events. Status: the CUDA backend is written without a GPU to run it on.
+events, written against ``runtime.streams``: with ``RecordingOps`` in place of
+``CudaOps`` the very same code runs on the CPU and every stream, event and allocator
+operation is checked for ordering hazards (tests/runtime/test_streams.py). Status: the
+CUDA backend has been checked that way, and behind ``skipif(no CUDA)`` tests, but has not
+yet run on a GPU (none was lent to this project so far).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -67,8 +72,8 @@ class ThreadBackend:
                     nbytes += src.nbytes
                 if self.delay:
                     time.sleep(self.delay * nbytes)
+                on_row(i)  # (logged before any waiter wakes)
                 events[i].set()
-                on_row(i)
             on_done()
 
         threading.Thread(target=run, name="hetserve-load", daemon=True).start()
@@ -80,10 +85,37 @@ class ThreadBackend:
     def empty(self, like: torch.Tensor) -> torch.Tensor:
         return torch.empty_like(like)
 
+    def executing(self) -> Any:
+        return contextlib.nullcontext()
+
+    def kernels(self, row: int, reads: Sequence[torch.Tensor]) -> None:
+        """(The CPU runs each layer when called: nothing is queued.)"""
+
+    def release(self, tensors: Sequence[torch.Tensor]) -> None:
+        """(Freed when their last reference goes.)"""
+
+    def finish(self) -> None:
+        """(Nothing is queued on the CPU.)"""
+
 
 class CudaBackend:
-    """CUDA: a load stream (and one per secondary GPU with a migration stream), pinned
-    host buffers, an event per row; the execution stream waits on the events."""
+    """CUDA: a load stream, and per secondary GPU a copy stream and a migration stream
+    (on the secondary) with a landing stream on the primary; pinned host buffers; an event
+    per row that the execution stream waits on. The stream operations are
+    ``runtime.streams``' (``ops``: ``CudaOps``, or ``RecordingOps`` to check the order on
+    the CPU). Ordering, beyond the row events:
+
+    - the load and landing streams first wait for everything queued on the execution
+      stream: destination blocks are allocated on it and may be blocks an evicted model's
+      queued kernels still read;
+    - a row over secondary ``k`` is copied into a staging buffer on that GPU's copy stream,
+      then forwarded by a device-to-device copy that PyTorch runs on the *source* device's
+      current stream: the migration stream (on the secondary) is made current for it, and
+      the landing stream current on the primary (the copy's barrier is with that stream,
+      never with the execution stream); staging buffers are ``record_stream``-ed to the
+      migration stream and kept until their row has arrived;
+    - destination tensors are ``record_stream``-ed to the stream that wrote them.
+    """
 
     name = "cuda"
 
@@ -91,20 +123,52 @@ class CudaBackend:
         self,
         alias: Callable[[torch.Tensor, int], torch.Tensor],
         device: str = "cuda",
-        secondaries: Sequence[str] = (),
+        secondaries: Sequence[str | int] = (),
+        ops: Any = None,
     ) -> None:
-        self.device = torch.device(device)
-        self.secondaries = [torch.device(d) for d in secondaries]
+        """``secondaries``: the GPUs whose host links parts 1, 2, ... come over, in part
+        order (``planning.deepplan.pt_gpus``)."""
+        from hetserve.runtime.streams import CudaOps
+
+        self.ops = ops if ops is not None else CudaOps()
+        # ``cuda`` alone is the current device, resolved now (not index 0)
+        self.dev = self.ops.device(device)
+        self.secondaries = [s if isinstance(s, int) else self.ops.device(s) for s in secondaries]
+        if self.dev in self.secondaries:
+            raise HetserveError(f"cuda:{self.dev} cannot be its own PT secondary")
         self._alias = alias
+        self.exec = self.ops.current(self.dev)  # the stream the model runs on
+        self._load = self.ops.stream(self.dev)
+        self._sec = {
+            k + 1: (self.ops.stream(d), self.ops.stream(d), self.ops.stream(self.dev), d)
+            for k, d in enumerate(self.secondaries)
+        }
 
     def stage_host(self, t: torch.Tensor) -> torch.Tensor:
-        return t.detach().cpu().pin_memory()
+        return self.ops.pin(t)
 
     def alias(self, host: torch.Tensor) -> torch.Tensor:
-        return self._alias(host, self.device.index or 0)
+        return self._alias(host, self.dev)
 
     def empty(self, like: torch.Tensor) -> torch.Tensor:
-        return torch.empty(like.shape, dtype=like.dtype, device=self.device)
+        with self.ops.use(self.exec):
+            return self.ops.empty(like, self.dev)
+
+    def executing(self) -> Any:
+        return self.ops.use(self.exec)
+
+    def kernels(self, row: int, reads: Sequence[torch.Tensor]) -> None:
+        self.ops.kernels(reads, f"row {row}")
+
+    def release(self, tensors: Sequence[torch.Tensor]) -> None:
+        for t in tensors:
+            self.ops.drop(t)
+
+    def finish(self) -> None:
+        """Block until the execution stream's queued work is done."""
+        ev = self.ops.event()
+        self.ops.record(ev, self.exec)
+        self.ops.event_sync(ev)
 
     def start(
         self,
@@ -113,46 +177,62 @@ class CudaBackend:
         on_row: Callable[[int], None],
         on_done: Callable[[], None],
     ) -> dict[int, Any]:
-        load = torch.cuda.Stream(self.device)
-        sec = {k + 1: (torch.cuda.Stream(d), torch.cuda.Stream(self.device), d)
-               for k, d in enumerate(self.secondaries)}  # fmt: skip
+        ops = self.ops
+        ops.wait_stream(self._load, self.exec)
+        for _, _, land, _ in self._sec.values():
+            ops.wait_stream(land, self.exec)
         events: dict[int, Any] = {}
+        staging: dict[int, list[torch.Tensor]] = {}
         for i, pairs in rows:
             p = part_of[i]
-            ev = torch.cuda.Event()
+            ev = ops.event()
             if p == 0:
-                with torch.cuda.stream(load):
+                with ops.use(self._load):
                     for dst, src in pairs:
-                        dst.copy_(src, non_blocking=True)
-                    ev.record(load)
+                        ops.copy(dst, src)
+                        ops.record_stream(dst, self._load)
+                    ops.record(ev, self._load)
             else:
-                if p not in sec:
-                    raise HetserveError(f"row {i} loads over part {p}: no such secondary GPU")
-                copy, migrate, dev = sec[p]
+                if p not in self._sec:
+                    raise HetserveError(
+                        f"row {i} loads over part {p}: the backend has "
+                        f"{len(self._sec)} secondary GPU(s)"
+                    )
+                copy, migrate, land, sdev = self._sec[p]
                 staged = []
-                with torch.cuda.stream(copy):
+                with ops.use(copy):
                     for dst, src in pairs:
-                        staged.append((dst, src.to(dev, non_blocking=True)))
-                    arrived = torch.cuda.Event()
-                    arrived.record(copy)
-                with torch.cuda.stream(migrate):
-                    migrate.wait_event(arrived)
+                        tmp = ops.empty(src, sdev)
+                        ops.copy(tmp, src)
+                        staged.append((dst, tmp))
+                    arrived = ops.event()
+                    ops.record(arrived, copy)
+                ops.wait_event(migrate, arrived)
+                with ops.use(land, migrate):
                     for dst, tmp in staged:
-                        dst.copy_(tmp, non_blocking=True)
-                    ev.record(migrate)
+                        ops.copy(dst, tmp)
+                        ops.record_stream(tmp, migrate)
+                        ops.record_stream(dst, migrate)
+                    ops.record(ev, migrate)
+                staging[i] = [tmp for _, tmp in staged]
             events[i] = ev
 
         def watch() -> None:
             for i, _ in rows:
-                events[i].synchronize()
+                ops.event_sync(events[i])
+                self.release(staging.pop(i, []))
                 on_row(i)
             on_done()
 
-        threading.Thread(target=watch, name="hetserve-load-watch", daemon=True).start()
+        spawn = getattr(ops, "spawn", None)
+        if spawn is not None:  # the recorder runs it when told (RecordingOps.settle)
+            spawn(watch)
+        else:
+            threading.Thread(target=watch, name="hetserve-load-watch", daemon=True).start()
         return events
 
     def wait(self, event: Any) -> None:
-        torch.cuda.current_stream(self.device).wait_event(event)
+        self.ops.wait_event(self.exec, event)
 
 
 class ColdModel:
@@ -171,9 +251,12 @@ class ColdModel:
         self.row_names, self.row_weights = rows
         self.host = {n: backend.stage_host(t) for n, t in self._state().items()}
         self.events: dict[int, Any] = {}
+        self._row_tensors: dict[int, list[torch.Tensor]] = {}  # what each row's kernels read
+        self._copies: list[torch.Tensor] = []  # the device copies of the loaded rows
+        self._pipelined = True
         self.loaded = False
         self.loading = False
-        self.log: list[tuple[str, int]] = []  # ("loaded"|"waited", row), for tests
+        self.log: list[tuple[str, int]] = []  # ("loaded"|"waited"|"started", row): tests
         self._lock = threading.Lock()
         self._hooks: list[Any] = []
         self._call = 0
@@ -210,10 +293,11 @@ class ColdModel:
         i = self._call
         self._call += 1
         ev = self.events.get(i)
-        if ev is not None:
+        if ev is not None and self._pipelined:
             self.backend.wait(ev)
             with self._lock:
                 self.log.append(("waited", i))
+        self.backend.kernels(i, self._row_tensors.get(i, ()))
 
     def load(self, plan: LoadPlan, on_done: Callable[[], None] | None = None) -> None:
         """Start loading by ``plan``; returns at once. ``on_done`` runs (on the loader's
@@ -226,12 +310,16 @@ class ColdModel:
         if self.loaded or self.loading:
             raise HetserveError("load: the model is already loaded or loading")
         self.loading = True
+        self._pipelined = plan.pipelined
         self.log.clear()
         copies: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]] = []
+        self._row_tensors, self._copies = {}, []
         for i, names in enumerate(self.row_weights):
             if plan.modes[i] == DHA:
-                for n in names:
-                    self._set(n, self.backend.alias(self.host[n]))
+                aliases = [self.backend.alias(self.host[n]) for n in names]
+                for n, a in zip(names, aliases, strict=True):
+                    self._set(n, a)
+                self._row_tensors[i] = aliases
                 continue
             pairs = []
             for n in names:
@@ -240,6 +328,8 @@ class ColdModel:
                 pairs.append((dst, self.host[n]))
             if pairs:
                 copies.append((i, pairs))
+                self._row_tensors[i] = [d for d, _ in pairs]
+                self._copies += [d for d, _ in pairs]
         order = sorted(copies, key=lambda c: (plan.parts[c[0]], c[0]))
 
         def row_done(i: int) -> None:
@@ -254,10 +344,20 @@ class ColdModel:
         self.events = self.backend.start(order, plan.parts, row_done, all_done)
 
     def run(self, x: Any) -> Any:
-        """A forward pass, waiting per row for weights still on their way."""
+        """A forward pass, waiting per row for weights still on their way (a plan that is
+        not pipelined, the baseline: for every row, before the pass begins). On CUDA it
+        returns when the kernels are queued (:meth:`finish` waits for them)."""
         self._call = 0
-        with torch.inference_mode():
-            out = self.net(x)
+        with self.backend.executing():
+            if not self._pipelined:
+                for i in sorted(self.events):
+                    self.backend.wait(self.events[i])
+                    with self._lock:
+                        self.log.append(("waited", i))
+            with self._lock:
+                self.log.append(("started", 0))
+            with torch.inference_mode():
+                out = self.net(x)
         if self._call != len(self):
             raise HetserveError(f"a pass made {self._call} leaf calls, the table has {len(self)}")
         return out
@@ -267,5 +367,11 @@ class ColdModel:
         if self.loading:
             raise HetserveError("evict: the model is still loading")
         self._clear_all()
+        self.backend.release(self._copies)
+        self._copies, self._row_tensors = [], {}
         self.events = {}
         self.loaded = False
+
+    def finish(self) -> None:
+        """Wait until the work queued by :meth:`run` is done (CUDA: the execution stream)."""
+        self.backend.finish()

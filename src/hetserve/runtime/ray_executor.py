@@ -13,6 +13,11 @@ it to the next stage's actor, so activations go from worker to worker without pa
 through the scheduler host. Stages run on the actor's one stage thread; ``stop`` has a
 thread of its own (Ray's concurrency groups), so it reaches a running stage, which stops at
 its next block boundary (a ``Preempt``).
+With a plan that has load plans (DeepPlan cold starts) the actors hold nothing at start:
+a ``Load`` makes the worker's actor load the model on its device by the plan (CUDA
+streams on a GPU, ``runtime.coldload``), ``loaded`` (a thread of its own) reports the end,
+a batch runs whole while rows arrive, and ``Evict`` frees the copies. PT plans need other
+GPUs' host links, which an actor cannot see: the server refuses them on this engine.
 Without an address Ray starts a local instance; with one it joins that cluster.
 """
 
@@ -27,135 +32,21 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import ray
 import torch
 from ray.exceptions import RayActorError
 
 from hetserve.runtime.emulated import block_times
 from hetserve.runtime.engine import RuntimeEngine, _Task
+from hetserve.runtime.ray_actor import StageActor, _numpy, _torch
 from hetserve.runtime.ray_emulated import EmulatedActor
-from hetserve.runtime.torch_executor import _row, _stack, example_row, row_versions
+from hetserve.runtime.torch_executor import _row, row_versions
 
 # how often the node watch reads Ray's node table (a dead node's idle workers are lost
 # within about this long; busy ones at once, when their call fails)
 WATCH_PERIOD_S = 0.5
 # stage calls per worker at start-up to measure what the Ray path adds to a stage
 OVERHEAD_ROUNDS = 5
-
-
-# stages run one at a time, on the default group's one thread; ``stop`` and ``where`` have
-# a thread of their own, so a stop reaches a running stage (two threads for every method,
-# as before, let two stages run at once if ever sent together)
-@ray.remote(concurrency_groups={"control": 1})
-class StageActor:
-    def __init__(
-        self, build: Callable[[str], Any], n_blocks: int, device: str, threads: int = 0
-    ) -> None:
-        import torch
-
-        from hetserve.runtime.torch_executor import TorchExecutor
-
-        if threads > 0:  # Ray sets OMP_NUM_THREADS=1 in actors; a CPU worker wants its share
-            torch.set_num_threads(threads)
-
-        self.ex = TorchExecutor(build, n_blocks=n_blocks, device=device)
-        self.stops: set[int] = set()
-
-    def prepare(
-        self, worker: str, stages: list[tuple[str, tuple[int, int]]],
-        versions: dict[str, list[int]] | None = None,
-    ) -> bool:  # fmt: skip
-        """Build this worker's stage runners (also for the models' other served
-        ``versions``) and run each first stage once (weights in place, kernels warmed), so
-        the first requests are not slowed by it."""
-        for model, blocks in stages:
-            for v in [None, *(versions or {}).get(model, [])]:
-                runner = self.ex.runner(worker, model, blocks, v)
-                if blocks[0] == 0:
-                    runner.run(self.ex._models[model].input_spec.example(1))
-        return True
-
-    @ray.method(concurrency_group="control")
-    def stop(self, key: int) -> None:
-        self.stops.add(key)
-
-    def example(self, model: str) -> Any:
-        """One request's example input (no batch dimension) as a NumPy array (None for
-        several inputs)."""
-        x = self.ex._models[model].input_spec.example(1)
-        return _numpy(x[0]) if isinstance(x, torch.Tensor) else None
-
-    @ray.method(concurrency_group="control")
-    def where(self) -> dict[str, Any]:
-        from hetserve.runtime.ray_placement import where_am_i
-
-        return where_am_i()
-
-    def run(
-        self,
-        key: int,
-        worker: str,
-        model: str,
-        blocks: tuple[int, int],
-        x: Any,
-        n: int,
-        parked: list[tuple[Any, int]] | None = None,
-        versions: tuple[int | None, ...] | None = None,
-    ) -> tuple[Any, tuple[int, bool, float]]:
-        """One stage; its output and (blocks run, completed, seconds of compute). ``x``:
-        the input batch, the requests' tensors, the previous stage's
-        output, or None (example inputs); ``parked``: a continued batch's input, each
-        request's (output of an open route, row); ``versions``: the rows' model versions
-        (None: the default version for all)."""
-
-        from hetserve.runtime.torch_executor import _row
-
-        if parked is not None:
-            refs = list({r.hex(): r for r, _ in parked}.values())
-            got = dict(zip([r.hex() for r in refs], map(_torch, ray.get(refs)), strict=True))
-            x = _stack([_row(got[r.hex()], i) for r, i in parked])
-        elif isinstance(x, (np.ndarray, tuple)):  # a batch, or the previous stage's output
-            x = _torch(x)
-        elif x is None:  # the first stage, no payloads: the model's example inputs
-            x = self.ex.net(model).input_spec.example(n)
-        elif isinstance(x, list):  # per request: its input in the store, a tensor, or None
-            refs = [p for p in x if isinstance(p, ray.ObjectRef)]
-            got = iter(ray.get(refs)) if refs else iter(())
-            rows = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
-            ex = None
-            if any(r is None for r in rows):  # some requests came without a tensor
-                ex = example_row(self.ex.net(model))
-            x = _stack([r if r is not None else ex for r in rows])
-        t0 = time.perf_counter()
-        res = self.ex.run_stage(worker, model, blocks, x, versions, lambda: key in self.stops)
-        compute_s = time.perf_counter() - t0
-        self.stops.discard(key)
-        # activations between stages go to the store as NumPy arrays: Ray stores those
-        # without pickling the data, and the next actor maps them (a torch tensor is
-        # pickled, about 2x the cost at a batch of 8 ResNet inputs); the model's output
-        # too (it goes back to the scheduler host, which may have no GPU: 0.5 ms less per
-        # call than a tensor, measured with ResNet-18 at batch 1)
-        out = _numpy(res.output)
-        return out, (res.blocks_done, res.completed, compute_s)
-
-
-def _numpy(x: Any) -> Any:
-    """Tensors (or tuples of them, on any device) as NumPy arrays in host memory."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().contiguous().numpy()
-    if isinstance(x, (tuple, list)):
-        return tuple(_numpy(v) for v in x)
-    return x
-
-
-def _torch(x: Any) -> Any:
-    """Arrays from the object store (read-only, mapped) as tensors of their own."""
-    if isinstance(x, np.ndarray):
-        return torch.from_numpy(np.array(x, copy=True))
-    if isinstance(x, (tuple, list)):
-        return tuple(_torch(v) for v in x)
-    return x
 
 
 @contextlib.contextmanager
@@ -192,13 +83,21 @@ class RayExecutor:
         runtime_env: dict[str, Any] | None = None,
         versions: dict[str, list[int]] | None = None,
         version_of: Callable[[int], int | None] | None = None,
+        preemptive: bool = True,
+        cold: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
+        gpu_device: str = "cuda",
     ) -> None:
-        """``cpu_threads``: torch threads of all CPU worker slots together, split evenly
-        (0: the threads torch uses in this process); ``emulate``: actors sleep for the
-        latency model's time; ``found``: the discovered cluster (``runtime.discovery``;
-        None: discovered here when the plan has GPU workers); ``versions``: per model, the
-        served versions other than the default (built on every worker of the model);
-        ``version_of(request_id)``: a request's version (None: the default)."""
+        """``preemptive``: stages stop at block boundaries when told (on CUDA each boundary
+        then waits for its kernels); ``cpu_threads``: torch threads of all CPU worker slots
+        together, split evenly (0: the threads torch uses in this process); ``emulate``:
+        actors sleep for the latency model's time; ``found``: the discovered cluster
+        (``runtime.discovery``; None: discovered here when the plan has GPU workers);
+        ``versions``: per model, the served versions other than the default (built on every
+        worker of the model); ``version_of(request_id)``: a request's version (None: the
+        default); ``cold``: ``(leaf_rows, host_alias)`` for a plan with load plans (the
+        actors load models on demand, by the plan, and hold nothing at start);
+        ``gpu_device``: what GPU workers compute on (``cuda``, the GPU Ray gave the actor;
+        tests on GPU-less nodes that declare GPUs pass ``cpu``)."""
         from hetserve.runtime.discovery import check_versions, connect, discover
         from hetserve.runtime.ray_placement import RayPlacement, WorkerPlace, verify
 
@@ -214,6 +113,7 @@ class RayExecutor:
         self._watch: threading.Thread | None = None
         self._closing = threading.Event()
         self.placement: Any = None
+        self.cold = False  # a plan with load plans: models load on demand
         self.stage_overhead_s: dict[str, float] = {}
         try:
             if found is None and any(w.gpu.name != "CPU" for w in view.workers.values()):
@@ -232,14 +132,18 @@ class RayExecutor:
                     continue
                 gpu = info.gpu.name != "CPU"
                 self.actors[wid] = StageActor.options(**opts).remote(
-                    build, n_blocks, "cuda" if gpu else "cpu", 0 if gpu else threads
-                )
+                    build, n_blocks, gpu_device if gpu else "cpu", 0 if gpu else threads,
+                    preemptive, cold,
+                )  # fmt: skip
             wids = list(self.actors)
             got = ray.get([self.actors[w].where.remote() for w in wids])
             self.places = {w: WorkerPlace(**g) for w, g in zip(wids, got, strict=True)}
             verify(view, found, self.places)
             todo: dict[str, list[tuple[str, tuple[int, int]]]] = {w: [] for w in self.actors}
+            self.cold = cold is not None and bool(plan is not None and plan.load_plans)
             for (model, pi, si), workers in view.placement.stages.items():
+                if self.cold:
+                    break  # loaded on demand: nothing to build, warm or measure at start
                 if plan is not None and model in plan.models:
                     blocks = plan.models[model].pipelines[pi].stages[si].blocks
                     for w in workers:
@@ -370,6 +274,39 @@ class RayExecutor:
             engine.stage_finished(task, blocks_done, out_ref, preempted=not completed)
 
         asyncio.wrap_future(meta_ref.future()).add_done_callback(done)
+
+    def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
+        """A ``Load`` (plans with load plans): the worker's actor starts the cold start
+        and the end is told to the engine (a failed one too, with its reason)."""
+        from hetserve.runtime.torch_executor import TorchExecutor
+
+        lp = TorchExecutor._load_plan(engine, a.model) if self.cold else None
+        if lp is None:  # no load plan: the planned blocks are resident from the start
+            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            return
+        if a.worker in self.dead:
+            engine.clock.call_at(now, lambda: engine.worker_lost(a.worker))
+            return
+        actor = self.actors[a.worker]
+        actor.load.remote(a.worker, a.model, lp.plan)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            err = fut.exception()
+            if isinstance(err, RayActorError):
+                self.dead.add(a.worker)
+                engine.worker_lost(a.worker)
+            elif err is not None:
+                cause = getattr(err, "cause", None) or err
+                engine.load_finished(a, now, False, f"{type(cause).__name__}: {cause}")
+            else:
+                engine.load_finished(a, now)
+
+        ref = actor.loaded.remote(a.worker, a.model)
+        asyncio.wrap_future(ref.future()).add_done_callback(done)
+
+    def evict(self, engine: RuntimeEngine, a: Any) -> None:
+        if self.cold and a.worker not in self.dead:
+            self.actors[a.worker].evict.remote(a.worker, a.model)
 
     def _overhead(self, sent: float, compute_s: float) -> None:
         self.overhead_s.append(time.perf_counter() - sent - compute_s)

@@ -84,6 +84,9 @@ class ServerConfig:
     runtime_env: dict[str, Any] | None = None
     # the models' served versions, and models that could not load (``runtime.versions``)
     versions: VersionTable = field(default_factory=VersionTable)
+    # what the Ray engine's GPU workers compute on: ``cuda`` (the GPU Ray gave the actor);
+    # tests on GPU-less Ray nodes that declare GPUs set ``cpu``
+    gpu_device: str = "cuda"
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
@@ -181,13 +184,21 @@ class Server:
     def _check_engine(self, view: ClusterView) -> None:
         """The in-process engine runs every stage on this process's CPU: a plan with GPU
         workers needs the Ray engine (whose actors are placed on GPUs) or ``--emulate``.
-        Cold-start plans (load plans) run emulated in this process or on the in-process
-        engine."""
-        if self.setup.plan.load_plans and self.cfg.engine == "ray":
+        Cold-start plans (load plans) run emulated in this process, or for real on either
+        engine (the Ray engine's GPU workers load on their GPU by CUDA streams), except
+        PT plans on Ray: an actor sees only its own GPU, not the secondaries' host links."""
+        lps = self.setup.plan.load_plans
+        if lps and self.cfg.engine == "ray" and self.cfg.emulate:
             raise HetserveError(
-                "a plan with load plans (cold starts) runs with --emulate (without "
-                "--address) or --engine threads; the Ray engine loads every planned model "
-                "at start"
+                "a plan with load plans (cold starts) is emulated in this process: leave "
+                "out --address (or serve it for real on the Ray engine)"
+            )
+        pt = sorted(m for m, lp in lps.items() if lp.plan.n_parts > 1)
+        if pt and self.cfg.engine == "ray" and not self.cfg.emulate:
+            raise HetserveError(
+                f"model {pt[0]}: its load plan ({lps[pt[0]].plan.kind}) loads over "
+                f"{lps[pt[0]].plan.n_parts} GPUs' host links, but a Ray worker sees only its "
+                f"own GPU: serve it with --emulate, or plan another kind (dha, pipeswitch)"
             )
         several = sorted(m for m in self.cfg.versions.others() if m in self.setup.plan.load_plans)
         if several and not self.cfg.emulate:
@@ -209,6 +220,10 @@ class Server:
         loop = asyncio.get_running_loop()
         view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
         self._check_engine(view)
+        sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
+        # stages stop at block boundaries only for a scheduler that preempts (FLEX): on
+        # CUDA every boundary then waits for its kernels
+        preemptive = bool(getattr(sched, "preempt", False))
         if self.cfg.emulate and self.cfg.engine == "ray":  # emulated actors on a Ray cluster
             from hetserve.runtime.ray_executor import RayExecutor
 
@@ -227,10 +242,14 @@ class Server:
                 from hetserve.runtime.ray_executor import RayExecutor
 
                 executor = RayExecutor(
-                    view, self.cfg.build, self.cfg.n_blocks, self.cfg.ray_address,
+                    view, self.cfg.build,
+                    1 if self.setup.plan.load_plans else self.cfg.n_blocks, self.cfg.ray_address,
                     self.setup.plan, self.cfg.cpu_threads, found=self.cfg.found,
                     runtime_env=self.cfg.runtime_env, versions=self.cfg.versions.others(),
-                    version_of=self._versions.get,
+                    version_of=self._versions.get, preemptive=preemptive,
+                    cold=(self.cfg.leaf_rows, self.cfg.host_alias)  # type: ignore[arg-type]
+                    if self.setup.plan.load_plans else None,
+                    gpu_device=self.cfg.gpu_device,
                 )  # fmt: skip
             else:
                 if self.cfg.cpu_threads > 0:  # (process-wide: the stages run in this process)
@@ -245,7 +264,7 @@ class Server:
                 else:
                     executor = TorchExecutor(
                         self.cfg.build, n_blocks=self.cfg.n_blocks,
-                        version_of=self._versions.get,
+                        version_of=self._versions.get, preemptive=preemptive,
                     )  # fmt: skip
                     executor.prepare(
                         self.setup.plan, self.setup.placement, self.cfg.versions.others()
@@ -254,7 +273,6 @@ class Server:
         if self.cfg.admission:
             mb = self.cfg.params.get("max_batch")
             self.admission = Admission(view, self.setup.plan, mb if isinstance(mb, int) else 0)
-        sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         self.engine = RuntimeEngine(
             view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),
             self._done, emulate_links=self.cfg.emulate, log_limit=10_000,

@@ -47,6 +47,22 @@ def decode_cut(x: Any, dtype: torch.dtype = torch.float32) -> Any:
     return _map_tensors(x, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
+def device_sync(device: str | torch.device) -> Callable[[], None] | None:
+    """On CUDA: a function that returns once the work queued so far on the device's
+    current stream is done (an event recorded and waited for); None on the CPU, where a
+    layer has run when its call returns."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+
+    def sync() -> None:
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(dev))
+        ev.synchronize()
+
+    return sync
+
+
 @dataclass
 class StageResult:
     output: Any  # the last block's output (encoded for the next cut unless last)
@@ -83,6 +99,9 @@ class StageRunner:
         self.cut_dtype = cut_dtype
         self.dtype = getattr(model, "compute_dtype", torch.float32)
         self.last = stop == len(blocks)
+        # CUDA only queues kernels: a block boundary is an exit point once the block has
+        # run, and a stage has finished once its kernels have
+        self.sync = device_sync(self.device)
 
     def run(self, x: Any, should_stop: Callable[[], bool] | None = None) -> StageResult:
         """Run the stage on a batch (decoded from the cut before it unless it is the first
@@ -103,8 +122,14 @@ def run_together(
     """Run the same blocks of several runners (one per version of a model: the same
     blocks, each version's weights) on their parts of one batch, block by block in
     lockstep, so that a stop leaves every part at the same block boundary. The output is
-    the list of the parts' outputs."""
+    the list of the parts' outputs.
+
+    On CUDA (``StageRunner.sync``) the blocks' kernels are waited for at each boundary
+    where ``should_stop`` is asked (so a stop leaves the GPU idle at that boundary, and the
+    stage's time is the GPU's), and at the end (a stage is finished when its kernels
+    are): without ``should_stop``, once per stage."""
     first = runners[0]
+    sync = first.sync
     # floating inputs and cuts in the model's dtype (a repository model's may be FP16
     # or BF16; requests and cuts carry FP32 or FP16)
     xs = [_map_tensors(decode_cut(x, r.dtype), lambda t, r=r: t.to(r.device))
@@ -112,11 +137,16 @@ def run_together(
     done = 0
     with torch.inference_mode():
         for k in range(first.first, first.stop):
-            if should_stop is not None and done > 0 and should_stop():
-                return StageResult(None, done, False)
+            if should_stop is not None and done > 0:
+                if sync is not None:
+                    sync()
+                if should_stop():
+                    return StageResult(None, done, False)
             lo, hi = first.blocks.bounds[k], first.blocks.bounds[k + 1]
             xs = [r.model.run_layers(x, lo, hi) for r, x in zip(runners, xs, strict=True)]
             done += 1
+    if sync is not None:
+        sync()
     if not first.last and should_stop is not None and should_stop():
         return StageResult(None, done, False)  # the cut is an exit point too
     return StageResult([r._finish(x) for r, x in zip(runners, xs, strict=True)], done, True)

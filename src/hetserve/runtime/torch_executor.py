@@ -45,14 +45,18 @@ class TorchExecutor:
         leaf_rows: Callable[[Any], Any] | None = None,
         host_alias: Callable[[Any, int], Any] | None = None,
         version_of: Callable[[int], int | None] | None = None,
+        preemptive: bool = True,
     ) -> None:
-        """``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits below the
+        """``preemptive``: stages may be stopped at block boundaries (a scheduler that
+        preempts); on CUDA each boundary then waits for its block's kernels.
+        ``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits below the
         zoo in the layering, so the caller passes ``hetserve.zoo.registry.build``).
         Cold loading needs ``leaf_rows`` and, on CUDA, ``host_alias`` likewise
         (``hetserve.profiling.layers``)."""
         self.leaf_rows = leaf_rows
         self.host_alias = host_alias
         self.version_of = version_of
+        self.preemptive = preemptive
         self.build = build
         self.n_blocks = n_blocks
         self.device = device
@@ -72,33 +76,38 @@ class TorchExecutor:
             lp = cold.model_load_plan(model)
         return lp
 
-    def _backend(self) -> Any:
+    def _backend(self, secondaries: list[int] | None = None) -> Any:
+        """The loader's backend: CUDA streams on this executor's device (``secondaries``:
+        the GPUs, by index, whose host links PT's parts 1.. come over), else a thread."""
         from hetserve.runtime.coldload import CudaBackend, ThreadBackend
 
         if self.device.startswith("cuda"):
             if self.host_alias is None:
                 raise RuntimeError("cold loading on CUDA needs host_alias")
-            n = torch.cuda.device_count()
-            me = torch.device(self.device).index or 0
-            others = [f"cuda:{i}" for i in range(n) if i != me]
-            return CudaBackend(self.host_alias, self.device, others)
+            return CudaBackend(self.host_alias, self.device, secondaries or [])
         return ThreadBackend()
 
-    def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
-        from hetserve.core.layerlatency import base_model
-        from hetserve.runtime.coldload import ColdModel
+    @staticmethod
+    def pt_secondaries(engine: RuntimeEngine, worker: str, n_parts: int) -> list[int]:
+        """The secondary GPUs of a load plan over ``n_parts`` host links for ``worker``:
+        those the planner counted (``planning.deepplan.pt_gpus``: one per other PCIe
+        switch, NVLink-joined), by index on the worker's node."""
+        if n_parts <= 1:
+            return []
+        from hetserve.planning.deepplan import pt_gpus
 
+        info = engine.view.workers[worker]
+        gpu = engine.view.cluster.gpu(info.gpu_id)
+        return pt_gpus(engine.view.cluster.node(info.node), gpu.index, n_parts)[1:]
+
+    def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
         lp = self._load_plan(engine, a.model)
         if lp is None:  # no load plan: the planned blocks are resident from the start
             engine.clock.call_at(now, lambda: engine.load_finished(a, now))
             return
-        key = (a.worker, a.model)
-        cm = self._cold.get(key)
-        if cm is None:
-            if self.leaf_rows is None:
-                raise RuntimeError("cold loading needs leaf_rows (hetserve.profiling.layers)")
-            net = self.build(base_model(a.model))
-            cm = self._cold[key] = ColdModel(net, self._backend(), self.leaf_rows(net))
+        cm = self.cold_model(
+            a.worker, a.model, self.pt_secondaries(engine, a.worker, lp.plan.n_parts)
+        )
         if cm.loaded or cm.loading:
             engine.clock.call_at(now, lambda: engine.load_finished(a, now))
             return
@@ -114,6 +123,33 @@ class TorchExecutor:
             return
         loop = engine.clock.loop  # type: ignore[attr-defined]
         cm.load(lp.plan, lambda: loop.call_soon_threadsafe(engine.load_finished, a, now))
+
+    def cold_model(self, worker: str, model: str, secondaries: list[int] | None = None) -> Any:
+        """The worker's cold instance of ``model`` (made on first use: weights in host
+        memory, none on the device)."""
+        from hetserve.core.layerlatency import base_model
+        from hetserve.runtime.coldload import ColdModel
+
+        key = (worker, model)
+        cm = self._cold.get(key)
+        if cm is None:
+            if self.leaf_rows is None:
+                raise RuntimeError("cold loading needs leaf_rows (hetserve.profiling.layers)")
+            net = self.build(base_model(model))
+            cm = self._cold[key] = ColdModel(net, self._backend(secondaries), self.leaf_rows(net))
+        return cm
+
+    def run_cold(self, worker: str, model: str, x: Any) -> Any:
+        """A batch through the worker's cold instance, whole (each layer waiting for its
+        weights), returned once its kernels are done. ``x``: the batch, or None (the
+        model's example input, ``n`` rows)."""
+        cm = self._cold.get((worker, model))
+        if cm is None:
+            raise RuntimeError(f"{model} was never loaded on {worker}")
+        dev = "cpu" if cm.backend.name == "cpu" else self.device
+        out = cm.run(_map(x, lambda t: t.to(dev)))
+        cm.finish()
+        return out
 
     def evict(self, engine: RuntimeEngine, a: Any) -> None:
         cm = self._cold.get((a.worker, a.model))
@@ -232,6 +268,7 @@ class TorchExecutor:
             def work() -> tuple[Any, int, bool, float]:
                 t0 = time.perf_counter()
                 out = cm.run(x)
+                cm.finish()  # (CUDA: finished when its kernels are)
                 return out, step.blocks[1] - step.blocks[0], True, time.perf_counter() - t0
 
         else:
@@ -239,11 +276,11 @@ class TorchExecutor:
             versions = row_versions(self.version_of, d.requests)
             runner = self.runner(step.worker, d.model, step.blocks)
 
+            stop = (lambda: task.stop) if self.preemptive else None
+
             def work() -> tuple[Any, int, bool, float]:
                 t0 = time.perf_counter()
-                res = self.run_stage(
-                    step.worker, d.model, step.blocks, x, versions, lambda: task.stop
-                )
+                res = self.run_stage(step.worker, d.model, step.blocks, x, versions, stop)
                 return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
 
         def done(result: tuple[Any, int, bool, float]) -> None:
