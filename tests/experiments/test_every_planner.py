@@ -23,7 +23,8 @@ from hetserve.experiments.live import replay_http, serve_in_thread
 from hetserve.experiments.setup import build_trace, model_rates
 from hetserve.planning.registry import planners
 from hetserve.runtime.http import create_app
-from hetserve.runtime.server import Server, ServerConfig, wall_clock_params
+from hetserve.runtime.server import Server, ServerConfig
+from hetserve.runtime.serverconfig import wall_clock_params
 
 TOLERANCE = 0.10  # served attainment within 10 points of the simulated one
 RATE_RPS, DURATION_S = 30.0, 3.0

@@ -321,7 +321,8 @@ def serve(
     from hetserve.experiments.setup import parse_slo
     from hetserve.profiling.cache import default_cpu_threads, measured_profiles
     from hetserve.runtime.http import HttpConfig, create_app
-    from hetserve.runtime.server import Server, ServerConfig, check_served, wall_clock_params
+    from hetserve.runtime.server import Server, ServerConfig, check_served
+    from hetserve.runtime.serverconfig import wall_clock_params
 
     names = csv_list(models) if models else []
     if not names and plan_file is None:
