@@ -5,9 +5,9 @@ the runtime engine."""
 import pytest
 
 from hetserve.core.requests import Stream
+from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.rules import ProtocolError
 from hetserve.engine.setup import build_setup
-from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock
 from hetserve.scheduling import (
     BaseScheduler,
@@ -106,10 +106,10 @@ def _in_sim(rule):
 def _in_runtime(rule):
     clock = VirtualClock()
     view = ClusterView.build(SETUP.cluster, SETUP.latency, SETUP.placement)
-    eng = RuntimeEngine(view, SETUP.plan, Broken(rule), EmulatedExecutor(), clock)
+    eng = RuntimeEngine(view, SETUP.plan, Broken(rule), ModelledExecutor(), clock)
     eng.start()
     for r in _trace().requests():
-        clock.call_at(r.arrival_s, lambda r=r: eng.submit(r))
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
     with pytest.raises(ProtocolError) as e:
         clock.run()
     return str(e.value)

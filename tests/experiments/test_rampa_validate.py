@@ -48,6 +48,6 @@ def test_cuts_take_the_placed_paths():
     sim = Simulator(CLUSTER, lat, plan, placement, make_scheduler("fixed-batch", {}),
                     merge([], [], 1.0))  # fmt: skip
     for (a, b), path in pins.items():  # the simulator takes the plan's paths
-        assert sim.routes.links.path(a, b)[0] == path
+        assert sim.links.path(a, b)[0] == path
     again = Plan.from_json(json.loads(json.dumps(plan.to_json())), "p.json")
     assert again.binding == plan.binding and again.paths == plan.paths

@@ -11,8 +11,8 @@ from hetserve.core.outcome import OK
 from hetserve.core.plan import bind
 from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
+from hetserve.engine.modelled import ModelledExecutor
 from hetserve.planning.deepplan import plan_cold_starts
-from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock
 from hetserve.scheduling import ClusterView, make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
@@ -39,7 +39,7 @@ def _runtime(plan, lat, pl, sched, trace, executor):
     eng = RuntimeEngine(view, plan, sched, executor, clock, on_done)
     eng.start()
     for r in trace.requests():
-        clock.call_at(r.arrival_s, lambda r=r: eng.submit(r))
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
     clock.run()
     return done
 
@@ -51,7 +51,8 @@ def test_emulated_runtime_follows_the_simulator_through_cold_starts(kind):
     tr = generate([Stream(m, m, 0.2, Poisson(80 / len(names))) for m in names], 4.0, 5)
     res = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {}), tr,
                     SimConfig(warm=False)).run()  # fmt: skip
-    done = _runtime(plan, lat, pl, make_scheduler("coldstart", {}), tr, EmulatedExecutor())
+    sched = make_scheduler("coldstart", {})
+    done = _runtime(plan, lat, pl, sched, tr, ModelledExecutor(warm=False))
     assert len(done) == len(tr)
     for i in range(len(tr)):
         outcome, t, _ = done[i]

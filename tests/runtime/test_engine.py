@@ -4,10 +4,10 @@ per request, and real PyTorch execution."""
 import pytest
 
 from hetserve.core.outcome import OK
+from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.setup import build_setup
 from hetserve.experiments.setup import build_trace
 from hetserve.experiments.shepherd.scenarios import group_setup
-from hetserve.runtime.emulated import EmulatedExecutor
 from hetserve.runtime.engine import RuntimeEngine, VirtualClock
 from hetserve.scheduling import ClusterView, make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
@@ -24,13 +24,13 @@ def _runtime(setup, name, trace, params=None, fail=None):
         done[r.id] = outcome
 
     eng = RuntimeEngine(
-        view, setup.plan, make_scheduler(name, params), EmulatedExecutor(), clock, on_done
+        view, setup.plan, make_scheduler(name, params), ModelledExecutor(), clock, on_done
     )
     eng.start()
     for r in trace.requests():
-        clock.call_at(r.arrival_s, lambda r=r: eng.submit(r))
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
     if fail is not None:
-        clock.call_at(fail[1], lambda: eng.worker_lost(fail[0]))
+        clock.at(fail[1], lambda: eng.worker_lost(fail[0]))
     clock.run()
     return eng, done
 
@@ -166,7 +166,7 @@ def test_unknown_model_is_refused():
     s = group_setup(1, {"resnet18": 0.1})
     eng = RuntimeEngine(
         ClusterView.build(s.cluster, s.latency, s.placement), s.plan, make_scheduler("flex"),
-        EmulatedExecutor(), VirtualClock(),
+        ModelledExecutor(), VirtualClock(),
     )  # fmt: skip
     eng.start()
     with pytest.raises(HetserveError, match="no model 'bert'"):
@@ -204,7 +204,7 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts(sched):
     model = build("resnet18")
     xs = [model.input_spec.example(1, seed=i)[0] for i in range(5)]
     for i, x in enumerate(xs):
-        clock.call_at(
+        clock.at(
             0.0001 * i,
             lambda i=i, x=x: eng.submit(Request(i, "resnet18", "s", 0.0001 * i, 10.0), x),
         )
@@ -224,8 +224,8 @@ def test_real_execution_of_a_two_stage_pipeline_with_fp16_cuts(sched):
 class _LateClock(VirtualClock):
     """Callbacks run 0.1 ms after their time, as on an event loop."""
 
-    def call_at(self, t, fn):
-        super().call_at(t + 1e-4, fn)
+    def call_at(self, t, fn, a=None, b=None):
+        super().call_at(t + 1e-4, fn, a, b)
 
 
 @pytest.mark.parametrize(
@@ -242,11 +242,11 @@ def test_timers_that_fire_late_are_still_honoured(name):
     eng = RuntimeEngine(
         ClusterView.build(s.cluster, s.latency, s.placement), s.plan,
         make_scheduler(name, {"margin_s": 1e-3} if name in ("edf-adaptive", "reservation") else {}),
-        EmulatedExecutor(), clock, lambda r, o, why, out: done.setdefault(r.id, o),
+        ModelledExecutor(), clock, lambda r, o, why, out: done.setdefault(r.id, o),
     )  # fmt: skip
     eng.start()
     slo = s.plan.models["resnet50"].slo_s
-    clock.call_at(0.0, lambda: eng.submit(Request(0, "resnet50", "s", 1e-4, 1e-4 + slo)))
+    clock.at(0.0, lambda: eng.submit(Request(0, "resnet50", "s", 1e-4, 1e-4 + slo)))
     clock.run(until=10.0)
     assert done == {0: OK}
 
@@ -258,8 +258,8 @@ def test_a_timer_the_clock_fires_early_still_reaches_the_scheduler_at_its_time()
     from hetserve.scheduling import BaseScheduler, SetTimer
 
     class EarlyClock(VirtualClock):
-        def call_at(self, t, fn):
-            super().call_at(t - 1e-7, fn)  # fires 100 ns early
+        def call_at(self, t, fn, a=None, b=None):
+            super().call_at(t - 1e-7, fn, a, b)  # fires 100 ns early
 
     seen = []
 
@@ -275,7 +275,7 @@ def test_a_timer_the_clock_fires_early_still_reaches_the_scheduler_at_its_time()
     setup = build_setup("hc1-s", ["resnet50"])
     view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
     clock = EarlyClock()
-    eng = RuntimeEngine(view, setup.plan, Timed(), EmulatedExecutor(), clock)
+    eng = RuntimeEngine(view, setup.plan, Timed(), ModelledExecutor(), clock)
     eng.start()
     clock.run()
     assert seen == [0.25]

@@ -97,10 +97,10 @@ def test_a_killed_actor_loses_no_request(scheduler):
         victim = s.placement.workers[0].id
         tasks = [asyncio.create_task(srv.infer("resnet18", x[i])) for i in range(n)]
         for _ in range(20_000):  # until the victim runs a batch
-            if eng.running[victim] is not None:
+            if eng.running(victim) is not None:
                 break
             await asyncio.sleep(0.001)
-        running = eng.running[victim]
+        running = eng.running(victim)
         assert running is not None
         ray.kill(eng.executor.actors[victim], no_restart=True)
         results = await asyncio.gather(*tasks)

@@ -224,21 +224,18 @@ def test_the_executor_gives_a_pt_load_the_planned_secondary():
     from hetserve.core.layerlatency import LayerLatency
     from hetserve.core.plan import bind
     from hetserve.planning.deepplan import plan_cold_starts
-    from hetserve.runtime.engine import RuntimeEngine, VirtualClock
     from hetserve.runtime.torch_executor import TorchExecutor
-    from hetserve.scheduling import ClusterView, make_scheduler
+    from hetserve.scheduling import ClusterView
 
     names = ["resnet18@0"]
     plan, _ = plan_cold_starts(P3, names, None, "pt", {"resnet18@0": 0.2})
     pl = bind(plan, P3)
     view = ClusterView.build(P3, LayerLatency(plan.load_plans), pl)
-    eng = RuntimeEngine(view, plan, make_scheduler("coldstart", {}), None, VirtualClock(),
-                        lambda *a: None)  # fmt: skip
     by_gpu = {view.cluster.gpu(w.gpu_id).index: wid for wid, w in view.workers.items()}
-    assert TorchExecutor.pt_secondaries(eng, by_gpu[0], 2) == [2]
-    assert TorchExecutor.pt_secondaries(eng, by_gpu[1], 2) == [2]
-    assert TorchExecutor.pt_secondaries(eng, by_gpu[2], 2) == [0]
-    assert TorchExecutor.pt_secondaries(eng, by_gpu[0], 1) == []
+    assert TorchExecutor.pt_secondaries(view, by_gpu[0], 2) == [2]
+    assert TorchExecutor.pt_secondaries(view, by_gpu[1], 2) == [2]
+    assert TorchExecutor.pt_secondaries(view, by_gpu[2], 2) == [0]
+    assert TorchExecutor.pt_secondaries(view, by_gpu[0], 1) == []
 
 
 # ---------------------------------------------------------------- on a real GPU

@@ -54,9 +54,9 @@ def test_two_cold_starts_under_one_pcie_switch_interfere():
     for other, factor in ((ws[1], 2.0), (ws[2], 1.0)):
         sim = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {"preload": False}),
                         one_request_trace(names[0], at_s=10.0), SimConfig(warm=False))  # fmt: skip
-        sim.loader.load(Load(ws[0], names[0], (0, 1)), 0.0)
-        sim.loader.load(Load(other, names[1], (0, 1)), 0.0)
-        done = sorted(t for t, *_ in sim.events.heap)
+        sim.executor.load(Load(ws[0], names[0], (0, 1)), 0.0)
+        sim.executor.load(Load(other, names[1], (0, 1)), 0.0)
+        done = sorted(t for t, *_ in sim.clock.heap)
         assert done[0] == pytest.approx(alone)  # the first started alone
         assert done[1] == pytest.approx(factor * alone)
 
@@ -85,14 +85,16 @@ def test_dha_runs_share_the_host_link_with_loads():
 
     sim = Simulator(P3, lat, plan, pl, make_scheduler("coldstart", {"preload": False}),
                     one_request_trace(names[0], at_s=10.0), SimConfig(warm=False))  # fmt: skip
-    sim.loader.load(Load(ws[1], names[1], (0, 1)), 0.0)
-    w0, w1 = sim.workers[ws[0]], sim.workers[ws[1]]
+    sim.executor.load(Load(ws[1], names[1], (0, 1)), 0.0)
+    w0, w1 = sim.kernel.workers[ws[0]], sim.kernel.workers[ws[1]]
+    h0, h1 = sim.executor.held[ws[0]], sim.executor.held[ws[1]]
+    res = sim.executor.residency
     warm = lat.latency(names[0], w0.gpu, 1, 1)
-    cum, _ = sim.loader.dha_contention(w0, names[0], dha, (warm,), 1.0, 0.001)
+    cum, _ = res.dha_contention(h0, w0.gpu_id, names[0], dha, (warm,), 1.0, 0.001)
     assert cum[-1] == pytest.approx(warm + dha)  # GPU 1's load is on the shared uplink
     # GPU 1's own cold start: its load is not counted against its DHA run
-    cold = lat.cold_run_s(names[1], w1.gpu, 1, 1, w1.cold[names[1]][1], 0.001)
-    cum, _ = sim.loader.dha_contention(w1, names[1], dha, (cold,), 1.0, 0.001)
+    cold = lat.cold_run_s(names[1], w1.gpu, 1, 1, h1.cold[names[1]][1], 0.001)
+    cum, _ = res.dha_contention(h1, w1.gpu_id, names[1], dha, (cold,), 1.0, 0.001)
     assert cum[-1] == pytest.approx(cold + dha)  # ...but GPU 0's DHA run is
 
 
@@ -106,9 +108,10 @@ def test_residency_counts_only_loaded_layers():
                         SimConfig(warm=False))  # fmt: skip
         sim.run()
         counts[kind] = sum(len(r) for r in sched.resident.values())
-        for w in sim.workers.values():
-            expect = sum(lat.gpu_bytes(m, w.gpu) for m in w.resident)
-            assert w.mem_used == pytest.approx(expect)
+        for wid, w in sim.kernel.workers.items():
+            h = sim.executor.held[wid]
+            expect = sum(lat.gpu_bytes(m, w.gpu) for m in h.resident)
+            assert h.mem_used == pytest.approx(expect)
         cap = 16e9 - 5e9  # memory less the default reserve
         assert counts[kind] == 4 * int(cap // lat.gpu_bytes(names[0], "V100-16GB"))
     # DeepPlan: 100 BERT-Base instances on four V100s with PipeSwitch, 124 with DHA (ours:
@@ -167,6 +170,7 @@ class _BatchOfOneAsWritten:
                 continue
             bid = self.new_batch_id()
             self.running[w], self.busy_until[w] = bid, finish
+            self.running_model[w] = m
             if m in self.resident[w]:
                 self.resident[w].move_to_end(m)
             out.append(Dispatch(bid, m, (head,), (RouteStep(0, w, now, (0, self._nb[m])),)))

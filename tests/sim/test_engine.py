@@ -234,7 +234,7 @@ def test_load_then_run_and_memory_limit():
     sched = Scripted(w, timers=[(0.0, [Load(w, "resnet50", (0, 10))])], blocks=(0, 10))
     sim = _sim(s, sched, _one([0.0001], model="resnet50"), warm=False)
     res = sim.run()
-    total = sum(sim.loader.block_bytes("resnet50"))
+    total = sum(sim.executor.residency.block_bytes("resnet50"))
     load_s = total * 8 / (31.5 * 8e9)  # PCIe gen4 x16: 31.5 GB/s
     (load,) = [r for r in sched.reports if r.kind == "load"]
     assert load.completed and load.end_s == pytest.approx(load_s)
@@ -253,18 +253,17 @@ def test_load_then_run_and_memory_limit():
     )
     sim3 = _sim(s, sched3, _one([1.0], model="resnet50"))
     sim3.run()
-    assert sim3.workers[w].mem_used == pytest.approx(total)
+    assert sim3.executor.held[w].mem_used == pytest.approx(total)
     (load3,) = [r for r in sched3.reports if r.kind == "load"]
     assert load3.end_s == pytest.approx(load_s)
 
 
 def test_out_of_memory_load_is_reported():
     s = linear_setup()
-    sim = _sim(s, BaseScheduler(), _one([0.0]), warm=False)
-    sim.loader._bytes_cache["m"] = [20e9]  # a 20 GB block on a 16 GB V100
-    w = next(iter(sim.workers))
+    w = s.placement.workers[0].id
     sched = Scripted(w, timers=[(0.0, [Load(w, "m", (0, 1))])])
-    sim.scheduler = sched
+    sim = _sim(s, sched, _one([0.0]), warm=False)
+    sim.executor.residency._bytes_cache["m"] = [20e9]  # a 20 GB block on a 16 GB V100
     sim.run()
     (rep,) = [r for r in sched.reports if r.kind == "load"]
     assert not rep.completed and rep.reason == "out of memory"
@@ -275,7 +274,7 @@ def test_warm_plan_exceeding_memory_is_an_error():
 
     s = linear_setup()
     sim = _sim(s, BaseScheduler(), _one([0.0]))
-    sim.loader._bytes_cache["m"] = [20e9]
+    sim.executor.residency._bytes_cache["m"] = [20e9]
     with pytest.raises(HetserveError, match="exceed its memory"):
         sim.run()
 

@@ -124,6 +124,13 @@ def check_load(a: Load | Evict, nblocks: Mapping[str, int], workers: Container[s
     raise ProtocolError(f"{kind} of {a.model} blocks {a.blocks}: model has {nb}")
 
 
+def evict_running(a: Evict, batch_id: int) -> ProtocolError:
+    """Rule 8: an eviction never touches a running stage (its weights are in use)."""
+    return ProtocolError(
+        f"Evict of {a.model} blocks {a.blocks} on {a.worker} while batch {batch_id} runs them there"
+    )
+
+
 def unknown_action(a: object) -> ProtocolError:
     return ProtocolError(f"unknown action {a!r}")
 

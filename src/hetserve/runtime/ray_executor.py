@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -34,13 +35,24 @@ from typing import Any
 
 import ray
 import torch
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
-from hetserve.runtime.emulated import block_times
-from hetserve.runtime.engine import RuntimeEngine, _Task
+from hetserve.engine.executor import BaseExecutor
+from hetserve.engine.kernel import Kernel, Task
+from hetserve.engine.modelled import block_times
+from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.ray_actor import StageActor, _numpy, _torch
 from hetserve.runtime.ray_emulated import EmulatedActor
 from hetserve.runtime.torch_executor import _row, row_versions
+
+LOG = logging.getLogger("hetserve.runtime")
+
+
+def _reason(err: BaseException, prefix: str = "failed: ") -> str:
+    """What a failed call says: the actor's own exception where it raised one."""
+    cause = err.cause if isinstance(err, RayTaskError) and err.cause is not None else err
+    return f"{prefix}{type(cause).__name__}: {cause}"
+
 
 # how often the node watch reads Ray's node table (a dead node's idle workers are lost
 # within about this long; busy ones at once, when their call fails)
@@ -67,7 +79,7 @@ def _keep_signal_handlers() -> Iterator[None]:
                 signal.signal(s, handler)
 
 
-class RayExecutor:
+class RayExecutor(BaseExecutor):
     """Stages on Ray actors (module docstring)."""
 
     def __init__(
@@ -186,14 +198,21 @@ class RayExecutor:
         typical = sorted(measured.values())[len(measured) // 2]
         return {w: measured.get(w, typical) for w in self.actors}
 
-    def attach(self, engine: RuntimeEngine, loop: asyncio.AbstractEventLoop) -> None:
-        """Watch Ray's node table from a thread: the workers of a node that is no longer
-        alive are lost (told to the engine on its loop), even those that were idle."""
+    def attach(self, kernel: Kernel) -> None:
+        """The kernel to report to; on a wall clock, watch Ray's node table from a thread:
+        the workers of a node that is no longer alive are lost (told to the kernel on its
+        loop), even those that were idle."""
+        self.kernel = kernel
+        self._nblocks = kernel.nblocks
+        clock = kernel.clock
+        if not isinstance(clock, LoopClock):
+            return
+        loop = clock.loop
         node_of = {w: p.node_id for w, p in self.places.items()}
 
         def lost(w: str) -> None:
             self.dead.add(w)
-            engine.worker_lost(w)
+            kernel.worker_lost(w, clock.now())
 
         def watch() -> None:
             while not self._closing.wait(WATCH_PERIOD_S):
@@ -207,23 +226,46 @@ class RayExecutor:
                     if nid not in alive and w not in self.dead:
                         self.dead.add(w)
                         try:
-                            loop.call_soon_threadsafe(lost, w)
+                            clock.call_soon(lost, w)
                         except RuntimeError:  # the loop closed meanwhile
                             return
 
         self._watch = threading.Thread(target=watch, name="hetserve-ray-nodes", daemon=True)
         self._watch.start()
 
-    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
+    def _lost(self, worker: str, _: Any, now: float) -> None:
+        self.dead.add(worker)
+        self.kernel.worker_lost(worker, now)
+
+    def _guarded(self, task: Task, fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        """A reply's callback on the loop: anything it raises fails the batch (the
+        completion path is guarded, so no request is left without an ending)."""
+        clock = self.kernel.clock
+
+        def run(fut: Any) -> None:
+            try:
+                fn(fut)
+            except Exception as err:
+                LOG.error("batch %d: ending its stage raised", task.batch.id, exc_info=err)
+                self.kernel.stage_failed(task, _reason(err), clock.now())
+
+        return lambda fut: clock.guard(run, fut)
+
+    def start(self, task: Task, now: float) -> None:
+        kernel = self.kernel
+        clock = kernel.clock
         d = task.batch.d
-        step = d.route[task.index]
+        step = task.step
         if step.worker in self.dead:
-            engine.clock.call_at(now, lambda: engine.worker_lost(step.worker))
+            clock.call_at(now, self._lost, step.worker)
             return
         call = self.actors[step.worker].run
-        at_end = step.blocks[1] == engine._nblocks[d.model]  # the model's last block
+        at_end = step.blocks[1] == self._nblocks[d.model]  # the model's last block
         if self.emulate:
-            cum = block_times(engine, d.model, step, len(d.requests), self._cum)
+            cum = self._cum.get((d.model, step.worker, len(d.requests), step.blocks))
+            if cum is None:
+                cum = block_times(self.view, d.model, step, len(d.requests))
+                self._cum[(d.model, step.worker, len(d.requests), step.blocks)] = cum
             last_stage = task.index == len(d.route) - 1
             args: tuple[Any, ...] = (id(task), cum, not (last_stage and at_end))
         else:
@@ -231,11 +273,9 @@ class RayExecutor:
 
         def failed(err: BaseException) -> None:
             if isinstance(err, RayActorError):  # the actor died (killed, node lost): rule 9
-                self.dead.add(step.worker)
-                engine.worker_lost(step.worker)
+                self._lost(step.worker, None, clock.now())
             else:  # the stage raised in the actor
-                cause = getattr(err, "cause", None) or err
-                engine.stage_failed(task, f"{type(cause).__name__}: {cause}")
+                kernel.stage_failed(task, _reason(err), clock.now())
 
         if at_end:
             # the model's output is small: it comes back with the reply, in one object,
@@ -246,18 +286,14 @@ class RayExecutor:
                     return failed(err)
                 out, (blocks_done, completed, compute_s) = fut.result()
                 self._overhead(sent, compute_s)
-                if completed and self.emulate:
-                    engine.stage_finished(task, blocks_done, None)
-                elif completed:
-                    out = _torch(out)
-                    rows = [_row(out, i) for i in range(len(d.requests))]
-                    engine.stage_finished(task, blocks_done, rows)
+                if completed:
+                    kernel.stage_done(task, clock.now(), out)
                 else:
-                    engine.stage_finished(task, blocks_done, None, preempted=True)
+                    kernel.stage_stopped(task, blocks_done, clock.now())
 
             sent = time.perf_counter()
             ref = call.remote(*args)
-            asyncio.wrap_future(ref.future()).add_done_callback(whole)
+            asyncio.wrap_future(ref.future()).add_done_callback(self._guarded(task, whole))
             return
 
         # between stages the activations stay in the object store: only the reference
@@ -271,40 +307,64 @@ class RayExecutor:
                 return failed(err)
             blocks_done, completed, compute_s = fut.result()
             self._overhead(sent, compute_s)
-            engine.stage_finished(task, blocks_done, out_ref, preempted=not completed)
+            if completed:
+                kernel.stage_done(task, clock.now(), out_ref)
+            else:
+                kernel.stage_stopped(task, blocks_done, clock.now())
 
-        asyncio.wrap_future(meta_ref.future()).add_done_callback(done)
+        asyncio.wrap_future(meta_ref.future()).add_done_callback(self._guarded(task, done))
 
-    def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
+    def split(self, task: Task, output: Any) -> list[Any]:
+        """A route's output per request: the model's answers (the reply's arrays as
+        tensors, row by row) at the model's end; after an open route the output stays in
+        the store and each request parks (reference, row)."""
+        n = len(task.batch.requests)
+        if self.emulate:
+            return [None] * n
+        if task.step.blocks[1] == self._nblocks[task.batch.model]:
+            out = _torch(output)
+            return [_row(out, i) for i in range(n)]
+        return [(output, i) for i in range(n)]
+
+    def _loaded(self, a: Any, err: BaseException | None, now: float) -> None:
+        if isinstance(err, RayActorError):
+            self._lost(a.worker, None, now)
+        elif err is not None:
+            self.kernel.load_finished(a, now, now, False, _reason(err, ""))
+        else:
+            self.kernel.load_finished(a, now, now)
+
+    def load(self, a: Any, now: float) -> None:
         """A ``Load`` (plans with load plans): the worker's actor starts the cold start
-        and the end is told to the engine (a failed one too, with its reason)."""
+        and the end is told to the kernel (a failed one too, with its reason)."""
         from hetserve.runtime.torch_executor import TorchExecutor
 
-        lp = TorchExecutor._load_plan(engine, a.model) if self.cold else None
+        kernel = self.kernel
+        clock = kernel.clock
+        lp = TorchExecutor._load_plan(kernel, a.model) if self.cold else None
         if lp is None:  # no load plan: the planned blocks are resident from the start
-            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            clock.call_at(now, self._loaded, a, None)
             return
         if a.worker in self.dead:
-            engine.clock.call_at(now, lambda: engine.worker_lost(a.worker))
+            clock.call_at(now, self._lost, a.worker)
             return
         actor = self.actors[a.worker]
         actor.load.remote(a.worker, a.model, lp.plan)
+        start_s = now
 
         def done(fut: asyncio.Future[Any]) -> None:
             err = fut.exception()
             if isinstance(err, RayActorError):
-                self.dead.add(a.worker)
-                engine.worker_lost(a.worker)
+                self._lost(a.worker, None, clock.now())
             elif err is not None:
-                cause = getattr(err, "cause", None) or err
-                engine.load_finished(a, now, False, f"{type(cause).__name__}: {cause}")
+                kernel.load_finished(a, start_s, clock.now(), False, _reason(err, ""))
             else:
-                engine.load_finished(a, now)
+                kernel.load_finished(a, start_s, clock.now())
 
         ref = actor.loaded.remote(a.worker, a.model)
-        asyncio.wrap_future(ref.future()).add_done_callback(done)
+        asyncio.wrap_future(ref.future()).add_done_callback(lambda f: clock.guard(done, f))
 
-    def evict(self, engine: RuntimeEngine, a: Any) -> None:
+    def evict(self, a: Any, now: float) -> None:
         if self.cold and a.worker not in self.dead:
             self.actors[a.worker].evict.remote(a.worker, a.model)
 
@@ -324,7 +384,7 @@ class RayExecutor:
 
         return {"n": len(xs), "p50_ms": pick(0.5), "p99_ms": pick(0.99)}
 
-    def _args(self, task: _Task, step: Any) -> tuple[Any, ...]:
+    def _args(self, task: Task, step: Any) -> tuple[Any, ...]:
         """A real stage's arguments: its input (the requests' tensors put in the store
         once, the previous stage's reference, or a continued batch's parked rows)."""
         d = task.batch.d
@@ -351,14 +411,8 @@ class RayExecutor:
             return payload
         return ray.put(_numpy(payload))
 
-    @staticmethod
-    def split(out_ref: Any, n: int) -> list[tuple[Any, int]]:
-        """An open route's output stays in the store: each request parks (reference, row)."""
-        return [(out_ref, i) for i in range(n)]
-
-    def stop(self, engine: RuntimeEngine, task: _Task) -> None:
-        step = task.batch.d.route[task.index]
-        self.actors[step.worker].stop.remote(id(task))
+    def stop(self, task: Task, now: float) -> None:
+        self.actors[task.step.worker].stop.remote(id(task))
 
     def close(self) -> None:
         """Release the actors and their placement groups (and the local Ray instance, if

@@ -28,10 +28,12 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
+from hetserve.engine.executor import Executor
+from hetserve.engine.kernel import Batch
+from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.setup import Setup
 from hetserve.runtime import status
-from hetserve.runtime.emulated import EmulatedExecutor
-from hetserve.runtime.engine import LoopClock, RuntimeEngine
+from hetserve.runtime.engine import LoopClock, Recording, RuntimeEngine
 from hetserve.runtime.metrics import (
     LOG,
     Metrics,
@@ -42,7 +44,7 @@ from hetserve.runtime.metrics import (
 )
 from hetserve.runtime.oip import ModelTensors
 from hetserve.runtime.serverconfig import ServerConfig
-from hetserve.scheduling import ClusterView, Dispatch, make_scheduler
+from hetserve.scheduling import ClusterView, StageReport, make_scheduler
 from hetserve.scheduling.admission import Admission
 
 
@@ -77,7 +79,11 @@ class Server:
         self.draining = False  # shutting down: new requests are refused (503)
         self._served: dict[str, int] = {}  # stages run to their end, per worker
         self._infos: dict[str, Any] | None = None
+        self._view: ClusterView | None = None
         self._versions: dict[int, int] = {}  # request id -> version (not the default)
+        # Ray's engine: where each worker was placed, what a stage call costs beyond compute
+        self.places: dict[str, Any] = {}
+        self.stage_overhead_s: dict[str, float] = {}
 
     @property
     def models(self) -> list[str]:
@@ -170,16 +176,20 @@ class Server:
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         # stages stop at block boundaries only for a scheduler that preempts (FLEX): on
         # CUDA every boundary then waits for its kernels
-        preemptive = bool(getattr(sched, "preempt", False))
+        preemptive = bool(sched.preempts)
+        executor: Executor
         if self.cfg.emulate and self.cfg.engine == "ray":  # emulated actors on a Ray cluster
             from hetserve.runtime.ray_executor import RayExecutor
 
-            executor: Any = RayExecutor(
+            executor = ray_ex = RayExecutor(
                 view, None, self.cfg.n_blocks, self.cfg.ray_address, self.setup.plan,
                 emulate=True, found=self.cfg.found, runtime_env=self.cfg.runtime_env,
             )  # fmt: skip
+            self.places, self.stage_overhead_s = ray_ex.places, ray_ex.stage_overhead_s
         elif self.cfg.emulate:
-            executor = EmulatedExecutor()
+            # the simulator's modelled executor on the wall clock: the plan's blocks are
+            # resident at start, unless its load plans load them (cold starts)
+            executor = ModelledExecutor(warm=not self.setup.plan.load_plans)
         else:
             from hetserve.runtime.torch_executor import TorchExecutor
 
@@ -188,7 +198,7 @@ class Server:
             if self.cfg.engine == "ray":
                 from hetserve.runtime.ray_executor import RayExecutor
 
-                executor = RayExecutor(
+                executor = ray_ex = RayExecutor(
                     view, self.cfg.build,
                     1 if self.setup.plan.load_plans else self.cfg.n_blocks, self.cfg.ray_address,
                     self.setup.plan, self.cfg.cpu_threads, found=self.cfg.found,
@@ -198,6 +208,7 @@ class Server:
                     if self.setup.plan.load_plans else None,
                     gpu_device=self.cfg.gpu_device,
                 )  # fmt: skip
+                self.places, self.stage_overhead_s = ray_ex.places, ray_ex.stage_overhead_s
             else:
                 if self.cfg.cpu_threads > 0:  # (process-wide: the stages run in this process)
                     import torch
@@ -220,14 +231,12 @@ class Server:
         if self.cfg.admission:
             mb = self.cfg.params.get("max_batch")
             self.admission = Admission(view, self.setup.plan, mb if isinstance(mb, int) else 0)
+        self._view = view
         self.engine = RuntimeEngine(
-            view, self.setup.plan, _Observed(sched, self), executor, LoopClock(loop),
-            self._done, emulate_links=self.cfg.emulate, log_limit=10_000,
+            view, self.setup.plan, sched, executor, LoopClock(loop),
+            emulate_links=self.cfg.emulate, observer=_Observed(self), strict=False,
         )  # fmt: skip
-        attach = getattr(executor, "attach", None)
-        if attach is not None:  # the Ray executor's node watch
-            attach(self.engine, loop)
-        status.log_places(self, executor)
+        status.log_places(self)
         self.engine.start()
         # what exists now (models, plan, libraries) lives as long as the server: keep it out
         # of the garbage collector's full passes, which otherwise stall the loop for ms
@@ -351,9 +360,8 @@ class Server:
             if not fut.done():
                 fut.set_result(Result("failed", "shutdown"))
             self._futures.pop(rid, None)
-        close = getattr(self.engine.executor if self.engine else None, "close", None)
-        if close is not None:
-            close()
+        if self.engine is not None:
+            self.engine.executor.close()
         gc.unfreeze()  # what start() froze may be collected again
 
 
@@ -379,18 +387,18 @@ def check_served(plan: Plan, placement: Placement, models: list[str]) -> None:
                     )
 
 
-class _Observed:
-    """The scheduler, with its dispatches and stage reports counted in the metrics."""
+class _Observed(Recording):
+    """The server's observer of the kernel: every ending answers its request (``_done``),
+    dispatches and stage reports are counted in the metrics."""
 
-    def __init__(self, inner: Any, server: Server) -> None:
-        self.inner = inner
+    def __init__(self, server: Server) -> None:
+        super().__init__(server._done, log_limit=10_000)
         self.server = server
-        self._view: ClusterView | None = None
 
-    def _energy(self, rep: Any) -> float:
+    def _energy(self, rep: StageReport) -> float:
         """The latency model's energy for the part of the stage that ran (0 where it has
         no power figures)."""
-        view = self._view
+        view = self.server._view
         if view is None or rep.blocks is None or not rep.requests:
             return 0.0
         w = view.workers.get(rep.worker)
@@ -407,53 +415,34 @@ class _Observed:
         except Exception:  # a latency model without power figures for this device
             return 0.0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def dispatched(self, batch: Batch, first_block: int, now: float) -> None:
+        super().dispatched(batch, first_block, now)
+        srv = self.server
+        m = srv.metrics
+        m.of(m.batch, batch.model).observe(len(batch.requests))
+        if first_block == 0:  # first dispatches: the requests' queueing
+            q = m.of(m.queue, batch.model)
+            for r in batch.requests:
+                if srv.dequeue(r):
+                    wait = max(0.0, now - r.arrival_s)
+                    q.observe(wait)
+                    srv.stats.queued(r.model, wait)
 
-    def _seen(self, acts: list[Any]) -> list[Any]:
-        for a in acts:
-            if type(a) is Dispatch:
-                srv = self.server
-                m = srv.metrics
-                m.of(m.batch, a.model).observe(len(a.requests))
-                if a.route[0].blocks[0] == 0:  # first dispatches: the requests' queueing
-                    q = m.of(m.queue, a.model)
-                    now = srv.engine.clock.now() if srv.engine else 0.0
-                    for r in a.requests:
-                        if srv.dequeue(r):
-                            wait = max(0.0, now - r.arrival_s)
-                            q.observe(wait)
-                            srv.stats.queued(r.model, wait)
-        return acts
-
-    def start(self, view: Any, plan: Any, now: float) -> list[Any]:
-        self._view = view
-        return self._seen(self.inner.start(view, plan, now))
-
-    def on_arrival(self, r: Request, now: float) -> list[Any]:
-        return self._seen(self.inner.on_arrival(r, now))
-
-    def on_timer(self, token: object, now: float) -> list[Any]:
-        return self._seen(self.inner.on_timer(token, now))
-
-    def on_worker_lost(self, worker: str, now: float) -> list[Any]:
-        return self._seen(self.inner.on_worker_lost(worker, now))
-
-    def on_stage_done(self, rep: Any, now: float) -> list[Any]:
-        if rep.kind == "stage" and rep.completed:
-            served = self.server._served
-            served[rep.worker] = served.get(rep.worker, 0) + 1
-        if rep.kind == "stage":
-            dur = max(0.0, rep.end_s - rep.start_s)
-            m = self.server.metrics
-            m.of(m.stage, rep.model, rep.worker).observe(dur)
-            m.of(m.busy, rep.worker).inc(dur)
-            joules = self._energy(rep)
-            if joules > 0:
-                m.of(m.energy, rep.worker, "model").inc(joules)
-            if rep.requests:
-                first = rep.blocks is not None and rep.blocks[0] == 0
-                self.server.stats.executed(rep.model, len(rep.requests), dur, first)
-            if self.server.watch is not None:
-                self.server.watch.observe(rep)
-        return self._seen(self.inner.on_stage_done(rep, now))
+    def reported(self, rep: StageReport) -> None:
+        if rep.kind != "stage":
+            return
+        srv = self.server
+        if rep.completed:
+            srv._served[rep.worker] = srv._served.get(rep.worker, 0) + 1
+        dur = max(0.0, rep.end_s - rep.start_s)
+        m = srv.metrics
+        m.of(m.stage, rep.model, rep.worker).observe(dur)
+        m.of(m.busy, rep.worker).inc(dur)
+        joules = self._energy(rep)
+        if joules > 0:
+            m.of(m.energy, rep.worker, "model").inc(joules)
+        if rep.requests:
+            first = rep.blocks is not None and rep.blocks[0] == 0
+            srv.stats.executed(rep.model, len(rep.requests), dur, first)
+        if srv.watch is not None:
+            srv.watch.observe(rep)

@@ -44,8 +44,7 @@ def workers(server: Server) -> list[dict[str, Any]]:
     measured at start-up by the Ray executor; 0 in process). ``GET /v2/cluster/workers``
     answers with this list."""
     eng = server.engine
-    places = getattr(eng.executor if eng else None, "places", {}) or {}
-    overhead = getattr(eng.executor if eng else None, "stage_overhead_s", {}) or {}
+    places, overhead = server.places, server.stage_overhead_s
     held: dict[str, list[dict[str, Any]]] = {}
     plan = server.setup.plan
     for (model, p_idx, s_idx), ws in server.setup.placement.stages.items():
@@ -62,8 +61,8 @@ def workers(server: Server) -> list[dict[str, Any]]:
         elif wid in eng.lost:
             state, queue = "lost", 0
         else:
-            state = "busy" if eng.running.get(wid) is not None else "ready"
-            queue = sum(1 for *_, t in eng.ready.get(wid, ()) if not t.dead)
+            state = "busy" if eng.running(wid) is not None else "ready"
+            queue = eng.queued(wid)
         out.append({
             "id": wid, "gpu_type": info.gpu.name, "share": info.share,
             "planned_gpu": info.gpu_id, "stages": held.get(wid, []),
@@ -77,14 +76,14 @@ def workers(server: Server) -> list[dict[str, Any]]:
     return out
 
 
-def log_places(server: Server, executor: Any) -> None:
+def log_places(server: Server) -> None:
     """The start-up summary of where each worker runs and what its calls cost (Ray's
     engine)."""
-    places = getattr(executor, "places", None)
+    places = server.places
     if not places:
         return
     infos = worker_infos(server)
-    overhead = getattr(executor, "stage_overhead_s", {}) or {}
+    overhead = server.stage_overhead_s
     LOG.info("%d workers placed and checked against the plan:", len(places))
     for wid, p in places.items():
         w = infos[wid]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -10,11 +11,16 @@ from typing import Any
 import torch
 
 from hetserve.core.latency import RooflineModel, cold_start_model
-from hetserve.runtime.engine import RuntimeEngine, VirtualClock, _Task
+from hetserve.engine.executor import BaseExecutor
+from hetserve.engine.kernel import Kernel, Task
+from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.stage import StageResult, StageRunner, run_together
+from hetserve.scheduling.protocol import ClusterView
+
+LOG = logging.getLogger("hetserve.runtime")
 
 
-class TorchExecutor:
+class TorchExecutor(BaseExecutor):
     """One :class:`StageRunner` per (worker, model, block range), made on first use.
 
     A batch's input is its requests' payloads stacked (a request without one gets the
@@ -69,9 +75,9 @@ class TorchExecutor:
 
     # ------------------------------------------------------------------ cold starts
     @staticmethod
-    def _load_plan(engine: RuntimeEngine, model: str) -> Any:
-        lp = engine.plan.load_plans.get(model)
-        cold = cold_start_model(engine.view.latency)
+    def _load_plan(kernel: Kernel, model: str) -> Any:
+        lp = kernel.plan.load_plans.get(model)
+        cold = cold_start_model(kernel.view.latency)
         if lp is None and cold is not None:
             lp = cold.model_load_plan(model)
         return lp
@@ -88,7 +94,7 @@ class TorchExecutor:
         return ThreadBackend()
 
     @staticmethod
-    def pt_secondaries(engine: RuntimeEngine, worker: str, n_parts: int) -> list[int]:
+    def pt_secondaries(view: ClusterView, worker: str, n_parts: int) -> list[int]:
         """The secondary GPUs of a load plan over ``n_parts`` host links for ``worker``:
         those the planner counted (``planning.deepplan.pt_gpus``: one per other PCIe
         switch, NVLink-joined), by index on the worker's node."""
@@ -96,33 +102,36 @@ class TorchExecutor:
             return []
         from hetserve.planning.deepplan import pt_gpus
 
-        info = engine.view.workers[worker]
-        gpu = engine.view.cluster.gpu(info.gpu_id)
-        return pt_gpus(engine.view.cluster.node(info.node), gpu.index, n_parts)[1:]
+        info = view.workers[worker]
+        gpu = view.cluster.gpu(info.gpu_id)
+        return pt_gpus(view.cluster.node(info.node), gpu.index, n_parts)[1:]
 
-    def load(self, engine: RuntimeEngine, a: Any, now: float) -> None:
-        lp = self._load_plan(engine, a.model)
+    def _loaded(self, a: Any, start_s: float, now: float) -> None:
+        self.kernel.load_finished(a, start_s, now)
+
+    def load(self, a: Any, now: float) -> None:
+        kernel = self.kernel
+        lp = self._load_plan(kernel, a.model)
         if lp is None:  # no load plan: the planned blocks are resident from the start
-            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            kernel.clock.call_at(now, self._loaded, a, now)
             return
         cm = self.cold_model(
-            a.worker, a.model, self.pt_secondaries(engine, a.worker, lp.plan.n_parts)
+            a.worker, a.model, self.pt_secondaries(kernel.view, a.worker, lp.plan.n_parts)
         )
         if cm.loaded or cm.loading:
-            engine.clock.call_at(now, lambda: engine.load_finished(a, now))
+            kernel.clock.call_at(now, self._loaded, a, now)
             return
-        if isinstance(engine.clock, VirtualClock):
+        clock = kernel.clock
+        if not isinstance(clock, LoopClock):  # a virtual clock: load now, end after as long
             import threading
 
             done = threading.Event()
             t0 = time.perf_counter()
             cm.load(lp.plan, done.set)
             done.wait()
-            elapsed = time.perf_counter() - t0
-            engine.clock.call_at(now + elapsed, lambda: engine.load_finished(a, now))
+            clock.call_at(now + time.perf_counter() - t0, self._loaded, a, now)
             return
-        loop = engine.clock.loop  # type: ignore[attr-defined]
-        cm.load(lp.plan, lambda: loop.call_soon_threadsafe(engine.load_finished, a, now))
+        cm.load(lp.plan, lambda: clock.call_soon(self._loaded, a, now, clock.now()))
 
     def cold_model(self, worker: str, model: str, secondaries: list[int] | None = None) -> Any:
         """The worker's cold instance of ``model`` (made on first use: weights in host
@@ -151,7 +160,7 @@ class TorchExecutor:
         cm.finish()
         return out
 
-    def evict(self, engine: RuntimeEngine, a: Any) -> None:
+    def evict(self, a: Any, now: float) -> None:
         cm = self._cold.get((a.worker, a.model))
         if cm is not None and cm.loaded:
             cm.evict()
@@ -230,7 +239,7 @@ class TorchExecutor:
                         break
                     r, x = nxt[0], res.output
 
-    def _input(self, task: _Task) -> Any:
+    def _input(self, task: Task) -> Any:
         b = task.batch
         if task.index > 0:
             return b.payload
@@ -243,7 +252,7 @@ class TorchExecutor:
         ]
         return _stack(xs)
 
-    def _cold_input(self, task: _Task, cm: Any) -> Any:
+    def _cold_input(self, task: Task, cm: Any) -> Any:
         b = task.batch
         if cm is None or task.index > 0 or b.d.route[0].blocks[0] > 0:
             raise RuntimeError("a cold-loaded model runs whole, from its first block")
@@ -254,16 +263,18 @@ class TorchExecutor:
         dev = "cpu" if cm.backend.name == "cpu" else self.device
         return _map(_stack(xs), lambda t: t.to(dev))
 
-    @staticmethod
-    def split(out: Any, n: int) -> list[Any]:
-        return split(out, n)
+    def split(self, task: Task, output: Any) -> list[Any]:
+        """A route's output per request: its rows (the model's answers at the model's
+        end; the activations each request parks with after an open route)."""
+        return split(output, len(task.batch.requests))
 
-    def start(self, engine: RuntimeEngine, task: _Task, now: float) -> None:
-        step = task.batch.d.route[task.index]
-        cm = self._cold.get((step.worker, task.batch.d.model))
+    def start(self, task: Task, now: float) -> None:
+        kernel = self.kernel
+        step = task.step
+        d = task.batch.d
+        cm = self._cold.get((step.worker, d.model))
         x = self._cold_input(task, cm) if cm is not None else self._input(task)
         if cm is not None:
-            runner: Any = None
 
             def work() -> tuple[Any, int, bool, float]:
                 t0 = time.perf_counter()
@@ -272,10 +283,8 @@ class TorchExecutor:
                 return out, step.blocks[1] - step.blocks[0], True, time.perf_counter() - t0
 
         else:
-            d = task.batch.d
             versions = row_versions(self.version_of, d.requests)
-            runner = self.runner(step.worker, d.model, step.blocks)
-
+            self.runner(step.worker, d.model, step.blocks)  # built here, not on the thread
             stop = (lambda: task.stop) if self.preemptive else None
 
             def work() -> tuple[Any, int, bool, float]:
@@ -283,30 +292,44 @@ class TorchExecutor:
                 res = self.run_stage(step.worker, d.model, step.blocks, x, versions, stop)
                 return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
 
-        def done(result: tuple[Any, int, bool, float]) -> None:
-            out, blocks_done, completed, _ = result
-            if completed and (runner is None or runner.last):
-                out = [_row(out, i) for i in range(len(task.batch.d.requests))]
-            engine.stage_finished(task, blocks_done, out, preempted=not completed)
-
-        def settle(f: asyncio.Future[tuple[Any, int, bool, float]]) -> None:
-            err = f.exception()
-            if err is not None:  # the stage raised: its requests fail, serving goes on
-                engine.stage_failed(task, f"{type(err).__name__}: {err}")
-            else:
-                done(f.result())
-
-        if isinstance(engine.clock, VirtualClock):
+        clock = kernel.clock
+        if not isinstance(clock, LoopClock):  # a virtual clock: run now, end after as long
             try:
                 result = work()
             except Exception as err:
-                msg = f"{type(err).__name__}: {err}"
-                engine.clock.call_at(now, lambda: engine.stage_failed(task, msg))
+                clock.call_at(now, self._failed, task, _reason(err))
                 return
-            engine.clock.call_at(now + result[3], lambda: done(result))
+            clock.call_at(now + result[3], self._ended, task, result)
             return
-        loop = engine.clock.loop  # type: ignore[attr-defined]
-        loop.run_in_executor(None, work).add_done_callback(settle)
+
+        def settle(f: asyncio.Future[tuple[Any, int, bool, float]]) -> None:
+            now = clock.now()
+            err = f.exception()
+            if err is not None:  # the stage raised: its requests fail, serving goes on
+                self._failed(task, _reason(err), now)
+                return
+            try:
+                self._ended(task, f.result(), now)
+            except Exception as err:  # the completion path raised: the batch still ends
+                LOG.error("batch %d: ending its stage raised", task.batch.id, exc_info=err)
+                self._failed(task, _reason(err), now)
+
+        fut = clock.loop.run_in_executor(None, work)
+        fut.add_done_callback(lambda f: clock.guard(settle, f))
+
+    def _ended(self, task: Task, result: tuple[Any, int, bool, float], now: float) -> None:
+        out, blocks_done, completed, _ = result
+        if completed:
+            self.kernel.stage_done(task, now, out)
+        else:
+            self.kernel.stage_stopped(task, blocks_done, now)
+
+    def _failed(self, task: Task, reason: str, now: float) -> None:
+        self.kernel.stage_failed(task, reason, now)
+
+
+def _reason(err: BaseException) -> str:
+    return f"failed: {type(err).__name__}: {err}"
 
 
 def row_versions(

@@ -6,7 +6,8 @@ in host memory.
 
 - A request goes to a GPU that holds its model (resident or loading), the one whose
   queue empties first. If none does, to the GPU that can take the model soonest: the
-  least-recently-used instances there that are idle (nothing queued or running) are
+  least-recently-used instances there that are idle (nothing queued, no batch running:
+  a dispatched batch has left the queue but holds its weights until it ends) are
   evicted until the model fits, and a ``Load`` is issued. *How* it loads (baseline,
   PipeSwitch, DHA, PT, PT+DHA) is the plan's load plan, carried out by the engine: the
   scheduler is the same for every kind. A request no GPU can take now waits until one can.
@@ -85,6 +86,7 @@ class ColdStart(BaseScheduler):
         self.loading: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}  # -> ready by
         self.queue: dict[WorkerId, deque[Request]] = {w: deque() for w in ws}
         self.running: dict[WorkerId, int | None] = dict.fromkeys(ws)
+        self.running_model: dict[WorkerId, str | None] = dict.fromkeys(ws)  # its model
         self.busy_until = dict.fromkeys(ws, 0.0)
         self.queued_s = dict.fromkeys(ws, 0.0)  # batch-1 warm latency of the queue
         self.lost: set[WorkerId] = set()
@@ -171,7 +173,11 @@ class ColdStart(BaseScheduler):
         need = self.instance_bytes(model, w)
         if need > self.cap[w]:
             return False
+        # busy: queued, or running (a dispatched batch has left the queue; its weights
+        # are in use until it ends: rule 8)
         busy = {r.model for r in self.queue[w]}
+        if self.running_model[w] is not None:
+            busy.add(self.running_model[w])
         free = self.cap[w] - self.used[w]
         victims = []
         for m in self.resident[w]:  # least recently used first
@@ -234,6 +240,7 @@ class ColdStart(BaseScheduler):
                     continue
             bid = self.new_batch_id()
             self.running[w] = bid
+            self.running_model[w] = m
             self.busy_until[w] = finish
             res = self.resident[w]
             if m in res:
@@ -303,6 +310,7 @@ class ColdStart(BaseScheduler):
             return out
         if report.last or not report.completed:
             self.running[w] = None
+            self.running_model[w] = None
             self.busy_until[w] = now
         if not report.completed and report.reason in RETURNED:
             for r in report.requests:

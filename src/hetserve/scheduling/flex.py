@@ -245,7 +245,7 @@ class Flex(_GroupScheduler):
         super().__init__(max_batch, overhead_s)
         self.lambda_ = float(lambda_)
         self.priority = priority
-        self.preempt = preempt
+        self.preempts = bool(preempt)
         self.preemptions = 0
 
     def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
@@ -278,7 +278,7 @@ class Flex(_GroupScheduler):
             if w.bid == 0:
                 self._on_free(w, now, out)
                 last_lat = None
-            elif self.preempt:
+            elif self.preempts:
                 lat = w.lat[name]
                 if lat is not last_lat:  # the candidate if it could start now: a bound
                     b_now = bisect.bisect_right(lat, q[0][0] - now + 1e-12)

@@ -44,7 +44,8 @@ Rules every scheduler follows, and every engine relies on:
    its stage has not started); the requests come back in a ``StageReport``.
 8. ``Load(worker, model, blocks)`` moves weights over the host link before they can run;
    ``Evict`` frees them. A stage whose blocks are not resident (nor loading) on its worker
-   fails.
+   fails. An ``Evict`` of blocks a stage is running on that worker is an error: a
+   scheduler counts its running batches' models as busy.
 9. ``on_worker_lost``: the worker is gone (a dead actor, a lost node); the engine never
    starts anything on it again. It is called *before* the reports of the batches it hit,
    so that the scheduler re-dispatches their requests elsewhere: a batch whose route
@@ -221,6 +222,9 @@ class BaseScheduler:
     name = "base"
     view: ClusterView
     plan: Plan
+    #: whether it ever sends ``Preempt``: engines then make stages stoppable at block
+    #: boundaries (on CUDA every boundary waits for its kernels, a cost paid only then)
+    preempts: bool = False
 
     def __init__(self) -> None:
         self._next_batch = 0
@@ -328,6 +332,12 @@ class Provisioned:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    @property
+    def preempts(self) -> bool:
+        """The scheduler's declaration (``BaseScheduler.preempts``; optional on a
+        ``module:Class`` scheduler of the user's: False where it declares none)."""
+        return bool(getattr(self.inner, "preempts", False))
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         self.unserved = frozenset(m for m, mp in plan.models.items() if not mp.pipelines)

@@ -1,35 +1,26 @@
 """Energy: every GPU draws its idle power all the time; while a slice runs a stage it draws
-the latency model's busy energy instead of its share of idle power."""
+the latency model's busy energy (``engine.modelled.busy_j``) instead of its share of idle
+power."""
 
 from __future__ import annotations
 
 from hetserve.core.cluster import Cluster
-from hetserve.core.errors import HetserveError
-from hetserve.core.gpus import GpuType
-from hetserve.core.latency import LatencyModel, busy_power_w
-from hetserve.sim.state import _Worker
+from hetserve.engine.kernel import Slot
 
 
 class Energy:
-    """The simulator's energy part: a stage run's busy energy, and at the end of a run
-    each GPU's and each worker's energy."""
+    """The simulator's energy part: at the end of a run each GPU's and each worker's
+    energy, from the workers' busy time and busy energy."""
 
-    def __init__(self, cluster: Cluster, latency: LatencyModel) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.latency = latency
-
-    def busy_j(
-        self, model: str, gpu: GpuType, share: int, batch: int, blocks: range, busy_s: float
-    ) -> float:
-        """Busy energy of a run of ``blocks`` that takes ``busy_s``: the latency model's,
-        or the GPU's busy power share for that long when the model has no energy table."""
-        try:
-            return self.latency.energy(model, gpu, share, batch, blocks)
-        except HetserveError:
-            return busy_s * busy_power_w(gpu, share, 1.0)
 
     def account(
-        self, workers: dict[str, _Worker], end_s: float
+        self,
+        workers: dict[str, Slot],
+        busy_s: dict[str, float],
+        busy_j: dict[str, float],
+        end_s: float,
     ) -> tuple[dict[str, float], dict[str, float]]:
         """(energy per GPU, energy per worker) over ``[0, end_s]``: every GPU idles all the
         time, except one without workers in a cluster that parks them."""
@@ -42,6 +33,6 @@ class Energy:
         worker_j: dict[str, float] = {}
         for w in workers.values():
             idle_share_w = w.gpu.idle_w / w.info.share
-            gpu_j[w.gpu_id] += w.busy_energy_j - idle_share_w * w.busy_s
-            worker_j[w.id] = w.busy_energy_j + idle_share_w * (end_s - w.busy_s)
+            gpu_j[w.gpu_id] += busy_j[w.id] - idle_share_w * busy_s[w.id]
+            worker_j[w.id] = busy_j[w.id] + idle_share_w * (end_s - busy_s[w.id])
         return gpu_j, worker_j

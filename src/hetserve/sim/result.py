@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from hetserve.core.outcome import OUTCOME_NAMES
+from hetserve.core.outcome import OUTCOME_NAMES, PENDING
+from hetserve.core.requests import Request
+from hetserve.engine.executor import Observer
+from hetserve.engine.kernel import Batch, Slot, Task
 from hetserve.engine.links import LinkTable
 from hetserve.sim.energy import Energy
-from hetserve.sim.ledger import Ledger
-from hetserve.sim.state import _Task, _Worker
 from hetserve.workload.trace import Trace
 
 REQUEST_COLUMNS = (
@@ -146,46 +149,120 @@ class SimResult:
                 )
 
 
-class Recorder:
-    """The simulator's results part: one row per stage execution as it ends, and at the
-    end of a run the :class:`SimResult` from the ledger, the workers and the energy."""
+class Recorder(Observer):
+    """The simulator's observer (``engine.executor.Observer``): per request its times,
+    outcome, reason and batch, in lists indexed by request id (element access is much
+    cheaper than NumPy's in the hot path; they become arrays in the result); one row per
+    stage execution as it ends; per worker its busy time and busy energy. At the end of a
+    run it makes the :class:`SimResult`."""
 
     def __init__(self, trace: Trace) -> None:
+        n = len(trace)
+        nan = math.nan
         self.trace = trace
         self.rows: list[tuple] = []
+        self.dispatch_s = [nan] * n
+        self.start_s = [nan] * n
+        self.finish_s = [nan] * n
+        self.outcome = [PENDING] * n
+        self.reason = [0] * n
+        self.batch_of = [-1] * n
+        self.reasons: list[str] = [""]
+        self._reason_idx: dict[str, int] = {"": 0}
+        # per worker, by its index (``Slot.index``)
+        self.busy_s: list[float] = []
+        self.busy_energy_j: list[float] = []
 
-    def row(self, task: _Task, end: float, status: str) -> None:
+    def size(self, n_workers: int) -> None:
+        """Make room for the workers' busy time and energy (before the run)."""
+        self.busy_s = [0.0] * n_workers
+        self.busy_energy_j = [0.0] * n_workers
+
+    def reason_index(self, text: str) -> int:
+        """The index of a reason text in :attr:`reasons` (added on first use)."""
+        idx = self._reason_idx.get(text)
+        if idx is None:
+            idx = self._reason_idx[text] = len(self.reasons)
+            self.reasons.append(text)
+        return idx
+
+    def dispatched(self, batch: Batch, first_block: int, now: float) -> None:
+        bid, batch_of = batch.id, self.batch_of
+        if first_block == 0:
+            dispatch_s = self.dispatch_s
+            for r in batch.requests:
+                dispatch_s[r.id] = now
+                batch_of[r.id] = bid
+        else:
+            for r in batch.requests:
+                batch_of[r.id] = bid
+
+    def stage_ended(self, task: Task, now: float, status: str, blocks_done: int) -> None:
         b = task.batch
         w = task.worker
         self.rows.append(
             (
                 b.id, b.model, task.step.stage, w.id, w.gpu.name, len(b.requests),
-                task.start_s, end, status, task.transfer_start_s, task.transfer_end_s,
+                task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
                 b.dispatch_s,
             )
         )  # fmt: skip
+        if task.ran and task.index == 0 and task.step.blocks[0] == 0:  # service began
+            start_s, t0 = self.start_s, task.start_s
+            for r in b.requests:
+                start_s[r.id] = t0
+        k = w.index
+        self.busy_s[k] += now - task.start_s
+        run = task.run
+        if run is not None and status != "failed":
+            self.busy_energy_j[k] += (
+                run[1] if status == "completed" else run[1] * blocks_done / len(run[0])
+            )
+
+    def ended(
+        self,
+        requests: Sequence[Request],
+        outcomes: Sequence[int],
+        reason: str,
+        now: float,
+        outputs: Sequence[Any] | None,
+    ) -> None:
+        outcome = self.outcome
+        if reason:
+            ri = self.reason_index(reason)
+            why = self.reason
+            for r, o in zip(requests, outcomes, strict=False):
+                outcome[r.id] = o
+                why[r.id] = ri
+        else:  # ok or late: finished now
+            finish_s = self.finish_s
+            for r, o in zip(requests, outcomes, strict=False):
+                i = r.id
+                outcome[i] = o
+                finish_s[i] = now
 
     def result(
         self,
         end_s: float,
-        ledger: Ledger,
-        workers: dict[str, _Worker],
+        workers: dict[str, Slot],
         energy: Energy,
         links: LinkTable,
     ) -> SimResult:
-        gpu_j, worker_j = energy.account(workers, end_s)
+        busy = {wid: self.busy_s[w.index] for wid, w in workers.items()}
+        busy_j = {wid: self.busy_energy_j[w.index] for wid, w in workers.items()}
+        gpu_j, worker_j = energy.account(workers, busy, busy_j, end_s)
         return SimResult(
             trace=self.trace,
             end_s=end_s,
-            dispatch_s=np.asarray(ledger.dispatch_s),
-            start_s=np.asarray(ledger.start_s),
-            finish_s=np.asarray(ledger.finish_s),
-            outcome=np.asarray(ledger.outcome, dtype=np.int8),
-            reason=np.asarray(ledger.reason, dtype=np.int16),
-            reasons=tuple(ledger.reasons),
-            batch=np.asarray(ledger.batch_of, dtype=np.int64),
+            dispatch_s=np.asarray(self.dispatch_s),
+            start_s=np.asarray(self.start_s),
+            finish_s=np.asarray(self.finish_s),
+            outcome=np.asarray(self.outcome, dtype=np.int8),
+            reason=np.asarray(self.reason, dtype=np.int16),
+            reasons=tuple(self.reasons),
+            batch=np.asarray(self.batch_of, dtype=np.int64),
             stage_rows=self.rows,
-            worker_busy_s={w.id: w.busy_s for w in workers.values()},
+            worker_busy_s=busy,
             worker_gpu={w.id: w.gpu.name for w in workers.values()},
             worker_share={w.id: w.info.share for w in workers.values()},
             gpu_energy_j=gpu_j,

@@ -1,0 +1,235 @@
+"""Side by side with an earlier commit: the same simulations give the same results, and
+how fast each tree runs them, measured in one sitting.
+
+The base commit is checked out into a temporary folder (``git worktree``, removed at the
+end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree's
+``src``, base and this tree in turn (so the machine's drift hits both alike).
+
+- ``results``: every scenario's outputs (per request: outcome, reason, dispatch, start
+  and finish times, batch; every stage row; per worker busy time and energy) are hashed
+  in each tree; a scenario whose hashes differ prints its first differing request.
+- ``speed``: simulated requests per wall second of the timed scenarios (the simulation
+  only: setup and trace generation excluded), ``--rounds`` alternations, the best of
+  each; the ratio this tree / base.
+
+Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [--base REV]
+[--rounds N] [--only NAME,...]`` (default: both, base ``HEAD``, so uncommitted changes
+are compared with the last commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from hetserve.core.provenance import provenance_line
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each scenario is Python run in the tree under test; it sets ``res`` (a SimResult) and
+# ``wall`` (seconds of the simulation alone). Only APIs both trees have.
+PRELUDE = """
+import time
+from hetserve.engine.setup import build_setup
+from hetserve.experiments.setup import build_trace, simulate
+from hetserve.scheduling import make_scheduler
+from hetserve.sim.engine import SimConfig, Simulator
+
+def run(setup, sched, trace, cfg=None, fail=None):
+    global res, wall
+    sim = Simulator(setup.cluster, setup.latency, setup.plan, setup.placement,
+                    make_scheduler(sched) if isinstance(sched, str) else sched, trace,
+                    cfg or SimConfig())
+    if fail is not None:
+        sim.fail_worker(*fail)
+    t0 = time.perf_counter()
+    res = sim.run()
+    wall = time.perf_counter() - t0
+
+def two_pool():
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+    from hetserve.engine.setup import Setup
+    base = build_setup("hc1-s", ["resnet50"])
+    st = (Stage((0, 5), "P4", 1, 12), Stage((5, 10), "L4", 1, 4))
+    plan = Plan({"resnet50": ModelPlan(base.slos_s["resnet50"], 1.0,
+                 (Pipeline(st, 4, 0.0, 2000.0),))})
+    return Setup(base.cluster, base.latency, ["resnet50"], base.slos_s, plan,
+                 bind(plan, base.cluster))
+
+def ppipe_setup(models, planner="ppipe"):
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.planning.ppipe import PlanOptions, plan_models
+    base = build_setup("hc1-l", models)
+    slos = slos_from_scale(base.cluster, base.latency, models, 5.0, "L4")
+    opts = PlanOptions(planner=planner)
+    return build_setup("hc1-l", models, plan=plan_models(base.cluster, base.latency, slos,
+                       options=opts))
+"""
+
+PPIPE3 = ["efficientnet-b8", "resnet152", "convnext-t"]  # bench_reservation's
+
+SCENARIOS: dict[str, str] = {
+    "edf-adaptive hc1-l resnet50 (bench_sim)": """
+s = build_setup("hc1-l", ["resnet50"], max_batch=8)
+run(s, "edf-adaptive", build_trace(s, "poisson", s.plan.rates_at(0.8), 10.0, seed=0))
+""",
+    "edf-adaptive hc1-l resnet50+efficientnet-b0 (bench_sim)": """
+s = build_setup("hc1-l", ["resnet50", "efficientnet-b0"], max_batch=8)
+run(s, "edf-adaptive", build_trace(s, "poisson", s.plan.rates_at(0.8), 10.0, seed=0))
+""",
+    "fixed-batch hc1-l resnet50 (bench_sim)": """
+s = build_setup("hc1-l", ["resnet50"], max_batch=8)
+run(s, "fixed-batch", build_trace(s, "poisson", s.plan.rates_at(0.8), 10.0, seed=0))
+""",
+    "reservation ppipe plan hc1-l, 3 models": f"""
+s = ppipe_setup({PPIPE3!r})
+run(s, "reservation", build_trace(s, "poisson", s.plan.rates_at(1.0), 30.0, seed=0))
+""",
+    "reservation np plan hc1-l, 3 models": f"""
+s = ppipe_setup({PPIPE3!r}, "np")
+run(s, "reservation", build_trace(s, "poisson", s.plan.rates_at(1.0), 30.0, seed=0))
+""",
+    "reservation two pools, jitter": """
+s = two_pool()
+run(s, "reservation", build_trace(s, "poisson", {"resnet50": 1500.0}, 3.0, seed=1),
+    SimConfig(seed=4, jitter="lognormal", jitter_cv=0.3))
+""",
+    "reactive open routes": """
+s = two_pool()
+run(s, "reactive", build_trace(s, "poisson", {"resnet50": 1500.0}, 3.0, seed=1))
+""",
+    "flex preemptions (Shepherd group)": """
+from hetserve.experiments.shepherd.scenarios import group_setup
+from hetserve.workload.maf import maf_trace
+models = ["resnet18", "resnet50", "rs200"]
+s = group_setup(2, dict.fromkeys(models, 0.1))
+run(s, "flex", maf_trace("maf-bursty", models, 40, 400.0, 10.0, 0.1, seed=2))
+""",
+    "flex, a worker lost": """
+from hetserve.experiments.shepherd.scenarios import group_setup
+from hetserve.workload.maf import maf_trace
+models = ["resnet18", "resnet50"]
+s = group_setup(3, dict.fromkeys(models, 0.1))
+run(s, "flex", maf_trace("maf-bursty", models, 40, 300.0, 4.0, 0.1, seed=4),
+    fail=(s.placement.workers[0].id, 1.2345))
+""",
+    "edf-adaptive, a worker lost": """
+from hetserve.experiments.shepherd.scenarios import group_setup
+from hetserve.workload.maf import maf_trace
+models = ["resnet18", "resnet50"]
+s = group_setup(3, dict.fromkeys(models, 0.1))
+run(s, "edf-adaptive", maf_trace("maf-bursty", models, 40, 300.0, 4.0, 0.1, seed=4),
+    fail=(s.placement.workers[1].id, 0.777))
+""",
+    "coldstart DeepPlan, 180 BERT-Base (bench_deepplan)": """
+from hetserve.core.layerlatency import LayerLatency
+from hetserve.core.plan import bind
+from hetserve.core.presets import preset
+from hetserve.core.requests import Stream
+from hetserve.engine.setup import Setup
+from hetserve.planning.deepplan import plan_cold_starts
+from hetserve.workload.arrivals import Poisson
+from hetserve.workload.trace import generate
+c = preset("p3-8xlarge")
+names = [f"bert-base@{i}" for i in range(180)]
+plan, _ = plan_cold_starts(c, names, None, "pt+dha", dict.fromkeys(names, 0.1))
+tr = generate([Stream(m, m, 0.1, Poisson(100 / len(names))) for m in names], 60.0, 1)
+s = Setup(c, LayerLatency(plan.load_plans), names, dict.fromkeys(names, 0.1), plan,
+          bind(plan, c))
+run(s, "coldstart", tr, SimConfig(warm=False))
+""",
+}
+
+DIGEST = """
+import hashlib, json, math
+def _f(x):
+    return None if isinstance(x, float) and math.isnan(x) else x
+h = {}
+per_req = list(zip(res.outcome.tolist(), [res.reasons[i] for i in res.reason.tolist()],
+                   map(_f, res.dispatch_s.tolist()), map(_f, res.start_s.tolist()),
+                   map(_f, res.finish_s.tolist()), res.batch.tolist()))
+h["requests"] = hashlib.sha256(json.dumps(per_req).encode()).hexdigest()[:16]
+h["stages"] = hashlib.sha256(json.dumps([list(r) for r in res.stage_rows],
+                                        default=str).encode()).hexdigest()[:16]
+h["workers"] = hashlib.sha256(json.dumps([sorted(res.worker_busy_s.items()),
+                                          sorted(res.worker_energy_j.items())]).encode()
+                              ).hexdigest()[:16]
+print(json.dumps({"n": len(res.trace), "wall": wall, "hash": h, "sample": per_req}))
+"""
+
+
+def _run(tree: Path, code: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", PRELUDE + code + DIGEST], env=env, capture_output=True,
+        text=True, cwd=tree,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"scenario failed in {tree}:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _first_difference(a: list, b: list) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"request {i}: base {x} / this tree {y}"
+    return f"lengths {len(a)} / {len(b)}"
+
+
+def main() -> None:
+    print(provenance_line())
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", nargs="*", default=["results", "speed"])
+    ap.add_argument("--base", default="HEAD")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    names = [n for n in SCENARIOS if not args.only or any(k in n for k in args.only.split(","))]
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="hetserve-base-") as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), rev], cwd=ROOT,
+                       check=True)  # fmt: skip
+        try:
+            py = sys.version.split()[0]
+            print(f"base {rev} ({base}) against this tree ({ROOT}); python {py}")
+            if "results" in args.what:
+                print("\nresults (same seed, same inputs):")
+                for name in names:
+                    a, b = _run(base, SCENARIOS[name]), _run(ROOT, SCENARIOS[name])
+                    same = a["hash"] == b["hash"]
+                    diff = [k for k in a["hash"] if a["hash"][k] != b["hash"][k]]
+                    line = "identical" if same else f"DIFFERENT ({', '.join(diff)})"
+                    print(f"  {name:<55} {a['n']:>8,} requests  {line}")
+                    if "requests" in diff:
+                        print(f"      first: {_first_difference(a['sample'], b['sample'])}")
+            if "speed" in args.what:
+                print(f"\nspeed (simulated requests per wall second, best of {args.rounds}, "
+                      f"alternating):")  # fmt: skip
+                for name in names:
+                    best = {"base": 0.0, "this": 0.0}
+                    n = 0
+                    for _ in range(args.rounds):
+                        for key, tree in (("base", base), ("this", ROOT)):
+                            r = _run(tree, SCENARIOS[name])
+                            n = r["n"]
+                            best[key] = max(best[key], r["n"] / r["wall"])
+                    print(
+                        f"  {name:<55} base {best['base']:>9,.0f}  this {best['this']:>9,.0f}"
+                        f"  ratio {best['this'] / best['base']:.3f}  ({n:,} requests)"
+                    )
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
+                           check=False)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,757 @@
+"""The engine kernel: one state machine for requests, batches and stages, driven by both
+engines (``docs/design.md``, "Engines").
+
+The kernel owns every request from its arrival to its one ending (ok, late, dropped,
+failed), every batch from its dispatch to its last stage, and every worker's queue. A
+driver owns only time and execution: it gives the kernel a :class:`~.executor.Clock` and
+an :class:`~.executor.Executor`, calls the entry points below with the current time,
+and hears what happened through an :class:`~.executor.Observer`. The simulator is such a
+driver (a virtual clock, the event heap, the modelled executor); so is the runtime (a
+wall clock, threads or Ray actors, or the same modelled executor).
+
+State, and who changes it:
+
+- **Requests** (the ledger, by request id): ``held`` (the scheduler owns them: arrived,
+  returned, or parked after an open route, with ``parked[id] = (next block, worker,
+  activations)``), in a batch, or ended. With ``track`` (the runtime) ``open`` holds
+  every request not yet ended, so ending one twice is a ``ProtocolError``; the
+  simulator leaves it out (its requests end by construction; two dict operations per
+  request are a few percent of its time).
+- **Batches** (:class:`Batch`): a ``Dispatch`` accepted; one :class:`Task` per route
+  step as the batch reaches it; ``alive`` until its last step ends or it is stopped.
+- **Workers** (:class:`Slot`): the running task, the ready queue (a heap by planned
+  start, then arrival: rule 4), tasks deferred until a load ends, lost or not.
+
+Entry points (drivers and executors call them; each takes ``now``): :meth:`start`,
+:meth:`arrive`, :meth:`stage_done`, :meth:`stage_stopped`, :meth:`stage_failed`,
+:meth:`defer`, :meth:`load_finished`, :meth:`worker_lost`, :meth:`close`. The protocol's
+rules are checked by ``engine.rules``, as before: a scheduler that breaks one gets the
+same ``ProtocolError`` from both engines.
+
+Faults. Anything an executor raises, or reports as failed, ends the batch's requests as
+failed with the reason; the worker serves its next task. With ``strict=False`` (serving)
+a scheduler that raises, or whose action breaks a rule, does not stop the engine: the
+error is logged, the action refused, and the requests the scheduler held (whose fate it
+no longer knows) end as failed with the reason: never a hang, never a request that ends
+twice. ``strict=True`` (simulation, tests) raises instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.engine.clock import VirtualClock
+from hetserve.engine.executor import Clock, Executor, Observer
+from hetserve.engine.links import LinkTable
+from hetserve.engine.rules import (
+    ACTIVATIONS_LOST,
+    PARKED,
+    PREEMPTED,
+    ProtocolError,
+    check_dispatch,
+    check_load,
+    check_timer,
+    cut_bytes,
+    drop_not_held,
+    ended_twice,
+    evict_running,
+    load_report,
+    lost_reason,
+    not_held,
+    parked_elsewhere,
+    parked_sources,
+    stage_ended_report,
+    unknown_action,
+)
+from hetserve.scheduling.protocol import (
+    RETURNED,
+    ClusterView,
+    Dispatch,
+    Drop,
+    Evict,
+    Load,
+    Preempt,
+    Scheduler,
+    SetTimer,
+    StageReport,
+    WorkerInfo,
+)
+
+LOG = logging.getLogger("hetserve.engine")
+_NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
+_new = tuple.__new__  # a NamedTuple made without its Python constructor (the hot path)
+
+EPS_S = 1e-12  # a request that finishes this close after its deadline is on time
+
+
+class Slot:
+    """A worker as the kernel sees it: what runs, what waits, whether it is lost."""
+
+    __slots__ = ("gpu", "gpu_id", "id", "index", "info", "lost", "ready", "running", "waiting")
+
+    def __init__(self, info: WorkerInfo, index: int) -> None:
+        self.id = info.id
+        self.index = index  # dense, from 0: where per-worker arrays want an integer
+        self.info = info
+        self.gpu = info.gpu
+        self.gpu_id = info.gpu_id
+        self.running: Task | None = None
+        self.ready: list[tuple[float, int, Task]] = []  # heap: (planned start, seq, task)
+        self.waiting: list[Task] = []  # deferred until a load on the worker ends
+        self.lost = False
+
+
+class Batch:
+    """A dispatched batch: its ``Dispatch`` (``d``), the route step it is at, its tasks."""
+
+    __slots__ = (
+        "alive",
+        "d",
+        "dispatch_s",
+        "id",
+        "model",
+        "payload",
+        "requests",
+        "route",
+        "stage",
+        "tasks",
+    )
+
+    def __init__(self, d: Dispatch, now: float) -> None:
+        self.d = d
+        self.id = d.batch_id
+        self.model = d.model
+        self.requests = d.requests
+        self.route = d.route
+        self.stage = 0
+        self.dispatch_s = now
+        self.alive = True
+        self.tasks: list[Task] = []
+        # the stage's input: the requests' inputs (or parked parts) for the first step,
+        # the previous step's output after it
+        self.payload: Any = None
+
+
+class Task:
+    """One route step of a batch on its worker. ``ran``: the executor took it (it did
+    not fail or defer it at once). ``run``, ``version`` and ``stop`` are the
+    executor's: what it needs to end the step (the modelled executor's block times and
+    energy), a counter that makes its pending callbacks stale, and the flag a
+    ``Preempt`` raises (a thread checks it at every block boundary)."""
+
+    __slots__ = (
+        "batch",
+        "dead",
+        "index",
+        "ran",
+        "run",
+        "start_s",
+        "step",
+        "stop",
+        "transfer_end_s",
+        "transfer_start_s",
+        "version",
+        "worker",
+    )
+
+    def __init__(self, batch: Batch, index: int, worker: Slot) -> None:
+        self.batch = batch
+        self.index = index
+        self.step = batch.route[index]
+        self.worker = worker
+        self.version = 0
+        self.dead = False
+        self.ran = False
+        self.stop = False
+        self.start_s = math.nan
+        self.run: Any = None
+        self.transfer_start_s: float | None = None
+        self.transfer_end_s: float | None = None
+
+    @property
+    def last(self) -> bool:
+        """The route's last step."""
+        return self.index == len(self.batch.route) - 1
+
+
+class Kernel:
+    """The state machine (module docstring)."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        plan: Plan,
+        scheduler: Scheduler,
+        executor: Executor,
+        clock: Clock,
+        observer: Observer | None = None,
+        links: LinkTable | None = None,
+        strict: bool = True,
+        track: bool = True,
+    ) -> None:
+        """``links``: the link model activations cross between stages (None: they take
+        no time here, the executor moves them); ``strict``: raise on a scheduler's error
+        (module docstring); ``track``: keep ``open`` (module docstring)."""
+        self.view = view
+        self.plan = plan
+        self.scheduler = scheduler
+        self.executor = executor
+        self.clock = clock
+        self.observer = observer if observer is not None else Observer()
+        self.links = links
+        self.strict = strict
+        self.workers = {wid: Slot(info, k) for k, (wid, info) in enumerate(view.workers.items())}
+        self.nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
+        self.batches: dict[int, Batch] = {}
+        self.held: dict[int, Request] = {}
+        self.open: dict[int, Request] | None = {} if track else None
+        self.parked: dict[int, tuple[int, str, Any]] = {}
+        self.payloads: dict[int, Any] = {}
+        self._seq = itertools.count(1)
+        self._ask = self._ask_strict if strict else self._ask_guarded
+        self._apply = self._apply_strict if strict else self._apply_guarded
+        self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
+        self._reported = type(self.observer).reported is not Observer.reported
+        # whether the executor computes outputs to cut per request (the modelled one: no)
+        self._outputs = executor.outputs
+        # timers on the engine's own virtual clock go straight onto its heap
+        self._push = clock.push if type(clock) is VirtualClock else None
+        self._clock_seq = clock.seq if type(clock) is VirtualClock else None
+        executor.attach(self)
+
+    # ------------------------------------------------------------------ the ledger
+    def unended(self) -> list[Request]:
+        """Every request that arrived and has not ended, by id (held, or in a batch)."""
+        if self.open is not None:
+            left = dict(self.open)
+        else:
+            left = dict(self.held)
+            for b in self.batches.values():
+                left.update((r.id, r) for r in b.requests)
+        return sorted(left.values(), key=lambda r: r.id)
+
+    # ------------------------------------------------------------------ entry points
+    def start(self, now: float) -> None:
+        """Start the scheduler (rule 2)."""
+        self._ask(lambda _, t: self.scheduler.start(self.view, self.plan, t), None, now)
+        # (after its start: a wrapper may bind its inner scheduler's methods then)
+        self._on_arrival = self.scheduler.on_arrival
+
+    def arrive(self, r: Request, now: float, payload: Any = None) -> None:
+        """A request arrives (each once: the driver gives every request a new id); it
+        ends exactly once (``Observer.ended``)."""
+        rid = r.id
+        if self.open is not None:
+            self.open[rid] = r
+        self.held[rid] = r
+        if payload is not None:
+            self.payloads[rid] = self.executor.admit(payload)
+        if self.strict:
+            acts = self._on_arrival(r, now)
+            if acts:
+                self._apply(acts, now)
+        else:
+            self._ask_guarded(self.scheduler.on_arrival, r, now)
+
+    def worker_lost(self, worker: str, now: float) -> None:
+        """The worker is gone (rule 9): nothing starts on it again; the scheduler hears
+        of it first, then of the batches it held (running, queued or deferred)."""
+        w = self.workers.get(worker)
+        if w is None or w.lost:
+            return
+        w.lost = True
+        self._ask(self.scheduler.on_worker_lost, worker, now)
+        victims = []
+        t = w.running
+        if t is not None:
+            w.running = None
+            self.observer.stage_ended(t, now, "failed", 0)
+            victims.append(t)
+        victims += [t for _, _, t in w.ready if not t.dead]
+        victims += [t for t in w.waiting if not t.dead]
+        w.ready.clear()
+        w.waiting.clear()
+        for t in victims:
+            if not t.dead and t.batch.alive:
+                self._end_batch(t.batch, t, now, lost_reason(t.batch.route), 0)
+
+    def close(self, now: float, batch_reason: str, held_reason: str) -> None:
+        """The end of a run: batches under way fail (``batch_reason``; a running stage
+        is cut here), requests the scheduler still holds are dropped (``held_reason``).
+        Nothing is reported to the scheduler."""
+        for b in list(self.batches.values()):
+            task = b.tasks[-1]
+            w = task.worker
+            if w.running is task:
+                w.running = None
+                self.observer.stage_ended(task, now, "failed", 0)
+            b.alive = False
+            for t in b.tasks:
+                t.dead = True
+            self._end(b.requests, FAILED, batch_reason, now)
+        self.batches.clear()
+        held = sorted(self.held.values(), key=lambda r: r.id)
+        self.held.clear()
+        if held:
+            self._end(held, DROPPED, held_reason, now)
+
+    def fail_all(self, reason: str, now: float) -> None:
+        """After a fault that leaves the state in doubt (a bug in a callback): every
+        request not yet ended fails with ``reason``, batches and queues are forgotten
+        (their executors' late reports are ignored), so nothing hangs and the workers
+        serve what comes next."""
+        left = self.unended()
+        for b in self.batches.values():
+            b.alive = False
+            for t in b.tasks:
+                t.dead = True
+        self.batches.clear()
+        for w in self.workers.values():
+            if w.running is not None:
+                w.running.dead = True
+            w.running = None
+            w.ready.clear()
+            w.waiting.clear()
+        self.held.clear()
+        if left:
+            self._end(left, FAILED, reason, now, check=False)
+
+    # ------------------------------------------------------------------ executors' reports
+    def stage_done(self, task: Task, now: float, output: Any = None) -> None:
+        """Every block of ``task`` ran; ``output`` its result (what the next step takes,
+        or, at the route's end, what ``Executor.split`` cuts per request)."""
+        if task.dead:  # its batch ended meanwhile (worker lost, run closed)
+            return
+        w = task.worker
+        b = task.batch
+        w.running = None
+        step = task.step
+        self.observer.stage_ended(task, now, "completed", step.blocks[1] - step.blocks[0])
+        last = task.index == len(b.route) - 1
+        reason = ""
+        if last:
+            parts = self._split(task, output, now) if self._outputs else _NO_PARTS
+            if parts is None:
+                return  # the batch failed
+            b.alive = False
+            del self.batches[b.id]
+            end_block = step.blocks[1]
+            reqs = b.requests
+            if end_block < self.nblocks[b.model]:
+                # an open route: the requests are parked here, back with the scheduler
+                reason = PARKED
+                held, parked, wid = self.held, self.parked, w.id
+                for r, part in zip(reqs, parts, strict=False):
+                    held[r.id] = r
+                    parked[r.id] = (end_block, wid, part)
+            else:
+                if self.open is not None or self.parked or self.payloads:
+                    self._close(reqs)
+                self.observer.ended(
+                    reqs, [OK if now <= r.deadline_s + EPS_S else LATE for r in reqs], "", now,
+                    parts if self._outputs else None,
+                )  # fmt: skip
+        else:
+            b.stage += 1
+            b.payload = output
+            nw = self.workers[b.route[b.stage].worker]
+            ntask = Task(b, b.stage, nw)
+            b.tasks.append(ntask)
+            span = (now, now)
+            links = self.links
+            if links is not None:
+                nbytes = cut_bytes(
+                    self.view.latency, b.model, step.blocks[1] - 1, len(b.requests),
+                    self.view.cut_bytes_factor,
+                )  # fmt: skip
+                span = links.send(w.gpu_id, nw.gpu_id, nbytes, now)
+            self._transfer(ntask, span, now)
+        b_ = step.blocks
+        # (engine.rules.stage_done_report, made without its Python calls: the hot path)
+        rep = _new(StageReport, (
+            "stage", b.id, b.model, step.stage, w.id, task.start_s, now, b.requests, True, last,
+            reason, b_, b_[1] - b_[0], task.transfer_start_s, task.transfer_end_s,
+        ))  # fmt: skip
+        if self._reported:
+            self.observer.reported(rep)
+        if self.strict:
+            acts = self.scheduler.on_stage_done(rep, now)
+            if acts:
+                self._apply(acts, now)
+        else:
+            self._ask_guarded(self.scheduler.on_stage_done, rep, now)
+        if w.running is None and w.ready:
+            self._try_start(w, now)
+
+    def stage_done_at(self, task: Task, version: int, now: float) -> None:
+        """:meth:`stage_done` without an output, for an executor that puts the end of a
+        stage on the clock (``clock.call_at(end, kernel.stage_done_at, task,
+        task.version)``): ignored when the task's ``version`` moved on meanwhile (the
+        executor stopped it at a block boundary instead)."""
+        if task.version == version:
+            self.stage_done(task, now, None)
+
+    def stage_stopped(self, task: Task, blocks_done: int, now: float) -> None:
+        """``task`` stopped at a block boundary after a ``Preempt`` (``blocks_done``
+        ran): its requests go back to the scheduler (rule 7)."""
+        w = task.worker
+        if w.running is not task or task.dead:
+            return
+        w.running = None
+        self.observer.stage_ended(task, now, PREEMPTED, blocks_done)
+        self._end_batch(task.batch, task, now, PREEMPTED, blocks_done)
+        self._try_start(w, now)
+
+    def stage_failed(self, task: Task, reason: str, now: float) -> None:
+        """``task`` could not run, or raised (``reason`` says why): its batch's requests
+        end as failed; the worker serves its next task."""
+        if task.dead or not task.batch.alive:
+            return
+        w = task.worker
+        running = w.running is task
+        if running:
+            w.running = None
+        else:
+            task.start_s = now
+        self.observer.stage_ended(task, now, "failed", 0)
+        self._end_batch(task.batch, task, now, reason, 0)
+        if running:
+            self._try_start(w, now)
+
+    def defer(self, task: Task) -> None:
+        """The executor cannot start the running ``task`` until a load on its worker
+        ends: the worker is free meanwhile; the task is queued again when the load ends
+        (:meth:`load_finished`)."""
+        w = task.worker
+        if w.running is task:
+            w.running = None
+        w.waiting.append(task)
+
+    def load_finished(
+        self, a: Load, start_s: float, now: float, ok: bool = True, reason: str = ""
+    ) -> None:
+        """A load ended (``ok=False``: it failed, ``reason`` says why): the scheduler
+        hears of it; after a load that ended well, the worker's deferred tasks are
+        queued again."""
+        w = self.workers[a.worker]
+        if ok and w.waiting:
+            waiting, w.waiting = w.waiting, []
+            for t in waiting:
+                heapq.heappush(w.ready, (t.step.planned_start_s, next(self._seq), t))
+        self._report(load_report(a.worker, a.model, a.blocks, start_s, now, ok, reason), now)
+        if ok and w.running is None and w.ready:
+            self._try_start(w, now)
+
+    # ------------------------------------------------------------------ the scheduler
+    def _ask_strict(self, fn: Any, arg: Any, now: float) -> None:
+        acts = fn(arg, now)
+        if acts:
+            self._apply(acts, now)
+
+    def _ask_guarded(self, fn: Any, arg: Any, now: float) -> None:
+        try:
+            acts = fn(arg, now)
+        except Exception as err:
+            self._scheduler_failed(err, now)
+            return
+        if acts:
+            self._apply(acts, now)
+
+    def _scheduler_failed(self, err: Exception, now: float) -> None:
+        """A scheduler raised: what it holds may never be dispatched; end it as failed."""
+        held = sorted(self.held.values(), key=lambda r: r.id)
+        self.held.clear()
+        LOG.error("the scheduler raised; its %d requests fail", len(held), exc_info=err)
+        if held:
+            self._end(held, FAILED, f"scheduler error: {type(err).__name__}: {err}", now)
+
+    def _report(self, rep: StageReport, now: float) -> None:
+        if self._reported:
+            self.observer.reported(rep)
+        self._ask(self.scheduler.on_stage_done, rep, now)
+
+    def _timer(self, token: object, at_s: float, now: float) -> None:
+        """Rule 6: a timer never fires before its time (a wall clock may run a callback
+        a hair early: the scheduler is then told its own time)."""
+        if now < at_s:
+            now = at_s
+        if self.strict:
+            acts = self.scheduler.on_timer(token, now)
+            if acts:
+                self._apply(acts, now)
+        else:
+            self._ask_guarded(self.scheduler.on_timer, token, now)
+
+    # ------------------------------------------------------------------ actions
+    def _apply_strict(self, actions: Iterable[object], now: float) -> None:
+        for a in actions:
+            kind = type(a)
+            if kind is Dispatch:  # the common cases, without a call
+                self._dispatch(a, now)  # type: ignore[arg-type]
+            elif kind is SetTimer:
+                at = a.at_s  # type: ignore[attr-defined]
+                if at < now:
+                    check_timer(at, now)
+                    at = now
+                token, at_s = a.token, a.at_s  # type: ignore[attr-defined]
+                if self._push is not None:
+                    self._push((at, next(self._clock_seq), self._timer, token, at_s))  # type: ignore[arg-type]
+                else:
+                    self.clock.call_at(at, self._timer, token, at_s)
+            else:
+                self._act(a, now)
+
+    def _apply_guarded(self, actions: Iterable[object], now: float) -> None:
+        for a in actions:
+            try:
+                self._act(a, now)
+            except Exception as err:
+                self._refused(a, err, now)
+
+    def _refused(self, a: object, err: Exception, now: float) -> None:
+        """Serving: an action that breaks a rule is refused, loudly; what the scheduler
+        believes it did is made true where it can be (a refused load is reported failed)
+        and requests it may have lost track of fail."""
+        LOG.error(
+            "refused %s: %s", type(a).__name__, err, exc_info=not isinstance(err, ProtocolError)
+        )
+        why = f"scheduler error: {err}"
+        if type(a) is Dispatch:
+            lost = [r for r in a.requests if self.held.get(r.id) is r]
+            for r in lost:
+                del self.held[r.id]
+            if lost:
+                self._end(lost, FAILED, why, now)
+        elif type(a) is Load and a.worker in self.workers:
+            self._report(load_report(a.worker, a.model, a.blocks, now, now, False, why), now)
+
+    def _act(self, a: object, now: float) -> None:
+        kind = type(a)
+        if kind is Dispatch:
+            self._dispatch(a, now)  # type: ignore[arg-type]
+        elif kind is SetTimer:
+            at = a.at_s  # type: ignore[attr-defined]
+            if at < now:
+                check_timer(at, now)
+                at = now
+            self.clock.call_at(at, self._timer, a.token, a.at_s)  # type: ignore[attr-defined]
+        elif kind is Drop:
+            held, reqs = self.held, a.requests  # type: ignore[attr-defined]
+            for k, r in enumerate(reqs):
+                if held.pop(r.id, None) is None:
+                    self._give_back(reqs[:k])
+                    raise drop_not_held(r)
+            self._end(reqs, DROPPED, a.reason or "dropped", now)  # type: ignore[attr-defined]
+        elif kind is Preempt:
+            self._preempt(a, now)  # type: ignore[arg-type]
+        elif kind is Load:
+            check_load(a, self.nblocks, self.workers)  # type: ignore[arg-type]
+            self.executor.load(a, now)  # type: ignore[arg-type]
+        elif kind is Evict:
+            check_load(a, self.nblocks, self.workers)  # type: ignore[arg-type]
+            t = self.workers[a.worker].running  # type: ignore[attr-defined]
+            if t is not None and t.batch.model == a.model:  # type: ignore[attr-defined]
+                lo, hi = a.blocks  # type: ignore[attr-defined]
+                if lo < t.step.blocks[1] and t.step.blocks[0] < hi:
+                    raise evict_running(a, t.batch.id)  # type: ignore[arg-type]
+            self.executor.evict(a, now)  # type: ignore[arg-type]
+        else:
+            raise unknown_action(a)
+
+    def _dispatch(self, d: Dispatch, now: float) -> None:
+        first = check_dispatch(d, self.nblocks, self.workers, self.batches)
+        held, parked = self.held, self.parked
+        model = d.model
+        reqs = d.requests
+        pop = held.pop
+        for k, r in enumerate(reqs):
+            rid = r.id
+            got = pop(rid, None)
+            if got is None or r.model != model:
+                if got is not None:
+                    held[rid] = got  # (another model's: it stays the scheduler's)
+                self._give_back(reqs[:k])
+                raise not_held(d, r)
+            if parked:
+                at = parked.get(rid)
+                blk = 0 if at is None else at[0]
+                if blk != first:
+                    self._give_back(reqs[: k + 1])
+                    raise parked_elsewhere(d, r, blk)
+            elif first:
+                self._give_back(reqs[: k + 1])
+                raise parked_elsewhere(d, r, 0)
+        b = Batch(d, now)
+        if first > 0:  # a continued batch (rule 4): its input is the parked activations
+            b.payload = [parked[r.id][2] for r in reqs]
+        elif self.payloads:
+            pl = self.payloads
+            b.payload = [pl.get(r.id) for r in reqs]
+        self.batches[d.batch_id] = b
+        self.observer.dispatched(b, first, now)
+        task = Task(b, 0, self.workers[d.route[0].worker])
+        b.tasks.append(task)
+        if first == 0:
+            self._input_arrived(task, now)
+            return
+        self._gather(task, first, now)
+
+    def _give_back(self, taken: Iterable[Request]) -> None:
+        held = self.held
+        for r in taken:
+            held[r.id] = r
+
+    def _gather(self, task: Task, first: int, now: float) -> None:
+        """A continued batch's input: one transfer per worker its requests are parked
+        on, each over the links to the stage's worker; the stage may start when all have
+        arrived. Activations parked on a lost worker are gone."""
+        b = task.batch
+        parked, workers = self.parked, self.workers
+        counts = parked_sources(b.requests, lambda i: parked[i][1])
+        if any(workers[src].lost for src in counts):
+            self.stage_failed(task, ACTIVATIONS_LOST, now)
+            return
+        span = (now, now)
+        if self.links is not None:
+            span = self.links.gather(
+                [(workers[src].gpu_id, k) for src, k in counts.items()],
+                task.worker.gpu_id,
+                cut_bytes(self.view.latency, b.model, first - 1, 1, self.view.cut_bytes_factor),
+                now,
+            )
+        self._transfer(task, span, now)
+
+    def _transfer(self, task: Task, span: tuple[float, float], now: float) -> None:
+        """A stage's input on its way (``span``: the transfer's start and end)."""
+        task.transfer_start_s, task.transfer_end_s = span
+        if span[1] > now:
+            self.clock.call_at(span[1], self._arrived, task)
+        else:
+            self._input_arrived(task, now)
+
+    def _arrived(self, task: Task, _: Any, now: float) -> None:
+        self._input_arrived(task, now)
+
+    def _input_arrived(self, task: Task, now: float) -> None:
+        if task.dead:
+            return
+        w = task.worker
+        if w.running is None and not w.ready and not w.lost:
+            # the common case, an idle worker with nothing queued: ``_start``, inline
+            task.start_s = now
+            w.running = task
+            try:
+                self.executor.start(task, now)
+            except Exception as err:
+                self._start_failed(task, err, now)
+                return
+            if w.running is task:
+                task.ran = True
+            return
+        heapq.heappush(w.ready, (task.step.planned_start_s, next(self._seq), task))
+        if w.running is None:
+            self._try_start(w, now)
+
+    def _try_start(self, w: Slot, now: float) -> None:
+        while w.running is None and w.ready:
+            task = heapq.heappop(w.ready)[2]
+            if task.dead:
+                continue
+            if w.lost:
+                self.stage_failed(task, lost_reason(task.batch.route), now)
+                continue
+            self._start(w, task, now)
+
+    def _start(self, w: Slot, task: Task, now: float) -> None:
+        task.start_s = now
+        w.running = task
+        try:
+            self.executor.start(task, now)
+        except Exception as err:
+            self._start_failed(task, err, now)
+            return
+        if w.running is task:
+            task.ran = True
+
+    def _start_failed(self, task: Task, err: Exception, now: float) -> None:
+        LOG.error("stage %s of batch %d failed to start", task.index, task.batch.id, exc_info=err)
+        self.stage_failed(task, f"failed: {type(err).__name__}: {err}", now)
+
+    def _split(self, task: Task, output: Any, now: float) -> list[Any] | None:
+        """The executor's parts of a route's output, one per request; None (the batch
+        failed) when it cannot cut them."""
+        n = len(task.batch.requests)
+        try:
+            parts = self.executor.split(task, output)
+            if len(parts) != n:
+                raise ValueError(f"{len(parts)} parts for {n} requests")
+        except Exception as err:
+            LOG.error("batch %d of %s: its output could not be split", task.batch.id,
+                      task.batch.model, exc_info=err)  # fmt: skip
+            self._end_batch(task.batch, task, now, f"failed: {type(err).__name__}: {err}", 0)
+            if task.worker.running is None and task.worker.ready:
+                self._try_start(task.worker, now)
+            return None
+        return parts
+
+    def _preempt(self, p: Preempt, now: float) -> None:
+        b = self.batches.get(p.batch_id)
+        if b is None or not b.alive:
+            return  # finished or gone: nothing to stop (a race a real system has too)
+        task = b.tasks[-1]
+        if task.worker.id != p.worker:
+            return
+        if task.worker.running is task:
+            task.stop = True  # at the next block boundary
+            self.executor.stop(task, now)
+        else:  # queued, deferred or in transfer: it ends here
+            self._end_batch(b, task, now, PREEMPTED, 0)
+
+    # ------------------------------------------------------------------ endings
+    def _end_batch(self, b: Batch, task: Task, now: float, reason: str, blocks_done: int) -> None:
+        """Stop a batch before its route's end and report it: its requests go back to
+        the scheduler (``reason`` in ``RETURNED``) or fail."""
+        b.alive = False
+        self.batches.pop(b.id, None)
+        for t in b.tasks:
+            t.dead = True
+        if reason in RETURNED:
+            self._give_back(b.requests)
+        else:
+            self._end(b.requests, FAILED, reason, now)
+        start = task.start_s if not math.isnan(task.start_s) else now
+        rep = stage_ended_report(
+            b.d, task.index, task.worker.id, start, now, reason, blocks_done,
+            (task.transfer_start_s, task.transfer_end_s),
+        )  # fmt: skip
+        self._report(rep, now)
+
+    def _close(self, requests: Sequence[Request], check: bool = True) -> None:
+        """Requests end in the ledger (each once: ``ended_twice`` otherwise, where
+        ``open`` is kept)."""
+        if self.open is not None:
+            pop = self.open.pop
+            for r in requests:
+                if pop(r.id, None) is None and check:
+                    raise ended_twice(r.id)
+        if self.parked or self.payloads:
+            parked, payloads = self.parked, self.payloads
+            for r in requests:
+                parked.pop(r.id, None)
+                payloads.pop(r.id, None)
+
+    def _end(
+        self, requests: Sequence[Request], outcome: int, reason: str, now: float,
+        check: bool = True,
+    ) -> None:  # fmt: skip
+        """Requests end, all with one outcome (dropped or failed) and reason."""
+        self._close(requests, check)
+        self.observer.ended(requests, (outcome,) * len(requests), reason, now, None)

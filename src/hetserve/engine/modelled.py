@@ -1,0 +1,223 @@
+"""The modelled executor: a stage takes the latency model's time, as in Shepherd's and
+Clockwork's emulated workers. One executor for the simulator (on its event heap) and for
+the runtime's ``--emulate`` (on the wall clock), so a simulated stage and an emulated one
+are the same thing.
+
+- A worker runs the blocks of a stage back to back, each for the latency model's time at
+  the batch's size on the worker's GPU and share, all multiplied by one seeded jitter draw
+  per stage execution (``lognormal`` with a CV, or ``exponential``; none by default);
+  ``request_overhead_s`` per request is added to a batch's first stage (Shepherd's
+  per-request overhead).
+- A ``Preempt`` stops a running stage at its next block boundary (a boundary at this very
+  moment counts; the model's last block is no exit point, the end of a non-last stage is).
+  One callback per stage, none per block.
+- Residency and loads follow :mod:`hetserve.engine.residency`: a stage whose blocks are
+  neither resident nor loading fails (rule 8); one whose blocks are loading waits for the
+  load (``Kernel.defer``), unless the load follows a load plan, whose batches run layer by
+  layer as weights arrive; DHA runs share their host links.
+- Energy: the latency model's busy energy per run (``Task.run``: block end times, energy).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.gpus import GpuType
+from hetserve.core.latency import LatencyModel, busy_power_w
+from hetserve.engine.clock import VirtualClock
+from hetserve.engine.executor import BaseExecutor
+from hetserve.engine.links import LinkTable
+from hetserve.engine.residency import Held, Residency, block_mask
+from hetserve.engine.rules import NOT_RESIDENT
+
+if TYPE_CHECKING:
+    from hetserve.engine.kernel import Kernel, Task
+    from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep
+
+JITTERS = ("none", "lognormal", "exponential")
+
+
+def busy_j(
+    latency: LatencyModel, model: str, gpu: GpuType, share: int, batch: int, blocks: range,
+    busy_s: float,
+) -> float:  # fmt: skip
+    """Busy energy of a run of ``blocks`` that takes ``busy_s``: the latency model's, or
+    the GPU's busy power share for that long when the model has no energy table."""
+    try:
+        return latency.energy(model, gpu, share, batch, blocks)
+    except HetserveError:
+        return busy_s * busy_power_w(gpu, share, 1.0)
+
+
+def block_times(view: ClusterView, model: str, step: RouteStep, batch: int) -> list[float]:
+    """The latency model's time at each block boundary of a stage (cumulative, s)."""
+    w = view.workers[step.worker]
+    lat = view.latency
+    cum, acc = [], 0.0
+    for k in range(*step.blocks):
+        acc += lat.latency(model, w.gpu, w.share, batch, range(k, k + 1))
+        cum.append(acc)
+    return cum
+
+
+class ModelledExecutor(BaseExecutor):
+    """Stages and loads as the latency model says (module docstring)."""
+
+    outputs = False
+
+    def __init__(
+        self,
+        seed: int = 0,
+        jitter: str = "none",
+        jitter_cv: float = 0.0,
+        request_overhead_s: float = 0.0,
+        warm: bool = True,
+    ) -> None:
+        """``warm``: the plan's blocks are resident when the kernel starts (see
+        :meth:`warm_start`; a cold-start plan loads them: ``False``)."""
+        if jitter not in JITTERS:
+            raise HetserveError(f"jitter must be none, lognormal or exponential, got {jitter!r}")
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+        self.jitter = jitter
+        self.jitter_cv = jitter_cv
+        self._jitter_on = jitter == "exponential" or (jitter == "lognormal" and jitter_cv > 0)
+        self._overhead_s = request_overhead_s
+        self.warm = warm
+        # (model, worker, batch, blocks) -> (block end times, energy, DHA part)
+        self._runs: dict[tuple[str, str, int, tuple[int, int]], tuple] = {}
+        self.held: dict[str, Held] = {}
+
+    def attach(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self._call_at = kernel.clock.call_at
+        self._stage_done_at = kernel.stage_done_at
+        # the engine's own virtual clock: stage ends straight onto its heap
+        clock = kernel.clock
+        self._push = clock.push if type(clock) is VirtualClock else None
+        self._seq = clock.seq if type(clock) is VirtualClock else None
+        view = kernel.view
+        self.view = view
+        self.latency = view.latency
+        self.residency = Residency(view.cluster, view.latency)
+        cold = self.residency.cold_model
+        self._dha_s = None if cold is None else cold.dha_s
+        self.held = {wid: Held(info) for wid, info in view.workers.items()}
+        # loads cross the host links of the kernel's link model (their own where it has none)
+        self.links = kernel.links if kernel.links is not None else LinkTable(view.cluster)
+        if self.warm:
+            self.warm_start()
+
+    def warm_start(self) -> None:
+        """The plan's blocks resident at t = 0 (an error if they do not fit)."""
+        k = self.kernel
+        self.residency.warm_start(k.plan, k.view.placement, self.held)
+
+    # ------------------------------------------------------------------ stages
+    def _run_times(
+        self, model: str, info: Any, batch: int, blocks: tuple[int, int]
+    ) -> tuple[tuple[float, ...], float, float]:
+        """A stage run: cumulative block end times, busy energy, and the part of it on
+        DHA layers (reading host memory; 0 without load plans)."""
+        lat, share, gpu = self.latency, info.share, info.gpu
+        cum, acc = [], 0.0
+        for k in range(blocks[0], blocks[1]):
+            acc += lat.latency(model, gpu, share, batch, range(k, k + 1))
+            cum.append(acc)
+        energy = busy_j(lat, model, gpu, share, batch, range(*blocks), acc)
+        dha = 0.0
+        if self._dha_s is not None:
+            dha = self._dha_s(model, gpu, share, batch)
+        return tuple(cum), energy, dha
+
+    def _jitter(self) -> float:
+        if self.jitter == "lognormal" and self.jitter_cv > 0:
+            s2 = math.log1p(self.jitter_cv**2)
+            return float(self.rng.lognormal(-s2 / 2, math.sqrt(s2)))
+        if self.jitter == "exponential":
+            return float(self.rng.exponential(1.0))
+        return 1.0
+
+    def start(self, task: Task, now: float) -> None:
+        b = task.batch
+        model = b.model
+        n = len(b.requests)
+        blocks = task.step.blocks
+        w = task.worker
+        key = (model, w.id, n, blocks)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = self._run_times(model, w.info, n, blocks)
+        cum, energy, dha = run
+        h = self.held[w.id]
+        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
+        if h.resident.get(model, 0) & m != m:
+            if not h.loading.get(model, 0) & m:
+                self.kernel.stage_failed(task, NOT_RESIDENT, now)
+                return
+            if model not in h.cold:
+                self.kernel.defer(task)  # its weights arrive by a plain load: wait for it
+                return
+            # a planned cold start under way: layer by layer, each as its weights arrive
+            dur = self.residency.cold_run_s(h, w.info, model, n, now)
+            energy *= dur / max(cum[-1], 1e-12)
+            cum = (dur,)
+        if self._overhead_s and task.index == 0:
+            extra = self._overhead_s * n
+            cum = tuple(c + extra for c in cum)
+        if self._jitter_on:
+            j = self._jitter()
+            cum = tuple(c * j for c in cum)
+            energy *= j
+        if dha > 0:
+            cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
+        task.run = (cum, energy)
+        if self._push is not None:
+            self._push((now + cum[-1], next(self._seq), self._stage_done_at, task, task.version))
+        else:
+            self._call_at(now + cum[-1], self._stage_done_at, task, task.version)
+
+    def stop(self, task: Task, now: float) -> None:
+        cum = task.run[0]
+        elapsed = now - task.start_s
+        k = 0
+        while k < len(cum) - 1 and cum[k] < elapsed - 1e-12:
+            k += 1
+        if k == len(cum) - 1 and task.index == len(task.batch.route) - 1:
+            return  # the next exit point is the end: the batch simply completes
+        task.version += 1  # the stage's end is stale: it stops at block k + 1
+        self.kernel.clock.call_at(task.start_s + cum[k], self.kernel.stage_stopped, task, k + 1)
+
+    # ------------------------------------------------------------------ loads
+    def load(self, a: Load, now: float) -> None:
+        h = self.held[a.worker]
+        res = self.residency
+        m = block_mask(a.blocks)
+        new = m & ~h.resident.get(a.model, 0) & ~h.loading.get(a.model, 0)
+        nbytes = res.bytes_of(a.model, new)
+        if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
+            self.kernel.load_finished(a, now, now, False, "out of memory")
+            return
+        h.mem_used += nbytes
+        h.loading[a.model] = h.loading.get(a.model, 0) | new
+        info = self.view.workers[a.worker]
+        if new and res.cold_model is not None:
+            end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
+            self.kernel.clock.call_at(end, self._loaded, a, (new, now))
+            return
+        cluster = self.view.cluster
+        path = tuple(cluster.host_path(info.gpu_id))
+        bw = min(cluster.links[x].bw_gbps for x in path)
+        t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
+        self.kernel.clock.call_at(t1, self._loaded, a, (new, t0))
+
+    def _loaded(self, a: Load, info: tuple[int, float], now: float) -> None:
+        new, t0 = info
+        self.residency.loaded(self.held[a.worker], a.model, new)
+        self.kernel.load_finished(a, t0, now)
+
+    def evict(self, a: Evict, now: float) -> None:
+        self.residency.evict(self.held[a.worker], a.model, a.blocks)

@@ -1,0 +1,266 @@
+"""The engine kernel, driven by both engines (issue 39's proof): with random arrivals,
+executors that raise or fail at random points, a lost worker, preemptions and evictions,
+every request ends exactly once with a reason, nothing is left held, parked or in a batch
+at the end, and the simulator and the runtime on a virtual clock end every request the
+same way."""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hetserve.core.layerlatency import LayerLatency
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.plan import bind
+from hetserve.core.presets import preset
+from hetserve.core.requests import Stream
+from hetserve.engine.clock import VirtualClock
+from hetserve.engine.executor import Observer
+from hetserve.engine.modelled import ModelledExecutor
+from hetserve.engine.rules import ProtocolError
+from hetserve.engine.setup import Setup, build_setup
+from hetserve.experiments.shepherd.scenarios import group_setup
+from hetserve.planning.deepplan import plan_cold_starts
+from hetserve.runtime.engine import RuntimeEngine
+from hetserve.scheduling import (
+    BaseScheduler,
+    ClusterView,
+    Dispatch,
+    Evict,
+    RouteStep,
+    make_scheduler,
+)
+from hetserve.sim.engine import RUN_ENDED, UNSERVED, SimConfig, Simulator
+from hetserve.workload.arrivals import Poisson
+from hetserve.workload.trace import generate
+
+
+class Flaky(ModelledExecutor):
+    """The modelled executor, with faults drawn from its own seeded stream in the order
+    the kernel starts stages (the same in both drivers): ``start`` raises, a stage fails
+    at its end instead of completing, or cutting the output raises."""
+
+    outputs = True  # so the kernel cuts outputs (``split``), where a fault can strike
+
+    def __init__(self, seed, p_raise, p_fail, p_split, warm):
+        super().__init__(warm=warm)
+        self.faults = random.Random(seed)
+        self.p = (p_raise, p_fail, p_split)
+
+    def start(self, task, now):
+        u = self.faults.random()
+        if u < self.p[0]:
+            raise RuntimeError("injected at start")
+        super().start(task, now)
+        if task.run is not None and u < self.p[0] + self.p[1]:
+            task.version += 1  # its end becomes a failure
+            end = now + task.run[0][-1]
+            self.kernel.clock.call_at(end, self.kernel.stage_failed, task, "failed: injected")
+
+    def split(self, task, output):
+        if self.faults.random() < self.p[2]:
+            raise ValueError("injected in split")
+        return [None] * len(task.batch.requests)
+
+
+class Endings(Observer):
+    """Every ending, counted per request."""
+
+    def __init__(self):
+        self.ends = {}
+
+    def ended(self, requests, outcomes, reason, now, outputs):
+        for r, o in zip(requests, outcomes, strict=True):
+            assert r.id not in self.ends, f"request {r.id} ended twice"
+            assert o in (OK, LATE) or reason, f"request {r.id}: outcome {o} without a reason"
+            self.ends[r.id] = (o, reason)
+
+
+# ------------------------------------------------------------------ setups
+def _group(scheduler):
+    models = ["resnet18", "resnet50"]
+    return group_setup(3, dict.fromkeys(models, 0.1)), scheduler, {}, True
+
+
+def _pools(scheduler):
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
+
+    base = build_setup("hc1-s", ["resnet50"])
+    stages = (Stage((0, 5), "P4", 1, 4), Stage((5, 10), "L4", 1, 2))
+    plan = Plan({"resnet50": ModelPlan(base.slos_s["resnet50"], 1.0,
+                                       (Pipeline(stages, 4, 0.0, 600.0),))})  # fmt: skip
+    s = Setup(base.cluster, base.latency, ["resnet50"], base.slos_s, plan,
+              bind(plan, base.cluster))  # fmt: skip
+    return s, scheduler, {}, True
+
+
+def _cold(_):
+    c = preset("p3-8xlarge")
+    names = [f"bert-base@{i}" for i in range(60)]
+    plan, _ = plan_cold_starts(c, names, None, "pipeswitch", dict.fromkeys(names, 0.15))
+    s = Setup(c, LayerLatency(plan.load_plans), names, dict.fromkeys(names, 0.15), plan,
+              bind(plan, c))  # fmt: skip
+    return s, "coldstart", {"memory_reserve_gb": 12.0}, False
+
+
+SETUPS = {
+    "flex (preemptions)": lambda: _group("flex"),
+    "edf-adaptive": lambda: _group("edf-adaptive"),
+    "reservation (two stages)": lambda: _pools("reservation"),
+    "reactive (open routes)": lambda: _pools("reactive"),
+    "coldstart (loads, evictions)": lambda: _cold(None),
+}
+# a load factor of 1 is about the setup's capacity
+RATES = {
+    "flex (preemptions)": 6000.0,
+    "edf-adaptive": 6000.0,
+    "reservation (two stages)": 600.0,
+    "reactive (open routes)": 600.0,
+    "coldstart (loads, evictions)": 60.0,
+}
+_BUILT = {}
+
+
+def _setup(name):
+    if name not in _BUILT:
+        _BUILT[name] = SETUPS[name]()
+    return _BUILT[name]
+
+
+def _trace(setup, rate_rps, seed):
+    names = setup.models
+    streams = [Stream(m, m, setup.slos_s[m], Poisson(rate_rps / len(names))) for m in names]
+    return generate(streams, 0.6, seed)
+
+
+def _in_sim(setup, sched, params, warm, trace, flaky, loss):
+    obs = Endings()
+    sim = Simulator(setup.cluster, setup.latency, setup.plan, setup.placement,
+                    make_scheduler(sched, params), trace, SimConfig(warm=warm),
+                    executor=Flaky(*flaky, warm=False))  # fmt: skip
+    sim.kernel.observer = _Both(sim.recorder, obs)
+    if loss is not None:
+        sim.fail_worker(*loss)
+    res = sim.run()
+    return sim.kernel, obs.ends, res
+
+
+def _in_runtime(setup, sched, params, warm, trace, flaky, loss):
+    obs = Endings()
+    clock = VirtualClock()
+    view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
+    eng = RuntimeEngine(view, setup.plan, make_scheduler(sched, params), Flaky(*flaky, warm=warm),
+                        clock)  # fmt: skip
+    eng.kernel.observer = obs
+    eng.start()
+    for r in trace.requests():
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
+    if loss is not None:
+        clock.at(loss[1], lambda: eng.worker_lost(loss[0]))
+    horizon = trace.duration_s + 10 * max(setup.slos_s.values()) + 1.0
+    clock.run(until=horizon)
+    eng.kernel.close(clock.now(), RUN_ENDED, UNSERVED)
+    return eng.kernel, obs.ends
+
+
+class _Both(Observer):
+    def __init__(self, *obs):
+        self.obs = obs
+
+    def dispatched(self, *a):
+        for o in self.obs:
+            o.dispatched(*a)
+
+    def stage_ended(self, *a):
+        for o in self.obs:
+            o.stage_ended(*a)
+
+    def ended(self, *a):
+        for o in self.obs:
+            o.ended(*a)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(SETUPS)),
+    seed=st.integers(0, 10_000),
+    load=st.floats(0.3, 2.0),
+    p_raise=st.sampled_from([0.0, 0.05, 0.2]),
+    p_fail=st.sampled_from([0.0, 0.05, 0.2]),
+    p_split=st.sampled_from([0.0, 0.05]),
+    loss_at=st.one_of(st.none(), st.floats(0.0, 0.6)),
+)
+def test_every_request_ends_exactly_once_alike_in_both_drivers(
+    name, seed, load, p_raise, p_fail, p_split, loss_at
+):
+    setup, sched, params, warm = _setup(name)
+    rate = load * RATES[name]
+    trace = _trace(setup, rate, seed)
+    flaky = (seed, p_raise, p_fail, p_split)
+    loss = None if loss_at is None else (setup.placement.workers[seed % 3].id, loss_at)
+    k_sim, sim_ends, res = _in_sim(setup, sched, params, warm, trace, flaky, loss)
+    k_rt, rt_ends = _in_runtime(setup, sched, params, warm, trace, flaky, loss)
+    n = len(trace)
+    # exactly once, with a reason where it did not finish
+    assert sorted(sim_ends) == list(range(n)) and sorted(rt_ends) == list(range(n))
+    # nothing left behind
+    for k in (k_sim, k_rt):
+        assert not k.held and not k.parked and not k.batches and not k.payloads
+        assert all(w.running is None and not w.ready and not w.waiting for w in k.workers.values())
+    assert not k_rt.open
+    # the two drivers agree on every ending
+    assert sim_ends == rt_ends
+    assert np.asarray([sim_ends[i][0] for i in range(n)]).tolist() == res.outcome.tolist()
+
+
+def test_the_faults_do_strike_and_every_kind_of_ending_occurs():
+    """The property above is not vacuous: in one of its runs, requests end ok, late,
+    dropped and failed, failures by each injected fault and by the lost worker."""
+    setup, sched, params, warm = _setup("flex (preemptions)")
+    trace = _trace(setup, 12000.0, 3)
+    loss = (setup.placement.workers[0].id, 0.3)
+    _, ends, _ = _in_sim(setup, sched, params, warm, trace, (3, 0.1, 0.1, 0.1), loss)
+    outcomes = {o for o, _ in ends.values()}
+    assert {OK, DROPPED, FAILED} <= outcomes
+    reasons = {why for o, why in ends.values() if o == FAILED}
+    for fault in ("injected at start", "failed: injected", "injected in split"):
+        assert any(fault in why for why in reasons), (fault, reasons)
+
+
+def test_an_eviction_of_a_running_model_is_refused_alike():
+    """Rule 8: evicting the blocks a running stage uses is a scheduler's error, the same
+    in both drivers; serving (``strict=False``) refuses it loudly and goes on."""
+    setup = build_setup("hc1-s", ["resnet50"])
+    w = setup.placement.workers[0].id
+    nb = setup.latency.num_blocks("resnet50")
+
+    class EvictsRunning(BaseScheduler):
+        def on_arrival(self, r, now):
+            return [Dispatch(r.id + 1, "resnet50", (r,), (RouteStep(0, w, now, (0, nb)),)),
+                    Evict(w, "resnet50", (0, nb))]  # fmt: skip
+
+    trace = _trace(setup, 5.0, 1)
+    with pytest.raises(ProtocolError, match="while batch 1 runs them there"):
+        Simulator(setup.cluster, setup.latency, setup.plan, setup.placement, EvictsRunning(),
+                  trace).run()  # fmt: skip
+    clock = VirtualClock()
+    view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
+    ends = {}
+    eng = RuntimeEngine(view, setup.plan, EvictsRunning(), ModelledExecutor(), clock,
+                        lambda r, o, why, out: ends.setdefault(r.id, o))  # fmt: skip
+    eng.start()
+    first = next(trace.requests())
+    clock.at(first.arrival_s, lambda: eng.submit(first))
+    with pytest.raises(ProtocolError, match="while batch 1 runs them there"):
+        clock.run()
+    # serving: refused, logged, and the batch runs to its end on weights still there
+    clock = VirtualClock()
+    ends = {}
+    eng = RuntimeEngine(view, setup.plan, EvictsRunning(), ModelledExecutor(), clock,
+                        lambda r, o, why, out: ends.setdefault(r.id, o), strict=False)  # fmt: skip
+    eng.start()
+    clock.at(first.arrival_s, lambda: eng.submit(first))
+    clock.run()
+    assert ends == {first.id: OK}
