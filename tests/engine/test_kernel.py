@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetserve.core.layerlatency import LayerLatency
-from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, finished
 from hetserve.core.plan import bind
 from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
@@ -72,6 +72,8 @@ class Endings(Observer):
         self.ends = {}
 
     def ended(self, requests, outcomes, reason, now, outputs):
+        if outcomes is None:
+            outcomes = [finished(now, r.deadline_s) for r in requests]
         for r, o in zip(requests, outcomes, strict=True):
             assert r.id not in self.ends, f"request {r.id} ended twice"
             assert o in (OK, LATE) or reason, f"request {r.id}: outcome {o} without a reason"

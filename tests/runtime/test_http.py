@@ -365,3 +365,43 @@ def test_cluster_workers_lists_each_worker_its_stages_state_and_batches():
         assert c.get("/v2/health/ready").status_code == 503
         index = c.post("/v2/repository/index", json={}, headers=h).json()
         assert index[0]["state"] == "UNAVAILABLE" and "lost worker" in index[0]["reason"]
+
+
+def test_an_answer_the_model_does_not_advertise_is_a_json_500_counted_as_failed():
+    """Exactly once, whatever the model returns: an answer whose shape differs from the
+    advertised one fails its request (the protocol's JSON error, naming the model and the
+    output), is counted as failed, and the worker serves the next request; an encoding
+    that raises is a JSON 500 too, never a plain-text one."""
+    from dataclasses import replace
+
+    from hetserve.core.tensors import TensorSpec
+
+    srv = _cpu_server()
+    model = build("resnet18")
+    x = model.input_spec.example(1, seed=0)
+    right = srv.tensors("resnet18")
+    srv._tensors["resnet18"] = replace(right, outputs=(TensorSpec("output", "FP32", (999,)),))
+    with TestClient(create_app(srv)) as c:
+        r = c.post("/v2/models/resnet18/infer", json=_body(x))
+        assert r.status_code == 500
+        err = r.json()["error"]
+        assert "output 'output' has shape [1000]" in err and "advertises [999]" in err
+        text = c.get("/metrics").text
+        assert 'hetserve_failures_total{model="resnet18",reason="bad_output"} 1.0' in text
+        assert 'hetserve_requests_total{model="resnet18",outcome="failed"} 1.0' in text
+        srv._tensors["resnet18"] = right  # the worker serves on
+        r = c.post("/v2/models/resnet18/infer", json=_body(x))
+        assert r.status_code == 200 and r.json()["outputs"][0]["shape"] == [1, 1000]
+
+        import hetserve.runtime.http as http_mod
+
+        def broken(*a, **k):
+            raise ValueError("cannot encode")
+
+        real, http_mod.encode_outputs = http_mod.encode_outputs, broken
+        try:
+            r = c.post("/v2/models/resnet18/infer", json=_body(x))
+        finally:
+            http_mod.encode_outputs = real
+        assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+        assert "could not be encoded: ValueError: cannot encode" in r.json()["error"]

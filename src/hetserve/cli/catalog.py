@@ -3,6 +3,8 @@ graphs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
@@ -95,10 +97,29 @@ def model_list(models: str | None) -> None:
         r.add_column(col)
     for m in repo.models.values():
         served = m.served()
+        states = _import_states(repo, m.name)
         for n, v in sorted(m.versions.items()):
             state = "ok" if v.error is None else f"UNAVAILABLE: {v.error}"
+            if v.error is None and n in served:
+                state = states.get(n, state)
             r.add_row(m.name, str(n), v.format or "?", "yes" if n in served else "no", state)
     console.print(r)
+
+
+def _import_states(repo: Any, name: str) -> dict[int, str]:
+    """Each served version's state as ``serve`` would find it: READY, or UNAVAILABLE with
+    the reason (imports it, from the import cache after the first time; needs torch)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return {}
+    try:
+        return {
+            v.version: "ok" if v.state == "READY" else f"UNAVAILABLE: {v.reason}"
+            for v in repo.version_states(name)
+        }
+    except HetserveError as e:  # the default version cannot load: nothing serves
+        return {n: f"UNAVAILABLE: {e}" for n in repo.get(name).served()}
 
 
 @model.command("show")

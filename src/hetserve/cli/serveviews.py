@@ -46,9 +46,15 @@ def print_summary(
             f"request; {' '.join(pipes)}",
             markup=False,
         )
-        note = model_graph(setup.plan, m).meta.get("note")
-        if note:
-            console.print(f"  {m}: {note}", markup=False)
+        meta = model_graph(setup.plan, m).meta
+        if meta.get("note"):
+            console.print(f"  {m}: {meta['note']}", markup=False)
+        if meta.get("batch_moved"):
+            console.print(
+                f"  {m}: the batch dimension of {meta['batch_moved']} is moved to the front "
+                f"(each request gets its own slice)",
+                markup=False,
+            )
     auth = "none"
     if http.token is not None:
         public = [x for x, on in (("health", http.public_health), ("metrics", http.public_metrics))

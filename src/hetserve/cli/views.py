@@ -162,6 +162,12 @@ def show_model(name: str, n_blocks: int, ref_gpu: str, show_layers: bool, as_jso
     )
     if g.meta.get("note"):
         console.print(f"note: {g.meta['note']}", markup=False)
+    if g.meta.get("batch_moved"):
+        console.print(
+            f"note: the batch dimension of {g.meta['batch_moved']} is moved to the front "
+            f"when served",
+            markup=False,
+        )
     t = Table(
         title=f"{len(blocks)} blocks of about equal batch-1 latency on {rm.ref_gpu.name} (roofline)"
     )

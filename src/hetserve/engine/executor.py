@@ -164,12 +164,13 @@ class Observer:
     def ended(
         self,
         requests: Sequence[Request],
-        outcomes: Sequence[int],
+        outcomes: Sequence[int] | None,
         reason: str,
         now: float,
         outputs: Sequence[Any] | None,
     ) -> None:
-        """``requests`` ended, each exactly once: ``outcomes[i]`` is request ``i``'s
-        (a ``core.outcome`` code), ``reason`` says why (empty for ok and late),
-        ``outputs[i]`` is the model's answer for it (``outputs`` None where the executor
-        computes none)."""
+        """``requests`` ended, each exactly once. ``outcomes`` None: they finished
+        ``now``, each ok or late by ``core.outcome.finished(now, request.deadline_s)``
+        (``reason`` empty); else ``outcomes[i]`` is request ``i``'s (dropped or failed,
+        a ``core.outcome`` code) and ``reason`` says why. ``outputs[i]`` is the model's
+        answer for request ``i`` (``outputs`` None where the executor computes none)."""

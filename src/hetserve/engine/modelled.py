@@ -94,7 +94,7 @@ class ModelledExecutor(BaseExecutor):
     def attach(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self._call_at = kernel.clock.call_at
-        self._stage_done_at = kernel.stage_done_at
+        self._stage_done_at = kernel.stage_done_at_cb
         # the engine's own virtual clock: stage ends straight onto its heap
         clock = kernel.clock
         self._push = clock.push if type(clock) is VirtualClock else None
@@ -110,6 +110,12 @@ class ModelledExecutor(BaseExecutor):
         self.links = kernel.links if kernel.links is not None else LinkTable(view.cluster)
         if self.warm:
             self.warm_start()
+
+    def close(self) -> None:
+        """Let go of the kernel (a run's state is freed with its driver)."""
+        self.__dict__.pop("kernel", None)
+        self.__dict__.pop("_stage_done_at", None)
+        self.__dict__.pop("_call_at", None)
 
     def warm_start(self) -> None:
         """The plan's blocks resident at t = 0 (an error if they do not fit)."""

@@ -81,7 +81,8 @@ def module_path(n: fx.Node) -> str:
 
 def flatten(ep: Any) -> fx.GraphModule:
     """The exported program as a flat graph module: positional tensor inputs, a tuple of
-    output tensors, no guard or assertion nodes. The weights are the program's own."""
+    output tensors (a ``None`` output left out: ``sources.leaf_names``), no guard or
+    assertion nodes. The weights are the program's own."""
     gm = ep.module()
     gm._forward_pre_hooks.clear()  # the exported input-spec check: inputs are positional
     gm._forward_hooks.clear()
@@ -95,7 +96,8 @@ def flatten(ep: Any) -> fx.GraphModule:
     g._codegen = fx.graph.CodeGen()  # no pytree in- and out-specs: flat tuples
     out = next(n for n in g.nodes if n.op == "output")
     outs = out.args[0]
-    out.args = (tuple(outs) if isinstance(outs, list | tuple) else (outs,),)
+    outs = tuple(outs) if isinstance(outs, list | tuple) else (outs,)
+    out.args = (tuple(o for o in outs if o is not None),)  # a None output is no tensor
     g.eliminate_dead_code()
     g.lint()
     gm.recompile()

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from hetserve.core.errors import HetserveError
 from hetserve.core.graph import ModelGraph
 from hetserve.core.tensors import TORCH_TO_DATATYPE, TensorSpec
 from hetserve.repository import cuts
@@ -38,7 +39,7 @@ from hetserve.repository.sources import (
 )  # fmt: skip
 from hetserve.zoo.layered import LayeredModel
 
-GRAPH_FORMAT = 2  # bump when the import's result changes for the same files
+GRAPH_FORMAT = 3  # bump when the import's result changes for the same files
 
 
 class ImportedModel(LayeredModel):
@@ -59,10 +60,15 @@ class ImportedModel(LayeredModel):
         self.compute_dtype = inputs.float_dtype
         # the flattened program: the pieces' root, which owns the weights
         self.__dict__["program"] = program
+        # per output, where the model puts the batch (``batch_dims``): moved to the front
+        # at the model's end (None: nothing to move)
+        self.batch_dims: tuple[int, ...] | None = None
 
     def run_layers(self, x: Any, start: int, stop: int) -> Any:
         for layer in self.layers[start:stop]:
             x = layer(*x) if isinstance(x, tuple) else layer(x)
+        if self.batch_dims is not None and stop == len(self.layers):
+            x = _batch_first(x, self.batch_dims)
         return x
 
     def run_layer_calls(self, index: int, x: Any, on_call: Any) -> Any:
@@ -86,7 +92,19 @@ class Imported:
 
 
 def build(model: RepoModel, version: Version, bounds_by_name: list[str] | None = None) -> Imported:
-    """Import ``version`` of ``model``: export, cut, and count (module docstring)."""
+    """Import ``version`` of ``model``: export, cut, and count (module docstring). Whatever
+    goes wrong is an ``ImportError_`` naming the version (the model is UNAVAILABLE with
+    that reason; the others serve)."""
+    try:
+        return _build(model, version, bounds_by_name)
+    except HetserveError:
+        raise
+    except Exception as e:
+        msg = " ".join(str(e).split())[:300]
+        raise ImportError_(f"{version.path}: import failed: {type(e).__name__}: {msg}") from None
+
+
+def _build(model: RepoModel, version: Version, bounds_by_name: list[str] | None) -> Imported:
     t0 = time.perf_counter()
     src = SOURCES[version.format](model, version)
     dtype = DTYPES[model.config.datatype]
@@ -109,8 +127,58 @@ def build(model: RepoModel, version: Version, bounds_by_name: list[str] | None =
     pieces = cuts.split(cutter, bounds)
     names = _unique([cuts.layer_name(cutter, a, b) for a, b in itertools.pairwise(bounds)])
     net = ImportedModel(model.name, pieces, names, spec, src.output_names, gm).eval()
+    dims = batch_dims(net, version.path)
+    if any(d != 0 for d in dims):
+        net.batch_dims = dims
     graph = _graph(net, model, version, [cutter.compute[b].name for b in bounds[1:-1]])
+    if net.batch_dims is not None:
+        moved = [f"{n} (at {d})" for n, d in zip(net.output_names, dims, strict=True) if d]
+        graph.meta["batch_moved"] = ", ".join(moved)
     return Imported(net, graph, time.perf_counter() - t0)
+
+
+def batch_dims(net: ImportedModel, where: Path) -> tuple[int, ...]:
+    """Where each output holds the batch, found by running the model at batch 1 and 2:
+    the one dimension of size 1, then 2, all others unchanged. An output without one (a
+    scalar, a statistic over the batch) or with several is refused: it cannot be cut into
+    the requests' answers."""
+    outs = []
+    with torch.no_grad():
+        for b in (1, 2):
+            y = net.run_layers(_as_tuple(net.input_spec.example(b)), 0, len(net.layers))
+            outs.append(_as_tuple(y))
+    if len(outs[0]) != len(net.output_names):
+        raise ImportError_(
+            f"{where}: the model returns {len(outs[0])} tensors; its outputs are named "
+            f"{len(net.output_names)} ({', '.join(net.output_names)})"
+        )
+    dims = []
+    for name, y1, y2 in zip(net.output_names, outs[0], outs[1], strict=True):
+        s1, s2 = tuple(y1.shape), tuple(y2.shape)
+        found = [
+            d for d in range(len(s1)) if len(s1) == len(s2) and s1[d] == 1 and s2[d] == 2
+            and s1[:d] + s1[d + 1 :] == s2[:d] + s2[d + 1 :]
+        ]  # fmt: skip
+        if len(found) != 1:
+            why = (
+                "no batch dimension: it does not grow with the batch, so it cannot be cut "
+                "into the requests' answers (a statistic over the batch?)"
+                if not found or len(s1) != len(s2)
+                else f"several dimensions ({found}) could hold the batch"
+            )
+            raise ImportError_(
+                f"{where}: output {name!r} has shape {list(s1)} at batch 1 and {list(s2)} at "
+                f"batch 2: {why}; return it per request, with the batch as a dimension"
+            )
+        dims.append(found[0])
+    return tuple(dims)
+
+
+def _batch_first(x: Any, dims: tuple[int, ...]) -> Any:
+    """The model's outputs with each one's batch dimension moved to the front."""
+    if isinstance(x, torch.Tensor):
+        return x.movedim(dims[0], 0) if dims[0] else x
+    return tuple(t.movedim(d, 0) if d else t for t, d in zip(x, dims, strict=True))
 
 
 def _unique(names: list[str]) -> list[str]:

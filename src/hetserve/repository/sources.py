@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,13 +162,54 @@ def _specs_of(
 
 
 def _outputs(eager_out: Any, config: ModelConfig) -> tuple[str, ...]:
-    if isinstance(eager_out, dict):  # also transformers' ModelOutput
-        names = tuple(k for k, v in eager_out.items() if isinstance(v, torch.Tensor))
-    elif isinstance(eager_out, torch.Tensor):
-        names = ("output",)
-    else:
-        names = tuple(f"output_{k}" for k in range(len(eager_out)))
-    return _rename(names, config)
+    return _rename(leaf_names(eager_out), config)
+
+
+def leaf_names(out: Any) -> tuple[str, ...]:
+    """A model's outputs as the flat tensors ``torch.export`` returns (its pytree leaves,
+    in order), each named by its path: ``output`` for one tensor; a dict's (also a
+    ``transformers`` output's) keys, ``hidden_states.3`` for a nested sequence's item;
+    ``output_1``, ``output_2.0`` for a tuple's. ``None`` leaves are dropped (the
+    program has no output for them); any other leaf is refused."""
+    if isinstance(out, torch.Tensor):
+        return ("output",)
+    names: list[str] = []
+
+    def walk(x: Any, path: list[str]) -> None:
+        if x is None:
+            return
+        if isinstance(x, torch.Tensor):
+            names.append(".".join(path))
+        elif isinstance(x, Mapping):  # a dict, or transformers' ModelOutput
+            for k, v in x.items():
+                walk(v, [*path, str(k)])
+        elif isinstance(x, (tuple, list)):
+            for k, v in enumerate(x):
+                walk(v, [*path, f"output_{k}" if not path else str(k)])
+        else:
+            where = ".".join(path) or "the output"
+            raise ImportError_(
+                f"{where} is a {type(x).__name__}; a served model returns tensors (in dicts, "
+                f"tuples and lists; None is left out)"
+            )
+
+    walk(out, [])
+    if not names:
+        raise ImportError_("the model returns no tensor")
+    return tuple(names)
+
+
+def _spec_names(spec: Any, n_out: int) -> tuple[str, ...]:
+    """A ``.pt2``'s output names from its output structure (``leaf_names``); the plain
+    ``output_k`` where the structure cannot be rebuilt."""
+    from torch.utils import _pytree as pytree
+
+    with contextlib.suppress(Exception):
+        leaves = [torch.empty(0) for _ in range(n_out)]
+        names = leaf_names(pytree.tree_unflatten(leaves, spec))
+        if len(names) == n_out:
+            return names
+    return ("output",) if n_out == 1 else tuple(f"output_{k}" for k in range(n_out))
 
 
 def _rename(names: tuple[str, ...], config: ModelConfig) -> tuple[str, ...]:
@@ -368,29 +410,35 @@ def source_pt2(model: RepoModel, version: Version) -> Source:
                 f"(hetserve batches requests, so it refuses a fixed batch)"
             )
         shape = []
-        for d in val.shape[1:]:
+        told = given[name].shape if name in given else None
+        if told is not None and len(told) != val.ndim - 1:
+            raise ConfigError(
+                f"{version.path.parent / 'config.yaml'}: inputs {name}: shape {told} has "
+                f"{len(told)} dimensions; the program's input has {val.ndim - 1} besides the batch"
+            )
+        for k, d in enumerate(val.shape[1:]):
             if isinstance(d, torch.SymInt):
-                raise ImportError_(
-                    f"{path}: input {name} has a dynamic non-batch dimension; give its size in "
-                    f"config.yaml inputs or export it fixed"
-                )
-            shape.append(int(d))
+                if told is None:
+                    raise ImportError_(
+                        f"{path}: input {name} has a dynamic non-batch dimension ({k + 1}); "
+                        f"give the size to serve in config.yaml (inputs: [{{name: {name}, "
+                        f"shape: [...]}}]) or export it fixed"
+                    )
+                shape.append(int(told[k]))
+            else:
+                if told is not None and int(told[k]) != int(d):
+                    raise ConfigError(
+                        f"{version.path.parent / 'config.yaml'}: inputs {name}: shape {told}, "
+                        f"but the program fixes dimension {k + 1} at {int(d)}"
+                    )
+                shape.append(int(d))
         dt = "FP32" if val.dtype == torch.bfloat16 else TORCH_TO_DATATYPE.get(str(val.dtype))
         if dt is None:
             raise ImportError_(f"{path}: input {name}: datatype {val.dtype} is not supported")
         vr = given[name].value_range if name in given else None
         specs.append(TensorSpec(name, dt, tuple(shape), (vr[0], vr[1]) if vr else None))
     n_out = len(ep.graph_signature.user_outputs)
-    spec = ep.call_spec.out_spec
-    keys: tuple[str, ...] = ()
-    with contextlib.suppress(Exception):
-        if spec is not None and spec.type is dict:
-            keys = tuple(str(k) for k in spec.context)
-    names_out = (
-        keys
-        if len(keys) == n_out
-        else (("output",) if n_out == 1 else tuple(f"output_{k}" for k in range(n_out)))
-    )
+    names_out = _spec_names(ep.call_spec.out_spec, n_out)
     return Source(ep, tuple(specs), _rename(names_out, model.config), None)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hetserve.core.errors import HetserveError
+from hetserve.core.outcome import finished
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
@@ -105,7 +106,7 @@ class Recording(Observer):
     def ended(
         self,
         requests: Sequence[Request],
-        outcomes: Sequence[int],
+        outcomes: Sequence[int] | None,
         reason: str,
         now: float,
         outputs: Sequence[Any] | None,
@@ -113,6 +114,8 @@ class Recording(Observer):
         on_done = self.on_done
         if on_done is None:
             return
+        if outcomes is None:
+            outcomes = [finished(now, r.deadline_s) for r in requests]
         if outputs is None:
             for r, o in zip(requests, outcomes, strict=True):
                 on_done(r, o, reason, None)

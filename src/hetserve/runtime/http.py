@@ -196,7 +196,16 @@ def _error(status: int, msg: str) -> Any:
 
 
 def _unknown(server: Server, model: str) -> Any:
-    return _error(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
+    return _error(404, _unknown_text(server, model))
+
+
+def _unknown_text(server: Server, model: str) -> str:
+    """Why ``model`` is not served: UNAVAILABLE with its reason (a repository model that
+    could not load), or unknown."""
+    gone = server.cfg.versions.unavailable.get(model)
+    if gone is not None:
+        return f"model {model!r} is UNAVAILABLE: {gone[1]}"
+    return f"unknown model {model!r}; served: {', '.join(server.models)}"
 
 
 _JSON = [(b"content-type", b"application/json")]
@@ -338,7 +347,7 @@ async def _infer(
     """One infer request (``route_version``: the version its route names, if any): the
     status, the body and the headers of the answer."""
     if model not in server.models:
-        return _fail(404, f"unknown model {model!r}; served: {', '.join(server.models)}")
+        return _fail(404, _unknown_text(server, model))
     if server.draining:
         return _fail(503, "the server is shutting down")
     tensors = server.tensors(model)
@@ -368,7 +377,12 @@ async def _infer(
     server_ms = 1e3 * max((r.latency_s for r in results), default=0.0)
     out["parameters"] = {"late": late, "server_ms": round(server_ms, 3)}
     if results and results[0].output is not None:
-        out["outputs"], blobs = encode_outputs([r.output for r in results], tensors, req)
+        try:
+            out["outputs"], blobs = encode_outputs([r.output for r in results], tensors, req)
+        except Exception as e:  # the protocol's JSON error, never a plain-text 500
+            why = f"model {model!r}: its outputs could not be encoded: {type(e).__name__}: {e}"
+            server.encode_failed(model, len(results), why)
+            return _fail(500, why)
         if blobs:
             head_bytes = json.dumps(out).encode()
             extra = [

@@ -14,7 +14,10 @@ from hetserve.scheduling import ClusterView
 LOG = logging.getLogger("hetserve.server")
 # the bounded label values of hetserve_drops_total and hetserve_failures_total
 DROP_REASONS = ("deadline", "admission", "overloaded", "shutdown", "not_provisioned", "other")
-FAILURE_REASONS = ("stage_error", "worker_lost", "shutdown", "other")
+FAILURE_REASONS = (
+    "stage_error", "worker_lost", "shutdown", "bad_output", "scheduler_error", "internal",
+    "other",
+)  # fmt: skip
 
 
 def drop_reason(reason: str) -> str:
@@ -36,6 +39,12 @@ def failure_reason(reason: str) -> str:
         return "worker_lost"
     if "shutdown" in r:
         return "shutdown"
+    if "it advertises" in r or "could not be encoded" in r:
+        return "bad_output"
+    if r.startswith("scheduler error"):
+        return "scheduler_error"
+    if r.startswith("internal error"):
+        return "internal"
     if "error" in r or ":" in r:
         return "stage_error"
     return "other"

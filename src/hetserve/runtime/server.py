@@ -310,6 +310,10 @@ class Server:
         return False
 
     def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
+        if output is not None and outcome in (OK, LATE):
+            why = self._check_output(r.model, output)
+            if why:  # an answer the model does not advertise is no answer
+                outcome, reason, output = FAILED, why, None
         name = _NAMES.get(outcome, "failed")
         self.dequeue(r)
         self._pending_n[r.model] -= 1
@@ -331,6 +335,38 @@ class Server:
         fut = self._futures.pop(r.id, None)
         if fut is not None and not fut.done():
             fut.set_result(Result(name, reason, output, dt))
+
+    def _check_output(self, model: str, output: Any) -> str:
+        """Why a request's answer does not match the tensors the model advertises (its
+        metadata): empty when it does."""
+        specs = self.tensors(model).outputs
+        parts = output if isinstance(output, (tuple, list)) else (output,)
+        if len(parts) != len(specs):
+            return (
+                f"model {model!r}: it returned {len(parts)} outputs for a request; it "
+                f"advertises {len(specs)} ({', '.join(s.name for s in specs)})"
+            )
+        for spec, part in zip(specs, parts, strict=True):
+            try:
+                shape = tuple(int(d) for d in part.shape)
+            except (AttributeError, TypeError):
+                return f"model {model!r}: output {spec.name!r} is a {type(part).__name__}"
+            want = tuple(spec.shape)
+            if len(shape) != len(want) or any(
+                w not in (-1, d) for d, w in zip(shape, want, strict=True)
+            ):
+                return (
+                    f"model {model!r}: output {spec.name!r} has shape {list(shape)} for a "
+                    f"request; it advertises {list(want)}"
+                )
+        return ""
+
+    def encode_failed(self, model: str, n: int, reason: str) -> None:
+        """The HTTP front end could not encode ``n`` answered requests' outputs (a bug:
+        ``_check_output`` passed them): counted as failures, logged."""
+        m = self.metrics
+        m.of(m.failures, model, failure_reason(reason)).inc(n)
+        LOG.error("%d answers of %s could not be encoded: %s", n, model, reason)
 
     def scrape(self) -> bytes:
         """The Prometheus text, with the gauges set to now."""
@@ -356,6 +392,8 @@ class Server:
         shutdown``), then release the workers (Ray actors)."""
         self.draining = True
         await self.drain(self.cfg.drain_timeout_s if timeout_s is None else timeout_s)
+        if self.engine is not None and self._futures:  # each still open ends, as shut down
+            self.engine.close("shutdown")
         for rid, fut in list(self._futures.items()):
             if not fut.done():
                 fut.set_result(Result("failed", "shutdown"))

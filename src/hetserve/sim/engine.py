@@ -23,7 +23,6 @@ batch size, completed/preempted/failed, input transfer), per-GPU energy, per-wor
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -123,7 +122,6 @@ class Simulator:
             raise HetserveError("a Simulator runs once: build another for another run")
         self._ran = True
         tr = self.trace
-        n = len(tr)
         kernel, clock = self.kernel, self.clock
         if self.cfg.warm:
             self.executor.warm_start()
@@ -134,25 +132,8 @@ class Simulator:
         max_slo = max((s.slo_s for s in tr.streams), default=1.0)
         drain = self.cfg.drain_s if self.cfg.drain_s is not None else 10 * max_slo + 1.0
         horizon = tr.duration_s + drain
-        times = tr.time_s.tolist()
-        next_request = _requests(tr).__next__
-        arrive = kernel.arrive
-        heap = clock.heap
-        pop = heapq.heappop
-        i = 0
-        now = 0.0
-        while True:
-            if i < n and (not heap or times[i] < heap[0][0]):
-                now = clock.t = times[i]
-                arrive(next_request(), now)
-                i += 1
-                continue
-            if not heap or heap[0][0] > horizon:
-                break
-            now, _, fn, a, b = pop(heap)
-            clock.t = now
-            fn(a, b, now)
+        now = kernel.run(_requests(tr), tr.time_s.tolist(), horizon)
         end = max(now, tr.duration_s)
         kernel.close(end, RUN_ENDED, UNSERVED)
-        self.executor.close()
+        kernel.detach()
         return self.recorder.result(end, kernel.workers, Energy(self.cluster), self.links)

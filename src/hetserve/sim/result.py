@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from hetserve.core.outcome import OUTCOME_NAMES, PENDING
+from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES, PENDING
 from hetserve.core.requests import Request
 from hetserve.engine.executor import Observer
 from hetserve.engine.kernel import Batch, Slot, Task
 from hetserve.engine.links import LinkTable
 from hetserve.sim.energy import Energy
 from hetserve.workload.trace import Trace
+
+FINISHED = -1  # (while running: finished, ok or late not yet told apart)
 
 REQUEST_COLUMNS = (
     "id",
@@ -222,24 +224,35 @@ class Recorder(Observer):
     def ended(
         self,
         requests: Sequence[Request],
-        outcomes: Sequence[int],
+        outcomes: Sequence[int] | None,
         reason: str,
         now: float,
         outputs: Sequence[Any] | None,
     ) -> None:
         outcome = self.outcome
-        if reason:
+        if outcomes is None:  # finished now: ok or late, told apart in ``result``
+            finish_s = self.finish_s
+            for r in requests:
+                i = r.id
+                outcome[i] = FINISHED
+                finish_s[i] = now
+        else:
             ri = self.reason_index(reason)
             why = self.reason
-            for r, o in zip(requests, outcomes, strict=False):
+            for r, o in zip(requests, outcomes, strict=True):
                 outcome[r.id] = o
                 why[r.id] = ri
-        else:  # ok or late: finished now
-            finish_s = self.finish_s
-            for r, o in zip(requests, outcomes, strict=False):
-                i = r.id
-                outcome[i] = o
-                finish_s[i] = now
+
+    def _outcomes(self) -> np.ndarray:
+        """Per request its outcome: a finished one ok or late by ``core.outcome.finished``
+        (the same rule, on the arrays)."""
+        out = np.asarray(self.outcome, dtype=np.int8)
+        done = out == FINISHED
+        if done.any():
+            fin = np.asarray(self.finish_s)[done]
+            dl = self.trace.deadlines_s()[done]
+            out[done] = np.where(fin <= dl + ON_TIME_EPS_S, OK, LATE)
+        return out
 
     def result(
         self,
@@ -257,7 +270,7 @@ class Recorder(Observer):
             dispatch_s=np.asarray(self.dispatch_s),
             start_s=np.asarray(self.start_s),
             finish_s=np.asarray(self.finish_s),
-            outcome=np.asarray(self.outcome, dtype=np.int8),
+            outcome=self._outcomes(),
             reason=np.asarray(self.reason, dtype=np.int16),
             reasons=tuple(self.reasons),
             batch=np.asarray(self.batch_of, dtype=np.int64),
