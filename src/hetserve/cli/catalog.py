@@ -109,9 +109,9 @@ def model_list(models: str | None) -> None:
 def _import_states(repo: Any, name: str) -> dict[int, str]:
     """Each served version's state as ``serve`` would find it: READY, or UNAVAILABLE with
     the reason (imports it, from the import cache after the first time; needs torch)."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # (importing needs torch: not said here)
         return {}
     try:
         return {
