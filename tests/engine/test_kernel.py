@@ -266,3 +266,50 @@ def test_an_eviction_of_a_running_model_is_refused_alike():
     clock.at(first.arrival_s, lambda: eng.submit(first))
     clock.run()
     assert ends == {first.id: OK}
+
+
+@pytest.mark.parametrize(
+    "sched, params",
+    [
+        ("edf-adaptive", {"max_batch": 32}),
+        ("fixed-batch", {"max_batch": 32, "max_queue_delay_s": 0.0}),
+        ("flex", {}),
+        ("flex-np", {}),
+        ("clockwork", {}),
+        ("reservation", {}),
+        ("reactive", {}),
+    ],
+)
+def test_a_request_of_many_rows_is_one_execution(sched, params):
+    """A request is what the client sent (issue 39): its rows go to the GPU together. A
+    2-row and a 32-row request at low load are each one execution per stage (one batch of
+    2 and one of 32 rows), in both drivers' kernel, and end once each."""
+    from hetserve.core.requests import Request
+
+    setup, *_ = _setup("reservation (two stages)") if sched in ("reservation", "reactive") \
+        else _setup("edf-adaptive")  # fmt: skip
+    model = setup.models[0]
+    slo = 30.0
+    reqs = [Request(0, model, "s", 0.1, 0.1 + slo, None, 2),
+            Request(1, model, "s", 5.0, 5.0 + slo, None, 32)]  # fmt: skip
+    clock = VirtualClock()
+    view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
+    eng = RuntimeEngine(view, setup.plan, make_scheduler(sched, params), ModelledExecutor(), clock)
+    obs = Endings()
+    seen = []
+
+    class Log(Observer):
+        def dispatched(self, batch, first_block, now):
+            seen.append((tuple(r.id for r in batch.requests), batch.rows))
+
+        def ended(self, *a):
+            obs.ended(*a)
+
+    eng.kernel.observer = Log()
+    eng.start()
+    for r in reqs:
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
+    clock.run(until=100.0)
+    assert obs.ends == {0: (OK, ""), 1: (OK, "")}
+    stages = len(setup.plan.models[model].pipelines[0].stages) if sched == "reactive" else 1
+    assert seen == [((0,), 2)] * stages + [((1,), 32)] * stages

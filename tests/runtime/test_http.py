@@ -60,8 +60,11 @@ def test_infer_health_metadata_and_metrics():
             ref = model(x)
         assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4)
         text = c.get("/metrics").text
-        assert 'hetserve_requests_total{model="resnet18",outcome="ok"} 2.0' in text
-        assert "hetserve_batch_size_bucket" in text
+        # one request of two rows (it went to the worker as one batch of two)
+        assert 'hetserve_requests_total{model="resnet18",outcome="ok"} 1.0' in text
+        assert 'hetserve_rows_total{model="resnet18",outcome="ok"} 2.0' in text
+        assert 'hetserve_batch_size_bucket{le="2.0",model="resnet18"} 1.0' in text
+        assert 'hetserve_batch_size_bucket{le="1.0",model="resnet18"} 0.0' in text
 
 
 @pytest.mark.parametrize(
@@ -139,18 +142,22 @@ def test_unknown_model_token_and_body_limit_on_the_infer_route():
 
 def test_metrics_count_queueing_batches_and_energy_in_emulation():
     """Emulated V100s: every request is counted once in the queue histogram (first dispatch),
-    each worker's busy time and its energy from the latency model's power figures."""
+    batches in rows, each worker's busy time and its energy from the latency model's power
+    figures; a request of more rows than a batch holds is refused at once."""
     s = group_setup(2, {"resnet50": 1.0})
     srv = Server(s, ServerConfig(scheduler="flex", emulate=True, params={"max_batch": 4}))
-    body = _zeros(6)
+    body = _zeros(3)
     with TestClient(create_app(srv)) as c:
         for _ in range(3):
             assert c.post("/v2/models/resnet50/infer", json=body).status_code == 200
         text = c.get("/metrics").text
+        r = c.post("/v2/models/resnet50/infer", json=_zeros(6))
+        assert r.status_code == 400 and "expected 1 to 4 (the model's max_batch_size" in r.text
+        assert c.get("/v2/models/resnet50/config").json()["max_batch_size"] == 4
     get = srv.metrics.registry.get_sample_value
-    assert get("hetserve_queue_seconds_count", {"model": "resnet50"}) == 18
+    assert get("hetserve_queue_seconds_count", {"model": "resnet50"}) == 3
     # (a preempted batch's requests are dispatched again: batches may sum to more)
-    assert get("hetserve_batch_size_sum", {"model": "resnet50"}) >= 18
+    assert get("hetserve_batch_size_sum", {"model": "resnet50"}) >= 9
     busy = {w.id: get("hetserve_worker_busy_seconds_total", {"worker": w.id})
             for w in s.placement.workers}  # fmt: skip
     joules = {w: get("hetserve_energy_joules_total", {"worker": w, "source": "model"})
@@ -315,7 +322,7 @@ def test_a_magicbatch_plan_serves_requests_by_stream_in_emulation(tmp_path):
     s = build_setup(c, ["resnet50"], plan=plan)
     # a wide margin: the wall clock of a busy test machine is late by milliseconds
     srv = Server(s, ServerConfig(scheduler="magicbatch", emulate=True, params={"margin_ms": 50}))
-    body = _zeros(2)
+    body = _zeros(1)  # (the streams' planned batch is 1: a request holds one row)
     with TestClient(create_app(srv)) as client:
         url = "/v2/models/resnet50/infer"
         for name in ("cam1", "cam2"):
@@ -329,7 +336,7 @@ def test_a_magicbatch_plan_serves_requests_by_stream_in_emulation(tmp_path):
             r = client.post(url, json={**body, "parameters": {"stream": bad}})
             assert r.status_code == 400 and "parameters.stream must be" in r.json()["error"]
     get = srv.metrics.registry.get_sample_value
-    assert get("hetserve_requests_total", {"model": "resnet50", "outcome": "ok"}) == 4
+    assert get("hetserve_requests_total", {"model": "resnet50", "outcome": "ok"}) == 2
 
 
 def test_cluster_workers_lists_each_worker_its_stages_state_and_batches():
@@ -379,9 +386,10 @@ def test_an_answer_the_model_does_not_advertise_is_a_json_500_counted_as_failed(
     srv = _cpu_server()
     model = build("resnet18")
     x = model.input_spec.example(1, seed=0)
-    right = srv.tensors("resnet18")
-    srv._tensors["resnet18"] = replace(right, outputs=(TensorSpec("output", "FP32", (999,)),))
     with TestClient(create_app(srv)) as c:
+        right = srv.tensors("resnet18")
+        wrong = replace(right, outputs=(TensorSpec("output", "FP32", (999,)),))
+        srv._tensors["resnet18"] = wrong
         r = c.post("/v2/models/resnet18/infer", json=_body(x))
         assert r.status_code == 500
         err = r.json()["error"]
@@ -405,3 +413,38 @@ def test_an_answer_the_model_does_not_advertise_is_a_json_500_counted_as_failed(
             http_mod.encode_outputs = real
         assert r.status_code == 500 and r.headers["content-type"] == "application/json"
         assert "could not be encoded: ValueError: cannot encode" in r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "scheduler, params",
+    [("flex", {"max_batch": 32}), ("fixed-batch", {"max_batch": 32, "max_queue_delay_s": 0.0})],
+)
+def test_a_request_of_many_rows_runs_as_one_execution_on_the_cpu(scheduler, params):
+    """A request is what the client sent: a 2-row and a 32-row request at low load are
+    each one execution (the statistics extension shows batches of 2 and 32 rows), and the
+    answers are the model's for every row; requests and rows are counted apart."""
+    import numpy as np
+
+    from hetserve.experiments.live import binary_body
+
+    s = build_setup("local-cpu", ["resnet18"], slo_ms={"resnet18": 60000.0}, max_batch=32)
+    srv = Server(s, ServerConfig(scheduler=scheduler, build=build, params=params))
+    model = build("resnet18")
+    with TestClient(create_app(srv)) as c:
+        for n in (2, 32):
+            x = model.input_spec.example(n, seed=n)
+            body, hdr = binary_body(x.numpy())
+            r = c.post("/v2/models/resnet18/infer", content=body, headers=hdr)
+            assert r.status_code == 200, r.text
+            head = int(r.headers["inference-header-content-length"])
+            got = np.frombuffer(r.content[head:], dtype="<f4").reshape(n, 1000)
+            with torch.inference_mode():
+                want = model(x).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        stats = c.get("/v2/models/resnet18/stats").json()["model_stats"][0]
+        text = c.get("/metrics").text
+    assert stats["execution_count"] == 2
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [2, 32]
+    assert stats["inference_count"] == 34 and stats["inference_stats"]["success"]["count"] == 2
+    assert 'hetserve_requests_total{model="resnet18",outcome="ok"} 2.0' in text
+    assert 'hetserve_rows_total{model="resnet18",outcome="ok"} 34.0' in text

@@ -70,15 +70,17 @@ def print_summary(
 def print_shutdown(server: Any, sig: str | None) -> None:
     get = server.metrics.registry.get_sample_value
     counts: dict[str, int] = {}
+    rows = 0
     for m in server.models:
         for outcome in ("ok", "late", "dropped", "refused", "overloaded", "failed"):
             v = get("hetserve_requests_total", {"model": m, "outcome": outcome}) or 0
             counts[outcome] = counts.get(outcome, 0) + int(v)
+            rows += int(get("hetserve_rows_total", {"model": m, "outcome": outcome}) or 0)
     total = sum(counts.values())
     parts = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
     console.print(
-        f"hetserve: stopped{f' ({sig})' if sig else ''}; {total} requests"
-        + (f" ({parts})" if parts else "")
+        f"hetserve: stopped{f' ({sig})' if sig else ''}; {total} requests ({rows} rows)"
+        + (f"; {parts}" if parts else "")
         + "; workers released",
         markup=False,
     )

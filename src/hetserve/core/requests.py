@@ -24,8 +24,10 @@ class Stream:
 
 
 class Request(NamedTuple):
-    """One inference request. A NamedTuple: immutable and cheap to create (the simulator
-    makes one per arrival)."""
+    """One inference request: what one client sent, ``rows`` rows of input (one batch
+    dimension's worth) that go to the GPU together, in one batch, and end together. Batch
+    sizes are in rows: a batch of requests is as large as their rows together. A
+    NamedTuple: immutable and cheap to create (the simulator makes one per arrival)."""
 
     id: int
     model: str
@@ -33,6 +35,7 @@ class Request(NamedTuple):
     arrival_s: float
     deadline_s: float
     payload: Any = None
+    rows: int = 1
 
     @property
     def slo_s(self) -> float:

@@ -94,9 +94,9 @@ class Executor(Protocol):
     def split(self, task: Task, output: Any) -> list[Any]:
         """Called by the kernel when the last step of a route ends: ``output`` (what the
         executor gave ``stage_done``) cut into one part per request of the batch, in its
-        order: the model's answer for each request when the route reached the model's
-        last block, the activations each request parks with otherwise (rule 4). An
-        exception here fails the batch."""
+        order (request ``i``'s part holds its ``rows`` rows): the model's answer for each
+        request when the route reached the model's last block, the activations each
+        request parks with otherwise (rule 4). An exception here fails the batch."""
         ...
 
     def admit(self, payload: Any) -> Any:

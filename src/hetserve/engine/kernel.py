@@ -119,15 +119,17 @@ class Batch:
         "payload",
         "requests",
         "route",
+        "rows",
         "stage",
         "tasks",
     )
 
-    def __init__(self, d: Dispatch, now: float) -> None:
+    def __init__(self, d: Dispatch, now: float, rows: int) -> None:
         self.d = d
         self.id = d.batch_id
         self.model = d.model
         self.requests = d.requests
+        self.rows = rows  # its size: the requests' rows together
         self.route = d.route
         self.stage = 0
         self.dispatch_s = now
@@ -217,6 +219,7 @@ class Kernel:
         self._ask = self._ask_strict if strict else self._ask_guarded
         self._apply = self._apply_strict if strict else self._apply_guarded
         self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
+        self._unit = True  # every request so far has one row: a batch's rows are its length
         # one bound method each: :meth:`run` knows these callbacks by them
         self._timer_cb = self._timer
         self.stage_done_at_cb = self.stage_done_at
@@ -264,6 +267,8 @@ class Kernel:
         if self.open is not None:
             self.open[rid] = r
         self.held[rid] = r
+        if r.rows != 1:
+            self._unit = False
         if payload is not None:
             self.payloads[rid] = self.executor.admit(payload)
         if self.strict:
@@ -302,6 +307,8 @@ class Kernel:
                 now = clock.t = times[i]
                 r = next_request()
                 held[r.id] = r
+                if r.rows != 1:
+                    self._unit = False
                 acts = on_arrival(r, now)
                 if acts:
                     apply(acts, now)
@@ -446,7 +453,7 @@ class Kernel:
             links = self.links
             if links is not None:
                 nbytes = cut_bytes(
-                    self.view.latency, b.model, step.blocks[1] - 1, len(b.requests),
+                    self.view.latency, b.model, step.blocks[1] - 1, b.rows,
                     self.view.cut_bytes_factor,
                 )  # fmt: skip
                 span = links.send(w.gpu_id, nw.gpu_id, nbytes, now)
@@ -666,7 +673,7 @@ class Kernel:
             elif first:
                 self._give_back(reqs[: k + 1])
                 raise parked_elsewhere(d, r, 0)
-        b = Batch(d, now)
+        b = Batch(d, now, len(reqs) if self._unit else sum(r.rows for r in reqs))
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
             b.payload = [parked[r.id][2] for r in reqs]
         elif self.payloads:

@@ -150,7 +150,7 @@ class ModelledExecutor(BaseExecutor):
     def start(self, task: Task, now: float) -> None:
         b = task.batch
         model = b.model
-        n = len(b.requests)
+        n = b.rows
         blocks = task.step.blocks
         w = task.worker
         key = (model, w.id, n, blocks)

@@ -84,19 +84,19 @@ def parked_elsewhere(d: Dispatch, r: Request, at_block: int) -> ProtocolError:
 
 
 def parked_sources(requests: Iterable[Request], where: Callable[[int], str]) -> dict[str, int]:
-    """A continued batch's input (rule 4): per worker, how many of its requests'
+    """A continued batch's input (rule 4): per worker, how many rows of its requests'
     activations are parked there (``where(request id)``), in the requests' order."""
     counts: dict[str, int] = {}
     for r in requests:
         src = where(r.id)
-        counts[src] = counts.get(src, 0) + 1
+        counts[src] = counts.get(src, 0) + r.rows
     return counts
 
 
-def cut_bytes(latency: Any, model: str, after_block: int, n_requests: int, factor: float) -> float:
-    """Activation bytes crossing the cut after ``after_block`` for a batch of
-    ``n_requests`` (``factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32 bytes)."""
-    return latency.out_bytes(model, after_block) * n_requests * factor
+def cut_bytes(latency: Any, model: str, after_block: int, rows: int, factor: float) -> float:
+    """Activation bytes crossing the cut after ``after_block`` for a batch of ``rows``
+    rows (``factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32 bytes)."""
+    return latency.out_bytes(model, after_block) * rows * factor
 
 
 # ---------------------------------------------------------------------- other actions

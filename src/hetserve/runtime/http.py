@@ -31,7 +31,6 @@ bytes after it; outputs come back as raw bytes when asked for, with the same hea
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
@@ -357,31 +356,23 @@ async def _infer(
         req = parse_request(body, binary, tensors, decode=not server.cfg.emulate)
     except RequestError as e:
         return _fail(400, f"model {model!r}: {e}")
-    if req.n == 1:
-        results = [await server.infer(model, req.rows[0], req.deadline_s, req.stream, version)]
-    else:
-        results = await asyncio.gather(
-            *(server.infer(model, x, req.deadline_s, req.stream, version) for x in req.rows)
-        )
-    for r in results:
-        if r.outcome in STATUS:
-            why = r.reason or r.outcome
-            return _fail(STATUS[r.outcome], f"request {r.outcome}: {why}")
+    r = await server.infer_rows(model, req.batch, req.n, req.deadline_s, req.stream, version)
+    if r.outcome in STATUS:
+        return _fail(STATUS[r.outcome], f"request {r.outcome}: {r.reason or r.outcome}")
     used = version if version is not None else server.cfg.versions.of(model).default
     out: dict[str, Any] = {"model_name": model, "model_version": str(used), "outputs": []}
     if req.id is not None:
         out["id"] = req.id
-    late = sum(r.outcome == "late" for r in results)
-    # late rows, and the server's time for the request (arrival to answer, the slowest
-    # row): what a client's latency adds on top is the HTTP and network part
-    server_ms = 1e3 * max((r.latency_s for r in results), default=0.0)
-    out["parameters"] = {"late": late, "server_ms": round(server_ms, 3)}
-    if results and results[0].output is not None:
+    # whether it was late, and the server's time for the request (arrival to answer):
+    # what a client's latency adds on top is the HTTP and network part
+    out["parameters"] = {"late": int(r.outcome == "late"),
+                         "server_ms": round(1e3 * r.latency_s, 3)}  # fmt: skip
+    if r.output is not None:
         try:
-            out["outputs"], blobs = encode_outputs([r.output for r in results], tensors, req)
+            out["outputs"], blobs = encode_outputs(r.output, tensors, req)
         except Exception as e:  # the protocol's JSON error, never a plain-text 500
             why = f"model {model!r}: its outputs could not be encoded: {type(e).__name__}: {e}"
-            server.encode_failed(model, len(results), why)
+            server.encode_failed(model, 1, why)
             return _fail(500, why)
         if blobs:
             head_bytes = json.dumps(out).encode()

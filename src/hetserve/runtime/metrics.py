@@ -61,6 +61,10 @@ class Metrics:
             "hetserve_requests", "Requests by model and outcome", ["model", "outcome"],
             registry=self.registry,
         )  # fmt: skip
+        self.rows = Counter(
+            "hetserve_rows", "Rows of the requests (a request carries one or more), by model "
+            "and outcome", ["model", "outcome"], registry=self.registry,
+        )  # fmt: skip
         self.drops = Counter(
             "hetserve_drops", "Requests dropped or refused, by model and reason "
             f"({', '.join(DROP_REASONS)})", ["model", "reason"], registry=self.registry,
@@ -91,7 +95,8 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         self.batch = Histogram(
-            "hetserve_batch_size", "Requests per dispatched batch", ["model"],
+            "hetserve_batch_size", "Rows per dispatched batch (its requests' rows together)",
+            ["model"],
             buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
         )  # fmt: skip
         self.busy = Counter(
@@ -151,10 +156,12 @@ class ModelStats:
             for m in models
         }
 
-    def succeeded(self, model: str, dt_s: float) -> None:
+    def succeeded(self, model: str, dt_s: float, rows: int = 1) -> None:
+        """A request answered: ``success`` counts requests, ``inference_count`` their rows
+        (Triton's: each inference of a batched request counts)."""
         d = self._d[model]
         _add(d["inference"]["success"], dt_s)
-        d["inference_count"] += 1
+        d["inference_count"] += rows
         d["last_inference"] = int(time.time() * 1e3)
 
     def failed(self, model: str, dt_s: float) -> None:

@@ -60,8 +60,8 @@ class ModelTensors:
 
 @dataclass
 class InferRequest:
-    n: int  # rows: each is a request of its own
-    rows: list[Any]  # per row: the payload (a tensor, or a tuple for several inputs; None
+    n: int  # rows: the batch dimension; one request of n rows, which go to the GPU together
+    batch: Any  # the input, the rows first (a tensor, or a tuple for several inputs; None
     # when the workers are emulated)
     deadline_s: float | None
     id: str | None
@@ -163,18 +163,13 @@ def parse_request(
             f"add up to {offset}"
         )
     assert n_rows is not None
-    rows: list[Any]
-    if not decode:
-        rows = [None] * n_rows
-    else:
+    batch: Any = None
+    if decode:
         import torch
 
         tensors = [torch.from_numpy(a) for a in arrays]
-        if len(tensors) == 1:
-            rows = [tensors[0][i] for i in range(n_rows)]
-        else:
-            rows = [tuple(t[i] for t in tensors) for i in range(n_rows)]
-    return InferRequest(n_rows, rows, deadline_s, rid, outputs, binary_outs, stream)
+        batch = tensors[0] if len(tensors) == 1 else tuple(tensors)
+    return InferRequest(n_rows, batch, deadline_s, rid, outputs, binary_outs, stream)
 
 
 def _request_parameters(params: Any) -> tuple[float | None, bool, str | None]:
@@ -293,7 +288,8 @@ def _tensor(
     n = shape[0]
     if not 1 <= n <= max_batch:
         raise RequestError(
-            f"{what}: batch dimension {n}, expected 1 to {max_batch} (the model's max_batch_size)"
+            f"{what}: batch dimension {n}, expected 1 to {max_batch} (the model's "
+            f"max_batch_size: a request's rows go to the GPU in one batch)"
         )
     count = math.prod(shape)
     np_dtype = _LITTLE[spec.datatype]
@@ -385,22 +381,19 @@ def _check_values(arr: Any, spec: TensorSpec, what: str) -> None:
 
 
 def encode_outputs(
-    results: list[Any], model: ModelTensors, req: InferRequest
+    output: Any, model: ModelTensors, req: InferRequest
 ) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """The output tensors of the rows' results (each a tensor or a tuple of tensors, one per
-    model output), as JSON data or as raw bytes to append."""
-    import torch
-
+    """The output tensors of a request's answer (a tensor, or a tuple of tensors, one per
+    model output; its rows first), as JSON data or as raw bytes to append."""
     names = req.outputs or [o.name for o in model.outputs]
     index = {o.name: k for k, o in enumerate(model.outputs)}
     specs = {o.name: o for o in model.outputs}
     out, blobs = [], []
     for name in names:
         k = index[name]
-        parts = [r[k] if isinstance(r, (tuple, list)) else r for r in results]
-        t = torch.stack([p.detach().cpu() for p in parts])
+        t = output[k] if isinstance(output, (tuple, list)) else output
         spec = specs[name]
-        arr = t.numpy().astype(np.dtype(DATATYPES[spec.datatype]).newbyteorder("<"))
+        arr = t.detach().cpu().numpy().astype(np.dtype(DATATYPES[spec.datatype]).newbyteorder("<"))
         entry: dict[str, Any] = {
             "name": name,
             "datatype": spec.datatype,

@@ -17,7 +17,7 @@ import numpy as np
 import ray
 import torch
 
-from hetserve.runtime.torch_executor import _stack, example_row
+from hetserve.runtime.batching import concat, slice_rows
 
 
 # stages run one at a time, on the default group's one thread; ``stop`` and ``where`` have
@@ -99,10 +99,10 @@ class StageActor:
         self.stops.add(key)
 
     def example(self, model: str) -> Any:
-        """One request's example input (no batch dimension) as a NumPy array (None for
-        several inputs)."""
+        """A one-row request's example input (with the batch dimension) as a NumPy array
+        (None for several inputs)."""
         x = self.ex._models[model].input_spec.example(1)
-        return _numpy(x[0]) if isinstance(x, torch.Tensor) else None
+        return _numpy(x) if isinstance(x, torch.Tensor) else None
 
     @ray.method(concurrency_group="control")
     def where(self) -> dict[str, Any]:
@@ -117,36 +117,33 @@ class StageActor:
         model: str,
         blocks: tuple[int, int],
         x: Any,
-        n: int,
-        parked: list[tuple[Any, int]] | None = None,
+        rows: list[int],
+        parked: list[tuple[Any, int, int]] | None = None,
         versions: tuple[int | None, ...] | None = None,
     ) -> tuple[Any, tuple[int, bool, float]]:
         """One stage; its output and (blocks run, completed, seconds of compute). ``x``:
         the input batch, the requests' tensors, the previous stage's
-        output, or None (example inputs); ``parked``: a continued batch's input, each
-        request's (output of an open route, row); ``versions``: the rows' model versions
-        (None: the default version for all)."""
-
-        from hetserve.runtime.torch_executor import _row
-
+        output, or None (example inputs); ``rows``: each request's rows; ``parked``: a
+        continued batch's input, each request's (output of an open route, first row,
+        end row); ``versions``: the rows' model versions (None: the default version for
+        all)."""
         cm = self.ex._cold.get((worker, model))
         net = cm.net if cm is not None else None  # a cold instance (``bert-base@3``)
         if parked is not None:
-            refs = list({r.hex(): r for r, _ in parked}.values())
+            refs = list({r.hex(): r for r, *_ in parked}.values())
             got = dict(zip([r.hex() for r in refs], map(_torch, ray.get(refs)), strict=True))
-            x = _stack([_row(got[r.hex()], i) for r, i in parked])
+            x = concat([slice_rows(got[r.hex()], lo, hi) for r, lo, hi in parked])
         elif isinstance(x, (np.ndarray, tuple)):  # a batch, or the previous stage's output
             x = _torch(x)
         elif x is None:  # the first stage, no payloads: the model's example inputs
-            x = (net or self.ex.net(model)).input_spec.example(n)
+            x = (net or self.ex.net(model)).input_spec.example(sum(rows))
         elif isinstance(x, list):  # per request: its input in the store, a tensor, or None
             refs = [p for p in x if isinstance(p, ray.ObjectRef)]
             got = iter(ray.get(refs)) if refs else iter(())
-            rows = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
-            ex = None
-            if any(r is None for r in rows):  # some requests came without a tensor
-                ex = example_row(net or self.ex.net(model))
-            x = _stack([r if r is not None else ex for r in rows])
+            parts = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
+            spec = (net or self.ex.net(model)).input_spec
+            x = concat([p if p is not None else spec.example(k)
+                        for p, k in zip(parts, rows, strict=True)])  # fmt: skip
         t0 = time.perf_counter()
         if cm is not None:  # runs whole, each layer waiting for its weights
             out = self.ex.run_cold(worker, model, x)

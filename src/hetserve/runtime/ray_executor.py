@@ -40,10 +40,10 @@ from ray.exceptions import RayActorError, RayTaskError
 from hetserve.engine.executor import BaseExecutor
 from hetserve.engine.kernel import Kernel, Task
 from hetserve.engine.modelled import block_times
+from hetserve.runtime.batching import row_versions, split
 from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.ray_actor import StageActor, _numpy, _torch
 from hetserve.runtime.ray_emulated import EmulatedActor
-from hetserve.runtime.torch_executor import _row, row_versions
 
 LOG = logging.getLogger("hetserve.runtime")
 
@@ -188,7 +188,7 @@ class RayExecutor(BaseExecutor):
                 else:  # a request's input, in the store already as a served one's is
                     assert first is not None
                     ref = None if x is None else [ray.put(x)]
-                    args = (-1 - k, w, first[0], first[1], ref, 1, None)
+                    args = (-1 - k, w, first[0], first[1], ref, [1], None)
                 t0 = time.perf_counter()
                 _, (_, _, compute_s) = ray.get(a.run.remote(*args))
                 ts.append(time.perf_counter() - t0 - compute_s)
@@ -262,10 +262,11 @@ class RayExecutor(BaseExecutor):
         call = self.actors[step.worker].run
         at_end = step.blocks[1] == self._nblocks[d.model]  # the model's last block
         if self.emulate:
-            cum = self._cum.get((d.model, step.worker, len(d.requests), step.blocks))
+            rows = task.batch.rows
+            cum = self._cum.get((d.model, step.worker, rows, step.blocks))
             if cum is None:
-                cum = block_times(self.view, d.model, step, len(d.requests))
-                self._cum[(d.model, step.worker, len(d.requests), step.blocks)] = cum
+                cum = block_times(self.view, d.model, step, rows)
+                self._cum[(d.model, step.worker, rows, step.blocks)] = cum
             last_stage = task.index == len(d.route) - 1
             args: tuple[Any, ...] = (id(task), cum, not (last_stage and at_end))
         else:
@@ -317,14 +318,17 @@ class RayExecutor(BaseExecutor):
     def split(self, task: Task, output: Any) -> list[Any]:
         """A route's output per request: the model's answers (the reply's arrays as
         tensors, row by row) at the model's end; after an open route the output stays in
-        the store and each request parks (reference, row)."""
-        n = len(task.batch.requests)
+        the store and each request parks (reference, first row, end row)."""
+        reqs = task.batch.requests
         if self.emulate:
-            return [None] * n
+            return [None] * len(reqs)
         if task.step.blocks[1] == self._nblocks[task.batch.model]:
-            out = _torch(output)
-            return [_row(out, i) for i in range(n)]
-        return [(output, i) for i in range(n)]
+            return split(_torch(output), [r.rows for r in reqs])
+        parts, lo = [], 0
+        for r in reqs:
+            parts.append((output, lo, lo + r.rows))
+            lo += r.rows
+        return parts
 
     def _loaded(self, a: Any, err: BaseException | None, now: float) -> None:
         if isinstance(err, RayActorError):
@@ -396,12 +400,12 @@ class RayExecutor(BaseExecutor):
             if all(p is None for p in x):
                 x = None
             elif all(isinstance(p, torch.Tensor) for p in x):  # one array, put once
-                x = ray.put(torch.stack(x).numpy())
+                x = ray.put(torch.cat(x).numpy())
             else:  # the requests' inputs, put in the store as they arrived (``admit``)
                 x = list(x)
         versions = row_versions(self.version_of, d.requests)
-        return (id(task), step.worker, d.model, step.blocks, x, len(d.requests), parked,
-                versions)  # fmt: skip
+        return (id(task), step.worker, d.model, step.blocks, x, [r.rows for r in d.requests],
+                parked, versions)  # fmt: skip
 
     def admit(self, payload: Any) -> Any:
         """A request's input goes into the object store as it arrives, so a dispatch

@@ -74,6 +74,7 @@ class Server:
         self._t0: dict[int, float] = {}
         self._queued: set[int] = set()  # requests not yet dispatched
         self._queued_n: dict[str, int] = dict.fromkeys(self.models, 0)
+        self._queued_rows: dict[str, int] = dict.fromkeys(self.models, 0)
         self._pending_n: dict[str, int] = dict.fromkeys(self.models, 0)
         self._tensors: dict[str, ModelTensors] = {}
         self.draining = False  # shutting down: new requests are refused (503)
@@ -97,8 +98,12 @@ class Server:
             from hetserve.planning.registry import model_graph
 
             g = model_graph(self.setup.plan, model)
-            # a repository model is exported for its config.yaml's max_batch_size rows
+            # a repository model is exported for its config.yaml's max_batch_size rows; a
+            # request's rows go to the GPU in one batch, which the scheduler may bound
             rows = min(self.cfg.max_request_batch, int(g.meta.get("max_batch", 1 << 30)))
+            if self.engine is not None:
+                sched_rows = self.engine.scheduler.max_rows(model)
+                rows = min(rows, sched_rows) if sched_rows else rows
             t = self._tensors[model] = ModelTensors(g.inputs, g.outputs, rows)
         return t
 
@@ -238,14 +243,16 @@ class Server:
         )  # fmt: skip
         status.log_places(self)
         self.engine.start()
+        self._tensors.clear()  # (the rows a request may carry: the scheduler's say too)
         # what exists now (models, plan, libraries) lives as long as the server: keep it out
         # of the garbage collector's full passes, which otherwise stall the loop for ms
         gc.collect()
         gc.freeze()
 
-    def _refuse(self, model: str, reason: str, label: str) -> Result:
+    def _refuse(self, model: str, reason: str, label: str, rows: int = 1) -> Result:
         m = self.metrics
         m.of(m.requests, model, "refused").inc()
+        m.of(m.rows, model, "refused").inc(rows)
         m.of(m.drops, model, label).inc()
         self.stats.failed(model, 0.0)
         return Result("refused", reason)
@@ -258,35 +265,62 @@ class Server:
         stream: str | None = None,
         version: int | None = None,
     ) -> Result:
-        """Serve one request (``tensor``: one request's input, without the batch dim);
-        ``deadline_s``: relative to now (default: the stream's deadline where the plan
-        assigns streams, else the model's SLO); ``stream``: the client's stream (default
-        ``"http"``), which a MagicBatch plan's scheduler queues by; ``version``: a served
-        version other than the default (``runtime.versions``; None: the default)."""
+        """Serve a one-row request: ``tensor`` is its input without the batch dimension
+        (a tuple for several inputs; None: the model's example input), and so is the
+        answer (:meth:`infer_rows` takes and answers several rows)."""
+        x = None if tensor is None else _rows_of_one(tensor)
+        res = await self.infer_rows(model, x, 1, deadline_s, stream, version)
+        if res.output is not None:
+            res.output = _first_row(res.output)
+        return res
+
+    async def infer_rows(
+        self,
+        model: str,
+        batch: Any = None,
+        rows: int = 1,
+        deadline_s: float | None = None,
+        stream: str | None = None,
+        version: int | None = None,
+    ) -> Result:
+        """Serve one request of ``rows`` rows (``batch``: its input, the rows as the first
+        dimension; a tuple for several inputs; None: the model's example input, or
+        emulated workers). Its rows go to the GPU together, in one batch, and the answer
+        holds them all (the batch as its first dimension). ``deadline_s``: relative to
+        now (default: the stream's deadline where the plan assigns streams, else the
+        model's SLO); ``stream``: the client's stream (default ``"http"``), which a
+        MagicBatch plan's scheduler queues by; ``version``: a served version other than
+        the default (``runtime.versions``; None: the default)."""
         eng = self.engine
         if eng is None:
             raise HetserveError("the server is not started")
         if model not in self.setup.plan.models:
             raise HetserveError(f"no model {model!r} is served")
+        if rows < 1:
+            raise HetserveError(f"a request has at least one row, got {rows}")
         a = self.setup.plan.assignments.get(stream) if stream else None
         default_s = a.deadline_s if a is not None else self.setup.plan.models[model].slo_s
         slo = default_s if deadline_s is None else deadline_s
         if self.draining:
-            return self._refuse(model, "the server is shutting down", "shutdown")
+            return self._refuse(model, "the server is shutting down", "shutdown", rows)
         if len(self._futures) >= self.cfg.max_pending:
-            self.metrics.of(self.metrics.requests, model, "overloaded").inc()
-            self.metrics.of(self.metrics.drops, model, "overloaded").inc()
+            m = self.metrics
+            m.of(m.requests, model, "overloaded").inc()
+            m.of(m.rows, model, "overloaded").inc(rows)
+            m.of(m.drops, model, "overloaded").inc()
             self.stats.failed(model, 0.0)
             return Result("overloaded", f"more than {self.cfg.max_pending} requests pending")
         if self.admission is not None:
-            ahead = self._queued_n[model]
+            ahead = self._queued_rows[model]
             best_s = self.admission.best_finish_s(model, ahead)
             if best_s > slo:
                 return self._refuse(
                     model,
-                    f"deadline unreachable at arrival: {ahead} requests queued ahead, the best "
-                    f"case needs {best_s * 1e3:.3g} ms, the deadline is {slo * 1e3:.3g} ms",
+                    f"deadline unreachable at arrival: {self._queued_n[model]} requests "
+                    f"({ahead} rows) queued ahead, the best case needs {best_s * 1e3:.3g} ms, "
+                    f"the deadline is {slo * 1e3:.3g} ms",
                     "admission",
+                    rows,
                 )
         rid = next(self._ids)
         now = eng.clock.now()
@@ -295,10 +329,11 @@ class Server:
         self._t0[rid] = time.perf_counter()
         self._queued.add(rid)
         self._queued_n[model] += 1
+        self._queued_rows[model] += rows
         self._pending_n[model] += 1
         if version is not None:
             self._versions[rid] = version
-        eng.submit(Request(rid, model, stream or "http", now, now + slo), tensor)
+        eng.submit(Request(rid, model, stream or "http", now, now + slo, None, rows), batch)
         return await fut
 
     def dequeue(self, r: Request) -> bool:
@@ -306,12 +341,13 @@ class Server:
         if r.id in self._queued:
             self._queued.discard(r.id)
             self._queued_n[r.model] -= 1
+            self._queued_rows[r.model] -= r.rows
             return True
         return False
 
     def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
         if output is not None and outcome in (OK, LATE):
-            why = self._check_output(r.model, output)
+            why = self._check_output(r.model, output, r.rows)
             if why:  # an answer the model does not advertise is no answer
                 outcome, reason, output = FAILED, why, None
         name = _NAMES.get(outcome, "failed")
@@ -321,6 +357,7 @@ class Server:
         dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
         m = self.metrics
         m.of(m.requests, r.model, name).inc()
+        m.of(m.rows, r.model, name).inc(r.rows)
         m.of(m.latency, r.model).observe(dt)
         if name == "dropped":
             m.of(m.drops, r.model, drop_reason(reason)).inc()
@@ -329,16 +366,16 @@ class Server:
             m.of(m.failures, r.model, label).inc()
             LOG.warning("request %d of %s failed: %s", r.id, r.model, reason)
         if name in ("ok", "late"):
-            self.stats.succeeded(r.model, dt)
+            self.stats.succeeded(r.model, dt, r.rows)
         else:
             self.stats.failed(r.model, dt)
         fut = self._futures.pop(r.id, None)
         if fut is not None and not fut.done():
             fut.set_result(Result(name, reason, output, dt))
 
-    def _check_output(self, model: str, output: Any) -> str:
-        """Why a request's answer does not match the tensors the model advertises (its
-        metadata): empty when it does."""
+    def _check_output(self, model: str, output: Any, rows: int) -> str:
+        """Why a request's answer (its ``rows`` rows) does not match the tensors the model
+        advertises (its metadata): empty when it does."""
         specs = self.tensors(model).outputs
         parts = output if isinstance(output, (tuple, list)) else (output,)
         if len(parts) != len(specs):
@@ -351,6 +388,12 @@ class Server:
                 shape = tuple(int(d) for d in part.shape)
             except (AttributeError, TypeError):
                 return f"model {model!r}: output {spec.name!r} is a {type(part).__name__}"
+            if not shape or shape[0] != rows:
+                return (
+                    f"model {model!r}: output {spec.name!r} has shape {list(shape)} for a "
+                    f"request of {rows} rows; its first dimension must be the rows"
+                )
+            shape = shape[1:]
             want = tuple(spec.shape)
             if len(shape) != len(want) or any(
                 w not in (-1, d) for d, w in zip(shape, want, strict=True)
@@ -447,7 +490,11 @@ class _Observed(Recording):
         try:
             return float(
                 view.latency.energy(
-                    rep.model, w.gpu, w.share, len(rep.requests), range(first, first + done)
+                    rep.model,
+                    w.gpu,
+                    w.share,
+                    sum(r.rows for r in rep.requests),
+                    range(first, first + done),
                 )
             )
         except Exception:  # a latency model without power figures for this device
@@ -457,7 +504,7 @@ class _Observed(Recording):
         super().dispatched(batch, first_block, now)
         srv = self.server
         m = srv.metrics
-        m.of(m.batch, batch.model).observe(len(batch.requests))
+        m.of(m.batch, batch.model).observe(batch.rows)
         if first_block == 0:  # first dispatches: the requests' queueing
             q = m.of(m.queue, batch.model)
             for r in batch.requests:
@@ -481,6 +528,20 @@ class _Observed(Recording):
             m.of(m.energy, rep.worker, "model").inc(joules)
         if rep.requests:
             first = rep.blocks is not None and rep.blocks[0] == 0
-            srv.stats.executed(rep.model, len(rep.requests), dur, first)
+            srv.stats.executed(rep.model, sum(r.rows for r in rep.requests), dur, first)
         if srv.watch is not None:
             srv.watch.observe(rep)
+
+
+def _rows_of_one(x: Any) -> Any:
+    """One row's input as a batch of one (a tensor, or a tuple of them)."""
+    if isinstance(x, tuple):
+        return tuple(_rows_of_one(v) for v in x)
+    return x[None]
+
+
+def _first_row(x: Any) -> Any:
+    """A batch of one's answer as that row (a tensor, or a tuple of them)."""
+    if isinstance(x, tuple | list):
+        return type(x)(_first_row(v) for v in x)
+    return x[0]

@@ -13,6 +13,14 @@ import torch
 from hetserve.core.latency import RooflineModel, cold_start_model
 from hetserve.engine.executor import BaseExecutor
 from hetserve.engine.kernel import Kernel, Task
+from hetserve.runtime.batching import (
+    batch_input,
+    concat,
+    map_tensors,
+    row_versions,
+    split,
+    take,
+)
 from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.stage import StageResult, StageRunner, run_together
 from hetserve.scheduling.protocol import ClusterView
@@ -156,7 +164,7 @@ class TorchExecutor(BaseExecutor):
         if cm is None:
             raise RuntimeError(f"{model} was never loaded on {worker}")
         dev = "cpu" if cm.backend.name == "cpu" else self.device
-        out = cm.run(_map(x, lambda t: t.to(dev)))
+        out = cm.run(map_tensors(x, lambda t: t.to(dev)))
         cm.finish()
         return out
 
@@ -207,13 +215,13 @@ class TorchExecutor(BaseExecutor):
         for i, v in enumerate(versions):
             groups.setdefault(v, []).append(i)
         runners = [self.runner(worker, model, blocks, v) for v in groups]
-        parts = [_take(x, torch.tensor(rows)) for rows in groups.values()]
+        parts = [take(x, torch.tensor(rows)) for rows in groups.values()]
         res = run_together(runners, parts, should_stop)
         if not res.completed:
             return res
         order = torch.tensor([i for rows in groups.values() for i in rows])
-        merged = _cat(res.output)
-        return StageResult(_take(merged, torch.argsort(order)), res.blocks_done, True)
+        merged = concat(res.output)
+        return StageResult(take(merged, torch.argsort(order)), res.blocks_done, True)
 
     def prepare(
         self, plan: Any, placement: Any, versions: dict[str, list[int]] | None = None
@@ -244,29 +252,20 @@ class TorchExecutor(BaseExecutor):
         if task.index > 0:
             return b.payload
         if b.d.route[0].blocks[0] > 0:  # a continued batch: the parked activations
-            return _stack(b.payload)
-        net = self.net(b.d.model)
-        xs = [
-            p if p is not None else example_row(net)
-            for p in (b.payload or [None] * len(b.d.requests))
-        ]
-        return _stack(xs)
+            return concat(b.payload)
+        return batch_input(self.net(b.d.model), b.requests, b.payload)
 
     def _cold_input(self, task: Task, cm: Any) -> Any:
         b = task.batch
         if cm is None or task.index > 0 or b.d.route[0].blocks[0] > 0:
             raise RuntimeError("a cold-loaded model runs whole, from its first block")
-        xs = [
-            p if p is not None else example_row(cm.net)
-            for p in (b.payload or [None] * len(b.d.requests))
-        ]
         dev = "cpu" if cm.backend.name == "cpu" else self.device
-        return _map(_stack(xs), lambda t: t.to(dev))
+        return map_tensors(batch_input(cm.net, b.requests, b.payload), lambda t: t.to(dev))
 
     def split(self, task: Task, output: Any) -> list[Any]:
         """A route's output per request: its rows (the model's answers at the model's
         end; the activations each request parks with after an open route)."""
-        return split(output, len(task.batch.requests))
+        return split(output, [r.rows for r in task.batch.requests])
 
     def start(self, task: Task, now: float) -> None:
         kernel = self.kernel
@@ -330,57 +329,3 @@ class TorchExecutor(BaseExecutor):
 
 def _reason(err: BaseException) -> str:
     return f"failed: {type(err).__name__}: {err}"
-
-
-def row_versions(
-    version_of: Callable[[int], int | None] | None, requests: list[Any]
-) -> tuple[int | None, ...] | None:
-    """A batch's rows' model versions (None when every row asks for the default one)."""
-    if version_of is None:
-        return None
-    vs = tuple(version_of(r.id) for r in requests)
-    return vs if any(v is not None for v in vs) else None
-
-
-def example_row(net: Any) -> Any:
-    """One request's example input (a tensor, or a tuple for several inputs)."""
-    return _row(net.input_spec.example(1), 0)
-
-
-def _map(x: Any, fn: Callable[[Any], Any]) -> Any:
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    return type(x)(_map(v, fn) for v in x)
-
-
-def split(out: Any, n: int) -> list[Any]:
-    """A batch's output cut into its ``n`` requests' parts (parked after an open route)."""
-    return [_row(out, i) for i in range(n)]
-
-
-def _take(x: Any, rows: torch.Tensor) -> Any:
-    """Rows ``rows`` of a batch (a tensor, or a tuple of them)."""
-    return _map(x, lambda t: t.index_select(0, rows.to(t.device)))
-
-
-def _cat(parts: list[Any]) -> Any:
-    """Parts of a batch (tensors, or tuples of them) joined along the batch dimension."""
-    first = parts[0]
-    if isinstance(first, torch.Tensor):
-        return torch.cat(parts)
-    return type(first)(_cat([p[k] for p in parts]) for k in range(len(first)))
-
-
-def _stack(rows: list[Any]) -> Any:
-    """Requests' parts (tensors, or tuples of them) stacked back into one batch."""
-    first = rows[0]
-    if isinstance(first, torch.Tensor):
-        return torch.stack(rows)
-    return type(first)(_stack([r[k] for r in rows]) for k in range(len(first)))
-
-
-def _row(x: Any, i: int) -> Any:
-    """Request ``i``'s part of a batch output (a tensor, or a tuple of them)."""
-    if isinstance(x, torch.Tensor):
-        return x[i]
-    return type(x)(_row(v, i) for v in x)

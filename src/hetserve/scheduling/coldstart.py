@@ -11,9 +11,10 @@ in host memory.
   evicted until the model fits, and a ``Load`` is issued. *How* it loads (baseline,
   PipeSwitch, DHA, PT, PT+DHA) is the plan's load plan, carried out by the engine: the
   scheduler is the same for every kind. A request no GPU can take now waits until one can.
-- Each GPU serves its queue in order: a batch takes the head request and up to
-  ``max_batch - 1`` more queued requests of the same model, and may start while the model
-  is still loading (the engine runs it layer by layer as weights arrive).
+- Each GPU serves its queue in order: a batch takes the head request and more queued
+  requests of the same model while their rows fit in ``max_batch`` (a request larger than
+  that runs alone: it is never split), and may start while the model is still loading
+  (the engine runs it layer by layer as weights arrive).
 - A request that cannot meet its deadline even if it started now (warm latency, or the
   planned cold start when its model is still loading) is dropped with a reason.
 - The memory an instance takes is what its load plan keeps on the GPU (DHA layers stay in
@@ -146,6 +147,10 @@ class ColdStart(BaseScheduler):
             t = per[model] = self._warm_s(model, w, 1)
         return t
 
+    def _req_s(self, r: Request, w: WorkerId) -> float:
+        """A request alone on ``w``, warm: its rows' latency."""
+        return self._warm1_s(r.model, w) if r.rows == 1 else self._warm_s(r.model, w, r.rows)
+
     def _by_backlog(self, ws: Iterable[WorkerId], now: float) -> list[tuple[float, WorkerId]]:
         """(seconds until the worker's queue would be empty, worker), for each of ``ws``."""
         bu, qs = self.busy_until, self.queued_s
@@ -157,7 +162,7 @@ class ColdStart(BaseScheduler):
             q.popleft()
         else:
             q.remove(r)
-        left = self.queued_s[w] - self._warm1_s(r.model, w)
+        left = self.queued_s[w] - self._req_s(r, w)
         self.queued_s[w] = left if left > 0.0 else 0.0
 
     # ------------------------------------------------------------------ routing
@@ -212,7 +217,7 @@ class ColdStart(BaseScheduler):
             else:
                 return False
         self.queue[w].append(r)
-        self.queued_s[w] += self._warm1_s(m, w)
+        self.queued_s[w] += self._req_s(r, w)
         if m not in self.resident[w]:
             self.cold_ids.append(r.id)
             self.stats["cold_requests"] += 1
@@ -228,7 +233,7 @@ class ColdStart(BaseScheduler):
             head = q[0]
             m = head.model
             if self.max_batch == 1:  # the common case, without building lists
-                finish = self._finish_s(w, m, 1, now)
+                finish = self._finish_s(w, m, head.rows, now)
                 self._dequeue(w, head)
                 if head.deadline_s < finish:
                     out.append(Drop((head,), "deadline hopeless"))
@@ -249,7 +254,7 @@ class ColdStart(BaseScheduler):
             return
 
     def _finish_s(self, w: WorkerId, m: str, n: int, now: float) -> float:
-        """When a batch of ``n`` requests of ``m`` started on ``w`` now would end: its warm
+        """When a batch of ``n`` rows of ``m`` started on ``w`` now would end: its warm
         latency, or the model's planned load when that ends later."""
         finish = now + (self._warm1_s(m, w) if n == 1 else self._warm_s(m, w, n))
         ready = self.loading[w].get(m)
@@ -260,8 +265,15 @@ class ColdStart(BaseScheduler):
     ) -> tuple[list[Request], float]:
         """The next batch of ``m`` from ``w``'s queue, taken off it, and when it will
         finish; no batch when its late requests were dropped (look again)."""
-        take = [r for r in q if r.model == m][: self.max_batch]
-        finish = self._finish_s(w, m, len(take), now)
+        take, n = [], 0
+        cap = max(self.max_batch, q[0].rows)  # (a request is never split)
+        for r in q:
+            if r.model == m:
+                if n + r.rows > cap:
+                    break
+                take.append(r)
+                n += r.rows
+        finish = self._finish_s(w, m, n, now)
         late = [r for r in take if r.deadline_s < finish]
         if late:
             for r in late:

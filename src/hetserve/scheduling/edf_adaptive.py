@@ -40,12 +40,13 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
+from hetserve.scheduling.rows import pop_edf, too_many_rows
 
 
 class _ModelState:
     """Per-model state, kept in one object so the hot path does few dict lookups."""
 
-    __slots__ = ("blocks", "idle", "lat", "name", "queue", "rank", "timer_at", "workers")
+    __slots__ = ("blocks", "idle", "lat", "name", "queue", "rank", "rows", "timer_at", "workers")
 
     def __init__(
         self, name: str, workers: list[WorkerId], lat: list[list[float]], blocks: tuple[int, int]
@@ -56,6 +57,7 @@ class _ModelState:
         self.rank = {w: i for i, w in enumerate(workers)}
         self.idle = list(range(len(workers)))  # sorted ranks of idle workers
         self.queue: list[tuple[float, int, Request]] = []
+        self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.blocks = blocks
         self.timer_at = -1.0  # the armed timer's time (-1: none)
 
@@ -105,19 +107,27 @@ class EdfAdaptive(BaseScheduler):
             if i == len(idle) or idle[i] != r:
                 idle.insert(i, r)
 
+    def max_rows(self, model: str) -> int | None:
+        st = self.models.get(model)
+        return len(st.lat[0]) if st is not None and st.lat else None
+
     # ------------------------------------------------------------------ core
     def _try(self, st: _ModelState, now: float, out: list[Action]) -> None:
         q, idle = st.queue, st.idle
         while q and idle:
             rank = idle[0]
             lat = st.lat[rank]
-            head_deadline = q[0][0]
+            head_deadline, _, head = q[0]
             slack = head_deadline - now
-            if lat[0] > slack:
-                out.append(Drop((heapq.heappop(q)[2],), "deadline"))
+            k = head.rows
+            if k > len(lat) or lat[k - 1] > slack:  # it cannot make it, even alone
+                heapq.heappop(q)
+                st.rows -= k
+                why = "deadline" if k <= len(lat) else too_many_rows(head, len(lat))
+                out.append(Drop((head,), why))
                 continue
             b_max = bisect.bisect_right(lat, slack)  # lat is non-decreasing in batch size
-            n = len(q)
+            n = st.rows
             if n < b_max:
                 t_wait = head_deadline - lat[n - 1] - self.margin_s
                 if t_wait > now + 1e-12:
@@ -131,7 +141,8 @@ class EdfAdaptive(BaseScheduler):
             else:
                 b = b_max
             w = st.workers[rank]
-            reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
+            reqs, b = pop_edf(q, b, st.rows)
+            st.rows -= b
             bid = self.new_batch_id()
             self.pools.dispatched(bid, (w,))
             self._set_busy(w)
@@ -143,6 +154,7 @@ class EdfAdaptive(BaseScheduler):
         if st is None:
             raise HetserveError(f"edf-adaptive: no pipeline serves model {request.model!r}")
         heapq.heappush(st.queue, (request.deadline_s, request.id, request))
+        st.rows += request.rows
         if not st.idle:
             return []
         out: list[Action] = []
@@ -162,9 +174,10 @@ class EdfAdaptive(BaseScheduler):
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
         if report.kind == "stage" and not report.completed and report.reason in RETURNED:
-            q = self.models[report.model].queue
+            st = self.models[report.model]
             for r in report.requests:
-                heapq.heappush(q, (r.deadline_s, r.id, r))
+                heapq.heappush(st.queue, (r.deadline_s, r.id, r))
+                st.rows += r.rows
         freed = self.pools.reported(report)
         out: list[Action] = []
         states: list[_ModelState] = []

@@ -1,7 +1,8 @@
 """``fixed-batch``: TF-Serving-style batching.
 
-One FIFO queue per model. A batch goes out when ``max_batch`` requests are waiting, or when
-the oldest has waited ``max_queue_delay_s``; it takes up to ``max_batch`` requests and goes
+One FIFO queue per model. A batch goes out when ``max_batch`` rows are waiting, or when
+the oldest has waited ``max_queue_delay_s``; it takes the oldest requests whose rows fit in
+``max_batch`` (a request with more rows is dropped: no batch holds it) and goes
 to the next free worker (for multi-stage pipelines: per stage, the worker with the fewest
 outstanding stages). Requests are never dropped; those that finish after their deadline
 are ``late``.
@@ -23,12 +24,24 @@ from hetserve.scheduling.protocol import (
     BaseScheduler,
     ClusterView,
     Dispatch,
+    Drop,
     RouteStep,
     SetTimer,
     StageReport,
     WorkerId,
     register,
 )
+from hetserve.scheduling.rows import too_many_rows
+
+
+class _Queue(deque[Request]):
+    """A model's FIFO queue and its rows together."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = 0
 
 
 @register("fixed-batch")
@@ -45,15 +58,18 @@ class FixedBatch(BaseScheduler):
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
-        self.queues: dict[str, deque[Request]] = {m: deque() for m in plan.models}
+        self.queues: dict[str, _Queue] = {m: _Queue() for m in plan.models}
         self.first_workers = {
             m: [w for p in self.pools.pipelines[m] for w in p.stages[0][1]] for m in plan.models
         }
         return []
 
+    def max_rows(self, model: str) -> int | None:
+        return self.max_batch
+
     # ------------------------------------------------------------------ helpers
-    def _due(self, q: deque[Request], now: float) -> bool:
-        return len(q) >= self.max_batch or q[0].arrival_s + self.delay <= now + 1e-12
+    def _due(self, q: _Queue, now: float) -> bool:
+        return q.rows >= self.max_batch or q[0].arrival_s + self.delay <= now + 1e-12
 
     def _free_first_worker(self, model: str) -> WorkerId | None:
         for w in self.first_workers[model]:
@@ -63,7 +79,17 @@ class FixedBatch(BaseScheduler):
 
     def _dispatch(self, model: str, first: WorkerId, now: float) -> Action:
         q = self.queues[model]
-        reqs = tuple(q.popleft() for _ in range(min(self.max_batch, len(q))))
+        if q.rows == len(q):  # every request one row: the plain pops
+            reqs = tuple([q.popleft() for _ in range(min(self.max_batch, len(q)))])
+            n = len(reqs)
+        else:
+            taken, n = [], 0
+            while q and n + q[0].rows <= self.max_batch:
+                r = q.popleft()
+                taken.append(r)
+                n += r.rows
+            reqs = tuple(taken)
+        q.rows -= n
         pipe = next(p for p in self.pools.pipelines[model] if first in p.stages[0][1])
         route, workers = [], []
         for si, (blocks, ws) in enumerate(pipe.stages):
@@ -80,6 +106,10 @@ class FixedBatch(BaseScheduler):
 
     def _try(self, model: str, now: float, out: list[Action]) -> None:
         q = self.queues[model]
+        while q and q[0].rows > self.max_batch:  # no batch holds it
+            r = q.popleft()
+            q.rows -= r.rows
+            out.append(Drop((r,), too_many_rows(r, self.max_batch)))
         while q and self._due(q, now):
             w = self._free_first_worker(model)
             if w is None:
@@ -94,7 +124,8 @@ class FixedBatch(BaseScheduler):
         if q is None:
             raise HetserveError(f"fixed-batch: no pipeline serves model {request.model!r}")
         q.append(request)
-        if len(q) == 1 or len(q) >= self.max_batch:
+        q.rows += request.rows
+        if len(q) == 1 or q.rows >= self.max_batch:
             out: list[Action] = []
             self._try(request.model, now, out)
             return out
@@ -114,6 +145,7 @@ class FixedBatch(BaseScheduler):
             q = self.queues[report.model]
             for r in sorted(report.requests, key=lambda r: (r.arrival_s, r.id), reverse=True):
                 q.appendleft(r)
+                q.rows += r.rows
         freed = self.pools.reported(report)
         if not freed and report.completed:
             return []

@@ -59,17 +59,31 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
+from hetserve.scheduling.rows import pop_edf, too_many_rows
 
 
 class _Model:
-    __slots__ = ("blocks", "fastest_1", "name", "queue", "workers")
+    __slots__ = ("blocks", "fastest_1", "name", "queue", "rows", "workers")
 
     def __init__(self, name: str, blocks: tuple[int, int]) -> None:
         self.name = name
         self.blocks = blocks
         self.queue: list[tuple[float, int, Request]] = []
+        self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.workers: list[_Worker] = []
         self.fastest_1 = math.inf  # batch-1 latency on the fastest worker
+
+    def push(self, r: Request) -> None:
+        heapq.heappush(self.queue, (r.deadline_s, r.id, r))
+        self.rows += r.rows
+
+    def fastest(self, rows: int) -> float:
+        """The latency of ``rows`` rows on the model's fastest worker (inf: more rows than
+        its largest batch)."""
+        if rows == 1:
+            return self.fastest_1
+        return min((w.lat[self.name][rows - 1] for w in self.workers
+                    if rows <= len(w.lat[self.name])), default=math.inf)  # fmt: skip
 
 
 class _Worker:
@@ -140,6 +154,9 @@ class _GroupScheduler(BaseScheduler):
             st.fastest_1 = min(st.fastest_1, lat[0])
         return st
 
+    def max_rows(self, model: str) -> int | None:
+        return self.max_batch
+
     # ------------------------------------------------------------------ helpers
     def _model(self, name: str) -> _Model:
         st = self.models.get(name)
@@ -150,22 +167,30 @@ class _GroupScheduler(BaseScheduler):
     def _prune(self, st: _Model, now: float, out: list[Action]) -> None:
         """Drop the most urgent requests while they cannot make it even alone."""
         q = st.queue
-        limit = now + st.fastest_1
-        while q and q[0][0] < limit - 1e-12:
-            out.append(Drop((heapq.heappop(q)[2],), "deadline"))
+        while q:
+            d, _, r = q[0]
+            need = st.fastest_1 if r.rows == 1 else st.fastest(r.rows)
+            if d >= now + need - 1e-12:
+                return
+            heapq.heappop(q)
+            st.rows -= r.rows
+            why = "deadline" if need < math.inf else too_many_rows(r, self.max_batch)
+            out.append(Drop((r,), why))
 
     def _fit(self, w: _Worker, st: _Model, now: float) -> int:
-        """The largest batch of ``st``'s most urgent requests that ``w`` finishes in time."""
+        """The largest batch (rows) of ``st``'s most urgent requests that ``w`` finishes in
+        time; 0 when the most urgent does not fit alone."""
         q = st.queue
         if not q:
             return 0
         b = bisect.bisect_right(w.lat[st.name], q[0][0] - now + 1e-12)
-        n = len(q)
-        return b if b < n else n
+        n = st.rows
+        b = b if b < n else n
+        return b if q[0][2].rows <= b else 0
 
     def _run(self, w: _Worker, st: _Model, b: int, now: float, out: list[Action]) -> None:
-        q = st.queue
-        reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
+        reqs, b = pop_edf(st.queue, b, st.rows)
+        st.rows -= b
         bid = self.new_batch_id()
         w.bid, w.size = bid, b
         t = w.lat[st.name][b - 1]
@@ -195,7 +220,7 @@ class _GroupScheduler(BaseScheduler):
         st = self.by_stream.get((request.model, request.stream)) if self.by_stream else None
         if st is None:
             st = self._model(request.model)
-        heapq.heappush(st.queue, (request.deadline_s, request.id, request))
+        st.push(request)
         out: list[Action] = []
         self._arrived(st, now, out)
         return out
@@ -211,8 +236,8 @@ class _GroupScheduler(BaseScheduler):
                 st = self.by_stream.get((r.model, r.stream)) if self.by_stream else None
                 if st is None:
                     st = self._model(report.model)
-                if r.deadline_s >= now + st.fastest_1 - 1e-12:
-                    heapq.heappush(st.queue, (r.deadline_s, r.id, r))
+                if r.deadline_s >= now + st.fastest(r.rows) - 1e-12:
+                    st.push(r)
                     if st not in back:
                         back.append(st)
                 else:
@@ -282,16 +307,16 @@ class Flex(_GroupScheduler):
                 lat = w.lat[name]
                 if lat is not last_lat:  # the candidate if it could start now: a bound
                     b_now = bisect.bisect_right(lat, q[0][0] - now + 1e-12)
-                    if b_now > len(q):
-                        b_now = len(q)
+                    if b_now > st.rows:
+                        b_now = st.rows
                     last_lat = lat
                 if b_now < lam * w.size:
                     continue
                 # the running batch stops at its next exit point, not at once
                 k = math.ceil((now - w.start) / w.block_s - 1e-9) if now > w.start else 0
                 at = min(w.start + k * w.block_s, w.end)
-                b = min(bisect.bisect_right(lat, q[0][0] - at + 1e-12), len(q))
-                if b and b >= lam * w.size:
+                b = min(bisect.bisect_right(lat, q[0][0] - at + 1e-12), st.rows)
+                if b and b >= lam * w.size and q[0][2].rows <= b:
                     out.append(Preempt(w.id, w.bid))
                     self.preemptions += 1
                     self._run(w, st, b, at, out)

@@ -39,6 +39,7 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
+from hetserve.scheduling.rows import too_many_rows
 
 EPS_S = 1e-9
 
@@ -53,6 +54,17 @@ class _Stream:
     queue: deque[Request]
     timer_for: int = -1  # the head request a leave-by timer is set for
     ahead_s: float = 0.0  # one planned batch of every other stream of its GPU
+    rows: int = 0  # the queue's rows together (``scheduling.rows``)
+
+    def take(self, k: int) -> tuple[Request, ...]:
+        """The oldest requests whose rows fit in ``k``, off the queue."""
+        q, out, n = self.queue, [], 0
+        while q and n + q[0].rows <= k:
+            r = q.popleft()
+            out.append(r)
+            n += r.rows
+        self.rows -= n
+        return tuple(out)
 
 
 @register("magicbatch")
@@ -93,12 +105,17 @@ class MagicBatch(BaseScheduler):
         self.lost: set[WorkerId] = set()
         return []
 
+    def max_rows(self, model: str) -> int | None:
+        """The largest batch of the model's streams (a stream's own may be smaller: a
+        request larger than its stream's batch is dropped, the reason saying so)."""
+        return max((st.batch for st in self.streams.values() if st.model == model), default=None)
+
     # ------------------------------------------------------------------ helpers
     def _leave_by(self, st: _Stream) -> float:
         return st.queue[0].deadline_s - st.exec_s[st.batch - 1] - st.ahead_s - self.margin_s
 
     def _due(self, st: _Stream, now: float) -> bool:
-        return len(st.queue) >= st.batch or now >= self._leave_by(st) - EPS_S
+        return st.rows >= st.batch or now >= self._leave_by(st) - EPS_S
 
     def _try(self, worker: WorkerId, now: float, out: list[Action]) -> None:
         if worker in self.busy:
@@ -106,19 +123,25 @@ class MagicBatch(BaseScheduler):
         mine = self.on_worker.get(worker, [])
         for st in mine:  # hopeless requests: not even a batch of one makes it
             q = st.queue
-            dead = []
-            while q and now + st.exec_s[0] > q[0].deadline_s + EPS_S:
-                dead.append(q.popleft())
+            dead, big = [], []
+            while q and (
+                q[0].rows > st.batch or now + st.exec_s[q[0].rows - 1] > q[0].deadline_s + EPS_S
+            ):
+                r = q.popleft()
+                st.rows -= r.rows
+                (big if r.rows > st.batch else dead).append(r)
             if dead:
                 out.append(Drop(tuple(dead), "deadline unreachable"))
+            for r in big:
+                out.append(Drop((r,), too_many_rows(r, st.batch)))
         due = [st for st in mine if st.queue and self._due(st, now)]
         if due:
             st = min(due, key=lambda s: (s.queue[0].deadline_s, s.name))
             q = st.queue
-            k = min(st.batch, len(q))
-            while k > 1 and now + st.exec_s[k - 1] > q[0].deadline_s + EPS_S:
+            k = min(st.batch, st.rows)
+            while k > q[0].rows and now + st.exec_s[k - 1] > q[0].deadline_s + EPS_S:
                 k -= 1
-            reqs = tuple(q.popleft() for _ in range(k))
+            reqs = st.take(k)
             bid = self.new_batch_id()
             self.busy[worker] = bid
             out.append(
@@ -143,6 +166,7 @@ class MagicBatch(BaseScheduler):
         if st.worker in self.lost:
             return [Drop((request,), f"stream {st.name}: its GPU ({st.worker}) is lost")]
         st.queue.append(request)
+        st.rows += request.rows
         out: list[Action] = []
         if st.worker not in self.busy and (len(st.queue) == 1 or self._due(st, now)):
             self._try(st.worker, now, out)
@@ -171,6 +195,7 @@ class MagicBatch(BaseScheduler):
             else:
                 for r in sorted(report.requests, key=lambda r: (r.arrival_s, r.id), reverse=True):
                     st.queue.appendleft(r)
+                    st.rows += r.rows
                 st.timer_for = -1
         out: list[Action] = []
         if report.worker not in self.lost:
@@ -184,4 +209,5 @@ class MagicBatch(BaseScheduler):
             if st.queue:
                 out.append(Drop(tuple(st.queue), f"stream {st.name}: its GPU ({worker}) is lost"))
                 st.queue.clear()
+                st.rows = 0
         return out

@@ -194,7 +194,7 @@ class Nexus(_GroupScheduler):
                 continue
             self._prune(st, now, out)
             b = min(self._fit(w, st, now), self.cap[(w.id, st.name)])
-            if b:
+            if b and st.queue[0][2].rows <= b:
                 self.turn[w.id] = (k0 + k + 1) % len(mine)
                 return st, b
         return None, 0
@@ -213,6 +213,7 @@ class Nexus(_GroupScheduler):
         if not served and st.queue:
             reqs = tuple(r for _, _, r in st.queue)
             st.queue.clear()
+            st.rows = 0
             out.append(Drop(reqs, "not provisioned"))
 
     def on_arrival(self, request: Request, now: float) -> list[Action]:

@@ -11,6 +11,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.protocol import ClusterView, StageReport, WorkerId
+from hetserve.scheduling.rows import pop_edf
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class DeadlineQueues:
     def __init__(self, models: Iterable[str], scheduler: str) -> None:
         self.scheduler = scheduler
         self._q: dict[str, list[tuple[float, int, Request]]] = {m: [] for m in models}
+        self.rows: dict[str, int] = dict.fromkeys(self._q, 0)  # each queue's rows together
 
     def __getitem__(self, model: str) -> list[tuple[float, int, Request]]:
         return self._q[model]
@@ -103,6 +105,19 @@ class DeadlineQueues:
         if q is None:
             raise HetserveError(f"{self.scheduler}: no pipeline serves model {r.model!r}")
         heapq.heappush(q, (r.deadline_s, r.id, r))
+        self.rows[r.model] += r.rows
+
+    def pop_head(self, model: str) -> Request:
+        """The most urgent request, off the queue."""
+        r = heapq.heappop(self._q[model])[2]
+        self.rows[model] -= r.rows
+        return r
+
+    def pop(self, model: str, limit: int) -> tuple[tuple[Request, ...], int]:
+        """The most urgent requests whose rows fit in ``limit`` (``rows.pop_edf``)."""
+        reqs, n = pop_edf(self._q[model], limit, self.rows[model])
+        self.rows[model] -= n
+        return reqs, n
 
     def requeue(self, requests: Iterable[Request]) -> None:
         """Put preempted requests back (they keep their deadlines)."""

@@ -249,6 +249,12 @@ class BaseScheduler:
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         return []
 
+    def max_rows(self, model: str) -> int | None:
+        """The most rows a batch of ``model`` holds once started (a request of more is
+        dropped, its reason saying so; ``hetserve serve`` refuses it at once with a 400).
+        None: no limit of the scheduler's own (it runs a larger request alone)."""
+        return None
+
 
 SCHEDULERS: dict[str, Callable[..., Scheduler]] = {}
 # the built-in schedulers by name -> the module that registers them (imported on first use:
@@ -332,6 +338,12 @@ class Provisioned:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    def max_rows(self, model: str) -> int | None:
+        """The scheduler's ``max_rows`` (``BaseScheduler.max_rows``; None for a scheduler
+        of the user's that declares none)."""
+        fn = getattr(self.inner, "max_rows", None)
+        return fn(model) if callable(fn) else None
 
     @property
     def preempts(self) -> bool:

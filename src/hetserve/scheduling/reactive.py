@@ -103,13 +103,14 @@ class Reactive(BaseScheduler):
         nbytes *= self.view.cut_bytes_factor
         return nbytes * 8 / (bw * 1e9) + sum(links[x].delay_s for x in path)
 
-    def _rest_s(self, pipe: PipelinePool, stage: int) -> float:
-        """Stages after ``stage`` at batch 1 on each pool's first worker, transfers included."""
+    def _rest_s(self, pipe: PipelinePool, stage: int, batch: int = 1) -> float:
+        """Stages after ``stage`` at ``batch`` rows on each pool's first worker, transfers
+        included."""
         total = 0.0
         for s in range(stage + 1, len(pipe.stages)):
             blocks, ws = pipe.stages[s]
-            total += self.view.stage_latency_s(pipe.model, ws[0], 1, blocks)
-            total += self._transfer_s(pipe.model, pipe.stages[s - 1][1][0], ws[0], blocks, 1)
+            total += self.view.stage_latency_s(pipe.model, ws[0], batch, blocks)
+            total += self._transfer_s(pipe.model, pipe.stages[s - 1][1][0], ws[0], blocks, batch)
         return total
 
     def _stage_deadline(self, r: Request, key: PoolKey) -> float:
@@ -131,23 +132,33 @@ class Reactive(BaseScheduler):
                 head: Request = q[0][2]
                 src = q[0][3] if s > 0 else w
                 slack = self._stage_deadline(head, key) - now
+                k = head.rows  # (a batch holds the head's rows at least)
+                avail = self.first.rows[model] if s == 0 else sum(e[2].rows for e in q)
                 b = 0
-                for bs in range(min(pipe.batch, len(q)), 0, -1):
+                for bs in range(min(pipe.batch, avail), k - 1, -1):
                     est = self._transfer_s(model, src, w, blocks, bs)
                     est += self.view.stage_latency_s(model, w, bs, blocks)
                     if est <= slack + 1e-12:
                         b = bs
                         break
                 if b == 0:
-                    one = self._transfer_s(model, src, w, blocks, 1)
-                    one += self.view.stage_latency_s(model, w, 1, blocks)
-                    if now + one + self._rest_s(pipe, s) <= head.deadline_s + 1e-12:
-                        b = 1
+                    one = self._transfer_s(model, src, w, blocks, k)
+                    one += self.view.stage_latency_s(model, w, k, blocks)
+                    if now + one + self._rest_s(pipe, s, k) <= head.deadline_s + 1e-12:
+                        b = k
                     else:
                         heapq.heappop(q)
+                        if s == 0:
+                            self.first.rows[model] -= k
                         out.append(Drop((head,), "deadline"))
                         continue
-                entries = [heapq.heappop(q) for _ in range(b)]
+                entries, n = [], 0
+                while q and n + q[0][2].rows <= b:
+                    e = heapq.heappop(q)
+                    entries.append(e)
+                    n += e[2].rows
+                if s == 0:
+                    self.first.rows[model] -= n
                 bid = self.new_batch_id()
                 sources = {e[1]: e[3] for e in entries} if s > 0 else {}
                 self.where[bid] = (key, w, sources)

@@ -25,7 +25,6 @@ switched topology: every link of the path): when each is reserved, by which batc
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 import operator
 from collections.abc import Sequence
@@ -302,20 +301,21 @@ class Reservation(BaseScheduler):
                     best = pr
             # step 2: from there down, the largest batch that meets the head's deadline
             head = q[0][0] + _EPS
-            chosen = self._largest_in_time(best, head, now)
+            least = q[0][2].rows  # (a batch holds the head's rows at least)
+            chosen = self._largest_in_time(best, head, now, least)
             if chosen is None and len(firsts) > 1:
                 # not even batch 1 makes it there: before dropping the head, the other
                 # pipelines that are free right now (a request that waited for a fuller
                 # batch on one pipeline may still fit another that sits idle)
                 for pr in firsts:
                     if pr is not best and pr.wait_s <= _EPS:
-                        chosen = self._largest_in_time(pr, head, now)
+                        chosen = self._largest_in_time(pr, head, now, least)
                         if chosen is not None:
                             break
             if chosen is None:
-                out.append(Drop((heapq.heappop(q)[2],), "deadline"))
+                out.append(Drop((self.queue.pop_head(model),), "deadline"))
                 continue
-            n = len(q)
+            n = self.queue.rows[model]
             if n < chosen.batch:
                 pr_n = probe(chosen.pipeline, n, now)
                 slack = q[0][0] - pr_n.finish_s - self.margin_s
@@ -327,7 +327,9 @@ class Reservation(BaseScheduler):
                         out.append(SetTimer(at, ("reservation", model, at)))
                     return
                 chosen = pr_n
-            reqs = tuple(heapq.heappop(q)[2] for _ in range(chosen.batch))
+            reqs, taken = self.queue.pop(model, chosen.batch)
+            if taken < chosen.batch:  # (the next request's rows did not fit)
+                chosen = probe(chosen.pipeline, taken, now)
             bid = self.new_batch_id()
             self.reserve(bid, chosen)
             route = tuple(
@@ -339,12 +341,17 @@ class Reservation(BaseScheduler):
             self.batch_route[bid] = (model, route)
             out.append(Dispatch(bid, model, reqs, route))
 
-    def _largest_in_time(self, first: Probe, head_s: float, now: float) -> Probe | None:
-        """Algorithm 1, step 2: from ``first``'s batch size down, the first probe of its
-        pipeline that completes by ``head_s``."""
+    def _largest_in_time(
+        self, first: Probe, head_s: float, now: float, least: int = 1
+    ) -> Probe | None:
+        """Algorithm 1, step 2: from ``first``'s batch size down to ``least`` (the head's
+        rows), the first probe of its pipeline that completes by ``head_s``."""
+        if first.batch < least:  # the head alone is larger than the planned batch
+            pr = self.probe(first.pipeline, least, now)
+            return pr if pr.finish_s <= head_s else None
         if first.finish_s <= head_s:
             return first
-        for bs in range(first.batch - 1, 0, -1):
+        for bs in range(first.batch - 1, least - 1, -1):
             pr = self.probe(first.pipeline, bs, now)
             if pr.finish_s <= head_s:
                 return pr

@@ -59,7 +59,7 @@ def _requests(tr: Trace) -> Iterator[Request]:
     slo = np.array([s.slo_s for s in tr.streams], dtype=float)
     cols = (
         range(len(tr)), pick[0][idx].tolist(), pick[1][idx].tolist(), tr.time_s.tolist(),
-        (tr.time_s + slo[idx]).tolist(), itertools.repeat(None),
+        (tr.time_s + slo[idx]).tolist(), itertools.repeat(None), itertools.repeat(1),
     )  # fmt: skip
     return map(tuple.__new__, itertools.repeat(Request), zip(*cols, strict=False))
 

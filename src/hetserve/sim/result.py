@@ -204,7 +204,7 @@ class Recorder(Observer):
         w = task.worker
         self.rows.append(
             (
-                b.id, b.model, task.step.stage, w.id, w.gpu.name, len(b.requests),
+                b.id, b.model, task.step.stage, w.id, w.gpu.name, b.rows,
                 task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
                 b.dispatch_s,
             )
