@@ -12,9 +12,10 @@ from __future__ import annotations
 import statistics
 import sys
 
-from hetserve.core.cluster import load_cluster, parse_cluster
+from hetserve.core.cluster import parse_cluster
 from hetserve.core.latency import RooflineModel
 from hetserve.core.plan import slos_from_scale
+from hetserve.core.presets import load_cluster
 from hetserve.core.provenance import provenance_line
 from hetserve.planning.ppipe import PlanOptions, plan_models
 

@@ -6,9 +6,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetserve.core.cluster import load_cluster, load_cluster_file, parse_cluster
+from hetserve.core.cluster import load_cluster_file, parse_cluster
 from hetserve.core.errors import ConfigError, UnknownNameError
-from hetserve.core.presets import PRESETS, preset
+from hetserve.core.presets import PRESETS, load_cluster, preset
 
 ISSUE_EXAMPLE = """
 name: my-cluster

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from hetserve.core.cluster import load_cluster
 from hetserve.core.errors import ConfigError, HetserveError
 from hetserve.core.latency import RooflineModel
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind, default_plan, slos_from_scale
+from hetserve.core.presets import load_cluster
 
 RM = RooflineModel()
 

@@ -69,7 +69,7 @@ def test_shepherd_two_stream_and_one_load_point():
 def test_deepplan_cold_starts_and_one_fig13_point():
     """Fig. 11's cold starts of ResNet-50 (every load plan) and Fig. 13's PT+DHA point at
     180 BERT-Base instances, SLO 100 ms."""
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.experiments.deepplan import study as S
 
     want = shipped("deepplan")
@@ -117,7 +117,7 @@ def test_magicbatch_planned_energy_at_ten_streams(method):
 def test_rampa_pe_on_its_best_and_worst_stage_counts(which):
     """PE on rampa-base, case 1 (same demand), at the stage counts of its best and worst
     sampled combination: as many services placed as shipped."""
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.planning.rampa.aco import AcoParams
     from hetserve.planning.rampa.network import RampaNet
     from hetserve.planning.rampa.place import place_sequence, request_sequence, table_v_services

@@ -5,10 +5,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetserve.core.cluster import load_cluster, parse_cluster
+from hetserve.core.cluster import parse_cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import RooflineModel
 from hetserve.core.plan import Plan, bind, slos_from_scale
+from hetserve.core.presets import load_cluster
 from hetserve.core.profiles import ProfileSet, TableModel
 from hetserve.planning.bruteforce import brute_force_optimum
 from hetserve.planning.ppipe import PlanOptions, plan_models

@@ -5,9 +5,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hetserve.cli import main  # noqa: E402
-from hetserve.core.cluster import load_cluster  # noqa: E402
 from hetserve.core.errors import HetserveError  # noqa: E402
 from hetserve.core.latency import RooflineModel  # noqa: E402
+from hetserve.core.presets import load_cluster  # noqa: E402
 from hetserve.core.profiles import ProfileSet  # noqa: E402
 from hetserve.engine.setup import build_setup  # noqa: E402
 from hetserve.experiments.setup import build_trace, simulate  # noqa: E402

@@ -103,7 +103,7 @@ class FakeNvml:
 
 def test_nvml_gives_names_memory_links_nvlink_and_pcie_switches():
     fake = FakeNvml()
-    got, why = dsc._nvml_gpus(fake)
+    got, why = dsc.nvml_gpus(fake)
     assert why == "" and fake.calls == ["init", "shutdown"]
     assert [g["name"] for g in got["gpus"]] == ["Tesla V100-SXM2-16GB"] * 4
     assert got["gpus"][0]["pcie_gen"] == 3 and got["gpus"][0]["pcie_width"] == 16
@@ -122,20 +122,20 @@ def test_nvml_gives_names_memory_links_nvlink_and_pcie_switches():
 
 def test_real_nvml_without_a_driver_says_why():
     pytest.importorskip("pynvml")
-    got, why = dsc._nvml_gpus()
+    got, why = dsc.nvml_gpus()
     if got is not None:
         pytest.skip("this machine has an NVIDIA driver")
     assert why.startswith("NVML:")
 
 
 def test_gpus_of_one_type_that_differ_in_memory_are_refused():
-    got, _ = dsc._nvml_gpus(FakeNvml(["Tesla V100-SXM2-16GB"] * 2, [16384, 15360]))
+    got, _ = dsc.nvml_gpus(FakeNvml(["Tesla V100-SXM2-16GB"] * 2, [16384, 15360]))
     with pytest.raises(HetserveError, match="differ in memory"):
         dsc._node_from("n" * 56, "a", 8, {"GPU": 2.0}, {}, {"nvml": got}, DEFAULT_CATALOG, "n")
 
 
 def test_ray_gpu_count_must_agree_with_nvml():
-    got, _ = dsc._nvml_gpus(FakeNvml())
+    got, _ = dsc.nvml_gpus(FakeNvml())
     with pytest.raises(HetserveError, match="Ray offers 2 GPUs but NVML sees 4"):
         dsc._node_from("n" * 56, "a", 8, {"GPU": 2.0}, {}, {"nvml": got}, DEFAULT_CATALOG, "n")
 
@@ -167,7 +167,7 @@ def _found(*shapes):
 
 
 def test_the_written_yaml_is_a_cluster_every_command_takes(tmp_path):
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
 
     f = tmp_path / "c.yaml"
     f.write_text(_found(("T4", 2), ("L4", 1)).yaml("mine"))
@@ -246,7 +246,7 @@ def test_the_probe_runs_where_hetserve_is_not_installed():
     """Ray pickles the probe by value: a node without hetserve still answers, saying so."""
     from ray import cloudpickle
 
-    blob = cloudpickle.dumps(dsc.by_value(dsc._probe, _nvml_gpus=dsc._nvml_gpus))
+    blob = cloudpickle.dumps(dsc.by_value(dsc.probe_node, nvml_gpus=dsc.nvml_gpus))
     code = (
         "import pickle, sys; sys.modules['hetserve'] = None; "
         "print(pickle.loads(sys.stdin.buffer.read())()['versions']['hetserve'])"
@@ -347,7 +347,7 @@ def test_profile_measure_names_a_cuda_device_exactly(monkeypatch):
 
 def test_cluster_discover_on_this_machine_and_at_a_dead_address(tmp_path, capsys):
     from hetserve.cli.main import main
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.experiments.live import free_port
 
     out = tmp_path / "here.yaml"

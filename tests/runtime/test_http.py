@@ -308,8 +308,8 @@ def test_a_draining_server_is_not_ready_and_refuses_new_requests():
 def test_a_magicbatch_plan_serves_requests_by_stream_in_emulation(tmp_path):
     """Requests name their stream; the magicbatch scheduler queues them on the stream's GPU
     with the stream's deadline; a stream the plan does not place gets a 503 saying why."""
-    from hetserve.core.cluster import load_cluster
     from hetserve.core.latency import RooflineModel
+    from hetserve.core.presets import load_cluster
     from hetserve.planning.magicbatch import EdgeStream, plan_streams
 
     c = load_cluster("magicbatch-edge")
@@ -448,3 +448,22 @@ def test_a_request_of_many_rows_runs_as_one_execution_on_the_cpu(scheduler, para
     assert stats["inference_count"] == 34 and stats["inference_stats"]["success"]["count"] == 2
     assert 'hetserve_requests_total{model="resnet18",outcome="ok"} 2.0' in text
     assert 'hetserve_rows_total{model="resnet18",outcome="ok"} 34.0' in text
+
+
+def test_serve_sends_activations_at_the_plans_precision():
+    """What a plan means for a run is derived once (``Setup``): a plan that sends FP32 at
+    its cuts (RAMPA's) is served with FP32 cuts, as ``simulate`` simulates it; others
+    with FP16 (PPipe section 6)."""
+    from dataclasses import replace
+
+    from hetserve.engine.setup import Setup
+
+    base = build_setup("local-cpu", ["resnet18"], slo_ms={"resnet18": 20000.0}, max_batch=4)
+    for factor, dtype in ((1.0, None), (0.5, torch.float16)):
+        plan = replace(base.plan, meta={**base.plan.meta, "cut_bytes_factor": factor})
+        s = Setup(base.cluster, base.latency, base.models, base.slos_s, plan, base.placement)
+        assert s.cut_bytes_factor == factor and s.warm and s.latency_kind == "roofline"
+        srv = Server(s, ServerConfig(scheduler="flex", build=build))
+        with TestClient(create_app(srv)):
+            assert srv.engine.view.cut_bytes_factor == factor
+            assert srv.engine.executor.cut_dtype == dtype

@@ -3,8 +3,10 @@ bars, JSON output. It imports no command module (docs/design.md: the ``cli/`` pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -229,3 +231,37 @@ def plan_scheduler(
     if scheduler is None and choice is not None:
         return choice.name, {**choice.params, **parse_params(params)}
     return scheduler or fallback, parse_params(params)
+
+
+def jobs_option(jobs: int | None) -> int:
+    """``--jobs``: worker processes, every CPU by default."""
+    n = jobs if jobs is not None else (os.cpu_count() or 1)
+    if n < 1:
+        raise HetserveError(f"--jobs must be >= 1, got {n}")
+    return n
+
+
+@contextlib.contextmanager
+def study_progress(first: str, running: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on a terminal, a log line per finished job otherwise; yields the
+    ``progress(message, done, total)`` callback the studies take (total 0: a message)."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=Console(stderr=True),
+        disable=not sys.stderr.isatty(),
+    ) as prog:
+        task = prog.add_task(first, total=None, info="")
+
+        def progress(msg: str, k: int, n: int) -> None:
+            if n:
+                prog.update(task, description=running, total=n, completed=k, info=msg)
+            else:
+                prog.update(task, info=msg)
+            if n and not sys.stderr.isatty():
+                click.echo(f"[{k}/{n}] {msg}", err=True)
+
+        yield progress

@@ -53,9 +53,9 @@ def profile_estimate(
     layers: bool,
 ) -> None:
     """Write a profile set estimated by the roofline model for the cluster's GPU types."""
-    from hetserve.core.cluster import load_cluster
     from hetserve.core.graph import get_graph
     from hetserve.core.latency import RooflineModel
+    from hetserve.core.presets import load_cluster
     from hetserve.core.profiles import estimate_profiles
 
     c = load_cluster(cluster_name)

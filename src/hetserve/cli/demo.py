@@ -19,9 +19,9 @@ def demo(out: str) -> None:
     """A tour: the GPU catalog, a PPipe cluster preset, a model's blocks, the per-layer
     latency ratio plot (PPipe Fig. 3), an estimated profile set, and a simulation of two
     schedulers with a report, and PPipe's planner against its baselines."""
-    from hetserve.core.cluster import load_cluster
     from hetserve.core.gpus import get_gpu
     from hetserve.core.latency import RooflineModel
+    from hetserve.core.presets import load_cluster
     from hetserve.core.profiles import estimate_profiles
     from hetserve.core.ratios import latency_ratios, plot_ratios
 

@@ -29,8 +29,8 @@ def discovered_cluster(
 ) -> tuple[Any, Any]:
     """Join the cluster at ``address`` and read it; check the given cluster file and plan
     against it. The cluster to plan and serve with, and what discovery found."""
-    from hetserve.core.cluster import load_cluster
     from hetserve.core.gpus import DEFAULT_CATALOG
+    from hetserve.core.presets import load_cluster
     from hetserve.runtime.discovery import (
         check_plan_fits,
         check_versions,

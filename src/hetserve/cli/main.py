@@ -12,7 +12,7 @@ import sys
 import click
 
 from hetserve import __version__
-from hetserve.cli import catalog, data, demo, place, plan, reproduce, serve, sim
+from hetserve.cli import catalog, data, demo, place, plan, reproduce, serve, sim, verdicts
 from hetserve.cli.common import add_repository_option, harden, report_error
 from hetserve.core.errors import HetserveError
 from hetserve.core.provenance import set_command
@@ -35,6 +35,7 @@ for _command in (
     demo.demo,
 ):  # fmt: skip
     cli.add_command(_command)
+reproduce.reproduce.add_command(verdicts.reproduce_verdicts)  # (`reproduce verdicts`)
 harden(cli)
 add_repository_option(cli)
 

@@ -49,7 +49,7 @@ def place(
     METHOD`` writes): ``simulate --plan`` replays it, ``serve --plan`` serves it."""
     from pathlib import Path
 
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.planning.registry import PlanRequest, make_plan
 
     c = load_cluster(cluster_name)

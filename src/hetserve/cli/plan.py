@@ -198,7 +198,7 @@ def plan(cluster_name: str, models: str | None, profiles: str | None, estimate: 
     serving groups (herd), cold-start load plans (deepplan), energy-saving stream
     assignments (magicbatch), or placements in a switched cluster (rampa; pe and ncar). The
     plan names the scheduler that serves it by default."""
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.engine.setup import latency_source
     from hetserve.experiments.setup import parse_slo
     from hetserve.planning.registry import PlanRequest, get_planner, make_plan, option_owners

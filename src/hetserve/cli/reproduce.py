@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetserve.cli.common import console
-from hetserve.core.errors import HetserveError
+from hetserve.cli.common import console, jobs_option, study_progress
 from hetserve.experiments.studies import Study, get_study, run_study, study_names
 
 
@@ -23,48 +16,14 @@ def reproduce() -> None:
     """Reproduce a paper's evaluation on the simulator (results.json, report.html)."""
 
 
-def _jobs(jobs: int | None) -> int:
-    """``--jobs``: worker processes, every CPU by default."""
-    n = jobs if jobs is not None else (os.cpu_count() or 1)
-    if n < 1:
-        raise HetserveError(f"--jobs must be >= 1, got {n}")
-    return n
-
-
-@contextlib.contextmanager
-def _progress(first: str, running: str) -> Iterator[Callable[[str, int, int], None]]:
-    """A progress bar on a terminal, a log line per finished job otherwise; yields the
-    ``progress(message, done, total)`` callback the studies take (total 0: a message)."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=Console(stderr=True),
-        disable=not sys.stderr.isatty(),
-    ) as prog:
-        task = prog.add_task(first, total=None, info="")
-
-        def progress(msg: str, k: int, n: int) -> None:
-            if n:
-                prog.update(task, description=running, total=n, completed=k, info=msg)
-            else:
-                prog.update(task, info=msg)
-            if n and not sys.stderr.isatty():
-                click.echo(f"[{k}/{n}] {msg}", err=True)
-
-        yield progress
-
-
 def _command(study: Study) -> click.Command:
     """The ``reproduce NAME`` command of a study: its declared options, then --quick,
     --seed, --jobs (where it runs in worker processes) and --out."""
 
     def callback(quick: bool, seed: int, out: str, jobs: int | None = None, **options: Any) -> None:
-        with _progress(*study.phases) as progress:
+        with study_progress(*study.phases) as progress:
             _results, (path, report), tables = run_study(
-                study, out, quick=quick, seed=seed, jobs=_jobs(jobs) if study.parallel else 1,
+                study, out, quick=quick, seed=seed, jobs=jobs_option(jobs) if study.parallel else 1,
                 options=options, progress=progress,
             )  # fmt: skip
         for st in tables:
@@ -113,6 +72,3 @@ def _command(study: Study) -> click.Command:
 
 for _name in study_names():
     reproduce.add_command(_command(get_study(_name)))
-
-# `reproduce verdicts` lives in its own module; importing it registers the command
-from hetserve.cli import verdicts as _verdicts  # noqa: E402, F401

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from hetserve.cli.common import console, csv_list, plan_scheduler
+from hetserve.cli.common import console, csv_list
 from hetserve.cli.serveviews import print_shutdown, print_summary
 from hetserve.core.errors import HetserveError
 
@@ -316,13 +316,9 @@ def serve(
     SIGINT: drain (503 to new requests, answer those in flight), release workers, exit 0."""
     import uvicorn
 
-    from hetserve.core.cluster import load_cluster
-    from hetserve.engine.setup import build_setup
+    from hetserve.core.presets import load_cluster
     from hetserve.experiments.setup import parse_slo
-    from hetserve.profiling.cache import default_cpu_threads, measured_profiles
     from hetserve.runtime.http import HttpConfig, create_app
-    from hetserve.runtime.server import Server, ServerConfig, check_served
-    from hetserve.runtime.serverconfig import wall_clock_params
 
     names = csv_list(models) if models else []
     if not names and plan_file is None:
@@ -349,45 +345,23 @@ def serve(
     if emulate and address is None:
         engine = "emulated"
     names, versions = _repository_versions(names, plan_file)
-    if profiles is None and not emulate and cluster.name == "local-cpu":
-        folder = measured_profiles(
-            names, profile_device, [1, 2, 4, 8], 10, cpu_threads, remeasure, say=console.print
-        )
-        profiles = str(folder)
-    plan = plan_file
-    if plan is None and planner != "default":
-        from hetserve.engine.setup import latency_source
-        from hetserve.planning.registry import PlanRequest, make_plan
+    from hetserve.experiments.assemble import ServeOptions, assemble_server
+    from hetserve.scheduling.params import parse_params
 
-        req = PlanRequest(cluster, names, slo_ms, None,
-                          lambda: latency_source(cluster, names, profiles, 10))  # fmt: skip
-        plan = make_plan(planner, req, {}).plan
-        names = list(plan.models)
-        check_served(plan, _placement(plan, cluster), names)
-    setup = build_setup(
-        cluster, names, profiles=profiles, slo_ms=slo_ms, plan=plan, max_batch=max_batch,
-    )  # fmt: skip
-    scheduler, sp = plan_scheduler(setup.plan, scheduler, params, "flex")
-    sp = wall_clock_params(scheduler, sp, max_batch)
-    build = leaf_rows = host_alias = None
-    if not emulate:
-        from hetserve.profiling.layers import host_alias, leaf_rows
-        from hetserve.zoo.registry import builder
-
-        build = builder()
-    server = Server(
-        setup,
-        ServerConfig(
-            scheduler=scheduler, params=sp, emulate=emulate, build=build,
-            leaf_rows=leaf_rows, host_alias=host_alias,
-            engine="threads" if engine == "emulated" else engine, ray_address=address,
-            found=found, runtime_env=runtime_env,
-            cpu_threads=cpu_threads or default_cpu_threads(), max_pending=max_pending,
-            admission=admission, max_request_batch=max_request_batch,
-            drain_timeout_s=drain_timeout, versions=versions,
+    built = assemble_server(
+        ServeOptions(
+            cluster=cluster, models=names, plan=plan_file, planner=planner, profiles=profiles,
+            slo_ms=slo_ms, max_batch=max_batch, scheduler=scheduler,
+            params=parse_params(params), emulate=emulate,
+            engine="threads" if engine == "emulated" else engine, address=address,
+            found=found, runtime_env=runtime_env, cpu_threads=cpu_threads,
+            max_pending=max_pending, admission=admission, max_request_batch=max_request_batch,
+            drain_timeout_s=drain_timeout, profile_device=profile_device, remeasure=remeasure,
+            versions=versions,
         ),
+        say=console.print,
     )  # fmt: skip
-    server.check()
+    server, setup, scheduler = built.server, built.setup, built.scheduler
     _setup_logging(log_level, access_log)
     http_cfg = HttpConfig(
         token=secret, max_body_bytes=int(max_body_mb * (1 << 20)),
@@ -464,9 +438,3 @@ def _repository_versions(names: list[str], plan_file: str | None) -> tuple[list[
             if v.state != "READY" and "version policy" not in v.reason:
                 console.print(f"  {m} version {v.version}: UNAVAILABLE: {v.reason}", markup=False)
     return [n for n in names if n not in broken], VersionTable.of_states(states, broken)
-
-
-def _placement(plan: Any, cluster: Any) -> Any:
-    from hetserve.core.plan import bind
-
-    return bind(plan, cluster)

@@ -132,20 +132,20 @@ def _build(
     )
 
 
-def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, plan: Any = None) -> Any:
-    """The simulator's configuration; ``cut_bytes`` None: the plan's precision at cuts
-    (``meta.cut_bytes_factor``, RAMPA's plans send FP32), else FP16."""
+def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, setup: Any) -> Any:
+    """The simulator's configuration; what the plan means for the run from the ``Setup``
+    (its precision at cuts unless ``--cut-bytes`` names one; warm unless its load plans
+    load on demand)."""
     from hetserve.sim.engine import SimConfig
 
-    if cut_bytes is None:
-        factor = float((plan.meta if plan is not None else {}).get("cut_bytes_factor", 0.5))
-    else:
-        factor = 0.5 if cut_bytes == "fp16" else 1.0
+    named = {"fp16": 0.5, "fp32": 1.0}
+    factor = setup.cut_bytes_factor if cut_bytes is None else named[cut_bytes]
     return SimConfig(
         seed=seed,
         jitter="lognormal" if jitter_cv > 0 else "none",
         jitter_cv=jitter_cv,
         cut_bytes_factor=factor,
+        warm=setup.warm,
     )
 
 
@@ -200,12 +200,8 @@ def simulate(
     rates = model_rates(setup, rate_rps, load_factor)
     trace = build_trace(setup, workload, rates, duration_s, seed)
     t0 = time.perf_counter()
-    cfg = _sim_config(seed, jitter_cv, cut_bytes, setup.plan)
+    cfg = _sim_config(seed, jitter_cv, cut_bytes, setup)
     scheduler, sched_params = plan_scheduler(setup.plan, scheduler, params, "edf-adaptive")
-    if setup.plan.load_plans:  # cold starts: nothing is resident at t = 0
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, warm=False)
     res = run_sim(setup, scheduler, trace, sched_params, cfg)
     wall = time.perf_counter() - t0
     s = summarize(res)
@@ -300,7 +296,7 @@ def sweep(
         raise HetserveError("need 0 < --target <= 1, --resolution > 0 and --start > 0")
     setup = _build(cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch)
     seed_list = _seeds(seeds)
-    cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes, setup.plan)
+    cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes, setup)
     sched_params = parse_params(params)
     results: dict[str, Any] = {}
     names = names_list(schedulers, "--schedulers")

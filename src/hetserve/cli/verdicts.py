@@ -5,12 +5,11 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list
-from hetserve.cli.reproduce import _jobs, _progress, reproduce
+from hetserve.cli.common import console, csv_list, jobs_option, study_progress
 from hetserve.core.errors import HetserveError
 
 
-@reproduce.command("verdicts")
+@click.command("verdicts")
 @click.option("--quick", is_flag=True, help="Every headline at a small scale (minutes).")
 @click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds (>= 2).")
 @click.option("--jobs", type=int, default=None, help="Worker processes [default: all CPUs].")
@@ -28,8 +27,8 @@ def reproduce_verdicts(quick: bool, seeds: str, jobs: int | None, out: str) -> N
     if len(ss) < 2 or len(set(ss)) != len(ss) or min(ss) < 0:
         raise HetserveError(f"--seeds: expected at least two distinct seeds >= 0, got {seeds!r}")
     cfg = V.quick_config(ss) if quick else V.VerdictConfig(seeds=ss)
-    n_jobs = _jobs(jobs)
-    with _progress("starting", "running") as progress:
+    n_jobs = jobs_option(jobs)
+    with study_progress("starting", "running") as progress:
         results = V.run_verdicts(cfg, jobs=n_jobs, progress=progress)
     path = write_results(results, out)
     t = Table(title=f"Headline comparisons over seeds {', '.join(map(str, ss))}: mean (min..max)")

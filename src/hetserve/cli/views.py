@@ -61,7 +61,7 @@ def show_gpus(types_file: str | None, as_json: bool) -> None:
 
 def show_cluster(name_or_file: str, as_json: bool) -> None:
     """A cluster preset (by NAME) or cluster YAML file: nodes, GPUs, links, topology."""
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
 
     c = load_cluster(name_or_file)
     s = c.summary()

@@ -17,7 +17,6 @@ The YAML format is documented in ``docs/formats.md``; presets are in
 from __future__ import annotations
 
 import itertools
-import os
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -417,14 +416,3 @@ def parse_cluster(data: Any, source: str, catalog: GpuCatalog = DEFAULT_CATALOG)
 
 def load_cluster_file(path: str | Path, catalog: GpuCatalog = DEFAULT_CATALOG) -> Cluster:
     return parse_cluster(read_yaml(path, "cluster file"), str(path), catalog)
-
-
-def load_cluster(name_or_path: str, catalog: GpuCatalog = DEFAULT_CATALOG) -> Cluster:
-    """A preset by name, or a YAML file by path."""
-    from hetserve.core import presets
-
-    if name_or_path.lower() in presets.PRESETS:
-        return presets.preset(name_or_path)
-    if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
-        return load_cluster_file(name_or_path, catalog)
-    return presets.preset(name_or_path)  # raises with suggestions

@@ -120,7 +120,9 @@ class GraphBlocksModel(LatencyModel, Protocol):
     def blocks(self, model: str) -> Blocks: ...
 
 
-def _check_args(model: str, share: int, batch: int, n_blocks: int, blocks: range | None) -> range:
+def check_latency_args(
+    model: str, share: int, batch: int, n_blocks: int, blocks: range | None
+) -> range:
     if share < 1:
         raise HetserveError(f"{model}: share must be >= 1 (one of k MPS slices), got {share}")
     if batch < 1:
@@ -256,14 +258,14 @@ class RooflineModel:
     def latency(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
-        rng = _check_args(model, share, batch, self.num_blocks(model), blocks)
+        rng = check_latency_args(model, share, batch, self.num_blocks(model), blocks)
         times = self.layer_times(model, gpu, share, batch)
         return sum(times[i][0] for i in self._layer_range(model, rng))
 
     def energy(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
-        rng = _check_args(model, share, batch, self.num_blocks(model), blocks)
+        rng = check_latency_args(model, share, batch, self.num_blocks(model), blocks)
         g = self._gpu(gpu)
         times = self.layer_times(model, g, share, batch)
         joules = 0.0
@@ -335,7 +337,7 @@ class LinearModel:
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
         nb = self.blocks.get(model.lower(), 1)
-        rng = _check_args(model, share, batch, nb, blocks)
+        rng = check_latency_args(model, share, batch, nb, blocks)
         if share != 1:
             raise HetserveError(f"linear model ({model}): only share 1 is defined, got {share}")
         p = self._get(model, gpu)

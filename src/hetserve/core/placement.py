@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import ConfigError, HetserveError
 
-if TYPE_CHECKING:
-    from hetserve.core.plan import Plan
+
+class Plan(Protocol):
+    """What placing reads of a plan (``core.plan.Plan``; a Protocol here, so that this
+    module, which ``core.plan`` imports, needs nothing of it)."""
+
+    models: Mapping[str, Any]  # name -> ModelPlan (pipelines of stages)
+    groups: tuple[Any, ...]  # HERD's serving groups
+    shared_pools: bool
+    binding: Placement | None  # RAMPA's: every stage bound to a chosen GPU
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from hetserve.core.cluster import Cluster, parse_cluster
+from hetserve.core.cluster import Cluster, load_cluster_file, parse_cluster
 from hetserve.core.errors import unknown
+from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog
 
 
 def _pack(
@@ -220,3 +221,12 @@ def preset_spec(name: str) -> dict[str, Any]:
 def preset(name: str) -> Cluster:
     """A built-in cluster by name (case-insensitive)."""
     return parse_cluster(preset_spec(name), f"preset {name}")
+
+
+def load_cluster(name_or_path: str, catalog: GpuCatalog = DEFAULT_CATALOG) -> Cluster:
+    """A preset by name, or a cluster YAML file by path."""
+    if name_or_path.lower() in PRESETS:
+        return preset(name_or_path)
+    if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
+        return load_cluster_file(name_or_path, catalog)
+    return preset(name_or_path)  # raises with suggestions

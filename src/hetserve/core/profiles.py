@@ -23,7 +23,7 @@ from pathlib import Path
 from hetserve.core.errors import ConfigError, HetserveError
 from hetserve.core.files import csv_rows
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
-from hetserve.core.latency import LatencyModel, _check_args
+from hetserve.core.latency import LatencyModel, check_latency_args
 
 LATENCY_COLUMNS = ("model", "gpu", "share", "batch", "block", "latency_us")
 BLOCKS_COLUMNS = ("model", "block", "out_bytes")
@@ -233,7 +233,7 @@ class TableModel:
         blocks: range | None,
     ) -> float:
         model = self._model(model)
-        rng = _check_args(model, share, batch, self.num_blocks(model), blocks)
+        rng = check_latency_args(model, share, batch, self.num_blocks(model), blocks)
         g = gpu.name if isinstance(gpu, GpuType) else self.catalog.get(gpu).name
         bs = self._batches.get((model, g, share))
         if not bs:

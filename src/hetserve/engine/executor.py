@@ -24,9 +24,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from hetserve.core.plan import Plan
     from hetserve.core.requests import Request
-    from hetserve.engine.kernel import Batch, Kernel, Task
-    from hetserve.scheduling.protocol import Evict, Load, StageReport
+    from hetserve.engine.entities import Batch, Task
+    from hetserve.engine.links import LinkTable
+    from hetserve.scheduling.protocol import ClusterView, Evict, Load, StageReport
 
 #: a callback at a time: ``fn(a, b, now)``
 Callback = Callable[[Any, Any, float], None]
@@ -46,6 +48,51 @@ class Clock(Protocol):
         past), callbacks at equal times in the order they were set. The kernel calls it
         for timers and for inputs still in transfer; executors for the end of a
         modelled stage or load."""
+        ...
+
+
+class Kernel(Protocol):
+    """What an executor sees of the kernel (``engine.kernel.Kernel``): the run it serves,
+    and the entry points it reports to. Each report takes ``now``."""
+
+    clock: Clock
+    view: ClusterView
+    plan: Plan
+    links: LinkTable | None  # the link model between stages (None: the executor's own)
+    nblocks: dict[str, int]  # per model, its blocks
+
+    def stage_done(self, task: Task, now: float, output: Any = None) -> None:
+        """Every block of ``task`` ran; ``output`` its result."""
+        ...
+
+    def stage_done_at(self, task: Task, version: int, now: float) -> None:
+        """``stage_done`` put on the clock (``stage_done_at_cb``): ignored when the task's
+        ``version`` moved on (the executor stopped it instead)."""
+        ...
+
+    stage_done_at_cb: Callback  # ``stage_done_at``, one bound method (the kernel's loop
+    # knows the callback by it)
+
+    def stage_stopped(self, task: Task, blocks_done: int, now: float) -> None:
+        """``task`` stopped at a block boundary after a ``Preempt``."""
+        ...
+
+    def stage_failed(self, task: Task, reason: str, now: float) -> None:
+        """``task`` could not run, or raised: its batch fails with ``reason``."""
+        ...
+
+    def defer(self, task: Task) -> None:
+        """The running ``task`` waits for a load on its worker; the worker is free."""
+        ...
+
+    def load_finished(
+        self, a: Load, start_s: float, now: float, ok: bool = True, reason: str = ""
+    ) -> None:
+        """A load ended (``ok=False``: it failed, ``reason`` says why)."""
+        ...
+
+    def worker_lost(self, worker: str, now: float) -> None:
+        """The worker is gone (rule 9)."""
         ...
 
 

@@ -35,7 +35,8 @@ from hetserve.engine.residency import Held, Residency, block_mask
 from hetserve.engine.rules import NOT_RESIDENT
 
 if TYPE_CHECKING:
-    from hetserve.engine.kernel import Kernel, Task
+    from hetserve.engine.entities import Task
+    from hetserve.engine.executor import Kernel
     from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep
 
 JITTERS = ("none", "lognormal", "exponential")

@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hetserve.core.cluster import Cluster, load_cluster
+from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.graph import get_graph
 from hetserve.core.latency import LatencyModel, RooflineModel
 from hetserve.core.plan import Placement, Plan, bind, default_plan, slos_from_scale
+from hetserve.core.presets import load_cluster
 from hetserve.core.profiles import ProfileSet, TableModel
 from hetserve.scheduling.protocol import scheduler_factory
 
@@ -32,6 +33,41 @@ class Setup:
     slos_s: dict[str, float]
     plan: Plan
     placement: Placement
+
+    # what the plan means for a run, derived in one place: ``simulate``, ``serve``, the
+    # studies and the benchmarks read these rather than re-deriving them
+    @property
+    def cut_bytes_factor(self) -> float:
+        """The precision activations cross cuts in: 0.5 FP16 (PPipe section 6, the
+        default), 1.0 FP32 (RAMPA's plans say so in ``meta.cut_bytes_factor``)."""
+        return float(self.plan.meta.get("cut_bytes_factor", 0.5))
+
+    @property
+    def cut_fp16(self) -> bool:
+        """Whether real workers send FP16 activations at cuts (``cut_bytes_factor``)."""
+        return self.cut_bytes_factor == 0.5
+
+    @property
+    def warm(self) -> bool:
+        """The plan's blocks are resident when serving starts, unless its load plans load
+        them on demand (DeepPlan's cold starts)."""
+        return not self.plan.load_plans
+
+    @property
+    def scheduler(self) -> str | None:
+        """The scheduler the plan names (None: the command's default)."""
+        return self.plan.scheduler.name if self.plan.scheduler is not None else None
+
+    @property
+    def latency_kind(self) -> str:
+        """Where stage times come from: ``layers`` (layer tables and load plans),
+        ``rampa`` (RAMPA's per-operation times), ``profiles`` (a profile set) or
+        ``roofline`` (estimated from the graphs)."""
+        if self.plan.load_plans:
+            return "layers"
+        if self.plan.meta.get("latency_source") == "rampa":
+            return "rampa"
+        return "roofline" if isinstance(self.latency, RooflineModel) else "profiles"
 
 
 def build_setup(

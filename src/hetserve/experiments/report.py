@@ -20,7 +20,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.files import read_json
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,15 +29,15 @@ def _plt() -> Any:
     return plt
 
 
-def _png(fig: Any) -> str:
+def save_png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    _plt().close(fig)
+    pyplot().close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
 
 def plot_sweep(sweep: dict[str, Any]) -> str:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for name, r in sweep.items():
         if not isinstance(r, dict) or "curve" not in r:
@@ -51,11 +51,11 @@ def plot_sweep(sweep: dict[str, Any]) -> str:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_latency_cdf(rows: list[dict[str, str]]) -> str:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
     by_model: dict[str, list[float]] = {}
     for r in rows:
@@ -70,14 +70,14 @@ def plot_latency_cdf(rows: list[dict[str, str]]) -> str:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_timeline(
     rows: list[dict[str, str]], max_workers: int = 24, window_s: float | None = None
 ) -> str:
     """Busy intervals per worker (PPipe Fig. 12 style), first ``window_s`` of the run."""
-    plt = _plt()
+    plt = pyplot()
     workers = sorted({r["worker"] for r in rows})[:max_workers]
     starts = [float(r["start_s"]) for r in rows]
     t0 = min(starts) if starts else 0.0
@@ -108,11 +108,11 @@ def plot_timeline(
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[m]) for m in models]
     ax.legend(handles, models, fontsize=7, loc="upper right")
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_utilization(summary: dict[str, Any]) -> str:
-    plt = _plt()
+    plt = pyplot()
     util = summary.get("utilization", {})
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.bar(list(util), [100 * v for v in util.values()], color="tab:blue")
@@ -120,7 +120,7 @@ def plot_utilization(summary: dict[str, Any]) -> str:
     ax.set_ylim(0, 100)
     ax.set_title("busy time / (time x slices), per GPU type")
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:

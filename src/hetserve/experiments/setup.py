@@ -141,6 +141,8 @@ def simulate(
     config: SimConfig | None = None,
 ) -> SimResult:
     sched = make_scheduler(scheduler, fit_params(setup, scheduler, params))
+    if config is None:  # what the plan means for the run (``Setup``)
+        config = SimConfig(cut_bytes_factor=setup.cut_bytes_factor, warm=setup.warm)
     return Simulator(
         setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, config
     ).run()

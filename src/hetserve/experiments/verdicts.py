@@ -117,7 +117,7 @@ def run_task(t: tuple, cfg: VerdictConfig) -> tuple[tuple, Any]:
         _, r = SH.run_point(("load", wl, name, max(scfg.loads_rps)), scfg)
         return t, r["goodput_rps"]
     if kind == "deepplan":
-        from hetserve.core.cluster import load_cluster
+        from hetserve.core.presets import load_cluster
 
         dcfg = dataclasses.replace(cfg.deepplan, seed=seed, kinds=("pipeswitch", "pt+dha"))
         f13 = DP.run_fig13(dcfg, load_cluster(dcfg.cluster))

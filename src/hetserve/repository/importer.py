@@ -35,7 +35,7 @@ from hetserve.repository.sources import (
     SOURCES,
     ImportError_,
     MultiInput,
-    _as_tuple,
+    as_tuple,
 )  # fmt: skip
 from hetserve.zoo.layered import LayeredModel
 
@@ -111,7 +111,7 @@ def _build(model: RepoModel, version: Version, bounds_by_name: list[str] | None)
     gm = cuts.flatten(src.program)
     cutter = cuts.Cutter(gm)
     spec = MultiInput(src.inputs, dtype)
-    x1 = _as_tuple(spec.example(1))
+    x1 = as_tuple(spec.example(1))
     if bounds_by_name is None:
         flops = cuts.node_flops(gm, x1)
         bounds = cutter.choose(flops)
@@ -145,8 +145,8 @@ def batch_dims(net: ImportedModel, where: Path) -> tuple[int, ...]:
     outs = []
     with torch.no_grad():
         for b in (1, 2):
-            y = net.run_layers(_as_tuple(net.input_spec.example(b)), 0, len(net.layers))
-            outs.append(_as_tuple(y))
+            y = net.run_layers(as_tuple(net.input_spec.example(b)), 0, len(net.layers))
+            outs.append(as_tuple(y))
     if len(outs[0]) != len(net.output_names):
         raise ImportError_(
             f"{where}: the model returns {len(outs[0])} tensors; its outputs are named "
@@ -196,7 +196,7 @@ def _graph(net: ImportedModel, model: RepoModel, version: Version, bounds: list[
     x = net.input_spec.example(batch=1)
     layers, final = count_layers(net, x)
     spec: MultiInput = net.input_spec  # type: ignore[assignment]
-    outs = _as_tuple(final) if not isinstance(final, torch.Tensor) else (final,)
+    outs = as_tuple(final) if not isinstance(final, torch.Tensor) else (final,)
     outputs = []
     for n, o in zip(net.output_names, outs, strict=True):
         dt = TORCH_TO_DATATYPE.get(str(o.dtype), "FP32")
@@ -220,7 +220,7 @@ def _graph(net: ImportedModel, model: RepoModel, version: Version, bounds: list[
         meta["slo_ms"] = cfg.slo_ms
     if cfg.blocks is not None:
         meta["n_blocks"] = cfg.blocks
-    x_bytes = sum(float(t.nbytes) for t in _as_tuple(x))
+    x_bytes = sum(float(t.nbytes) for t in as_tuple(x))
     return ModelGraph(
         name=model.name,
         family="imported",

@@ -227,13 +227,13 @@ def _example_kwargs(specs: list[Any], batch: int, dtype: torch.dtype) -> dict[st
     return dict(
         zip(
             [s.name for s in specs],
-            _as_tuple(MultiInput(tuple(specs), dtype).example(batch)),
+            as_tuple(MultiInput(tuple(specs), dtype).example(batch)),
             strict=True,
         )
     )
 
 
-def _as_tuple(x: Any) -> tuple[Any, ...]:
+def as_tuple(x: Any) -> tuple[Any, ...]:
     return x if isinstance(x, tuple) else (x,)
 
 

@@ -20,7 +20,9 @@ rather than a failure at the first request (docs/deployment.md).
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType, gpu_type
-from hetserve.runtime.probe import _nvml_gpus, _probe, by_value
+from hetserve.runtime.probe import by_value, nvml_gpus, probe_node
 
 ACCEL_RESOURCE = "accelerator_type:"
 ACCEL_LABEL = "ray.io/accelerator-type"
@@ -147,6 +149,24 @@ class Discovered:
         return [n.node_id for n in self.nodes if any(g.type == gpu_type for g in n.gpus)]
 
 
+@contextlib.contextmanager
+def keep_signal_handlers() -> Iterator[None]:
+    """``ray.init`` replaces the driver's SIGTERM handler with one that calls
+    ``sys.exit``, which would raise ``SystemExit`` inside the HTTP server's event loop and fail
+    the requests in flight. The server's own handlers (uvicorn's: stop accepting, drain,
+    shut down) are put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:
+                signal.signal(s, handler)
+
+
 def _gpu_text(g: FoundGpu) -> str:
     parts = [g.type]
     if g.driver_name:
@@ -189,13 +209,11 @@ def connect(address: str | None, runtime_env: dict[str, Any] | None = None) -> b
 
     import ray
 
-    from hetserve.runtime.ray_executor import _keep_signal_handlers
-
     if ray.is_initialized():
         return False
     if address is not None:
         check_address(address)
-    with _keep_signal_handlers():
+    with keep_signal_handlers():
         ray.init(
             address=address, include_dashboard=False, log_to_driver=False,
             logging_level=logging.ERROR, runtime_env=runtime_env,
@@ -227,7 +245,7 @@ def discover(
     import ray
 
     if not ray.is_initialized():
-        probe = _probe()
+        probe = probe_node()
         return Discovered(None, [_node_from("", "127.0.0.1", _cpus(), {}, {}, probe, catalog,
                                             socket.gethostname())], catalog=catalog)  # fmt: skip
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -236,7 +254,7 @@ def discover(
         (n for n in ray.nodes() if n.get("Alive")),
         key=lambda n: (n["NodeManagerAddress"], n["NodeID"]),
     )
-    task = ray.remote(num_cpus=0)(by_value(_probe, _nvml_gpus=_nvml_gpus))
+    task = ray.remote(num_cpus=0)(by_value(probe_node, nvml_gpus=nvml_gpus))
     refs = [
         task.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)

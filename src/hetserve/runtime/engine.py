@@ -40,8 +40,9 @@ from hetserve.core.outcome import finished
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
+from hetserve.engine.entities import Batch, Task
 from hetserve.engine.executor import Callback, Executor, Observer
-from hetserve.engine.kernel import Batch, Kernel, Task
+from hetserve.engine.kernel import Kernel
 from hetserve.engine.links import LinkTable
 from hetserve.scheduling.protocol import ClusterView, Scheduler
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _probe() -> dict[str, Any]:
+def probe_node() -> dict[str, Any]:
     """What one node can tell about itself: versions, NVML's GPUs, NIC speed. Runs on the
     node (a Ray task), by value: it imports nothing of hetserve's at module level, so a
     node without hetserve still answers (with ``hetserve: missing``)."""
@@ -39,11 +39,11 @@ def _probe() -> dict[str, Any]:
     except OSError:
         pass
     out["nic_gbps"] = max(speeds) / 1000 if speeds else None
-    out["nvml"], out["nvml_error"] = _nvml_gpus()
+    out["nvml"], out["nvml_error"] = nvml_gpus()
     return out
 
 
-def _nvml_gpus(nvml: Any = None) -> tuple[dict[str, Any] | None, str]:
+def nvml_gpus(nvml: Any = None) -> tuple[dict[str, Any] | None, str]:
     """NVML's view of this node's GPUs: per GPU name, memory, PCIe link, bus id; NVLink
     pairs; PCIe switch groups. ``(None, why)`` where NVML does not answer."""
     if nvml is None:

@@ -30,6 +30,7 @@ class StageActor:
     def __init__(
         self, build: Callable[[str], Any], n_blocks: int, device: str, threads: int = 0,
         preemptive: bool = True, cold: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
+        cut_fp16: bool = True,
     ) -> None:  # fmt: skip
         """``cold``: ``(leaf_rows, host_alias)`` of ``hetserve.profiling.layers`` for a
         plan with load plans (models load on demand, whole)."""
@@ -42,8 +43,9 @@ class StageActor:
 
         leaf_rows, host_alias = cold if cold is not None else (None, None)
         self.ex = TorchExecutor(
-            build, n_blocks=n_blocks, device=device, leaf_rows=leaf_rows, host_alias=host_alias
-        )
+            build, n_blocks=n_blocks, device=device, leaf_rows=leaf_rows, host_alias=host_alias,
+            cut_fp16=cut_fp16,
+        )  # fmt: skip
         self.preemptive = preemptive
         self.stops: set[int] = set()
         self.loads: dict[tuple[str, str], tuple[threading.Event, list[BaseException]]] = {}
@@ -102,7 +104,7 @@ class StageActor:
         """A one-row request's example input (with the batch dimension) as a NumPy array
         (None for several inputs)."""
         x = self.ex._models[model].input_spec.example(1)
-        return _numpy(x) if isinstance(x, torch.Tensor) else None
+        return to_numpy(x) if isinstance(x, torch.Tensor) else None
 
     @ray.method(concurrency_group="control")
     def where(self) -> dict[str, Any]:
@@ -131,23 +133,23 @@ class StageActor:
         net = cm.net if cm is not None else None  # a cold instance (``bert-base@3``)
         if parked is not None:
             refs = list({r.hex(): r for r, *_ in parked}.values())
-            got = dict(zip([r.hex() for r in refs], map(_torch, ray.get(refs)), strict=True))
+            got = dict(zip([r.hex() for r in refs], map(to_torch, ray.get(refs)), strict=True))
             x = concat([slice_rows(got[r.hex()], lo, hi) for r, lo, hi in parked])
         elif isinstance(x, (np.ndarray, tuple)):  # a batch, or the previous stage's output
-            x = _torch(x)
+            x = to_torch(x)
         elif x is None:  # the first stage, no payloads: the model's example inputs
             x = (net or self.ex.net(model)).input_spec.example(sum(rows))
         elif isinstance(x, list):  # per request: its input in the store, a tensor, or None
             refs = [p for p in x if isinstance(p, ray.ObjectRef)]
             got = iter(ray.get(refs)) if refs else iter(())
-            parts = [_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
+            parts = [to_torch(next(got)) if isinstance(p, ray.ObjectRef) else p for p in x]
             spec = (net or self.ex.net(model)).input_spec
             x = concat([p if p is not None else spec.example(k)
                         for p, k in zip(parts, rows, strict=True)])  # fmt: skip
         t0 = time.perf_counter()
         if cm is not None:  # runs whole, each layer waiting for its weights
             out = self.ex.run_cold(worker, model, x)
-            return _numpy(out), (blocks[1] - blocks[0], True, time.perf_counter() - t0)
+            return to_numpy(out), (blocks[1] - blocks[0], True, time.perf_counter() - t0)
         stop = (lambda: key in self.stops) if self.preemptive else None
         res = self.ex.run_stage(worker, model, blocks, x, versions, stop)
         compute_s = time.perf_counter() - t0
@@ -157,23 +159,23 @@ class StageActor:
         # pickled, about 2x the cost at a batch of 8 ResNet inputs); the model's output
         # too (it goes back to the scheduler host, which may have no GPU: 0.5 ms less per
         # call than a tensor, measured with ResNet-18 at batch 1)
-        out = _numpy(res.output)
+        out = to_numpy(res.output)
         return out, (res.blocks_done, res.completed, compute_s)
 
 
-def _numpy(x: Any) -> Any:
+def to_numpy(x: Any) -> Any:
     """Tensors (or tuples of them, on any device) as NumPy arrays in host memory."""
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().contiguous().numpy()
     if isinstance(x, (tuple, list)):
-        return tuple(_numpy(v) for v in x)
+        return tuple(to_numpy(v) for v in x)
     return x
 
 
-def _torch(x: Any) -> Any:
+def to_torch(x: Any) -> Any:
     """Arrays from the object store (read-only, mapped) as tensors of their own."""
     if isinstance(x, np.ndarray):
         return torch.from_numpy(np.array(x, copy=True))
     if isinstance(x, (tuple, list)):
-        return tuple(_torch(v) for v in x)
+        return tuple(to_torch(v) for v in x)
     return x

@@ -27,22 +27,21 @@ import asyncio
 import collections
 import contextlib
 import logging
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import ray
 import torch
 from ray.exceptions import RayActorError, RayTaskError
 
-from hetserve.engine.executor import BaseExecutor
-from hetserve.engine.kernel import Kernel, Task
+from hetserve.engine.entities import Task
+from hetserve.engine.executor import BaseExecutor, Kernel
 from hetserve.engine.modelled import block_times
 from hetserve.runtime.batching import row_versions, split
 from hetserve.runtime.engine import LoopClock
-from hetserve.runtime.ray_actor import StageActor, _numpy, _torch
+from hetserve.runtime.ray_actor import StageActor, to_numpy, to_torch
 from hetserve.runtime.ray_emulated import EmulatedActor
 
 LOG = logging.getLogger("hetserve.runtime")
@@ -59,24 +58,6 @@ def _reason(err: BaseException, prefix: str = "failed: ") -> str:
 WATCH_PERIOD_S = 0.5
 # stage calls per worker at start-up to measure what the Ray path adds to a stage
 OVERHEAD_ROUNDS = 5
-
-
-@contextlib.contextmanager
-def _keep_signal_handlers() -> Iterator[None]:
-    """``ray.init`` replaces the driver's SIGTERM handler with one that calls
-    ``sys.exit``, which would raise ``SystemExit`` inside the HTTP server's event loop and fail
-    the requests in flight. The server's own handlers (uvicorn's: stop accepting, drain,
-    shut down) are put back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, handler in saved.items():
-            if handler is not None:
-                signal.signal(s, handler)
 
 
 class RayExecutor(BaseExecutor):
@@ -98,6 +79,7 @@ class RayExecutor(BaseExecutor):
         preemptive: bool = True,
         cold: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
         gpu_device: str = "cuda",
+        cut_fp16: bool = True,
     ) -> None:
         """``preemptive``: stages stop at block boundaries when told (on CUDA each boundary
         then waits for its kernels); ``cpu_threads``: torch threads of all CPU worker slots
@@ -109,7 +91,8 @@ class RayExecutor(BaseExecutor):
         default); ``cold``: ``(leaf_rows, host_alias)`` for a plan with load plans (the
         actors load models on demand, by the plan, and hold nothing at start);
         ``gpu_device``: what GPU workers compute on (``cuda``, the GPU Ray gave the actor;
-        tests on GPU-less nodes that declare GPUs pass ``cpu``)."""
+        tests on GPU-less nodes that declare GPUs pass ``cpu``); ``cut_fp16``: activations
+        cross cuts as FP16 (the plan's precision: ``Setup.cut_fp16``)."""
         from hetserve.runtime.discovery import check_versions, connect, discover
         from hetserve.runtime.ray_placement import RayPlacement, WorkerPlace, verify
 
@@ -145,7 +128,7 @@ class RayExecutor(BaseExecutor):
                 gpu = info.gpu.name != "CPU"
                 self.actors[wid] = StageActor.options(**opts).remote(
                     build, n_blocks, gpu_device if gpu else "cpu", 0 if gpu else threads,
-                    preemptive, cold,
+                    preemptive, cold, cut_fp16,
                 )  # fmt: skip
             wids = list(self.actors)
             got = ray.get([self.actors[w].where.remote() for w in wids])
@@ -323,7 +306,7 @@ class RayExecutor(BaseExecutor):
         if self.emulate:
             return [None] * len(reqs)
         if task.step.blocks[1] == self._nblocks[task.batch.model]:
-            return split(_torch(output), [r.rows for r in reqs])
+            return split(to_torch(output), [r.rows for r in reqs])
         parts, lo = [], 0
         for r in reqs:
             parts.append((output, lo, lo + r.rows))
@@ -413,7 +396,7 @@ class RayExecutor(BaseExecutor):
         stacking and the store's copy are off that path."""
         if self.emulate or not isinstance(payload, torch.Tensor):
             return payload
-        return ray.put(_numpy(payload))
+        return ray.put(to_numpy(payload))
 
     def stop(self, task: Task, now: float) -> None:
         self.actors[task.step.worker].stop.remote(id(task))

@@ -28,8 +28,8 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
+from hetserve.engine.entities import Batch
 from hetserve.engine.executor import Executor
-from hetserve.engine.kernel import Batch
 from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.setup import Setup
 from hetserve.runtime import status
@@ -78,8 +78,8 @@ class Server:
         self._pending_n: dict[str, int] = dict.fromkeys(self.models, 0)
         self._tensors: dict[str, ModelTensors] = {}
         self.draining = False  # shutting down: new requests are refused (503)
-        self._served: dict[str, int] = {}  # stages run to their end, per worker
-        self._infos: dict[str, Any] | None = None
+        self.served: dict[str, int] = {}  # stages run to their end, per worker
+        self.infos: dict[str, Any] | None = None
         self._view: ClusterView | None = None
         self._versions: dict[int, int] = {}  # request id -> version (not the default)
         # Ray's engine: where each worker was placed, what a stage call costs beyond compute
@@ -134,10 +134,15 @@ class Server:
     def check(self) -> None:
         """Start a throwaway scheduler on the plan: configuration errors surface here, as
         one-line errors, before the HTTP server starts."""
-        view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
+        view = self._view_of()
         self._check_engine(view)
         check_served(self.setup.plan, self.setup.placement, self.models)
         make_scheduler(self.cfg.scheduler, self.cfg.params).start(view, self.setup.plan, 0.0)
+
+    def _view_of(self) -> ClusterView:
+        """What the scheduler sees, with the plan's precision at cuts (``Setup``)."""
+        st = self.setup
+        return ClusterView.build(st.cluster, st.latency, st.placement, st.cut_bytes_factor)
 
     def _check_engine(self, view: ClusterView) -> None:
         """The in-process engine runs every stage on this process's CPU: a plan with GPU
@@ -176,7 +181,7 @@ class Server:
     def start(self) -> None:
         """Start on the running loop (call from inside it)."""
         loop = asyncio.get_running_loop()
-        view = ClusterView.build(self.setup.cluster, self.setup.latency, self.setup.placement)
+        view = self._view_of()
         self._check_engine(view)
         sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
         # stages stop at block boundaries only for a scheduler that preempts (FLEX): on
@@ -194,7 +199,7 @@ class Server:
         elif self.cfg.emulate:
             # the simulator's modelled executor on the wall clock: the plan's blocks are
             # resident at start, unless its load plans load them (cold starts)
-            executor = ModelledExecutor(warm=not self.setup.plan.load_plans)
+            executor = ModelledExecutor(warm=self.setup.warm)
         else:
             from hetserve.runtime.torch_executor import TorchExecutor
 
@@ -211,7 +216,7 @@ class Server:
                     version_of=self._versions.get, preemptive=preemptive,
                     cold=(self.cfg.leaf_rows, self.cfg.host_alias)  # type: ignore[arg-type]
                     if self.setup.plan.load_plans else None,
-                    gpu_device=self.cfg.gpu_device,
+                    gpu_device=self.cfg.gpu_device, cut_fp16=self.setup.cut_fp16,
                 )  # fmt: skip
                 self.places, self.stage_overhead_s = ray_ex.places, ray_ex.stage_overhead_s
             else:
@@ -228,6 +233,7 @@ class Server:
                     executor = TorchExecutor(
                         self.cfg.build, n_blocks=self.cfg.n_blocks,
                         version_of=self._versions.get, preemptive=preemptive,
+                        cut_fp16=self.setup.cut_fp16,
                     )  # fmt: skip
                     executor.prepare(
                         self.setup.plan, self.setup.placement, self.cfg.versions.others()
@@ -518,7 +524,7 @@ class _Observed(Recording):
             return
         srv = self.server
         if rep.completed:
-            srv._served[rep.worker] = srv._served.get(rep.worker, 0) + 1
+            srv.served[rep.worker] = srv.served.get(rep.worker, 0) + 1
         dur = max(0.0, rep.end_s - rep.start_s)
         m = srv.metrics
         m.of(m.stage, rep.model, rep.worker).observe(dur)

@@ -4,13 +4,22 @@ the start-up log of where each worker was placed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hetserve.runtime.metrics import LOG
 from hetserve.scheduling import ClusterView
 
-if TYPE_CHECKING:
-    from hetserve.runtime.server import Server
+
+class Server(Protocol):
+    """What this module reads of a server (``runtime.server.Server``)."""
+
+    engine: Any  # the RuntimeEngine (None before it starts)
+    draining: bool
+    setup: Any  # the Setup it serves
+    places: dict[str, Any]  # Ray's engine: where each worker runs
+    stage_overhead_s: dict[str, float]  # Ray's engine: a stage call beyond compute
+    served: dict[str, int]  # stages run to their end, per worker
+    infos: dict[str, Any] | None  # the workers' WorkerInfo (made here on first use)
 
 
 def model_ready(server: Server, model: str) -> bool:
@@ -30,10 +39,10 @@ def model_ready(server: Server, model: str) -> bool:
 
 
 def worker_infos(server: Server) -> dict[str, Any]:
-    if server._infos is None:
+    if server.infos is None:
         st = server.setup
-        server._infos = ClusterView.build(st.cluster, st.latency, st.placement).workers
-    return server._infos
+        server.infos = ClusterView.build(st.cluster, st.latency, st.placement).workers
+    return server.infos
 
 
 def workers(server: Server) -> list[dict[str, Any]]:
@@ -70,7 +79,7 @@ def workers(server: Server) -> list[dict[str, Any]]:
             "node_address": p.node_address if p else None,
             "gpu_index": p.gpu_index if p else None,
             "gpu_name": p.gpu_name if p else None,
-            "state": state, "queue": queue, "batches_served": server._served.get(wid, 0),
+            "state": state, "queue": queue, "batches_served": server.served.get(wid, 0),
             "stage_overhead_ms": round(overhead.get(wid, 0.0) * 1e3, 3),
         })  # fmt: skip
     return out

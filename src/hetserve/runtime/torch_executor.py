@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from hetserve.core.latency import RooflineModel, cold_start_model
-from hetserve.engine.executor import BaseExecutor
-from hetserve.engine.kernel import Kernel, Task
+from hetserve.engine.entities import Task
+from hetserve.engine.executor import BaseExecutor, Kernel
 from hetserve.runtime.batching import (
     batch_input,
     concat,

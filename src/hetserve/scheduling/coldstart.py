@@ -147,10 +147,6 @@ class ColdStart(BaseScheduler):
             t = per[model] = self._warm_s(model, w, 1)
         return t
 
-    def _req_s(self, r: Request, w: WorkerId) -> float:
-        """A request alone on ``w``, warm: its rows' latency."""
-        return self._warm1_s(r.model, w) if r.rows == 1 else self._warm_s(r.model, w, r.rows)
-
     def _by_backlog(self, ws: Iterable[WorkerId], now: float) -> list[tuple[float, WorkerId]]:
         """(seconds until the worker's queue would be empty, worker), for each of ``ws``."""
         bu, qs = self.busy_until, self.queued_s
@@ -162,7 +158,9 @@ class ColdStart(BaseScheduler):
             q.popleft()
         else:
             q.remove(r)
-        left = self.queued_s[w] - self._req_s(r, w)
+        left = self.queued_s[w] - (
+            self._warm1_s(r.model, w) if r.rows == 1 else self._warm_s(r.model, w, r.rows)
+        )
         self.queued_s[w] = left if left > 0.0 else 0.0
 
     # ------------------------------------------------------------------ routing
@@ -217,7 +215,7 @@ class ColdStart(BaseScheduler):
             else:
                 return False
         self.queue[w].append(r)
-        self.queued_s[w] += self._req_s(r, w)
+        self.queued_s[w] += self._warm1_s(m, w) if r.rows == 1 else self._warm_s(m, w, r.rows)
         if m not in self.resident[w]:
             self.cold_ids.append(r.id)
             self.stats["cold_requests"] += 1

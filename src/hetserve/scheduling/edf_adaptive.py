@@ -117,11 +117,12 @@ class EdfAdaptive(BaseScheduler):
         while q and idle:
             rank = idle[0]
             lat = st.lat[rank]
-            head_deadline, _, head = q[0]
+            head_deadline = q[0][0]
             slack = head_deadline - now
-            k = head.rows
-            if k > len(lat) or lat[k - 1] > slack:  # it cannot make it, even alone
-                heapq.heappop(q)
+            k = q[0][2].rows
+            if lat[0] > slack if k == 1 else k > len(lat) or lat[k - 1] > slack:
+                # it cannot make it, even alone
+                head = heapq.heappop(q)[2]
                 st.rows -= k
                 why = "deadline" if k <= len(lat) else too_many_rows(head, len(lat))
                 out.append(Drop((head,), why))
@@ -141,7 +142,10 @@ class EdfAdaptive(BaseScheduler):
             else:
                 b = b_max
             w = st.workers[rank]
-            reqs, b = pop_edf(q, b, st.rows)
+            if st.rows == len(q):  # every request one row: the plain pops
+                reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
+            else:
+                reqs, b = pop_edf(q, b, st.rows)
             st.rows -= b
             bid = self.new_batch_id()
             self.pools.dispatched(bid, (w,))

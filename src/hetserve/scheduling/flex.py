@@ -62,7 +62,7 @@ from hetserve.scheduling.protocol import (
 from hetserve.scheduling.rows import pop_edf, too_many_rows
 
 
-class _Model:
+class ModelQueue:
     __slots__ = ("blocks", "fastest_1", "name", "queue", "rows", "workers")
 
     def __init__(self, name: str, blocks: tuple[int, int]) -> None:
@@ -70,7 +70,7 @@ class _Model:
         self.blocks = blocks
         self.queue: list[tuple[float, int, Request]] = []
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
-        self.workers: list[_Worker] = []
+        self.workers: list[GroupWorker] = []
         self.fastest_1 = math.inf  # batch-1 latency on the fastest worker
 
     def push(self, r: Request) -> None:
@@ -86,12 +86,12 @@ class _Model:
                     if rows <= len(w.lat[self.name])), default=math.inf)  # fmt: skip
 
 
-class _Worker:
+class GroupWorker:
     __slots__ = ("bid", "block_s", "end", "id", "lat", "lost", "models", "size", "start")
 
     def __init__(self, wid: WorkerId) -> None:
         self.id = wid
-        self.models: list[_Model] = []
+        self.models: list[ModelQueue] = []
         self.lat: dict[str, list[float]] = {}  # model -> latency at batch 1..max_batch
         self.bid = 0  # the batch it runs (0: idle)
         self.size = 0
@@ -100,7 +100,7 @@ class _Worker:
         self.lost = False
 
 
-class _GroupScheduler(BaseScheduler):
+class GroupScheduler(BaseScheduler):
     """Per-model deadline queues over whole-model workers that may serve several models."""
 
     def __init__(
@@ -115,11 +115,11 @@ class _GroupScheduler(BaseScheduler):
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
         pools = Pools(view, plan)
-        self.models: dict[str, _Model] = {}  # the queue of a model's requests
+        self.models: dict[str, ModelQueue] = {}  # the queue of a model's requests
         # ... or, for a model split over groups, of its (model, stream)'s group
-        self.by_stream: dict[tuple[str, str], _Model] = {}
-        self.workers: dict[WorkerId, _Worker] = {}
-        self.of_batch: dict[int, _Worker] = {}
+        self.by_stream: dict[tuple[str, str], ModelQueue] = {}
+        self.workers: dict[WorkerId, GroupWorker] = {}
+        self.of_batch: dict[int, GroupWorker] = {}
         self._tables: dict[tuple[str, str, int], list[float]] = {}
         split = {m for g in plan.groups if g.streams for m in g.models}
         for m, mp in plan.models.items():
@@ -135,12 +135,12 @@ class _GroupScheduler(BaseScheduler):
                         self.by_stream[(m, name)] = st  # never looked up with m)
         return []
 
-    def _queue(self, m: str, blocks: tuple[int, int], worker_ids: Sequence[WorkerId]) -> _Model:
-        st = _Model(m, blocks)
+    def _queue(self, m: str, blocks: tuple[int, int], worker_ids: Sequence[WorkerId]) -> ModelQueue:
+        st = ModelQueue(m, blocks)
         for wid in worker_ids:
             w = self.workers.get(wid)
             if w is None:
-                w = self.workers[wid] = _Worker(wid)
+                w = self.workers[wid] = GroupWorker(wid)
             info = self.view.workers[wid]
             key = (m, info.gpu.name, info.share)
             lat = self._tables.get(key)
@@ -158,13 +158,13 @@ class _GroupScheduler(BaseScheduler):
         return self.max_batch
 
     # ------------------------------------------------------------------ helpers
-    def _model(self, name: str) -> _Model:
+    def _model(self, name: str) -> ModelQueue:
         st = self.models.get(name)
         if st is None:
             raise HetserveError(f"{self.name}: no worker serves model {name!r}")
         return st
 
-    def _prune(self, st: _Model, now: float, out: list[Action]) -> None:
+    def _prune(self, st: ModelQueue, now: float, out: list[Action]) -> None:
         """Drop the most urgent requests while they cannot make it even alone."""
         q = st.queue
         while q:
@@ -177,7 +177,7 @@ class _GroupScheduler(BaseScheduler):
             why = "deadline" if need < math.inf else too_many_rows(r, self.max_batch)
             out.append(Drop((r,), why))
 
-    def _fit(self, w: _Worker, st: _Model, now: float) -> int:
+    def _fit(self, w: GroupWorker, st: ModelQueue, now: float) -> int:
         """The largest batch (rows) of ``st``'s most urgent requests that ``w`` finishes in
         time; 0 when the most urgent does not fit alone."""
         q = st.queue
@@ -188,7 +188,7 @@ class _GroupScheduler(BaseScheduler):
         b = b if b < n else n
         return b if q[0][2].rows <= b else 0
 
-    def _run(self, w: _Worker, st: _Model, b: int, now: float, out: list[Action]) -> None:
+    def _run(self, w: GroupWorker, st: ModelQueue, b: int, now: float, out: list[Action]) -> None:
         reqs, b = pop_edf(st.queue, b, st.rows)
         st.rows -= b
         bid = self.new_batch_id()
@@ -198,15 +198,17 @@ class _GroupScheduler(BaseScheduler):
         self.of_batch[bid] = w
         out.append(Dispatch(bid, st.name, reqs, (RouteStep(0, w.id, now, st.blocks),)))
 
-    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+    def _batch_gen(
+        self, w: GroupWorker, now: float, out: list[Action]
+    ) -> tuple[ModelQueue | None, int]:
         raise NotImplementedError
 
-    def _on_free(self, w: _Worker, now: float, out: list[Action]) -> None:
+    def _on_free(self, w: GroupWorker, now: float, out: list[Action]) -> None:
         st, b = self._batch_gen(w, now, out)
         if st is not None and b > 0:
             self._run(w, st, b, now, out)
 
-    def _arrived(self, st: _Model, now: float, out: list[Action]) -> None:
+    def _arrived(self, st: ModelQueue, now: float, out: list[Action]) -> None:
         """New requests in ``st``'s queue: idle workers take batches."""
         self._prune(st, now, out)
         for w in st.workers:
@@ -231,7 +233,7 @@ class _GroupScheduler(BaseScheduler):
         out: list[Action] = []
         w = self.of_batch.pop(report.batch_id, None)
         if not report.completed and report.reason in RETURNED:
-            back: list[_Model] = []
+            back: list[ModelQueue] = []
             for r in report.requests:
                 st = self.by_stream.get((r.model, r.stream)) if self.by_stream else None
                 if st is None:
@@ -258,7 +260,7 @@ class _GroupScheduler(BaseScheduler):
 
 
 @register("flex")
-class Flex(_GroupScheduler):
+class Flex(GroupScheduler):
     def __init__(
         self,
         max_batch: Annotated[int, Range(1)] = 128,
@@ -273,7 +275,9 @@ class Flex(_GroupScheduler):
         self.preempts = bool(preempt)
         self.preemptions = 0
 
-    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+    def _batch_gen(
+        self, w: GroupWorker, now: float, out: list[Action]
+    ) -> tuple[ModelQueue | None, int]:
         best, best_b, best_d = None, 0, math.inf
         by_deadline = self.priority == "deadline"
         for st in w.models:
@@ -288,7 +292,7 @@ class Flex(_GroupScheduler):
                 best, best_b, best_d = st, b, d
         return best, best_b
 
-    def _arrived(self, st: _Model, now: float, out: list[Action]) -> None:
+    def _arrived(self, st: ModelQueue, now: float, out: list[Action]) -> None:
         self._prune(st, now, out)
         lam = self.lambda_
         q = st.queue
@@ -337,11 +341,13 @@ class FlexNP(Flex):
 
 
 @register("clockwork")
-class Clockwork(_GroupScheduler):
+class Clockwork(GroupScheduler):
     """Earliest deadline first over all models, the largest batch that meets the tightest
     request, no preemption (Shepherd's characterisation of Clockwork)."""
 
-    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+    def _batch_gen(
+        self, w: GroupWorker, now: float, out: list[Action]
+    ) -> tuple[ModelQueue | None, int]:
         best, best_b, best_d = None, 0, math.inf
         for st in w.models:
             if not st.queue:

@@ -35,7 +35,7 @@ import numpy as np
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
-from hetserve.scheduling.flex import _GroupScheduler, _Model, _Worker
+from hetserve.scheduling.flex import GroupScheduler, GroupWorker, ModelQueue
 from hetserve.scheduling.params import Range
 from hetserve.scheduling.protocol import Action, ClusterView, Drop, SetTimer, register
 from hetserve.workload.trace import Trace
@@ -55,7 +55,7 @@ def peak_rates(trace: Trace, epoch_s: float = 60.0, bin_s: float = 1.0) -> dict[
 
 
 @register("nexus")
-class Nexus(_GroupScheduler):
+class Nexus(GroupScheduler):
     def __init__(
         self,
         epoch_s: Annotated[float, Range(0, lo_open=True)] = 60.0,
@@ -77,7 +77,7 @@ class Nexus(_GroupScheduler):
             lat = st.workers[0].lat[st.name]
             slo = plan.models[st.name].slo_s
             self.batch[st.name] = max(1, sum(1 for t in lat if 2 * t <= slo))
-        self.serves: dict[str, list[_Model]] = {}  # worker -> models this epoch
+        self.serves: dict[str, list[ModelQueue]] = {}  # worker -> models this epoch
         self.turn: dict[str, int] = {}
         self.epoch = -1
         self.seen: dict[str, list[float]] = {m: [] for m in self.models}  # arrival times
@@ -185,7 +185,9 @@ class Nexus(_GroupScheduler):
         return best
 
     # ------------------------------------------------------------------ serving
-    def _batch_gen(self, w: _Worker, now: float, out: list[Action]) -> tuple[_Model | None, int]:
+    def _batch_gen(
+        self, w: GroupWorker, now: float, out: list[Action]
+    ) -> tuple[ModelQueue | None, int]:
         mine = self.serves.get(w.id, [])
         k0 = self.turn.get(w.id, 0)
         for k in range(len(mine)):
@@ -199,7 +201,7 @@ class Nexus(_GroupScheduler):
                 return st, b
         return None, 0
 
-    def _arrived(self, st: _Model, now: float, out: list[Action]) -> None:
+    def _arrived(self, st: ModelQueue, now: float, out: list[Action]) -> None:
         self._prune(st, now, out)
         served = False
         for w in st.workers:

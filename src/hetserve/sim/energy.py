@@ -5,7 +5,7 @@ power."""
 from __future__ import annotations
 
 from hetserve.core.cluster import Cluster
-from hetserve.engine.kernel import Slot
+from hetserve.engine.entities import Slot
 
 
 class Energy:

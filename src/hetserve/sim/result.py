@@ -14,8 +14,8 @@ import numpy as np
 
 from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES, PENDING
 from hetserve.core.requests import Request
+from hetserve.engine.entities import Batch, Slot, Task
 from hetserve.engine.executor import Observer
-from hetserve.engine.kernel import Batch, Slot, Task
 from hetserve.engine.links import LinkTable
 from hetserve.sim.energy import Energy
 from hetserve.workload.trace import Trace

@@ -45,7 +45,7 @@ class ArrivalProcess:
         return f"{self.name}:{args}"
 
 
-def _uniform_in(
+def uniform_in(
     counts: np.ndarray, starts: np.ndarray, lengths: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
     """``counts[i]`` uniform times in ``[starts[i], starts[i] + lengths[i])``, sorted."""
@@ -136,7 +136,7 @@ class MMPP2(ArrivalProcess):
         st, ln, rt = (np.concatenate(x) for x in (starts, lengths, rates))
         ln = np.minimum(ln, np.maximum(duration_s - st, 0.0))
         counts = rng.poisson(rt * ln)
-        return _uniform_in(counts, st, ln, rng)
+        return uniform_in(counts, st, ln, rng)
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ class OnOff(ArrivalProcess):
         st = np.maximum(st, 0.0)
         ln = np.maximum(en - st, 0.0)
         counts = rng.poisson(on_rate * ln)
-        return _uniform_in(counts, st, ln, rng)
+        return uniform_in(counts, st, ln, rng)
 
 
 PROCESSES: dict[str, type[ArrivalProcess]] = {

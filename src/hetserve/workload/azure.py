@@ -32,7 +32,7 @@ import numpy as np
 from hetserve.core.errors import ConfigError, HetserveError
 from hetserve.core.files import csv_rows, read_text
 from hetserve.core.requests import Stream
-from hetserve.workload.arrivals import _uniform_in
+from hetserve.workload.arrivals import uniform_in
 from hetserve.workload.trace import Trace
 
 AZURE2019_KEYS = ("HashOwner", "HashApp", "HashFunction", "Trigger")
@@ -262,10 +262,10 @@ def write_azure2019(path: str | Path, counts: np.ndarray, seed: int) -> None:
 
 
 __all__ = [
-    "_uniform_in",
     "fold_onto_models",
     "read_azure2019",
     "read_azure2021",
     "synthetic_azure2019_counts",
+    "uniform_in",
     "write_azure2019",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.deepplan.study import PAPER, summary_rows
-from hetserve.experiments.report import _plt, _png, bars, html_page, img_tag, table_html
+from hetserve.experiments.report import bars, html_page, img_tag, pyplot, save_png, table_html
 
 COLORS = {
     "baseline": "#7f7f7f",
@@ -22,7 +22,7 @@ COLORS = {
 
 def plot_fig11(results: dict[str, Any]) -> str:
     """Cold-start speed-up over the baseline per model and plan kind (batch 1)."""
-    plt = _plt()
+    plt = pyplot()
     f11 = results["fig11"]
     models = list(f11)
     kinds = [k for k in COLORS if all(k in f11[m] for m in models)]
@@ -32,11 +32,11 @@ def plot_fig11(results: dict[str, Any]) -> str:
     bars(ax, models, series, top, "speed-up over baseline", "Fig. 11: batch-1 cold start", COLORS)
     ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_fig12(results: dict[str, Any]) -> str:
-    plt = _plt()
+    plt = pyplot()
     f12 = results["fig12"]
     fig, axes = plt.subplots(1, len(f12), figsize=(3.2 * len(f12), 3.2), squeeze=False)
     for ax, (m, per) in zip(axes[0], f12.items(), strict=True):
@@ -48,11 +48,11 @@ def plot_fig12(results: dict[str, Any]) -> str:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_fig13(results: dict[str, Any]) -> str:
-    plt = _plt()
+    plt = pyplot()
     by_slo = results["fig13_by_slo"]
     fig, axes = plt.subplots(3, len(by_slo), figsize=(5 * len(by_slo), 8), squeeze=False)
     for col, (slo, per) in enumerate(by_slo.items()):
@@ -69,11 +69,11 @@ def plot_fig13(results: dict[str, Any]) -> str:
         axes[2][col].set_xlabel("BERT-Base instances")
         axes[0][col].legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_fig15(results: dict[str, Any]) -> str:
-    plt = _plt()
+    plt = pyplot()
     f15 = results["fig15"]
     fig, axes = plt.subplots(4, 1, figsize=(11, 9), sharex=True)
     offered = f15["offered_per_minute"]
@@ -93,7 +93,7 @@ def plot_fig15(results: dict[str, Any]) -> str:
     axes[1].legend(fontsize=8)
     axes[3].set_xlabel("minute")
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def write_deepplan_report(results: dict[str, Any], out_dir: str | Path) -> Path:

@@ -374,7 +374,7 @@ def study_steps(cfg: DeepPlanConfig) -> int:
 def run_study(
     cfg: DeepPlanConfig, progress: Callable[[str, int, int], None] | None = None
 ) -> dict[str, Any]:
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
 
     cluster = load_cluster(cfg.cluster)
     if len(cluster.gpu_types()) != 1:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.magicbatch.study import summary_rows
-from hetserve.experiments.report import _plt, _png, html_page, img_tag, table_html
+from hetserve.experiments.report import html_page, img_tag, pyplot, save_png, table_html
 
 GPU_COLORS = {"GTX-1080-Ti": "#7f7f7f", "RTX-2080-Ti": "#ff7f0e", "RTX-3090": "#1f77b4"}
 METHOD_COLORS = {
@@ -23,7 +23,7 @@ METHOD_COLORS = {
 
 def plot_fig2(results: dict[str, Any]) -> str:
     """Per model (rows): throughput, batch latency, energy per request vs batch size."""
-    plt = _plt()
+    plt = pyplot()
     f2 = results["fig2"]
     cols = (("throughput (req/s)", 1), ("batch latency (ms)", 2), ("energy per request (J)", 3))
     fig, axes = plt.subplots(len(f2), 3, figsize=(12, 2.6 * len(f2)), squeeze=False)
@@ -42,7 +42,7 @@ def plot_fig2(results: dict[str, Any]) -> str:
                 ax.set_xlabel("batch size")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def _lines(ax: Any, series: dict[str, list[list[float]]], k: int, style: str = "o-") -> None:
@@ -59,7 +59,7 @@ def _two_panels(
     log_right: bool = False,
 ) -> str:
     """Energy (left) and throughput (right) vs streams: series with their line styles."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, series, k, title, ylabel in zip(axes, (left, right), (1, 2), titles, ylabels,
                                             strict=True):  # fmt: skip
@@ -73,7 +73,7 @@ def _two_panels(
         axes[1].set_yscale("log")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_fig5(results: dict[str, Any]) -> str:

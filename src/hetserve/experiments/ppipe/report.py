@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.ppipe.study import PAPER, clusters_of, summary_rows
-from hetserve.experiments.report import _plt, _png, html_page
 from hetserve.experiments.report import bars as _bars_shared
+from hetserve.experiments.report import html_page, pyplot, save_png
 from hetserve.experiments.report import table_html as _table
 
 _COLORS: dict[str, str] = {
@@ -29,7 +29,7 @@ def _mean(xs: Any) -> float:
 
 def plot_max_lf(results: dict[str, Any]) -> str:
     """Fig. 6: max load factor at 99% attainment per cluster and planner (mean over groups)."""
-    plt = _plt()
+    plt = pyplot()
     cfg = results["config"]
     wls, planners, clusters = list(cfg["workloads"]), cfg["planners"], clusters_of(results)
     fig, axes = plt.subplots(1, len(wls), figsize=(5 * len(wls), 3.6), squeeze=False)
@@ -46,12 +46,12 @@ def plot_max_lf(results: dict[str, Any]) -> str:
             f"{wl} (paper Fig. 6)",
         )
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_attainment(results: dict[str, Any], group: str, workload: str) -> str:
     """Fig. 7: attainment (mean over the group's models) vs load factor, per planner."""
-    plt = _plt()
+    plt = pyplot()
     clusters = clusters_of(results)
     fig, axes = plt.subplots(1, len(clusters), figsize=(4.2 * len(clusters), 3.4), squeeze=False)
     for ax, c in zip(axes[0], clusters, strict=True):
@@ -68,12 +68,12 @@ def plot_attainment(results: dict[str, Any], group: str, workload: str) -> str:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_utilization(results: dict[str, Any], workload: str) -> str:
     """Fig. 8: temporal utilisation of high- and low-class GPUs at the max load factor."""
-    plt = _plt()
+    plt = pyplot()
     planners, clusters = results["config"]["planners"], clusters_of(results)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for ax, cls in zip(axes, ("high", "low"), strict=True):
@@ -93,12 +93,12 @@ def plot_utilization(results: dict[str, Any], workload: str) -> str:
             f"{cls}-class GPUs, {workload} (paper Fig. 8)",
         )
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_ablation(results: dict[str, Any]) -> str:
     """Fig. 10: reservation vs reactive data plane on the PPipe plan, per group."""
-    plt = _plt()
+    plt = pyplot()
     rows = [(f"{c} {g}", a) for c, gs in results["ablation"].items() for g, a in gs.items()]
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(rows) + 2), 3.4))
     _bars(
@@ -111,7 +111,7 @@ def plot_ablation(results: dict[str, Any]) -> str:
     )
     ax.tick_params(axis="x", labelsize=8, labelrotation=30 if len(rows) > 6 else 0)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def _fmt(x: Any, pct: bool = False) -> str:

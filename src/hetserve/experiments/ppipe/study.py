@@ -156,8 +156,8 @@ def _setup(
 
 def plan_group(cluster: str, models: Sequence[str], planner: str, cfg: StudyConfig) -> Any:
     """The group's plan by ``planner`` (SLO = scale x batch-1 latency on the ref GPU)."""
-    from hetserve.core.cluster import load_cluster
     from hetserve.core.plan import slos_from_scale
+    from hetserve.core.presets import load_cluster
     from hetserve.planning.ppipe import PlanOptions, plan_models
 
     opts: dict[str, Any] = {}
@@ -268,7 +268,7 @@ def run_study(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Plan, sweep every cell (in ``jobs`` processes), and collect ``results.json``."""
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
 
     for c in cfg.clusters:
         load_cluster(c)  # unknown names fail here, with suggestions

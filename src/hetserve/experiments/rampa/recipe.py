@@ -26,7 +26,7 @@ def configure(
     max_requests: int,
     serve_s: float | None,
 ) -> Any:
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.experiments.rampa import study as S
     from hetserve.planning.rampa.network import RampaNet
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.experiments.rampa.study import summary_rows
-from hetserve.experiments.report import _plt, _png, html_page, img_tag, table_html
+from hetserve.experiments.report import html_page, img_tag, pyplot, save_png, table_html
 
 COLORS = {"RAMPA": "#ff7f0e", "NCAR": "#1f77b4", "PE": "#2ca02c"}
 
@@ -15,7 +15,7 @@ COLORS = {"RAMPA": "#ff7f0e", "NCAR": "#1f77b4", "PE": "#2ca02c"}
 def plot_fig7(results: dict[str, Any]) -> str:
     """Per cluster: services placed per case; NCAR and PE as their mean over the
     combinations with whiskers from worst to best."""
-    plt = _plt()
+    plt = pyplot()
     f7 = results["fig7"]
     fig, axes = plt.subplots(1, len(f7), figsize=(3.6 * len(f7), 3.6), squeeze=False)
     for ax, (c, per) in zip(axes[0], f7.items(), strict=True):
@@ -39,12 +39,12 @@ def plot_fig7(results: dict[str, Any]) -> str:
     axes[0][0].set_ylabel("services placed")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_fig8(results: dict[str, Any]) -> str:
     """Per cluster: RAMPA's stage counts per service (case 1), stacked."""
-    plt = _plt()
+    plt = pyplot()
     f8 = results["fig8"]
     fig, axes = plt.subplots(1, len(f8), figsize=(3.6 * len(f8), 3.4), squeeze=False)
     counts = sorted({int(s) for per in f8.values() for h in per.values() for s in h})
@@ -62,7 +62,7 @@ def plot_fig8(results: dict[str, Any]) -> str:
     axes[0][0].set_ylabel("services placed (case 1)")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def _perf_bars(ax: Any, perf: dict[str, Any], svc: str, key: str, measured: str) -> None:
@@ -87,7 +87,7 @@ def _perf_bars(ax: Any, perf: dict[str, Any], svc: str, key: str, measured: str)
 def plot_fig9_10(results: dict[str, Any]) -> str:
     """Per service: throughput (top) and latency (bottom), RAMPA and PE per stage count,
     estimated and simulated; red: the requirement."""
-    plt = _plt()
+    plt = pyplot()
     perf = results["fig9_10"]
     svcs = list(perf["required"])
     fig, axes = plt.subplots(2, len(svcs), figsize=(2.6 * len(svcs), 6), squeeze=False)
@@ -103,12 +103,12 @@ def plot_fig9_10(results: dict[str, Any]) -> str:
             ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_fig11(results: dict[str, Any]) -> str:
     """Mean placement time (95% CI) vs the model's operations, per cluster."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for c, per in results["fig11"].items():
         pts = sorted(per.values(), key=lambda v: v["ops"])
@@ -119,7 +119,7 @@ def plot_fig11(results: dict[str, Any]) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def _fig7_rows(results: dict[str, Any]) -> list[list[str]]:

@@ -81,7 +81,7 @@ def tasks(cfg: RampaConfig) -> list[tuple]:
 
 def run_one(t: tuple, cfg: RampaConfig) -> tuple[tuple, dict[str, Any]]:
     """Place the setting's request sequence with one method (and combination)."""
-    from hetserve.core.cluster import load_cluster
+    from hetserve.core.presets import load_cluster
     from hetserve.planning.rampa.aco import AcoParams
     from hetserve.planning.rampa.network import RampaNet
     from hetserve.planning.rampa.place import place_sequence, request_sequence

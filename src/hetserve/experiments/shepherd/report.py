@@ -7,8 +7,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from hetserve.experiments.report import _plt, _png, html_page, img_tag
 from hetserve.experiments.report import bars as _bars_shared
+from hetserve.experiments.report import html_page, img_tag, pyplot, save_png
 from hetserve.experiments.report import table_html as _table
 from hetserve.experiments.shepherd.study import PAPER, SCHEDULERS, WORKLOADS, summary_rows
 
@@ -26,7 +26,7 @@ def _lines(ax: Any, series: dict[str, list[list[float]]], xlabel: str, ylabel: s
 
 def plot_load(results: dict[str, Any]) -> str:
     """Fig. 7: goodput and utilisation vs offered load, both workloads."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for col, wl in enumerate(WORKLOADS):
         r = results["workloads"][wl]
@@ -35,12 +35,12 @@ def plot_load(results: dict[str, Any]) -> str:
         _lines(axes[1][col], r["utilization_vs_load"], "offered load (req/s)", "GPU utilisation")
         axes[1][col].set_title(f"{wl}: utilisation")
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_slo(results: dict[str, Any]) -> str:
     """Fig. 9: goodput vs SLO at a fixed offered load."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, wl in zip(axes, WORKLOADS, strict=True):
         pts = {
@@ -50,12 +50,12 @@ def plot_slo(results: dict[str, Any]) -> str:
         _lines(ax, pts, "SLO (ms)", "goodput (req/s)")
         ax.set_title(f"{wl}, {results['config']['slo_load_rps']:g} req/s offered")
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_ablation(results: dict[str, Any]) -> str:
     """Fig. 11a: the two-stream scenario (first burst) and FLEX variants on MAF."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     two = results["ablation"]["two_stream"]
     cats = list(two)
@@ -69,12 +69,12 @@ def plot_ablation(results: dict[str, Any]) -> str:
     top2 = max(max(v) for v in series2.values()) * 1.3
     _bars(axes[1], list(WORKLOADS), series2, top2, "goodput (req/s)", "MAF, highest load")
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def plot_scaling(results: dict[str, Any]) -> str:
     """Figs. 10 and 11b: goodput share and scheduler cost vs workers, by grouping."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for g, rows in results["scaling"].items():
         xs = [r["workers"] for r in rows]
@@ -90,7 +90,7 @@ def plot_scaling(results: dict[str, Any]) -> str:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return save_png(fig)
 
 
 def write_shepherd_report(results: dict[str, Any], out_dir: str | Path) -> Path:
