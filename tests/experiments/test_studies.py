@@ -68,10 +68,14 @@ def _toy_study() -> Study:
 
 
 def test_a_new_study_is_a_module_and_one_registry_line(tmp_path, monkeypatch):
+    from hetserve.core.registry import Registry
+
+    # a registry of this test's own: the toy study's module registers into it on import
+    monkeypatch.setattr(studies, "STUDIES", Registry("study", studies.BUILTIN))
     mod = types.ModuleType("toy_study_module")
-    mod.STUDY = _toy_study()
+    mod.STUDY = studies.register_study(_toy_study())  # (what the module's import runs)
     monkeypatch.setitem(sys.modules, "toy_study_module", mod)
-    monkeypatch.setitem(studies.BUILTIN, "toy", "toy_study_module")
+    monkeypatch.setitem(studies.BUILTIN, "toy", "toy_study_module")  # the one line
     st = get_study("toy")
     _, (path, report), tables = run_study(st, tmp_path, quick=True, options={"size": 3})
     assert json.loads(path.read_text())["squares"] == [0, 1, 4]

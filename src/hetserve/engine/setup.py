@@ -7,7 +7,7 @@ and the runtime (``runtime.server.Server``); see ``docs/design.md``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from hetserve.core.latency import LatencyModel, RooflineModel
 from hetserve.core.plan import Placement, Plan, bind, default_plan, slos_from_scale
 from hetserve.core.presets import load_cluster
 from hetserve.core.profiles import ProfileSet, TableModel
+from hetserve.core.registry import Registry
 from hetserve.scheduling.protocol import scheduler_factory
 
 
@@ -60,14 +61,62 @@ class Setup:
 
     @property
     def latency_kind(self) -> str:
-        """Where stage times come from: ``layers`` (layer tables and load plans),
-        ``rampa`` (RAMPA's per-operation times), ``profiles`` (a profile set) or
-        ``roofline`` (estimated from the graphs)."""
-        if self.plan.load_plans:
-            return "layers"
-        if self.plan.meta.get("latency_source") == "rampa":
-            return "rampa"
-        return "roofline" if isinstance(self.latency, RooflineModel) else "profiles"
+        """Where stage times come from (``LATENCY_SOURCES``): ``layers`` (layer tables and
+        load plans), ``rampa`` (RAMPA's per-operation times), ``profiles`` (a profile set)
+        or ``roofline`` (estimated from the graphs)."""
+        kind = latency_kind(self.plan, None)
+        if kind == "roofline" and not isinstance(self.latency, RooflineModel):
+            return "profiles"
+        return kind
+
+
+@dataclass(frozen=True)
+class LatencyRequest:
+    """What a latency source is made from."""
+
+    cluster: Cluster
+    models: list[str]
+    plan: Plan | None
+    profiles: str | Path | None  # a profile set's folder
+    n_blocks: int  # the roofline's blocks per model
+    source: str  # the plan's file, for messages
+
+
+#: latency sources by kind (``core.registry``: the one registry shape); each makes the
+#: latency model and the models' canonical names
+LATENCY_SOURCES: Registry[Callable[[LatencyRequest], tuple[LatencyModel, list[str]]]] = Registry(
+    "latency source"
+)
+
+
+def latency_kind(plan: Plan | None, profiles: str | Path | None) -> str:
+    """Which latency source a run takes: the plan's load plans, RAMPA's own times for its
+    plans, a profile set where given, else the roofline."""
+    if plan is not None and plan.load_plans:
+        return "layers"
+    if plan is not None and plan.meta.get("latency_source") == "rampa":
+        return "rampa"
+    return "profiles" if profiles is not None else "roofline"
+
+
+@LATENCY_SOURCES.register("layers")
+def _layers(r: LatencyRequest) -> tuple[LatencyModel, list[str]]:
+    assert r.plan is not None
+    return cold_latency(r.plan, r.models, r.cluster)
+
+
+@LATENCY_SOURCES.register("rampa")
+def _rampa(r: LatencyRequest) -> tuple[LatencyModel, list[str]]:
+    from hetserve.planning.rampa.serving import rampa_latency
+
+    assert r.plan is not None
+    return rampa_latency(r.plan, r.source), list(r.models)
+
+
+@LATENCY_SOURCES.register("profiles")
+@LATENCY_SOURCES.register("roofline")
+def _profiles_or_roofline(r: LatencyRequest) -> tuple[LatencyModel, list[str]]:
+    return latency_source(r.cluster, r.models, r.profiles, r.n_blocks)
 
 
 def build_setup(
@@ -88,14 +137,10 @@ def build_setup(
         plan = Plan.load(plan)
     if plan is not None and not models:  # the plan's models
         models = list(plan.models)
-    if plan is not None and plan.load_plans:
-        latency, names = cold_latency(plan, models, c)
-    elif plan is not None and plan.meta.get("latency_source") == "rampa":
-        from hetserve.planning.rampa.serving import rampa_latency
-
-        latency, names = rampa_latency(plan, source), list(models)
-    else:
-        latency, names = latency_source(c, models, profiles, n_blocks)
+    kind = latency_kind(plan, profiles)
+    latency, names = LATENCY_SOURCES.get(kind)(
+        LatencyRequest(c, list(models), plan, profiles, n_blocks, source)
+    )
     if plan is not None:
         missing = [m for m in names if m not in plan.models]
         if missing:

@@ -10,13 +10,13 @@ processes. A new paper adds a module with a ``STUDY`` and one line in :data:`BUI
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetserve.core.errors import HetserveError, unknown
+from hetserve.core.errors import HetserveError
+from hetserve.core.registry import Registry
 
 #: ``progress(message, done, total)`` (total 0: a message only)
 Progress = Callable[[str, int, int], None]
@@ -67,7 +67,7 @@ class Study:
     phases: tuple[str, str] = ("starting", "simulating")  # progress labels: before, during
 
 
-#: the built-in studies: name -> module holding ``STUDY``
+#: the built-in studies: name -> the module whose import registers it (its ``STUDY``)
 BUILTIN: dict[str, str] = {
     "ppipe": "hetserve.experiments.ppipe.recipe",
     "shepherd": "hetserve.experiments.shepherd.recipe",
@@ -75,20 +75,23 @@ BUILTIN: dict[str, str] = {
     "magicbatch": "hetserve.experiments.magicbatch.recipe",
     "rampa": "hetserve.experiments.rampa.recipe",
 }
+#: studies by name (``core.registry``: the one registry shape)
+STUDIES: Registry[Study] = Registry("study", BUILTIN)
+
+
+def register_study(study: Study) -> Study:
+    """Register ``study`` under its name (a recipe module: ``STUDY = register_study(...)``)."""
+    return STUDIES.register(study.name, study)
 
 
 def study_names() -> list[str]:
-    return list(BUILTIN)
+    """The built-ins in their order, then those registered since."""
+    return [*BUILTIN, *(n for n in STUDIES.names() if n not in BUILTIN)]
 
 
 def get_study(name: str) -> Study:
     """The study called ``name`` (an unknown name fails with the known ones)."""
-    if name not in BUILTIN:
-        raise unknown("study", name, BUILTIN)
-    study = importlib.import_module(BUILTIN[name]).STUDY
-    if not isinstance(study, Study) or study.name != name:
-        raise HetserveError(f"{BUILTIN[name]}.STUDY is not the Study {name!r}")
-    return study
+    return STUDIES.get(name)
 
 
 def run_study(

@@ -3,26 +3,29 @@ its plans by default.
 
 ``hetserve plan --planner NAME`` and ``serve --planner NAME`` look planners up here. A new
 planner is a function ``build(request, options) -> PlanResult`` registered with
-:func:`register_planner` in its own module, plus one line in ``BUILTIN`` (the modules that
-register the built-in planners): no command-line branch. Its options are named in the
-registration; a command passes only those (giving another planner's option is an error
-naming the planner that takes it).
+:func:`register_planner` in its own module, plus one line in ``BUILTIN`` (the module that
+registers each built-in planner; ``core.registry``'s one shape): no command-line branch.
+Its options are named in the registration; a command passes only those (giving another
+planner's option is an error naming the planner that takes it).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetserve.core.cluster import Cluster
-from hetserve.core.errors import HetserveError, unknown
+from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LatencyModel
 from hetserve.core.plan import Plan, SchedulerChoice
+from hetserve.core.registry import Registry
 
-# the modules whose import registers the built-in planners
-BUILTIN = ("hetserve.planning.planners",)
+# the built-in planners by name -> the module whose import registers them
+BUILTIN: dict[str, str] = dict.fromkeys(
+    ("ppipe", "np", "dart-r", "herd", "deepplan", "magicbatch", "rampa", "pe", "ncar"),
+    "hetserve.planning.planners",
+)
 
 
 @dataclass
@@ -66,7 +69,8 @@ class Planner:
     summary: str
 
 
-PLANNERS: dict[str, Planner] = {}
+#: planners by name (``core.registry``: the one registry shape)
+PLANNERS: Registry[Planner] = Registry("planner", BUILTIN)
 
 
 def register_planner(
@@ -78,9 +82,8 @@ def register_planner(
     summary: str = "",
 ) -> Callable[[Callable[..., PlanResult]], Callable[..., PlanResult]]:
     def deco(fn: Callable[..., PlanResult]) -> Callable[..., PlanResult]:
-        PLANNERS[name] = Planner(
-            name, fn, SchedulerChoice(scheduler, dict(params or {})), tuple(options), summary
-        )
+        choice = SchedulerChoice(scheduler, dict(params or {}))
+        PLANNERS.register(name, Planner(name, fn, choice, tuple(options), summary))
         return fn
 
     return deco
@@ -88,16 +91,11 @@ def register_planner(
 
 def planners() -> dict[str, Planner]:
     """Every registered planner by name (the built-ins loaded)."""
-    for mod in BUILTIN:
-        importlib.import_module(mod)
-    return PLANNERS
+    return PLANNERS.all()
 
 
 def get_planner(name: str) -> Planner:
-    known = planners()
-    if name not in known:
-        raise unknown("planner", name, known)
-    return known[name]
+    return PLANNERS.get(name)
 
 
 def option_owners() -> dict[str, list[str]]:

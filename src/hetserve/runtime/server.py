@@ -29,11 +29,10 @@ from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.engine.entities import Batch
-from hetserve.engine.executor import Executor
-from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.setup import Setup
 from hetserve.runtime import status
 from hetserve.runtime.engine import LoopClock, Recording, RuntimeEngine
+from hetserve.runtime.executors import EXECUTORS, ExecutorRequest, executor_kind
 from hetserve.runtime.metrics import (
     LOG,
     Metrics,
@@ -187,57 +186,16 @@ class Server:
         # stages stop at block boundaries only for a scheduler that preempts (FLEX): on
         # CUDA every boundary then waits for its kernels
         preemptive = bool(sched.preempts)
-        executor: Executor
-        if self.cfg.emulate and self.cfg.engine == "ray":  # emulated actors on a Ray cluster
+        kind = executor_kind(self.cfg)
+        executor = EXECUTORS.get(kind)(
+            ExecutorRequest(self.setup, self.cfg, view, preemptive, self._versions.get)
+        )
+        if kind == "ray":  # where each worker was placed, what a stage call costs there
             from hetserve.runtime.ray_executor import RayExecutor
 
-            executor = ray_ex = RayExecutor(
-                view, None, self.cfg.n_blocks, self.cfg.ray_address, self.setup.plan,
-                emulate=True, found=self.cfg.found, runtime_env=self.cfg.runtime_env,
-            )  # fmt: skip
-            self.places, self.stage_overhead_s = ray_ex.places, ray_ex.stage_overhead_s
-        elif self.cfg.emulate:
-            # the simulator's modelled executor on the wall clock: the plan's blocks are
-            # resident at start, unless its load plans load them (cold starts)
-            executor = ModelledExecutor(warm=self.setup.warm)
-        else:
-            from hetserve.runtime.torch_executor import TorchExecutor
-
-            if self.cfg.build is None:
-                raise HetserveError("real workers need a model builder (or emulate=True)")
-            if self.cfg.engine == "ray":
-                from hetserve.runtime.ray_executor import RayExecutor
-
-                executor = ray_ex = RayExecutor(
-                    view, self.cfg.build,
-                    1 if self.setup.plan.load_plans else self.cfg.n_blocks, self.cfg.ray_address,
-                    self.setup.plan, self.cfg.cpu_threads, found=self.cfg.found,
-                    runtime_env=self.cfg.runtime_env, versions=self.cfg.versions.others(),
-                    version_of=self._versions.get, preemptive=preemptive,
-                    cold=(self.cfg.leaf_rows, self.cfg.host_alias)  # type: ignore[arg-type]
-                    if self.setup.plan.load_plans else None,
-                    gpu_device=self.cfg.gpu_device, cut_fp16=self.setup.cut_fp16,
-                )  # fmt: skip
-                self.places, self.stage_overhead_s = ray_ex.places, ray_ex.stage_overhead_s
-            else:
-                if self.cfg.cpu_threads > 0:  # (process-wide: the stages run in this process)
-                    import torch
-
-                    torch.set_num_threads(self.cfg.cpu_threads)
-                if self.setup.plan.load_plans:  # cold starts: models load on demand, whole
-                    executor = TorchExecutor(
-                        self.cfg.build, n_blocks=1, leaf_rows=self.cfg.leaf_rows,
-                        host_alias=self.cfg.host_alias,
-                    )  # fmt: skip
-                else:
-                    executor = TorchExecutor(
-                        self.cfg.build, n_blocks=self.cfg.n_blocks,
-                        version_of=self._versions.get, preemptive=preemptive,
-                        cut_fp16=self.setup.cut_fp16,
-                    )  # fmt: skip
-                    executor.prepare(
-                        self.setup.plan, self.setup.placement, self.cfg.versions.others()
-                    )
+            assert isinstance(executor, RayExecutor)
+            self.places, self.stage_overhead_s = executor.places, executor.stage_overhead_s
+        if not self.cfg.emulate:  # real workers: their times against the latency model
             self.watch = ProfileWatch(view)
         if self.cfg.admission:
             mb = self.cfg.params.get("max_batch")

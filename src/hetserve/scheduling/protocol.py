@@ -67,6 +67,7 @@ from hetserve.core.errors import HetserveError, unknown
 from hetserve.core.gpus import GpuType
 from hetserve.core.latency import LatencyModel
 from hetserve.core.plan import Placement, Plan
+from hetserve.core.registry import Registry
 from hetserve.core.requests import Request
 from hetserve.scheduling.params import check_params, checked_init
 
@@ -256,7 +257,6 @@ class BaseScheduler:
         return None
 
 
-SCHEDULERS: dict[str, Callable[..., Scheduler]] = {}
 # the built-in schedulers by name -> the module that registers them (imported on first use:
 # this module imports none of its policies)
 BUILTIN: dict[str, str] = {
@@ -271,6 +271,8 @@ BUILTIN: dict[str, str] = {
     "reactive": "hetserve.scheduling.reactive",
     "reservation": "hetserve.scheduling.reservation",
 }
+#: schedulers by name (``core.registry``: the one registry shape)
+SCHEDULERS: Registry[Callable[..., Scheduler]] = Registry("scheduler", BUILTIN)
 
 
 def register(name: str) -> Callable[[type], type]:
@@ -278,7 +280,7 @@ def register(name: str) -> Callable[[type], type]:
     against their declarations (:mod:`hetserve.scheduling.params`)."""
 
     def deco(cls: type) -> type:
-        SCHEDULERS[name] = cls
+        SCHEDULERS.register(name, cls)
         cls.name = name  # type: ignore[attr-defined]
         checked_init(cls, name)
         return cls
@@ -288,14 +290,12 @@ def register(name: str) -> Callable[[type], type]:
 
 def scheduler_names() -> list[str]:
     """Every scheduler name: the built-ins and those registered since."""
-    return sorted({*BUILTIN, *SCHEDULERS})
+    return SCHEDULERS.names()
 
 
 def scheduler_factory(name: str) -> Callable[..., Scheduler] | None:
     """The class registered as ``name`` (a built-in's module imported on first use)."""
-    if name not in SCHEDULERS and name in BUILTIN:
-        importlib.import_module(BUILTIN[name])
-    return SCHEDULERS.get(name)
+    return SCHEDULERS.find(name)
 
 
 def make_scheduler(name: str, params: Mapping[str, Any] | None = None) -> Scheduler:

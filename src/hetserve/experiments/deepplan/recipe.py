@@ -13,6 +13,7 @@ from hetserve.experiments.studies import (
     StudyOption,
     SummaryTable,
     ours_vs_paper,
+    register_study,
 )
 
 
@@ -59,32 +60,34 @@ def summary(results: dict[str, Any], cfg: Any) -> list[SummaryTable]:
     return [ours_vs_paper("DeepPlan", S.summary_rows(results))]
 
 
-STUDY = Study(
-    name="deepplan",
-    paper="DeepPlan",
-    help="DeepPlan section 5: cold-start latency per load plan (Fig. 11, Tables 3 and 4), "
-    "throughput during cold starts (Fig. 12), instances beyond GPU memory (Fig. 13) and an "
-    "Azure Functions trace (Fig. 15).",
-    quick_help="Fewer points and a 10-minute Fig. 15.",
-    options=(
-        StudyOption(
-            "--layers",
-            "layers_csv",
-            "A layers.csv (measured or estimated) instead of the estimate.",
-            path="file",
+STUDY = register_study(
+    Study(
+        name="deepplan",
+        paper="DeepPlan",
+        help="DeepPlan section 5: cold-start latency per load plan (Fig. 11, Tables 3 and 4), "
+        "throughput during cold starts (Fig. 12), instances beyond GPU memory (Fig. 13) and an "
+        "Azure Functions trace (Fig. 15).",
+        quick_help="Fewer points and a 10-minute Fig. 15.",
+        options=(
+            StudyOption(
+                "--layers",
+                "layers_csv",
+                "A layers.csv (measured or estimated) instead of the estimate.",
+                path="file",
+            ),
+            StudyOption("--cluster", "cluster_name", "The cluster.", default="p3-8xlarge"),
+            StudyOption(
+                "--trace",
+                "trace",
+                "Fig. 15: an Azure Functions 2019 per-minute file (default: the synthetic twin).",
+                path="file",
+            ),
+            StudyOption("--minutes", "minutes", "Fig. 15 length (default 180; 10 quick).", int),
         ),
-        StudyOption("--cluster", "cluster_name", "The cluster.", default="p3-8xlarge"),
-        StudyOption(
-            "--trace",
-            "trace",
-            "Fig. 15: an Azure Functions 2019 per-minute file (default: the synthetic twin).",
-            path="file",
-        ),
-        StudyOption("--minutes", "minutes", "Fig. 15 length (default 180; 10 quick).", int),
-    ),
-    configure=configure,
-    run=run,
-    write=write,
-    summary=summary,
-    phases=("planning", "simulating"),
+        configure=configure,
+        run=run,
+        write=write,
+        summary=summary,
+        phases=("planning", "simulating"),
+    )
 )

@@ -14,6 +14,7 @@ from hetserve.experiments.studies import (
     StudyOption,
     SummaryTable,
     ours_vs_paper,
+    register_study,
 )
 
 
@@ -65,22 +66,24 @@ def summary(results: dict[str, Any], cfg: Any) -> list[SummaryTable]:
     return [ours_vs_paper("MagicBatch", S.summary_rows(results))]
 
 
-STUDY = Study(
-    name="magicbatch",
-    paper="MagicBatch",
-    help="MagicBatch section 5: energy, throughput and latency vs batch size per GPU type "
-    "(Fig. 2), the assignment methods (Fig. 5) and MagicBatch vs TF-Serving (Fig. 6).",
-    quick_help="4 GPUs per type, 3-12 streams, 20 s points.",
-    options=(
-        StudyOption(
-            "--gpus-per-type", "gpus_per_type", "GPUs of each of the three types [10; 4].", int
+STUDY = register_study(
+    Study(
+        name="magicbatch",
+        paper="MagicBatch",
+        help="MagicBatch section 5: energy, throughput and latency vs batch size per GPU type "
+        "(Fig. 2), the assignment methods (Fig. 5) and MagicBatch vs TF-Serving (Fig. 6).",
+        quick_help="4 GPUs per type, 3-12 streams, 20 s points.",
+        options=(
+            StudyOption(
+                "--gpus-per-type", "gpus_per_type", "GPUs of each of the three types [10; 4].", int
+            ),
+            StudyOption("--streams", "counts", "Comma-separated stream counts."),
+            StudyOption("--duration", "duration_s", "Seconds per point.", float),
         ),
-        StudyOption("--streams", "counts", "Comma-separated stream counts."),
-        StudyOption("--duration", "duration_s", "Seconds per point.", float),
-    ),
-    configure=configure,
-    run=run,
-    write=write,
-    summary=summary,
-    phases=("planning", "simulating"),
+        configure=configure,
+        run=run,
+        write=write,
+        summary=summary,
+        phases=("planning", "simulating"),
+    )
 )

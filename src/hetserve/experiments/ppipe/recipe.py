@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.core.errors import HetserveError
-from hetserve.experiments.studies import Progress, Study, StudyOption, SummaryTable
+from hetserve.experiments.studies import Progress, Study, StudyOption, SummaryTable, register_study
 
 
 def _names(value: str) -> list[str]:
@@ -129,52 +129,56 @@ def summary(results: dict[str, Any], cfg: Any) -> list[SummaryTable]:
     return [SummaryTable(title, cols, list(S.summary_rows(results)), notes, left=2)]
 
 
-STUDY = Study(
-    name="ppipe",
-    paper="PPipe",
-    help="PPipe section 7: max load factor at 99% attainment of ppipe, np and dart-r plans "
-    "(each with the reservation data plane) on hc1-l..hc4-l for Poisson and Bursty loads, "
-    "attainment curves, GPU utilisation per class, and reservation vs reactive.",
-    quick_help="One cluster (hc1-l), one group (G1), 10 s points.",
-    options=(
-        StudyOption(
-            "--profiles",
-            "profiles",
-            "Run the study on this profile set instead of the roofline estimates.",
-            path="dir",
+STUDY = register_study(
+    Study(
+        name="ppipe",
+        paper="PPipe",
+        help="PPipe section 7: max load factor at 99% attainment of ppipe, np and dart-r plans "
+        "(each with the reservation data plane) on hc1-l..hc4-l for Poisson and Bursty loads, "
+        "attainment curves, GPU utilisation per class, and reservation vs reactive.",
+        quick_help="One cluster (hc1-l), one group (G1), 10 s points.",
+        options=(
+            StudyOption(
+                "--profiles",
+                "profiles",
+                "Run the study on this profile set instead of the roofline estimates.",
+                path="dir",
+            ),
+            StudyOption(
+                "--clusters",
+                "clusters",
+                "Comma-separated clusters [default: hc1-l,hc2-l,hc3-l,hc4-l].",
+            ),
+            StudyOption("--groups", "group_names", "Comma-separated built-in groups (G1..G6)."),
+            StudyOption(
+                "--group",
+                "custom_groups",
+                "A group of your own: NAME=model,model,model (repeatable; replaces the built-ins).",
+                multiple=True,
+            ),
+            StudyOption(
+                "--workload",
+                "workloads",
+                "NAME=SPEC (repeatable; replaces poisson and "
+                "bursty), SPEC in the workload grammar (docs/workloads.md).",
+                multiple=True,
+            ),
+            StudyOption("--duration", "duration_s", "Seconds per load factor [30; 10].", float),
+            StudyOption("--lf-step", "lf_step", "Load-factor grid step.", float, default=0.05),
+            StudyOption("--lf-max", "lf_max", "Largest load factor.", float, default=1.0),
+            StudyOption(
+                "--ablation-cluster",
+                "ablation_cluster",
+                "Cluster of the "
+                "reservation-vs-reactive ablation [hc2-l; with --quick hc1-l]; 'none' to "
+                "skip.",
+            ),
         ),
-        StudyOption(
-            "--clusters", "clusters", "Comma-separated clusters [default: hc1-l,hc2-l,hc3-l,hc4-l]."
-        ),
-        StudyOption("--groups", "group_names", "Comma-separated built-in groups (G1..G6)."),
-        StudyOption(
-            "--group",
-            "custom_groups",
-            "A group of your own: NAME=model,model,model (repeatable; replaces the built-ins).",
-            multiple=True,
-        ),
-        StudyOption(
-            "--workload",
-            "workloads",
-            "NAME=SPEC (repeatable; replaces poisson and "
-            "bursty), SPEC in the workload grammar (docs/workloads.md).",
-            multiple=True,
-        ),
-        StudyOption("--duration", "duration_s", "Seconds per load factor [30; 10].", float),
-        StudyOption("--lf-step", "lf_step", "Load-factor grid step.", float, default=0.05),
-        StudyOption("--lf-max", "lf_max", "Largest load factor.", float, default=1.0),
-        StudyOption(
-            "--ablation-cluster",
-            "ablation_cluster",
-            "Cluster of the "
-            "reservation-vs-reactive ablation [hc2-l; with --quick hc1-l]; 'none' to "
-            "skip.",
-        ),
-    ),
-    configure=configure,
-    run=run,
-    write=write,
-    summary=summary,
-    parallel=True,
-    phases=("planning", "sweeping"),
+        configure=configure,
+        run=run,
+        write=write,
+        summary=summary,
+        parallel=True,
+        phases=("planning", "sweeping"),
+    )
 )

@@ -13,6 +13,7 @@ from hetserve.experiments.studies import (
     StudyOption,
     SummaryTable,
     ours_vs_paper,
+    register_study,
 )
 
 
@@ -86,31 +87,33 @@ def summary(results: dict[str, Any], cfg: Any) -> list[SummaryTable]:
     ]
 
 
-STUDY = Study(
-    name="rampa",
-    paper="RAMPA",
-    help="RAMPA section V: services placed by RAMPA, PE and NCAR over Table IX's stage-count "
-    "combinations (Fig. 7), RAMPA's stage counts (Fig. 8), throughput and latency estimated "
-    "and served (Figs. 9-10) and placement time (Fig. 11).",
-    quick_help="Base and high-perf clusters, cases 1 and 3, 4 combinations.",
-    options=(
-        StudyOption("--clusters", "clusters", "Comma-separated switched clusters [all four]."),
-        StudyOption("--cases", "cases", "Comma-separated demand cases 1..4 [all]."),
-        StudyOption(
-            "--combos",
-            "combos",
-            "Sample this many of the 288 stage-count combinations for PE and NCAR [all; 4].",
-            int,
+STUDY = register_study(
+    Study(
+        name="rampa",
+        paper="RAMPA",
+        help="RAMPA section V: services placed by RAMPA, PE and NCAR over Table IX's stage-count "
+        "combinations (Fig. 7), RAMPA's stage counts (Fig. 8), throughput and latency estimated "
+        "and served (Figs. 9-10) and placement time (Fig. 11).",
+        quick_help="Base and high-perf clusters, cases 1 and 3, 4 combinations.",
+        options=(
+            StudyOption("--clusters", "clusters", "Comma-separated switched clusters [all four]."),
+            StudyOption("--cases", "cases", "Comma-separated demand cases 1..4 [all]."),
+            StudyOption(
+                "--combos",
+                "combos",
+                "Sample this many of the 288 stage-count combinations for PE and NCAR [all; 4].",
+                int,
+            ),
+            StudyOption(
+                "--max-requests", "max_requests", "Requests placed per sequence.", int, default=2000
+            ),
+            StudyOption("--serve", "serve_s", "Seconds served [20; 5].", float),
         ),
-        StudyOption(
-            "--max-requests", "max_requests", "Requests placed per sequence.", int, default=2000
-        ),
-        StudyOption("--serve", "serve_s", "Seconds served [20; 5].", float),
-    ),
-    configure=configure,
-    run=run,
-    write=write,
-    summary=summary,
-    parallel=True,
-    phases=("starting", "placing"),
+        configure=configure,
+        run=run,
+        write=write,
+        summary=summary,
+        parallel=True,
+        phases=("starting", "placing"),
+    )
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hetserve.core.errors import HetserveError
-from hetserve.experiments.studies import Progress, Study, StudyOption, SummaryTable
+from hetserve.experiments.studies import Progress, Study, StudyOption, SummaryTable, register_study
 
 
 def _numbers(opt: str, text: str, conv: type) -> tuple[Any, ...]:
@@ -76,25 +76,29 @@ def summary(results: dict[str, Any], cfg: Any) -> list[SummaryTable]:
     return [SummaryTable(title, cols, list(S.summary_rows(results)), notes)]
 
 
-STUDY = Study(
-    name="shepherd",
-    paper="Shepherd",
-    help="Shepherd section 7: goodput and utilisation vs load for flex, clockwork and nexus "
-    "(MAF-stable and MAF-bursty), goodput vs SLO, the preemption and prioritisation "
-    "ablation, FLEX against the offline optimum, and scaling with HERD serving groups.",
-    quick_help="Three loads, three SLOs, 12 and 48 workers, 20 s.",
-    options=(
-        StudyOption("--duration", "duration_s", "Seconds per point [120; 20].", float),
-        StudyOption("--loads", "loads", "Comma-separated offered loads in req/s [2000,...,14000]."),
-        StudyOption(
-            "--workers", "workers", "Comma-separated worker counts for scaling [12,...,400]."
+STUDY = register_study(
+    Study(
+        name="shepherd",
+        paper="Shepherd",
+        help="Shepherd section 7: goodput and utilisation vs load for flex, clockwork and nexus "
+        "(MAF-stable and MAF-bursty), goodput vs SLO, the preemption and prioritisation "
+        "ablation, FLEX against the offline optimum, and scaling with HERD serving groups.",
+        quick_help="Three loads, three SLOs, 12 and 48 workers, 20 s.",
+        options=(
+            StudyOption("--duration", "duration_s", "Seconds per point [120; 20].", float),
+            StudyOption(
+                "--loads", "loads", "Comma-separated offered loads in req/s [2000,...,14000]."
+            ),
+            StudyOption(
+                "--workers", "workers", "Comma-separated worker counts for scaling [12,...,400]."
+            ),
+            StudyOption("--streams", "n_streams", "MAF streams [2000; 500].", int),
         ),
-        StudyOption("--streams", "n_streams", "MAF streams [2000; 500].", int),
-    ),
-    configure=configure,
-    run=run,
-    write=write,
-    summary=summary,
-    parallel=True,
-    phases=("starting", "simulating"),
+        configure=configure,
+        run=run,
+        write=write,
+        summary=summary,
+        parallel=True,
+        phases=("starting", "simulating"),
+    )
 )
