@@ -55,10 +55,11 @@ def _requests(tr: Trace) -> Iterator[Request]:
     """The trace's requests in arrival order, made without a Python call each (one per
     arrival is the simulator's hot loop): ``Request(i, model, stream, t, t + slo)``."""
     idx = tr.stream_idx
-    pick = [np.array([getattr(s, f) for s in tr.streams], dtype=object) for f in ("model", "name")]
+    models = np.array([s.model for s in tr.streams], dtype=object)
+    names = np.array([s.name for s in tr.streams], dtype=object)
     slo = np.array([s.slo_s for s in tr.streams], dtype=float)
     cols = (
-        range(len(tr)), pick[0][idx].tolist(), pick[1][idx].tolist(), tr.time_s.tolist(),
+        range(len(tr)), models[idx].tolist(), names[idx].tolist(), tr.time_s.tolist(),
         (tr.time_s + slo[idx]).tolist(), itertools.repeat(None), itertools.repeat(1),
     )  # fmt: skip
     return map(tuple.__new__, itertools.repeat(Request), zip(*cols, strict=False))
