@@ -17,7 +17,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.params import Range
-from hetserve.scheduling.pools import Pools
+from hetserve.scheduling.pools import PipelinePool, Pools
 from hetserve.scheduling.protocol import (
     RETURNED,
     Action,
@@ -59,8 +59,10 @@ class FixedBatch(BaseScheduler):
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
         self.queues: dict[str, _Queue] = {m: _Queue() for m in plan.models}
+        # (first-stage worker, its pipeline) in plan order: a dispatch needs both
         self.first_workers = {
-            m: [w for p in self.pools.pipelines[m] for w in p.stages[0][1]] for m in plan.models
+            m: [(w, p) for p in self.pools.pipelines[m] for w in p.stages[0][1]]
+            for m in plan.models
         }
         return []
 
@@ -71,13 +73,14 @@ class FixedBatch(BaseScheduler):
     def _due(self, q: _Queue, now: float) -> bool:
         return q.rows >= self.max_batch or q[0].arrival_s + self.delay <= now + 1e-12
 
-    def _free_first_worker(self, model: str) -> WorkerId | None:
-        for w in self.first_workers[model]:
-            if self.pools.idle(w):
-                return w
+    def _free_first_worker(self, model: str) -> tuple[WorkerId, PipelinePool] | None:
+        idle = self.pools.idle
+        for wp in self.first_workers[model]:
+            if idle(wp[0]):
+                return wp
         return None
 
-    def _dispatch(self, model: str, first: WorkerId, now: float) -> Action:
+    def _dispatch(self, model: str, first: WorkerId, pipe: PipelinePool, now: float) -> Action:
         q = self.queues[model]
         if q.rows == len(q):  # every request one row: the plain pops
             reqs = tuple([q.popleft() for _ in range(min(self.max_batch, len(q)))])
@@ -90,7 +93,6 @@ class FixedBatch(BaseScheduler):
                 n += r.rows
             reqs = tuple(taken)
         q.rows -= n
-        pipe = next(p for p in self.pools.pipelines[model] if first in p.stages[0][1])
         route, workers = [], []
         for si, (blocks, ws) in enumerate(pipe.stages):
             w = (
@@ -111,10 +113,10 @@ class FixedBatch(BaseScheduler):
             q.rows -= r.rows
             out.append(Drop((r,), too_many_rows(r, self.max_batch)))
         while q and self._due(q, now):
-            w = self._free_first_worker(model)
-            if w is None:
+            wp = self._free_first_worker(model)
+            if wp is None:
                 return
-            out.append(self._dispatch(model, w, now))
+            out.append(self._dispatch(model, wp[0], wp[1], now))
         if q and not self._due(q, now):
             out.append(SetTimer(q[0].arrival_s + self.delay, (model, q[0].id)))
 
