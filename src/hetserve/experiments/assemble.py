@@ -21,7 +21,8 @@ from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan, bind
 from hetserve.engine.setup import Setup, build_setup, latency_source
-from hetserve.runtime.server import Server, check_served
+from hetserve.runtime.served import check_served
+from hetserve.runtime.server import Server
 from hetserve.runtime.serverconfig import ServerConfig, wall_clock_params
 from hetserve.runtime.versions import VersionTable
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
-from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.engine.entities import Batch
 from hetserve.engine.setup import Setup
@@ -42,6 +41,7 @@ from hetserve.runtime.metrics import (
     failure_reason,
 )
 from hetserve.runtime.oip import ModelTensors
+from hetserve.runtime.served import answer_mismatch, check_served
 from hetserve.runtime.serverconfig import ServerConfig
 from hetserve.scheduling import ClusterView, StageReport, make_scheduler
 from hetserve.scheduling.admission import Admission
@@ -311,7 +311,7 @@ class Server:
 
     def _done(self, r: Request, outcome: int, reason: str, output: Any) -> None:
         if output is not None and outcome in (OK, LATE):
-            why = self._check_output(r.model, output, r.rows)
+            why = answer_mismatch(r.model, self.tensors(r.model).outputs, output, r.rows)
             if why:  # an answer the model does not advertise is no answer
                 outcome, reason, output = FAILED, why, None
         name = _NAMES.get(outcome, "failed")
@@ -337,40 +337,9 @@ class Server:
         if fut is not None and not fut.done():
             fut.set_result(Result(name, reason, output, dt))
 
-    def _check_output(self, model: str, output: Any, rows: int) -> str:
-        """Why a request's answer (its ``rows`` rows) does not match the tensors the model
-        advertises (its metadata): empty when it does."""
-        specs = self.tensors(model).outputs
-        parts = output if isinstance(output, (tuple, list)) else (output,)
-        if len(parts) != len(specs):
-            return (
-                f"model {model!r}: it returned {len(parts)} outputs for a request; it "
-                f"advertises {len(specs)} ({', '.join(s.name for s in specs)})"
-            )
-        for spec, part in zip(specs, parts, strict=True):
-            try:
-                shape = tuple(int(d) for d in part.shape)
-            except (AttributeError, TypeError):
-                return f"model {model!r}: output {spec.name!r} is a {type(part).__name__}"
-            if not shape or shape[0] != rows:
-                return (
-                    f"model {model!r}: output {spec.name!r} has shape {list(shape)} for a "
-                    f"request of {rows} rows; its first dimension must be the rows"
-                )
-            shape = shape[1:]
-            want = tuple(spec.shape)
-            if len(shape) != len(want) or any(
-                w not in (-1, d) for d, w in zip(shape, want, strict=True)
-            ):
-                return (
-                    f"model {model!r}: output {spec.name!r} has shape {list(shape)} for a "
-                    f"request; it advertises {list(want)}"
-                )
-        return ""
-
     def encode_failed(self, model: str, n: int, reason: str) -> None:
         """The HTTP front end could not encode ``n`` answered requests' outputs (a bug:
-        ``_check_output`` passed them): counted as failures, logged."""
+        ``answer_mismatch`` passed them): counted as failures, logged."""
         m = self.metrics
         m.of(m.failures, model, failure_reason(reason)).inc(n)
         LOG.error("%d answers of %s could not be encoded: %s", n, model, reason)
@@ -408,28 +377,6 @@ class Server:
         if self.engine is not None:
             self.engine.executor.close()
         gc.unfreeze()  # what start() froze may be collected again
-
-
-def check_served(plan: Plan, placement: Placement, models: list[str]) -> None:
-    """Every requested model has a pipeline whose every stage has workers: else a one-line
-    error naming the model and why."""
-    for m in models:
-        mp = plan.models.get(m)
-        if mp is None:
-            raise HetserveError(f"the plan does not serve {m!r}: it has no entry for it")
-        if not mp.pipelines:
-            raise HetserveError(
-                f"the plan leaves {m!r} without workers: it has no pipeline for it (the "
-                f"cluster may be too small for all models, or the SLO too tight); plan with "
-                f"fewer models, a looser --slo or another --planner"
-            )
-        for p_idx, pipe in enumerate(mp.pipelines):
-            for s_idx, _ in enumerate(pipe.stages):
-                if not placement.stages.get((m, p_idx, s_idx)):
-                    raise HetserveError(
-                        f"the plan leaves {m!r} without workers: pipeline {p_idx} stage "
-                        f"{s_idx} is bound to no GPU of the cluster"
-                    )
 
 
 class _Observed(Recording):
