@@ -62,8 +62,8 @@ def make_repository(root: Path) -> int:
 IMPORT = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from hetserve.repository import layout
-repo = layout.use(sys.argv[1])
+from hetserve.repository import models
+repo = models.ModelRepository(sys.argv[1])
 t1 = time.perf_counter()
 g = repo.graph("bert-base-x")
 t2 = time.perf_counter()
@@ -107,13 +107,13 @@ def bench_split(root: Path, cache: Path, repeats: int) -> None:
     from transformers import BertForSequenceClassification
 
     from hetserve.core.latency import RooflineModel
-    from hetserve.repository import layout
+    from hetserve.repository import models
     from hetserve.runtime.stage import StageRunner
 
-    repo = layout.use(root)
+    repo = models.ModelRepository(root)
     net = repo.build("bert-base-x")
     eager = BertForSequenceClassification.from_pretrained(str(root / "bert-base-x" / "1")).eval()
-    blocks = RooflineModel(n_blocks=10).blocks("bert-base-x")
+    blocks = RooflineModel(repo.graph, n_blocks=10).blocks("bert-base-x")
     runner = StageRunner(net, blocks, (0, len(blocks)))
     print(f"\ntorch threads {torch.get_num_threads()}; {len(net.layers)} layers in "
           f"{len(blocks)} blocks; {repeats} alternating runs after 3 warm-ups")  # fmt: skip

@@ -20,8 +20,8 @@ ORDER = [
     "sim",
     "runtime",
     "zoo",
-    "repository",
     "profiling",
+    "repository",
     "experiments",
 ]
 HEAVY_OK = {"zoo", "repository", "profiling", "runtime"}
@@ -55,10 +55,6 @@ def test_layering(path):
             continue
         if layer == "core":
             assert parts[1] == "core", f"core module {rel} imports {mod}"
-        elif layer in ("zoo", "repository", "profiling"):
-            # the models' layer: the zoo, the model repository (whose models the zoo's
-            # builder also builds) and profiling (which measures them) use each other
-            assert parts[1] in ("core", "zoo", "repository", "profiling"), f"{rel} imports {mod}"
         else:
             assert ORDER.index(parts[1]) <= ORDER.index(layer), f"{rel} imports {mod}"
 
@@ -88,7 +84,7 @@ def test_the_import_graph_goes_down_the_layers():
     order = [*ORDER, "cli"]
     for src, dsts in import_graph().items():
         for dst in dsts:
-            if src in order and dst in order and src not in ("zoo", "repository", "profiling"):
+            if src in order and dst in order:
                 assert order.index(dst) < order.index(src), f"{src} -> {dst}"
 
 
@@ -188,23 +184,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-# The one import circle left: the zoo's builder finds repository models through the active
-# repository (a module-level setting), whose import counts layers with the zoo's export.
-# Passing the models as an object (issue 39, item 6) removes it; no other may appear.
-KNOWN_CIRCLES = [
-    [
-        "hetserve.profiling.cache", "hetserve.profiling.measure",
-        "hetserve.repository.importer", "hetserve.repository.layout",
-        "hetserve.repository.sources", "hetserve.zoo.export", "hetserve.zoo.leaves",
-        "hetserve.zoo.registry",
-    ],
-]  # fmt: skip
-
-
 def test_no_import_circles():
     """No group of modules imports itself round (at module level, in functions or for
-    types), but the one named in ``KNOWN_CIRCLES``."""
-    assert _cycles(_module_graph()) == KNOWN_CIRCLES
+    types)."""
+    assert _cycles(_module_graph()) == []
 
 
 def test_no_private_name_is_imported_from_another_module():

@@ -128,7 +128,9 @@ def test_profile_cache_records_when_and_threads_and_remeasures(tmp_path, monkeyp
     monkeypatch.setenv("HETSERVE_CACHE", str(tmp_path))
     calls = []
 
-    def fake_measure(models, device, batches, shares, n_blocks, warmup, repeats, threads):
+    def fake_measure(
+        models, device, batches, shares, n_blocks, warmup, repeats, threads, model_catalog
+    ):
         calls.append(threads)
         ps = estimate_profiles(RooflineModel(), models, [get_gpu("L4")], (1,), tuple(batches))
         return ps, []

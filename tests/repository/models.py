@@ -8,6 +8,7 @@ import contextlib
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -145,16 +146,14 @@ def eager_outputs(name: str, model: nn.Module, inputs: tuple[torch.Tensor, ...])
 
 
 @contextlib.contextmanager
-def repository_in_use(root: Path, cache: Path) -> Iterator[None]:
-    """``root`` as the active model repository, ``cache`` as HETSERVE_CACHE, while open."""
+def repository_in_use(root: Path, cache: Path) -> Iterator[Any]:
+    """``cache`` as HETSERVE_CACHE while open; yields the catalog of ``root``'s models
+    (``core.models.ModelCatalog``), which tests pass where a command passes its own."""
     import pytest
 
-    from hetserve.repository import layout
+    from hetserve.core.models import ModelCatalog
+    from hetserve.repository.models import ModelRepository
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HETSERVE_CACHE", str(cache))
-        layout.use(root)
-        try:
-            yield
-        finally:
-            layout.use(None)
+        yield ModelCatalog(ModelRepository(root))

@@ -19,7 +19,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from hetserve.core.errors import HetserveError  # noqa: E402
-from hetserve.core.graph import get_graph  # noqa: E402
 from tests.repository.models import repository_in_use  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -112,26 +111,33 @@ def repo(tmp_path_factory):
         yield root, cache, bert, seq
 
 
-def _built(name):
-    from hetserve.repository.layout import active
+@pytest.fixture(scope="module")
+def catalog(repo):
+    """The repository's models as a command names them (``--model-repository``)."""
+    from hetserve.core.models import ModelCatalog
+    from hetserve.repository.models import ModelRepository
 
-    return active().build(name)
+    return ModelCatalog(ModelRepository(repo[0]))
 
 
-def test_outputs_are_named_by_their_path_and_none_is_left_out(repo):
-    assert [o.name for o in get_graph("nested").outputs] == [
+def _built(catalog, name):
+    return catalog.source.build(name)
+
+
+def test_outputs_are_named_by_their_path_and_none_is_left_out(repo, catalog):
+    assert [o.name for o in catalog.graph("nested").outputs] == [
         "a", "pair.twice", "pair.more.0", "pair.more.1",
     ]  # fmt: skip
-    assert [o.name for o in get_graph("holes").outputs] == ["output_0", "output_2"]
-    assert [(o.name, o.shape) for o in get_graph("transposed").outputs] == [("output", (6,))]
-    assert get_graph("transposed").meta["batch_moved"] == "output (at 1)"
-    names = [o.name for o in get_graph("bert-hs").outputs]
+    assert [o.name for o in catalog.graph("holes").outputs] == ["output_0", "output_2"]
+    assert [(o.name, o.shape) for o in catalog.graph("transposed").outputs] == [("output", (6,))]
+    assert catalog.graph("transposed").meta["batch_moved"] == "output (at 1)"
+    names = [o.name for o in catalog.graph("bert-hs").outputs]
     assert names == ["logits", "hidden_states.0", "hidden_states.1", "hidden_states.2"]
 
 
 @pytest.mark.parametrize("name", ["nested", "holes", "transposed"])
-def test_the_served_rows_are_the_eager_models_answers(repo, name):
-    net, eager = _built(name), _eager(name)
+def test_the_served_rows_are_the_eager_models_answers(repo, catalog, name):
+    net, eager = _built(catalog, name), _eager(name)
     x = torch.randn(5, 8)
     with torch.no_grad():
         got = net.run_layers((x,), 0, len(net.layers))
@@ -148,21 +154,21 @@ def test_the_served_rows_are_the_eager_models_answers(repo, name):
         torch.testing.assert_close(g, w)
 
 
-def test_a_statistic_over_the_batch_is_refused_with_its_reason(repo):
+def test_a_statistic_over_the_batch_is_refused_with_its_reason(repo, catalog):
     with pytest.raises(HetserveError, match=r"output 'output_1' has shape \[\] .*no batch"):
-        get_graph("stat")
+        catalog.graph("stat")
 
 
-def test_a_dynamic_non_batch_dimension_takes_config_yamls_size(repo):
+def test_a_dynamic_non_batch_dimension_takes_config_yamls_size(repo, catalog):
     _, _, _, seq = repo
-    g = get_graph("seq-pt2")
+    g = catalog.graph("seq-pt2")
     assert [(i.name, i.shape) for i in g.inputs] == [("x", (7, 8))]
-    net = _built("seq-pt2")
+    net = _built(catalog, "seq-pt2")
     x = torch.randn(3, 7, 8)
     with torch.no_grad():
         torch.testing.assert_close(net.run_layers((x,), 0, len(net.layers)), seq(x))
     with pytest.raises(HetserveError, match=r"dynamic non-batch dimension \(1\); give the size"):
-        get_graph("seq-bare")
+        catalog.graph("seq-bare")
 
 
 def _outputs(r):

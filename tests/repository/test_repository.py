@@ -17,7 +17,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hetserve.core.graph import get_graph  # noqa: E402
 from hetserve.core.latency import RooflineModel  # noqa: E402
 from hetserve.repository import cuts  # noqa: E402
 from hetserve.runtime.stage import StageRunner  # noqa: E402
@@ -41,33 +40,44 @@ def repo(tmp_path_factory):
         yield root, eager, cache
 
 
+@pytest.fixture(scope="module")
+def catalog(repo):
+    """The repository's models as a command names them (``--model-repository``)."""
+    from hetserve.core.models import ModelCatalog
+    from hetserve.repository.models import ModelRepository
+
+    return ModelCatalog(ModelRepository(repo[0]))
+
+
 def _inputs(net, batch, seed=5):
     x = net.input_spec.example(batch, seed=seed)
     return x if isinstance(x, tuple) else (x,)
 
 
-def test_tensors_derived_from_the_models(repo):
-    g = get_graph("tiny-bert")
+def test_tensors_derived_from_the_models(repo, catalog):
+    g = catalog.graph("tiny-bert")
     assert [(s.name, s.datatype, s.shape, s.value_range) for s in g.inputs] == [
         ("input_ids", "INT64", (32,), (0, 1000)),
         ("attention_mask", "INT64", (32,), (0, 2)),
     ]
     assert [(s.name, s.shape) for s in g.outputs] == [("logits", (3,))]
-    assert [(s.name, s.shape) for s in get_graph("tiny-gpt2").outputs] == [("logits", (16, 1000))]
+    assert [(s.name, s.shape) for s in catalog.graph("tiny-gpt2").outputs] == [
+        ("logits", (16, 1000))
+    ]
     for name in ("skipnet", "skipnet-pt2"):
-        g = get_graph(name)
+        g = catalog.graph(name)
         assert [(s.name, s.datatype, s.shape) for s in g.inputs] == [("image", "FP32", (3, 32, 32))]
         assert [(s.name, s.shape) for s in g.outputs] == [("logits", (10,)), ("boxes", (4,))]
-    assert [s.name for s in get_graph("tiny-vit").inputs] == ["pixel_values"]
-    assert get_graph("tiny-bert").meta["max_batch"] == 16
+    assert [s.name for s in catalog.graph("tiny-vit").inputs] == ["pixel_values"]
+    assert catalog.graph("tiny-bert").meta["max_batch"] == 16
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_blocks_compose_to_the_eager_model(repo, name):
+def test_blocks_compose_to_the_eager_model(repo, name, catalog):
     """Batch 1, 7 and the max batch: the blocks run in sequence equal the eager model."""
     _, eager, _ = repo
-    net = build(name)
-    g = get_graph(name)
+    net = build(name, model_catalog=catalog)
+    g = catalog.graph(name)
     assert len(net.layers) == len(g.layers) >= 4
     for batch in (1, 7, g.meta["max_batch"]):
         xs = _inputs(net, batch)
@@ -81,11 +91,11 @@ def test_blocks_compose_to_the_eager_model(repo, name):
 
 
 @pytest.mark.parametrize("name", ["tiny-bert", "skipnet", "vit-pt2"])
-def test_any_block_range_continues_on_another_worker(repo, name):
+def test_any_block_range_continues_on_another_worker(repo, name, catalog):
     """Blocks [0, k) on one runner and [k, n) on another give the whole model's result:
     exactly with FP32 cuts, within FP16 rounding with FP16 cuts."""
-    net = build(name)
-    blocks = RooflineModel(n_blocks=10).blocks(name)
+    net = build(name, model_catalog=catalog)
+    blocks = RooflineModel(catalog.graph, n_blocks=10).blocks(name)
     n = len(blocks)
     xs = _inputs(net, 3)
     x = xs if len(xs) > 1 else xs[0]
@@ -93,7 +103,9 @@ def test_any_block_range_continues_on_another_worker(repo, name):
     for k in range(1, n):
         for cut in (None, torch.float16):
             a = StageRunner(net, blocks, (0, k), cut_dtype=cut).run(x)
-            b = StageRunner(build(name), blocks, (k, n), cut_dtype=cut).run(a.output)
+            b = StageRunner(build(name, model_catalog=catalog), blocks, (k, n), cut_dtype=cut).run(
+                a.output
+            )
             got = b.output if isinstance(b.output, tuple) else (b.output,)
             want = whole if isinstance(whole, tuple) else (whole,)
             for o, w in zip(got, want, strict=True):
@@ -104,17 +116,17 @@ def test_any_block_range_continues_on_another_worker(repo, name):
 
 
 @pytest.mark.parametrize("name", ["tiny-gpt2", "skipnet"])
-def test_blocks_share_the_loaded_weights(repo, name):
-    net = build(name)
+def test_blocks_share_the_loaded_weights(repo, name, catalog):
+    net = build(name, model_catalog=catalog)
     own = {t.data_ptr() for t in [*net.program.parameters(), *net.program.buffers()]}
     used = {t.data_ptr() for layer in net.layers for t in [*layer.parameters(), *layer.buffers()]}
     assert used and used <= own  # no piece holds a copy
 
 
-def test_cut_points_hold_few_tensors_and_no_sizes(repo):
+def test_cut_points_hold_few_tensors_and_no_sizes(repo, catalog):
     """Cuts fall where few tensors are live (one between the CNN's residual blocks); no
     piece takes a symbolic size across a cut: its inputs are tensors only."""
-    net = build("skipnet")
+    net = build("skipnet", model_catalog=catalog)
     for layer in net.layers:
         for n in layer.graph.nodes:
             if n.op == "placeholder":
@@ -122,9 +134,9 @@ def test_cut_points_hold_few_tensors_and_no_sizes(repo):
     ep = torch.export.load(str(repo[0] / "skipnet-pt2" / "1" / "model.pt2"))
     c = cuts.Cutter(cuts.flatten(ep))
     index = {n.name: i for i, n in enumerate(c.compute)}
-    live = [len(c.position(index[b]).live) for b in get_graph("skipnet-pt2").meta["cuts"]]
+    live = [len(c.position(index[b]).live) for b in catalog.graph("skipnet-pt2").meta["cuts"]]
     assert live.count(1) >= 6 and max(live) <= 2
-    bert = build("tiny-bert")
+    bert = build("tiny-bert", model_catalog=catalog)
     assert any(
         n.target is torch.ops.aten.sym_size.int
         for layer in bert.layers[1:]
@@ -153,24 +165,23 @@ def _file_mapped(ts):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("name", ["tiny-bert", "skipnet", "vit-pt2"])
-def test_safetensors_weights_are_mapped_from_their_files(repo, name):
+def test_safetensors_weights_are_mapped_from_their_files(repo, name, catalog):
     """model.py and Hugging Face weights are the safetensors files' pages (not copies);
     a model.pt2's are read into memory."""
-    net = build(name)
+    net = build(name, model_catalog=catalog)
     ts = [t for t in [*net.program.parameters(), *net.program.buffers()] if t.is_floating_point()]
     mapped = _file_mapped(ts)
     assert mapped == (0 if name == "vit-pt2" else len(ts)), (name, mapped, len(ts))
 
 
 @pytest.mark.parametrize("name", ["tiny-bert", "skipnet", "vit-pt2"])
-def test_layer_tables_have_a_row_per_leaf_module_call(repo, name):
+def test_layer_tables_have_a_row_per_leaf_module_call(repo, name, catalog):
     """DeepPlan's layer table of a repository model: its rows are the eager model's own
     leaf modules (path and class), in order, and add up to the graph's weights and FLOPs."""
-    from hetserve.core.layertable import get_layer_table
 
     _, eager, _ = repo
-    table = get_layer_table(name)
-    g = get_graph(name)
+    table = catalog.layer_table(name)
+    g = catalog.graph(name)
     modules = dict(eager[name].named_modules())
     for leaf in table.leaves:
         assert leaf.name in modules, leaf.name
@@ -241,6 +252,20 @@ def test_plan_ppipe_cuts_a_repository_model_into_a_pipeline_and_simulates(bigger
     out = json.loads((tmp_path / "sim" / "summary.json").read_text())
     assert out["arrived"] > 3000 and out["attainment"] > 0.9
     assert set(out["utilization"]) == {"L4", "P4"}  # both stages' GPU types ran
+
+
+def test_a_repository_named_once_is_not_kept_for_the_next_command(repo, capsys):
+    """The catalog lives in one invocation (no module-level active repository): in one
+    process, a command after one with ``--model-repository`` sees the zoo alone."""
+    from hetserve.cli import main
+
+    root = str(repo[0])
+    assert main(["model", "show", "skipnet", "--model-repository", root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "skipnet"
+    assert main(["model", "show", "skipnet", "--json"]) == 2
+    assert "unknown model 'skipnet'" in capsys.readouterr().err
+    assert main(["model", "list"]) == 0
+    assert "model repository" not in capsys.readouterr().out
 
 
 def test_model_list_and_show_name_repository_models(repo):

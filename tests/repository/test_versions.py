@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hetserve.core.latency import RooflineModel  # noqa: E402
-from hetserve.repository import layout  # noqa: E402
+from hetserve.repository import models  # noqa: E402
 from hetserve.runtime.torch_executor import TorchExecutor  # noqa: E402
-from hetserve.zoo.registry import build  # noqa: E402
+from hetserve.zoo.registry import builder  # noqa: E402
 from tests.repository.models import MODEL_PY, eager_outputs, repository_in_use  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -58,9 +58,18 @@ def vrepo(tmp_path_factory):
         yield root, eager, cache
 
 
-def test_version_states_follow_the_policy_and_the_graph(vrepo, tmp_path):
+@pytest.fixture(scope="module")
+def catalog(vrepo):
+    """The repository's models as a command names them (``--model-repository``)."""
+    from hetserve.core.models import ModelCatalog
+    from hetserve.repository.models import ModelRepository
+
+    return ModelCatalog(ModelRepository(vrepo[0]))
+
+
+def test_version_states_follow_the_policy_and_the_graph(vrepo, catalog, tmp_path):
     root, _, _ = vrepo
-    repo = layout.active()
+    repo = catalog.source
     states = repo.version_states("skipnet")
     assert [(s.version, s.state) for s in states] == [
         (1, "UNAVAILABLE"), (2, "READY"), (3, "READY"),
@@ -72,7 +81,7 @@ def test_version_states_follow_the_policy_and_the_graph(vrepo, tmp_path):
     # {latest: 1}: the older versions are not served, and the states say so
     (root / "skipnet" / "config.yaml").write_text("max_batch_size: 16\nslo_ms: 500\n")
     try:
-        states = layout.ModelRepository(root).version_states("skipnet")
+        states = models.ModelRepository(root).version_states("skipnet")
     finally:
         (root / "skipnet" / "config.yaml").write_text(
             "max_batch_size: 16\nslo_ms: 500\nversion_policy: all\n"
@@ -81,13 +90,13 @@ def test_version_states_follow_the_policy_and_the_graph(vrepo, tmp_path):
     assert all("version policy (latest: 1)" in s.reason for s in states[:2])
 
 
-def test_a_batch_mixing_versions_runs_each_row_with_its_versions_weights(vrepo):
+def test_a_batch_mixing_versions_runs_each_row_with_its_versions_weights(vrepo, catalog):
     """Rows of versions 2 and 3 in one batch, over two stages: each row equals its own
     version's eager model; a stop leaves both parts at the same block."""
     _, eager, _ = vrepo
     versions = (2, None, 2, None, None, 2)  # None: the default version (3)
-    ex = TorchExecutor(build, n_blocks=4, cut_fp16=False)
-    n = len(RooflineModel(n_blocks=4).blocks("skipnet"))
+    ex = TorchExecutor(builder(catalog), n_blocks=4, cut_fp16=False, graphs=catalog.graph)
+    n = len(RooflineModel(catalog.graph, n_blocks=4).blocks("skipnet"))
     x = torch.randn(len(versions), 3, 32, 32, generator=torch.Generator().manual_seed(0))
     a = ex.run_stage("w0", "skipnet", (0, 2), x, versions)
     b = ex.run_stage("w1", "skipnet", (2, n), a.output, versions)

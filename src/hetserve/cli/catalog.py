@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list
+from hetserve.cli.common import console, csv_list, model_catalog, repository
 from hetserve.cli.views import show_cluster, show_gpus, show_model
 from hetserve.core.errors import HetserveError
 
@@ -73,7 +73,6 @@ def model_list(models: str | None) -> None:
     """The model graphs shipped with hetserve, and the models of the model repository
     (with their versions and whether each can load)."""
     from hetserve.core.graph import get_graph, shipped_models
-    from hetserve.repository.layout import active
 
     t = Table(title="model zoo (graphs shipped as package data)")
     for col in ("name", "task", "input", "layers", "GMACs", "M params"):
@@ -89,7 +88,7 @@ def model_list(models: str | None) -> None:
             f"{g.params / 1e6:.1f}",
         )
     console.print(t)
-    repo = active()
+    repo = repository()
     if repo is None:
         return
     r = Table(title=f"model repository {repo.root}")
@@ -166,7 +165,6 @@ def model_ratios(name: str, gpu_list: str, batch: int, window: int | None, out: 
     """Per-block latency ratio between GPU types, and a PNG of the per-layer ratio
     (PPipe Fig. 3)."""
     from hetserve.core.gpus import get_gpu
-    from hetserve.core.graph import get_graph
     from hetserve.core.latency import RooflineModel
     from hetserve.core.ratios import latency_ratios, plot_ratios
 
@@ -176,8 +174,9 @@ def model_ratios(name: str, gpu_list: str, batch: int, window: int | None, out: 
     if batch < 1:
         raise HetserveError(f"--batch: expected >= 1, got {batch}")
     types = [get_gpu(n) for n in names]
-    g = get_graph(name)
-    rm = RooflineModel()
+    catalog = model_catalog()
+    g = catalog.graph(name)
+    rm = RooflineModel(catalog.graph)
     curves = [latency_ratios(rm, g.name, types[0], f, batch, window) for f in types[1:]]
     t = Table(title=f"{g.name}: latency ratio per block (batch {batch}, roofline)")
     t.add_column("block", justify="right")

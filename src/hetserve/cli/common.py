@@ -10,13 +10,17 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hetserve.core.errors import HetserveError
+
+if TYPE_CHECKING:
+    from hetserve.core.models import ModelCatalog
+    from hetserve.repository.models import ModelRepository
 
 # Piped output (logs, CI, `| less`) gets wide tables instead of rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -73,13 +77,13 @@ def print_json(obj: Any) -> None:
 
 
 def model_names(value: str, option: str = "--models") -> list[str]:
-    """Comma-separated names of shipped model graphs (case-insensitive); at least one."""
-    from hetserve.core.graph import get_graph
-
+    """Comma-separated names of this command's models (:func:`model_catalog`; shipped ones
+    case-insensitive), canonical; at least one."""
     names = csv_list(value)
     if not names:
         raise HetserveError(f"{option}: give at least one model name")
-    return [get_graph(n).name for n in names]
+    catalog = model_catalog()
+    return [catalog.graph(n).name for n in names]
 
 
 def names_list(value: str, option: str) -> list[str]:
@@ -171,11 +175,33 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 MODEL_PARAMS = frozenset({"models", "name", "model"})
 
 
-def _use_repository(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    from hetserve.repository.layout import use
+_CATALOG = "hetserve.model_catalog"  # the key of this invocation's catalog in ``ctx.meta``
 
+
+def _use_repository(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value:
-        use(value)
+        from hetserve.core.models import ModelCatalog
+        from hetserve.repository.models import ModelRepository
+
+        ctx.meta[_CATALOG] = ModelCatalog(ModelRepository(value))
+
+
+def model_catalog() -> ModelCatalog:
+    """The models this command names: the zoo, and ``--model-repository``'s (made per
+    invocation, kept in click's context: no module-level state)."""
+    from hetserve.core.models import ZOO
+
+    ctx = click.get_current_context(silent=True)
+    found = ctx.meta.get(_CATALOG) if ctx is not None else None
+    return found if found is not None else ZOO
+
+
+def repository() -> ModelRepository | None:
+    """This command's model repository (``--model-repository``), if any."""
+    from hetserve.repository.models import ModelRepository
+
+    source = model_catalog().source
+    return source if isinstance(source, ModelRepository) else None
 
 
 def add_repository_option(command: click.Command, under_model: bool = False) -> None:

@@ -7,7 +7,15 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list, int_list, model_names, print_json, progress_bar
+from hetserve.cli.common import (
+    console,
+    csv_list,
+    int_list,
+    model_catalog,
+    model_names,
+    print_json,
+    progress_bar,
+)
 from hetserve.core.errors import HetserveError
 
 # ------------------------------------------------------------------ profiles
@@ -53,7 +61,6 @@ def profile_estimate(
     layers: bool,
 ) -> None:
     """Write a profile set estimated by the roofline model for the cluster's GPU types."""
-    from hetserve.core.graph import get_graph
     from hetserve.core.latency import RooflineModel
     from hetserve.core.presets import load_cluster
     from hetserve.core.profiles import estimate_profiles
@@ -62,14 +69,14 @@ def profile_estimate(
     names = csv_list(models)
     if not names:
         raise HetserveError("--models: give at least one model name")
-    for n in names:
-        get_graph(n)  # fail fast with suggestions
-    rm = RooflineModel(n_blocks=n_blocks, ref_gpu=ref_gpu, catalog=c.catalog)
+    catalog = model_catalog()
+    graphs = [catalog.graph(n) for n in names]  # fail fast with suggestions
+    rm = RooflineModel(catalog.graph, n_blocks=n_blocks, ref_gpu=ref_gpu, catalog=c.catalog)
     gpus_ = c.gpu_types()
     with progress_bar("estimating", len(names) * len(gpus_)) as tick:
         ps = estimate_profiles(
             rm,
-            [get_graph(n).name for n in names],
+            [g.name for g in graphs],
             gpus_,
             int_list(shares, "shares"),
             int_list(batches, "batches"),
@@ -82,13 +89,9 @@ def profile_estimate(
         f"{', '.join(g.name for g in gpus_)}"
     )
     if layers:
-        from hetserve.core.layertable import (
-            estimate_layer_rows,
-            get_layer_table,
-            write_layers_csv,
-        )
+        from hetserve.core.layertable import estimate_layer_rows, write_layers_csv
 
-        tables = [get_layer_table(get_graph(n).name) for n in names]
+        tables = [catalog.layer_table(g.name) for g in graphs]
         rows = [
             r
             for t in tables
@@ -151,7 +154,7 @@ def profile_measure(
     with progress_bar("measuring", runs) as tick:
         ps, fits = measure_profiles(
             names, device, b_list, s_list, n_blocks, warmup, repeats, lambda _msg: tick(),
-            note=notes.append,
+            note=notes.append, model_catalog=model_catalog(),
         )  # fmt: skip
     folder = ps.write(out)
     why = notes[0] if notes else "no energy: power is not readable here"
@@ -171,7 +174,7 @@ def profile_measure(
         rows = []
         with progress_bar("layers", len(names)) as tick:
             for name in names:
-                rows += measure_layers(name, device, 1, warmup, repeats)
+                rows += measure_layers(name, device, 1, warmup, repeats, model_catalog())
                 tick()
         path = write_layers_csv(rows, folder / "layers.csv")
         console.print(f"wrote {path} ({len(rows)} layers)")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hetserve.cli.common import console, csv_list, int_list, progress_bar
+from hetserve.cli.common import console, csv_list, int_list, model_catalog, progress_bar
 from hetserve.cli.planviews import print_plan_result
 from hetserve.core.errors import HetserveError
 
@@ -229,8 +229,12 @@ def plan(cluster_name: str, models: str | None, profiles: str | None, estimate: 
     names = csv_list(models) if models else []
     if not names and planner not in ("magicbatch", "rampa", "pe", "ncar"):
         raise HetserveError("--models: give at least one model name")
-    req = PlanRequest(c, names, parse_slo(slo), _weights(weights, names),
-                      lambda: latency_source(c, req.models, profiles, n_blocks))  # fmt: skip
+    catalog = model_catalog()
+    req = PlanRequest(
+        c, names, parse_slo(slo), _weights(weights, names),
+        lambda: latency_source(c, req.models, profiles, n_blocks, catalog),
+        model_catalog=catalog,
+    )  # fmt: skip
     with progress_bar(f"planning with {planner} on {c.name}", None) as tick:
         req.progress = tick  # type: ignore[assignment]
         res = make_plan(planner, req, opts)

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from hetserve.cli.common import console, csv_list
+from hetserve.cli.common import console, csv_list, model_catalog, repository
 from hetserve.cli.serveviews import print_shutdown, print_summary
 from hetserve.core.errors import HetserveError
 
@@ -357,7 +357,7 @@ def serve(
             found=found, runtime_env=runtime_env, cpu_threads=cpu_threads,
             max_pending=max_pending, admission=admission, max_request_batch=max_request_batch,
             drain_timeout_s=drain_timeout, profile_device=profile_device, remeasure=remeasure,
-            versions=versions,
+            versions=versions, model_catalog=model_catalog(),
         ),
         say=console.print,
     )  # fmt: skip
@@ -421,10 +421,9 @@ def _repository_versions(names: list[str], plan_file: str | None) -> tuple[list[
     """The served versions of the repository models among ``names``; a model that cannot
     load is left out (UNAVAILABLE in the repository index, with the reason) and the others
     serve; with a --plan, or when none is left, it is an error."""
-    from hetserve.repository.layout import active
     from hetserve.runtime.versions import VersionTable
 
-    repo = active()
+    repo = repository()
     if repo is None:
         return names, VersionTable()
     states, broken = repo.serving(names)

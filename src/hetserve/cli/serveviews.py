@@ -15,7 +15,6 @@ def print_summary(
     server: Any, setup: Setup, scheduler: str, engine: str, host: str, port: int, http: Any
 ) -> None:
     from hetserve import __version__
-    from hetserve.planning.registry import model_graph
 
     shown = f"[{host}]" if ":" in host else host
     n_workers = len(setup.placement.workers)
@@ -46,7 +45,7 @@ def print_summary(
             f"request; {' '.join(pipes)}",
             markup=False,
         )
-        meta = model_graph(setup.plan, m).meta
+        meta = setup.graph(m).meta
         if meta.get("note"):
             console.print(f"  {m}: {meta['note']}", markup=False)
         if meta.get("batch_moved"):

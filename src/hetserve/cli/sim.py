@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetserve.cli.common import console, csv_list, names_list, plan_scheduler
+from hetserve.cli.common import console, csv_list, model_catalog, names_list, plan_scheduler
 from hetserve.cli.views import print_summary, write_run
 from hetserve.core.errors import HetserveError
 
@@ -129,6 +129,7 @@ def _build(
         slo_scale=slo_scale,
         plan=plan_path,
         max_batch=max_batch,
+        model_catalog=model_catalog(),
     )
 
 

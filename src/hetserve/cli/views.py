@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from hetserve.cli.common import console, print_json
+from hetserve.cli.common import console, model_catalog, print_json
 
 
 def show_gpus(types_file: str | None, as_json: bool) -> None:
@@ -136,10 +136,9 @@ def show_cluster(name_or_file: str, as_json: bool) -> None:
 
 def show_model(name: str, n_blocks: int, ref_gpu: str, show_layers: bool, as_json: bool) -> None:
     """A model's graph (NAME or a graph JSON file) and its pre-partitioned blocks."""
-    from hetserve.core.graph import get_graph
     from hetserve.core.latency import RooflineModel
 
-    g = get_graph(name)
+    g = model_catalog().graph(name)
     rm = RooflineModel(lambda _: g, n_blocks=n_blocks, ref_gpu=ref_gpu)
     blocks = rm.blocks(g.name)
     if as_json:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from hetserve.core.errors import ConfigError, unknown
 from hetserve.core.files import read_json
@@ -167,39 +167,15 @@ def _load_shipped(name: str) -> ModelGraph:
 
 
 def get_graph(name: str) -> ModelGraph:
-    """A shipped model graph by name (case-insensitive), a model of the active model
-    repository (``hetserve.repository``), or a graph JSON file by path."""
+    """A shipped model graph by name (case-insensitive) or a graph JSON file by path (a
+    user's models are named through a ``core.models.ModelCatalog``)."""
     if name.endswith(".json"):
         return load_graph_file(name)
     key = name.lower().replace("_", "-")
     models = shipped_models()
     if key in models:
         return _load_shipped(key)
-    extra = _extra_models
-    if extra is not None and name in extra:
-        return extra.graph(name)
-    raise unknown("model", name, [*models, *(extra.names() if extra else [])])
-
-
-class ModelSource(Protocol):
-    """Models beyond the shipped graphs (a model repository, ``hetserve.repository``)."""
-
-    def names(self) -> list[str]: ...
-    def __contains__(self, name: str) -> bool: ...
-    def graph(self, name: str) -> ModelGraph: ...
-
-
-_extra_models: ModelSource | None = None
-
-
-def use_models(source: ModelSource | None) -> None:
-    """Make ``source``'s models known to :func:`get_graph` by name (None: only the zoo)."""
-    global _extra_models
-    _extra_models = source
-
-
-def extra_models() -> ModelSource | None:
-    return _extra_models
+    raise unknown("model", name, models)
 
 
 # ------------------------------------------------------------------ blocks

@@ -17,13 +17,14 @@ estimate over the shipped layer tables otherwise. A ``1/k`` slice runs ``k`` tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from hetserve.core.coldstart import DHA, LoadPlan, ModelLoadPlan, Timeline, timeline
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
 from hetserve.core.layertable import (
     LayerRow,
+    LayerTable,
     estimate_layer_rows,
     get_layer_table,
     read_layers_csv,
@@ -43,9 +44,11 @@ class LayerLatency:
         load_plans: Mapping[str, ModelLoadPlan],
         layers_csv: str | None = None,
         catalog: GpuCatalog = DEFAULT_CATALOG,
+        tables: Callable[[str], LayerTable] = get_layer_table,
     ) -> None:
         self.load_plans = dict(load_plans)
         self.catalog = catalog
+        self._tables = tables  # a model's layer table by name (a ModelCatalog's)
         self._csv: list[LayerRow] = read_layers_csv(layers_csv) if layers_csv else []
         self._rows: dict[tuple[str, str, int], list[LayerRow]] = {}
         self._warm: dict[tuple[str, str, int, int], tuple[float, float]] = {}
@@ -83,7 +86,7 @@ class LayerLatency:
                     ]  # fmt: skip
                 hit = at
             else:
-                hit = estimate_layer_rows(get_layer_table(arch), g, batch)
+                hit = estimate_layer_rows(self._tables(arch), g, batch)
             self._rows[key] = hit
         return hit
 

@@ -186,29 +186,19 @@ def _load_shipped(name: str) -> LayerTable:
 
 
 def get_layer_table(name: str) -> LayerTable:
-    """A shipped layer table by model name, a model of the active model repository's
-    (made from its program, ``hetserve.repository``), or a layer-table JSON file by path."""
+    """A shipped layer table by model name or a layer-table JSON file by path (a user's
+    models' tables come through a ``core.models.ModelCatalog``)."""
     if name.endswith(".json"):
         return LayerTable.from_json(read_json(name, "layer table"), name)
     key = name.lower().replace("_", "-")
     if key not in shipped_layer_tables():
-        from hetserve.core.graph import extra_models
-
-        extra = extra_models()
-        if extra is not None and name in extra and hasattr(extra, "layer_table"):
-            return extra.layer_table(name)  # type: ignore[no-any-return]
         raise unknown("layer table of model", name, shipped_layer_tables())
     return _load_shipped(key)
 
 
 def has_layer_table(name: str) -> bool:
-    """Whether :func:`get_layer_table` has a table for the model ``name``."""
-    from hetserve.core.graph import extra_models
-
-    extra = extra_models()
-    return name.lower().replace("_", "-") in shipped_layer_tables() or (
-        extra is not None and name in extra and hasattr(extra, "layer_table")
-    )
+    """Whether a layer table ships for the model ``name``."""
+    return name.lower().replace("_", "-") in shipped_layer_tables()
 
 
 # ------------------------------------------------------------------ cost model

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -413,25 +413,30 @@ def slos_from_scale(
     models: Sequence[str],
     scale: float,
     ref_gpu: str | None = None,
+    graphs: Callable[[str], Any] | None = None,
 ) -> dict[str, float]:
     """SLO = ``scale`` x batch-1 whole-model latency on ``ref_gpu`` (default: the cluster's
     fastest GPU type for that model). PPipe uses 5 x the L4 latency. A repository model
-    whose config.yaml gives ``slo_ms`` has that SLO."""
+    whose config.yaml gives ``slo_ms`` has that SLO (``graphs``: the models' graphs by
+    name, a ``ModelCatalog``'s; default the shipped ones)."""
     if ref_gpu is not None:
         g = cluster.catalog.get(ref_gpu)
         out = {m: scale * latency.latency(m, g, 1, 1) for m in models}
     else:
         types = list(cluster.gpu_counts())
         out = {m: scale * min(latency.latency(m, t, 1, 1) for t in types) for m in models}
-    return {m: _configured_slo_s(m, v) for m, v in out.items()}
+    if graphs is None:
+        from hetserve.core.graph import get_graph
+
+        graphs = get_graph
+    return {m: _configured_slo_s(m, v, graphs) for m, v in out.items()}
 
 
-def _configured_slo_s(model: str, default_s: float) -> float:
-    from hetserve.core.graph import get_graph
+def _configured_slo_s(model: str, default_s: float, graphs: Callable[[str], Any]) -> float:
     from hetserve.core.layerlatency import base_model
 
     try:
-        ms = get_graph(base_model(model)).meta.get("slo_ms")
+        ms = graphs(base_model(model)).meta.get("slo_ms")
     except HetserveError:  # a model known only to its latency source (e.g. RAMPA's)
         return default_s
     return default_s if ms is None else float(ms) / 1e3

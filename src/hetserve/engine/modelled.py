@@ -21,12 +21,14 @@ are the same thing.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import GpuType
+from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import LatencyModel, busy_power_w
 from hetserve.engine.clock import VirtualClock
 from hetserve.engine.executor import BaseExecutor
@@ -77,9 +79,12 @@ class ModelledExecutor(BaseExecutor):
         jitter_cv: float = 0.0,
         request_overhead_s: float = 0.0,
         warm: bool = True,
+        graphs: Callable[[str], ModelGraph] = get_graph,
     ) -> None:
         """``warm``: the plan's blocks are resident when the kernel starts (see
-        :meth:`warm_start`; a cold-start plan loads them: ``False``)."""
+        :meth:`warm_start`; a cold-start plan loads them: ``False``). ``graphs``: the
+        models' graphs by name (a ``ModelCatalog``'s), for their weights' bytes."""
+        self._graphs = graphs
         if jitter not in JITTERS:
             raise HetserveError(f"jitter must be none, lognormal or exponential, got {jitter!r}")
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
@@ -103,7 +108,7 @@ class ModelledExecutor(BaseExecutor):
         view = kernel.view
         self.view = view
         self.latency = view.latency
-        self.residency = Residency(view.cluster, view.latency)
+        self.residency = Residency(view.cluster, view.latency, self._graphs)
         cold = self.residency.cold_model
         self._dha_s = None if cold is None else cold.dha_s
         self.held = {wid: Held(info) for wid, info in view.workers.items()}

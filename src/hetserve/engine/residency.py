@@ -28,10 +28,12 @@ load's tens, and charging a whole load for a brief overlap would overstate it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
+from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import GraphBlocksModel, LatencyModel, cold_start_model
 from hetserve.core.plan import Placement, Plan
 from hetserve.engine.links import HostLinks
@@ -63,9 +65,17 @@ class Residency:
     """Block bytes, memory, warm starts, planned loads over the host links they share,
     cold runs and DHA contention."""
 
-    def __init__(self, cluster: Cluster, latency: LatencyModel) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        latency: LatencyModel,
+        graphs: Callable[[str], ModelGraph] = get_graph,
+    ) -> None:
+        """``graphs``: the models' graphs by name (a ``ModelCatalog``'s), for the weights
+        of models whose latency model has no graph of its own (a profile set)."""
         self.cluster = cluster
         self.latency = latency
+        self._graphs = graphs
         self._bytes_cache: dict[str, list[float]] = {}
         self._mask_bytes: dict[tuple[str, int], float] = {}
         # loads that follow load plans (core.layerlatency), over host links they share
@@ -88,10 +98,8 @@ class Residency:
                 g, b = self.latency.graph(model), self.latency.blocks(model)
                 out = [sum(g.layers[i].param_bytes for i in b.layers(k)) for k in range(n)]
             else:
-                from hetserve.core.graph import get_graph
-
                 try:
-                    total = get_graph(model).param_bytes
+                    total = self._graphs(model).param_bytes
                     out = [total / n] * n  # profile blocks: split the weights evenly
                 except HetserveError:
                     pass  # unknown model: no memory accounting

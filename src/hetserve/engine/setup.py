@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
-from hetserve.core.graph import get_graph
 from hetserve.core.latency import LatencyModel, RooflineModel
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.plan import Placement, Plan, bind, default_plan, slos_from_scale
 from hetserve.core.presets import load_cluster
 from hetserve.core.profiles import ProfileSet, TableModel
@@ -26,7 +26,9 @@ from hetserve.scheduling.protocol import scheduler_factory
 @dataclass
 class Setup:
     """What both engines are built from: the cluster, the latency model, the models served
-    (canonical names) with their SLOs, the plan and the plan's placement on the cluster."""
+    (canonical names) with their SLOs, the plan and the plan's placement on the cluster,
+    and the catalog the models' names were resolved in (the zoo, and a model repository
+    where the run names one)."""
 
     cluster: Cluster
     latency: LatencyModel
@@ -34,6 +36,14 @@ class Setup:
     slos_s: dict[str, float]
     plan: Plan
     placement: Placement
+    model_catalog: ModelCatalog = field(default=ZOO)
+
+    def graph(self, model: str) -> Any:
+        """The graph of a served model (``bert-base@3`` too) as the server advertises its
+        tensors (``planning.registry.model_graph``)."""
+        from hetserve.planning.registry import model_graph
+
+        return model_graph(self.plan, model, self.model_catalog)
 
     # what the plan means for a run, derived in one place: ``simulate``, ``serve``, the
     # studies and the benchmarks read these rather than re-deriving them
@@ -80,6 +90,7 @@ class LatencyRequest:
     profiles: str | Path | None  # a profile set's folder
     n_blocks: int  # the roofline's blocks per model
     source: str  # the plan's file, for messages
+    model_catalog: ModelCatalog = ZOO  # where the models' graphs and layer tables come from
 
 
 #: latency sources by kind (``core.registry``: the one registry shape); each makes the
@@ -102,7 +113,7 @@ def latency_kind(plan: Plan | None, profiles: str | Path | None) -> str:
 @LATENCY_SOURCES.register("layers")
 def _layers(r: LatencyRequest) -> tuple[LatencyModel, list[str]]:
     assert r.plan is not None
-    return cold_latency(r.plan, r.models, r.cluster)
+    return cold_latency(r.plan, r.models, r.cluster, r.model_catalog)
 
 
 @LATENCY_SOURCES.register("rampa")
@@ -116,7 +127,7 @@ def _rampa(r: LatencyRequest) -> tuple[LatencyModel, list[str]]:
 @LATENCY_SOURCES.register("profiles")
 @LATENCY_SOURCES.register("roofline")
 def _profiles_or_roofline(r: LatencyRequest) -> tuple[LatencyModel, list[str]]:
-    return latency_source(r.cluster, r.models, r.profiles, r.n_blocks)
+    return latency_source(r.cluster, r.models, r.profiles, r.n_blocks, r.model_catalog)
 
 
 def build_setup(
@@ -130,7 +141,11 @@ def build_setup(
     max_batch: int = 8,
     slo_margin: float = 0.4,
     n_blocks: int = 10,
+    model_catalog: ModelCatalog = ZOO,
 ) -> Setup:
+    """A run's :class:`Setup` from a cluster (a preset's name or a file) and model names
+    resolved in ``model_catalog``: a plan's (file or object) where given, else a default
+    plan for the SLOs (``slo_ms``, else ``slo_scale`` x the fastest batch-1 latency)."""
     c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
     source = str(plan) if isinstance(plan, (str, Path)) else "plan"
     if isinstance(plan, (str, Path)):
@@ -139,7 +154,7 @@ def build_setup(
         models = list(plan.models)
     kind = latency_kind(plan, profiles)
     latency, names = LATENCY_SOURCES.get(kind)(
-        LatencyRequest(c, list(models), plan, profiles, n_blocks, source)
+        LatencyRequest(c, list(models), plan, profiles, n_blocks, source, model_catalog)
     )
     if plan is not None:
         missing = [m for m in names if m not in plan.models]
@@ -167,18 +182,18 @@ def build_setup(
                 )
         slos = {m: plan.models[m].slo_s for m in names}
     else:
-        slos = slos_from_scale(c, latency, names, slo_scale)
+        slos = slos_from_scale(c, latency, names, slo_scale, graphs=model_catalog.graph)
         if slo_ms:
             unknown_m = [m for m in slo_ms if m not in names]
             if unknown_m:
                 raise HetserveError(f"--slo names {', '.join(unknown_m)}, not among --models")
             slos.update({m: v / 1e3 for m, v in slo_ms.items()})
         plan = default_plan(c, latency, slos, max_batch=max_batch, slo_margin=slo_margin)
-    return Setup(c, latency, names, slos, plan, bind(plan, c))
+    return Setup(c, latency, names, slos, plan, bind(plan, c), model_catalog)
 
 
 def cold_latency(
-    plan: Plan, models: Sequence[str], cluster: Cluster
+    plan: Plan, models: Sequence[str], cluster: Cluster, model_catalog: ModelCatalog = ZOO
 ) -> tuple[LatencyModel, list[str]]:
     """The latency model of a plan with load plans (DeepPlan): layer tables and the
     plan's load plans (``core.layerlatency``), from the ``layers.csv`` the plan was made
@@ -193,7 +208,9 @@ def cold_latency(
     sources = {lp.layers_source for lp in plan.load_plans.values()} - {"estimate", ""}
     if len(sources) > 1:
         raise HetserveError(f"plan's load plans come from several layer files: {sources}")
-    lat = LayerLatency(plan.load_plans, next(iter(sources), None), cluster.catalog)
+    lat = LayerLatency(
+        plan.load_plans, next(iter(sources), None), cluster.catalog, model_catalog.layer_table
+    )
     for m in models:  # a load plan must cover its model's layers exactly
         lp = plan.load_plans[m]
         n = len(lat.rows(m, lp.gpu))
@@ -206,10 +223,15 @@ def cold_latency(
 
 
 def latency_source(
-    cluster: Cluster, models: Sequence[str], profiles: str | Path | None, n_blocks: int = 10
+    cluster: Cluster,
+    models: Sequence[str],
+    profiles: str | Path | None,
+    n_blocks: int = 10,
+    model_catalog: ModelCatalog = ZOO,
 ) -> tuple[LatencyModel, list[str]]:
-    """A profile set's table model (``profiles``), or the roofline model of the shipped
-    graphs; and the models' canonical names (unknown names fail with suggestions)."""
+    """A profile set's table model (``profiles``), or the roofline model of
+    ``model_catalog``'s graphs; and the models' canonical names (unknown names fail with
+    suggestions)."""
     if not models:
         raise HetserveError("--models: give at least one model")
     if profiles is not None:
@@ -217,8 +239,8 @@ def latency_source(
         for m in models:
             table.num_blocks(m)
         return table, list(models)
-    names = [get_graph(m).name for m in models]
-    return RooflineModel(n_blocks=n_blocks, catalog=cluster.catalog), names
+    names = [model_catalog.graph(m).name for m in models]
+    return RooflineModel(model_catalog.graph, n_blocks=n_blocks, catalog=cluster.catalog), names
 
 
 def covered_max_batch(setup: Setup, limit: int = 1024) -> int:

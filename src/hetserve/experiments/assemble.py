@@ -19,6 +19,7 @@ from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.plan import Plan, bind
 from hetserve.engine.setup import Setup, build_setup, latency_source
 from hetserve.runtime.served import check_served
@@ -53,6 +54,7 @@ class ServeOptions:
     profile_device: str = "cpu"
     remeasure: bool = False
     versions: VersionTable = field(default_factory=VersionTable)
+    model_catalog: ModelCatalog = ZOO  # the zoo, and ``--model-repository``'s models
 
 
 @dataclass
@@ -73,7 +75,14 @@ def assemble_server(o: ServeOptions, say: Callable[[str], None] = print) -> Asse
     profiles = o.profiles
     if profiles is None and not o.emulate and o.cluster.name == "local-cpu":
         folder = measured_profiles(
-            names, o.profile_device, [1, 2, 4, 8], 10, o.cpu_threads, o.remeasure, say=say
+            names,
+            o.profile_device,
+            [1, 2, 4, 8],
+            10,
+            o.cpu_threads,
+            o.remeasure,
+            say=say,
+            model_catalog=o.model_catalog,
         )
         profiles = str(folder)
     plan = o.plan
@@ -81,14 +90,18 @@ def assemble_server(o: ServeOptions, say: Callable[[str], None] = print) -> Asse
         from hetserve.planning.registry import PlanRequest, make_plan
 
         cluster = o.cluster
-        req = PlanRequest(cluster, names, dict(o.slo_ms or {}) or None, None,
-                          lambda: latency_source(cluster, names, profiles, 10))  # fmt: skip
+        req = PlanRequest(
+            cluster, names, dict(o.slo_ms or {}) or None, None,
+            lambda: latency_source(cluster, names, profiles, 10, o.model_catalog),
+            model_catalog=o.model_catalog,
+        )  # fmt: skip
         plan = make_plan(o.planner, req, {}).plan
         names = list(plan.models)
         check_served(plan, bind(plan, o.cluster), names)
     setup = build_setup(
-        o.cluster, names, profiles=profiles, slo_ms=o.slo_ms, plan=plan, max_batch=o.max_batch
-    )
+        o.cluster, names, profiles=profiles, slo_ms=o.slo_ms, plan=plan,
+        max_batch=o.max_batch, model_catalog=o.model_catalog,
+    )  # fmt: skip
     scheduler, params = plan_scheduler(setup.plan, o.scheduler, o.params, "flex")
     params = wall_clock_params(scheduler, params, o.max_batch)
     build = leaf_rows = host_alias = None
@@ -96,7 +109,7 @@ def assemble_server(o: ServeOptions, say: Callable[[str], None] = print) -> Asse
         from hetserve.profiling.layers import host_alias, leaf_rows
         from hetserve.zoo.registry import builder
 
-        build = builder()
+        build = builder(o.model_catalog)
     engine = "threads" if o.emulate and o.address is None else o.engine
     server = Server(
         setup,

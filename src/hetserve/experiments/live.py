@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hetserve.core.errors import HetserveError
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
 from hetserve.workload.trace import Trace
 
@@ -118,14 +119,15 @@ def replay_http(
     timeout_s: float = 60.0,
     connections: int = 128,
     input_names: Mapping[str, str] | None = None,
+    model_catalog: ModelCatalog = ZOO,
 ) -> LiveRun:
     """Send the trace's requests to the server at ``url`` (``http://host:port``) at their
     arrival times, over ``connections`` keep-alive connections
     (:func:`hetserve.experiments.loadgen.open_loop`; latency counts from each request's
     arrival time); ``inputs[model]``: one request's input (no batch dimension), named
     ``input_names[model]`` (default: the model graph's first input). Each request names
-    its trace stream (``parameters.stream``), which a MagicBatch plan queues by."""
-    from hetserve.core.graph import get_graph
+    its trace stream (``parameters.stream``), which a MagicBatch plan queues by; the graphs
+    come from ``model_catalog``."""
     from hetserve.experiments.loadgen import http_request, open_loop
 
     missing = [m for m in trace.models() if m not in inputs]
@@ -133,7 +135,7 @@ def replay_http(
         raise HetserveError(f"no input for model(s) {', '.join(missing)}")
     payloads = []
     for st in trace.streams:
-        name = (input_names or {}).get(st.model) or get_graph(st.model).inputs[0].name
+        name = (input_names or {}).get(st.model) or model_catalog.graph(st.model).inputs[0].name
         body, hdr = binary_body(inputs[st.model][None], st.slo_s * 1e3, name, st.name)
         if token is not None:
             hdr["Authorization"] = f"Bearer {token}"

@@ -144,7 +144,14 @@ def simulate(
     if config is None:  # what the plan means for the run (``Setup``)
         config = SimConfig(cut_bytes_factor=setup.cut_bytes_factor, warm=setup.warm)
     return Simulator(
-        setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, config
+        setup.cluster,
+        setup.latency,
+        setup.plan,
+        setup.placement,
+        sched,
+        trace,
+        config,
+        graphs=setup.model_catalog.graph,
     ).run()
 
 

@@ -44,11 +44,10 @@ from hetserve.core.latency import LatencyModel
 from hetserve.core.layertable import (
     LayerRow,
     estimate_layer_rows,
-    get_layer_table,
-    has_layer_table,
     read_layers_csv,
     select_rows,
 )
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
 
 EPS_S = 1e-12
@@ -363,17 +362,22 @@ def dha_summary(rows: Sequence[LayerRow], plan: LoadPlan) -> list[str]:
 
 
 def layer_rows_for(
-    model: str, gpu: GpuType, batch: int = 1, layers_csv: str | None = None
+    model: str,
+    gpu: GpuType,
+    batch: int = 1,
+    layers_csv: str | None = None,
+    model_catalog: ModelCatalog = ZOO,
 ) -> tuple[list[LayerRow], str]:
     """A model's ``layers.csv`` rows on ``gpu``: from a file (measured or estimated), or
-    estimated from the shipped layer table. Returns the rows and where they came from."""
+    estimated from its layer table (``model_catalog``'s). Returns the rows and where they
+    came from."""
     from hetserve.core.layerlatency import base_model
 
     arch = base_model(model)
     if layers_csv:
         rows = select_rows(read_layers_csv(layers_csv), arch, gpu.name, batch, layers_csv)
-        if has_layer_table(arch):
-            want = len(get_layer_table(arch))
+        if model_catalog.has_layer_table(arch):
+            want = len(model_catalog.layer_table(arch))
             if len(rows) != want:
                 raise HetserveError(
                     f"{layers_csv}: model {arch} has {len(rows)} layers; its layer table has "
@@ -381,7 +385,7 @@ def layer_rows_for(
                     f"writes them)"
                 )
         return rows, layers_csv
-    return estimate_layer_rows(get_layer_table(arch), gpu, batch), "estimate"
+    return estimate_layer_rows(model_catalog.layer_table(arch), gpu, batch), "estimate"
 
 
 def plan_cold_starts(
@@ -395,6 +399,7 @@ def plan_cold_starts(
     pt_max: int | None = None,
     gpu: str | None = None,
     progress: Callable[[], None] | None = None,
+    model_catalog: ModelCatalog = ZOO,
 ) -> tuple[Plan, dict[str, dict[str, PlannedLoad]]]:
     """A DeepPlan plan: every model served whole on every GPU of type ``gpu`` (the
     cluster's only type by default), one instance per GPU, with the ``kind`` load plan per
@@ -429,7 +434,7 @@ def plan_cold_starts(
     for m in models:
         arch = base_model(m)
         if arch not in by_arch:  # instances of one architecture share its plans
-            rows, source = layer_rows_for(arch, g, batch, layers_csv)
+            rows, source = layer_rows_for(arch, g, batch, layers_csv, model_catalog)
             kinds = [k for k in PLAN_KINDS if k not in ("pt", "pt+dha") or par >= 2]
             by_arch[arch] = ({k: plan_load(arch, k, rows, par, nv) for k in kinds}, source)
         every[m], source = by_arch[arch]

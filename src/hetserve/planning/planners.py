@@ -42,7 +42,9 @@ def _slos(req: PlanRequest, opts: Mapping[str, Any]) -> tuple[Any, list[str], di
     if scale <= 0:
         raise HetserveError(f"--slo-scale must be > 0, got {scale}")
     lat, names = req.latency()
-    slos = slos_from_scale(req.cluster, lat, names, scale, opts.get("slo_ref_gpu"))
+    slos = slos_from_scale(
+        req.cluster, lat, names, scale, opts.get("slo_ref_gpu"), req.model_catalog.graph
+    )
     slos.update(_given_slos(req, names))
     return lat, names, slos
 
@@ -98,7 +100,6 @@ def _herd(req: PlanRequest, opts: Mapping[str, Any]) -> PlanResult:
     """HERD on the cluster's GPUs of one type: each model's share of ``rate_rps`` (by the
     weights) is a model-stream; streams heavier than half a group are split; memory per
     model from its graph's weights; a GPU keeps 1/8 of its memory for the scheduler."""
-    from hetserve.core.graph import get_graph
     from hetserve.planning.herd import herd, herd_plan, model_streams, split_heavy
 
     rate = opts.get("rate_rps")
@@ -120,7 +121,7 @@ def _herd(req: PlanRequest, opts: Mapping[str, Any]) -> PlanResult:
     w = req.weights or {}
     total_w = sum(float(w.get(m, 1.0)) for m in names)
     rates = {m: float(rate) * float(w.get(m, 1.0)) / total_w for m in names}
-    mem = {m: get_graph(m).param_bytes / 1e9 for m in names}
+    mem = {m: req.model_catalog.graph(m).param_bytes / 1e9 for m in names}
     max_batch = int(opts.get("max_batch", 128))
     g_max = int(opts.get("g_max", 12))
     if g_max < 1 or max_batch < 1:
@@ -143,19 +144,19 @@ def _herd(req: PlanRequest, opts: Mapping[str, Any]) -> PlanResult:
 )
 def _deepplan(req: PlanRequest, opts: Mapping[str, Any]) -> PlanResult:
     from hetserve.core.layerlatency import base_model
-    from hetserve.core.layertable import get_layer_table
     from hetserve.planning.deepplan import plan_cold_starts
 
     names = list(dict.fromkeys(req.models))
     if not names:
         raise HetserveError("--models: give at least one model")
     for m in names:  # instances (bert-base@3) are served whole: one block each
-        get_layer_table(base_model(m))
+        req.model_catalog.layer_table(base_model(m))
     slos = _given_slos(req, names)
     kind = str(opts.get("kind", "pt+dha"))
     plan, every = plan_cold_starts(
         req.cluster, names, None, kind, slos, int(opts.get("batch", 1)),
         opts.get("layers_csv"), opts.get("pt_max"), opts.get("gpu"), req.progress,
+        req.model_catalog,
     )  # fmt: skip
     return PlanResult(plan, {"every": every, "kind": kind, "batch": int(opts.get("batch", 1))})
 

@@ -18,6 +18,7 @@ from typing import Any
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LatencyModel
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.plan import Plan, SchedulerChoice
 from hetserve.core.registry import Registry
 
@@ -40,6 +41,7 @@ class PlanRequest:
     weights: dict[str, float] | None = None
     latency_source: Callable[[], tuple[LatencyModel, list[str]]] | None = None
     progress: Callable[[], None] | None = None
+    model_catalog: ModelCatalog = ZOO  # where the models' graphs and layer tables come from
     _latency: tuple[LatencyModel, list[str]] | None = field(default=None, repr=False)
 
     def latency(self) -> tuple[LatencyModel, list[str]]:
@@ -121,15 +123,14 @@ def make_plan(name: str, request: PlanRequest, options: Mapping[str, Any]) -> Pl
     return res
 
 
-def model_graph(plan: Plan, model: str) -> Any:
+def model_graph(plan: Plan, model: str, model_catalog: ModelCatalog = ZOO) -> Any:
     """The graph of a plan's model, as the server advertises its tensors: a RAMPA plan's
     models are Table V services (``planning.rampa.serving.service_graph``), every other
-    plan's are the zoo's or their instances (``bert-base@3``)."""
+    plan's are ``model_catalog``'s or their instances (``bert-base@3``)."""
     if plan.meta.get("latency_source") == "rampa":
         from hetserve.planning.rampa.serving import service_graph
 
         return service_graph(plan, model)
-    from hetserve.core.graph import get_graph
     from hetserve.core.layerlatency import base_model
 
-    return get_graph(base_model(model))
+    return model_catalog.graph(base_model(model))

@@ -21,6 +21,8 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
+from hetserve.core.models import ZOO, ModelCatalog
+
 
 def cache_root() -> Path:
     """``$HETSERVE_CACHE`` (default ``~/.cache/hetserve``): profiles/, imports/."""
@@ -37,14 +39,17 @@ def default_cpu_threads() -> int:
 
 
 def cache_entry(
-    models: list[str], device: str, batches: list[int], n_blocks: int, threads: int
+    models: list[str],
+    device: str,
+    batches: list[int],
+    n_blocks: int,
+    threads: int,
+    model_catalog: ModelCatalog = ZOO,
 ) -> Path:
     """The folder of the cache entry for these settings (it may not exist yet)."""
-    from hetserve.core.graph import get_graph
-
     # a repository model's files may change under its name: its import's digest is part
     # of the key (zoo models have none)
-    digests = [str(get_graph(m).meta.get("digest", "")) for m in sorted(models)]
+    digests = [str(model_catalog.graph(m).meta.get("digest", "")) for m in sorted(models)]
     key = "|".join(
         [platform.node(), platform.processor(), str(os.cpu_count()), device,
          ",".join(sorted(models)), ",".join(map(str, batches)), str(n_blocks),
@@ -70,13 +75,15 @@ def measured_profiles(
     threads: int = 0,
     remeasure: bool = False,
     say: Callable[[str], None] = print,
+    model_catalog: ModelCatalog = ZOO,
 ) -> Path:
-    """A profile set of this machine for the models: measured once, then reused unless
-    ``remeasure``; ``say`` reports which (with the entry's date and thread count)."""
+    """A profile set of this machine for the models (of ``model_catalog``): measured once,
+    then reused unless ``remeasure``; ``say`` reports which (with the entry's date and
+    thread count)."""
     from hetserve.profiling.measure import measure_profiles
 
     threads = threads or default_cpu_threads()
-    folder = cache_entry(models, device, batches, n_blocks, threads)
+    folder = cache_entry(models, device, batches, n_blocks, threads, model_catalog)
     if (folder / "latency.csv").exists() and not remeasure:
         meta = read_meta(folder)
         when = meta.get("measured_at", "at an unknown time")
@@ -90,7 +97,15 @@ def measured_profiles(
         f"{folder} for next time)"
     )
     ps, _ = measure_profiles(
-        models, device, batches, (1,), n_blocks, warmup=2, repeats=5, threads=threads
+        models,
+        device,
+        batches,
+        (1,),
+        n_blocks,
+        warmup=2,
+        repeats=5,
+        threads=threads,
+        model_catalog=model_catalog,
     )  # with the threads the workers will run with
     ps.write(folder)
     meta = {

@@ -35,6 +35,7 @@ from hetserve.core.layertable import (  # noqa: F401  (the format lives in core)
     read_layers_csv,
     write_layers_csv,
 )
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.profiling.measure import device_name
 
 # ------------------------------------------------------------------ DLPack
@@ -174,7 +175,12 @@ def _median(xs: list[float]) -> float:
 
 
 def measure_layers(
-    model: str, device: str = "cuda", batch: int = 1, warmup: int = 3, repeats: int = 10
+    model: str,
+    device: str = "cuda",
+    batch: int = 1,
+    warmup: int = 3,
+    repeats: int = 10,
+    model_catalog: ModelCatalog = ZOO,
 ) -> list[LayerRow]:
     """The module docstring's three times for every row of ``model``'s layer table (the
     leaf-module calls of :func:`hetserve.zoo.leaves.trace_rows`, at the input size of the
@@ -186,7 +192,8 @@ def measure_layers(
     row before them, as in the table; the DHA pass runs the whole model on host aliases of
     pinned copies of every weight. Loads copy each row's weights (those it is first to
     read). ``device="cpu"`` runs the same bookkeeping without a host link (loads 0, DHA =
-    in-memory): for tests, not for planning.
+    in-memory): for tests, not for planning. ``model_catalog``: where ``model`` comes
+    from (the zoo, and a model repository's).
     """
     import torch
 
@@ -202,7 +209,7 @@ def measure_layers(
     # deepplan --layers selects the rows by; the driver's string is only an alias of it
     gpu = device_name(device)
     seq = DEEPPLAN_SEQ_LEN.get(model)
-    net = build(model, seq_len=seq) if seq else build(model)
+    net = build(model, seq_len=seq, model_catalog=model_catalog)
     rows, _ = trace_rows(net)
     _, row_weights = leaf_rows(net, rows)
     dev = torch.device(device)

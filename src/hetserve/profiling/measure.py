@@ -44,6 +44,7 @@ from typing import Any
 
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LinearParams, RooflineModel, fit_linear
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.profiles import ProfileSet
 
 RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
@@ -241,11 +242,13 @@ def measure_profiles(
     progress: Callable[[str], None] | None = None,
     threads: int = 0,
     note: Callable[[str], None] | None = None,
+    model_catalog: ModelCatalog = ZOO,
 ) -> tuple[ProfileSet, list[Fit]]:
     """Measure a profile set (module docstring); returns it with the alpha/beta fits.
     ``threads``: torch threads to measure with (0: as set), as the serving workers run.
     ``progress`` is called after each (model, share, batch); ``note`` once, with why there
-    is no energy where there is none."""
+    is no energy where there is none. ``model_catalog``: where the models come from (the
+    zoo, and a model repository's)."""
     import torch
 
     if threads > 0:
@@ -253,8 +256,9 @@ def measure_profiles(
         torch.set_num_threads(threads)
         try:
             return measure_profiles(
-                models, device, batches, shares, n_blocks, warmup, repeats, progress, note=note
-            )
+                models, device, batches, shares, n_blocks, warmup, repeats, progress,
+                note=note, model_catalog=model_catalog,
+            )  # fmt: skip
         finally:
             torch.set_num_threads(before)
 
@@ -274,7 +278,7 @@ def measure_profiles(
     if energy.kind is None and note is not None:
         note(f"no energy.csv: {energy.why}")
     threads = torch.get_num_threads()
-    roofline = RooflineModel(n_blocks=n_blocks)
+    roofline = RooflineModel(model_catalog.graph, n_blocks=n_blocks)
     ps = ProfileSet(energy_mj={} if energy.kind else None)
     fits: list[Fit] = []
 
@@ -292,7 +296,7 @@ def measure_profiles(
 
     try:
         for name in models:
-            net = build(name).to(dev)
+            net = build(name, model_catalog=model_catalog).to(dev)
             blocks = roofline.blocks(net.model_name)
             if blocks.bounds[-1] != len(net.layers):
                 raise HetserveError(

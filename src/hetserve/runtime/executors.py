@@ -49,7 +49,7 @@ def executor_kind(cfg: ServerConfig) -> str:
 @EXECUTORS.register("modelled")
 def _modelled(r: ExecutorRequest) -> Executor:
     # the plan's blocks resident at start, unless its load plans load them (cold starts)
-    return ModelledExecutor(warm=r.setup.warm)
+    return ModelledExecutor(warm=r.setup.warm, graphs=r.setup.model_catalog.graph)
 
 
 @EXECUTORS.register("threads")
@@ -65,11 +65,12 @@ def _threads(r: ExecutorRequest) -> Executor:
         torch.set_num_threads(cfg.cpu_threads)
     if st.plan.load_plans:  # cold starts: models load on demand, whole
         return TorchExecutor(
-            cfg.build, n_blocks=1, leaf_rows=cfg.leaf_rows, host_alias=cfg.host_alias
-        )
+            cfg.build, n_blocks=1, leaf_rows=cfg.leaf_rows, host_alias=cfg.host_alias,
+            graphs=st.model_catalog.graph,
+        )  # fmt: skip
     ex = TorchExecutor(
         cfg.build, n_blocks=cfg.n_blocks, version_of=r.version_of, preemptive=r.preemptive,
-        cut_fp16=st.cut_fp16,
+        cut_fp16=st.cut_fp16, graphs=st.model_catalog.graph,
     )  # fmt: skip
     ex.prepare(st.plan, st.placement, cfg.versions.others())
     return ex
@@ -93,4 +94,5 @@ def _ray(r: ExecutorRequest) -> Executor:
         st.plan, cfg.cpu_threads, found=cfg.found, runtime_env=cfg.runtime_env,
         versions=cfg.versions.others(), version_of=r.version_of, preemptive=r.preemptive,
         cold=cold, gpu_device=cfg.gpu_device, cut_fp16=st.cut_fp16,
+        graphs=st.model_catalog.graph,
     )  # fmt: skip

@@ -30,10 +30,11 @@ class StageActor:
     def __init__(
         self, build: Callable[[str], Any], n_blocks: int, device: str, threads: int = 0,
         preemptive: bool = True, cold: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
-        cut_fp16: bool = True,
+        cut_fp16: bool = True, graphs: Callable[[str], Any] | None = None,
     ) -> None:  # fmt: skip
         """``cold``: ``(leaf_rows, host_alias)`` of ``hetserve.profiling.layers`` for a
-        plan with load plans (models load on demand, whole)."""
+        plan with load plans (models load on demand, whole); ``graphs``: the models'
+        graphs by name (a ``ModelCatalog``'s; default the shipped ones)."""
         import torch
 
         from hetserve.runtime.torch_executor import TorchExecutor
@@ -44,7 +45,7 @@ class StageActor:
         leaf_rows, host_alias = cold if cold is not None else (None, None)
         self.ex = TorchExecutor(
             build, n_blocks=n_blocks, device=device, leaf_rows=leaf_rows, host_alias=host_alias,
-            cut_fp16=cut_fp16,
+            cut_fp16=cut_fp16, **({"graphs": graphs} if graphs is not None else {}),
         )  # fmt: skip
         self.preemptive = preemptive
         self.stops: set[int] = set()

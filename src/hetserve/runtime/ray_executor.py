@@ -80,6 +80,7 @@ class RayExecutor(BaseExecutor):
         cold: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
         gpu_device: str = "cuda",
         cut_fp16: bool = True,
+        graphs: Callable[[str], Any] | None = None,
     ) -> None:
         """``preemptive``: stages stop at block boundaries when told (on CUDA each boundary
         then waits for its kernels); ``cpu_threads``: torch threads of all CPU worker slots
@@ -92,7 +93,9 @@ class RayExecutor(BaseExecutor):
         actors load models on demand, by the plan, and hold nothing at start);
         ``gpu_device``: what GPU workers compute on (``cuda``, the GPU Ray gave the actor;
         tests on GPU-less nodes that declare GPUs pass ``cpu``); ``cut_fp16``: activations
-        cross cuts as FP16 (the plan's precision: ``Setup.cut_fp16``)."""
+        cross cuts as FP16 (the plan's precision: ``Setup.cut_fp16``); ``graphs``: the
+        models' graphs by name, which the actors cut blocks from (a ``ModelCatalog``'s,
+        picklable; None: the shipped ones)."""
         from hetserve.runtime.discovery import check_versions, connect, discover
         from hetserve.runtime.ray_placement import RayPlacement, WorkerPlace, verify
 
@@ -128,7 +131,7 @@ class RayExecutor(BaseExecutor):
                 gpu = info.gpu.name != "CPU"
                 self.actors[wid] = StageActor.options(**opts).remote(
                     build, n_blocks, gpu_device if gpu else "cpu", 0 if gpu else threads,
-                    preemptive, cold, cut_fp16,
+                    preemptive, cold, cut_fp16, graphs,
                 )  # fmt: skip
             wids = list(self.actors)
             got = ray.get([self.actors[w].where.remote() for w in wids])

@@ -94,9 +94,7 @@ class Server:
         emulated workers) and the largest batch one infer request may carry."""
         t = self._tensors.get(model)
         if t is None:
-            from hetserve.planning.registry import model_graph
-
-            g = model_graph(self.setup.plan, model)
+            g = self.setup.graph(model)
             # a repository model is exported for its config.yaml's max_batch_size rows; a
             # request's rows go to the GPU in one batch, which the scheduler may bound
             rows = min(self.cfg.max_request_batch, int(g.meta.get("max_batch", 1 << 30)))

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import RooflineModel, cold_start_model
 from hetserve.engine.entities import Task
 from hetserve.engine.executor import BaseExecutor, Kernel
@@ -60,11 +61,13 @@ class TorchExecutor(BaseExecutor):
         host_alias: Callable[[Any, int], Any] | None = None,
         version_of: Callable[[int], int | None] | None = None,
         preemptive: bool = True,
+        graphs: Callable[[str], ModelGraph] = get_graph,
     ) -> None:
         """``preemptive``: stages may be stopped at block boundaries (a scheduler that
         preempts); on CUDA each boundary then waits for its block's kernels.
         ``build(name)``: the model (a zoo ``LayeredModel``; the runtime sits below the
-        zoo in the layering, so the caller passes ``hetserve.zoo.registry.build``).
+        zoo in the layering, so the caller passes ``hetserve.zoo.registry.builder``'s);
+        ``graphs(name)``: its graph, which its blocks are cut from (a ``ModelCatalog``'s).
         Cold loading needs ``leaf_rows`` and, on CUDA, ``host_alias`` likewise
         (``hetserve.profiling.layers``)."""
         self.leaf_rows = leaf_rows
@@ -78,7 +81,7 @@ class TorchExecutor(BaseExecutor):
         self._models: dict[str, Any] = {}
         self._runners: dict[tuple[str, str, tuple[int, int], int | None], StageRunner] = {}
         self._versioned: dict[tuple[str, int], Any] = {}  # (model, version) -> model
-        self._roofline = RooflineModel(n_blocks=n_blocks)
+        self._roofline = RooflineModel(graphs, n_blocks=n_blocks)
         self._cold: dict[tuple[str, str], Any] = {}  # (worker, model) -> ColdModel
 
     # ------------------------------------------------------------------ cold starts

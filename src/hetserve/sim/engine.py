@@ -24,13 +24,14 @@ batch size, completed/preempted/failed, input transfer), per-GPU energy, per-wor
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
+from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import LatencyModel
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
@@ -78,10 +79,12 @@ class Simulator:
         trace: Trace,
         config: SimConfig | None = None,
         executor: ModelledExecutor | None = None,
+        graphs: Callable[[str], ModelGraph] = get_graph,
     ) -> None:
         """``executor``: the modelled executor to run stages (default: one made from
         ``config``; it must not warm-start by itself: the run does, with
-        ``config.warm``)."""
+        ``config.warm``). ``graphs``: the models' graphs by name (a ``ModelCatalog``'s),
+        for their weights' bytes."""
         self.cluster = cluster
         self.latency = latency
         self.plan = plan
@@ -94,7 +97,12 @@ class Simulator:
         self.recorder = Recorder(trace)
         self.links = LinkTable(cluster, cfg.record_links, plan.paths)
         self.executor = executor or ModelledExecutor(
-            cfg.seed, cfg.jitter, cfg.jitter_cv, cfg.request_overhead_s, warm=False
+            cfg.seed,
+            cfg.jitter,
+            cfg.jitter_cv,
+            cfg.request_overhead_s,
+            warm=False,
+            graphs=graphs,
         )  # (warm at the start of the run: cfg.warm)
         self.kernel = Kernel(
             self.view, plan, scheduler, self.executor, self.clock, self.recorder, self.links,

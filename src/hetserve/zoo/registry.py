@@ -8,6 +8,7 @@ from functools import partial
 import torch
 
 from hetserve.core.errors import HetserveError, unknown
+from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.zoo import classic, cnn, transformers
 from hetserve.zoo.layered import LayeredModel
 
@@ -42,21 +43,27 @@ SEQUENCE_MODELS = frozenset(
 
 
 def build(
-    name: str, seed: int = 0, seq_len: int | None = None, version: int | None = None
+    name: str,
+    seed: int = 0,
+    seq_len: int | None = None,
+    version: int | None = None,
+    model_catalog: ModelCatalog = ZOO,
 ) -> LayeredModel:
     """A zoo model in eval mode with seeded random weights; ``seq_len`` sets a token
-    model's sequence length (default 128). A model of the active model repository is
-    built with its own weights, of ``version`` (default: its newest served one)."""
+    model's sequence length (default 128). A model of ``model_catalog``'s source (a model
+    repository) is built with its own weights, of ``version`` (default: its newest served
+    one)."""
     key = name.lower().replace("_", "-")
     if key not in MODELS:
-        from hetserve.repository.layout import active
-
-        repo = active()
-        if repo is not None and name in repo:
+        if model_catalog.source is not None and name in model_catalog.source:
             if seq_len is not None:
                 raise HetserveError(f"model {name}: a repository model's shapes are fixed")
-            return repo.build(name, version)  # type: ignore[no-any-return]
-        raise unknown("model", name, [*MODELS, *(repo.names() if repo else [])])
+            return model_catalog.source.build(name, version)  # type: ignore[no-any-return]
+        raise unknown(
+            "model",
+            name,
+            [*MODELS, *(model_catalog.source.names() if model_catalog.source else [])],
+        )
     if version not in (None, 1):
         raise HetserveError(f"model {name}: a zoo model has the one version 1")
     torch.manual_seed(seed)
@@ -67,22 +74,13 @@ def build(
     return MODELS[key](seq_len=seq_len).eval()
 
 
-def build_in(repository: str | None, name: str, version: int | None = None) -> LayeredModel:
-    """:func:`build` with ``repository`` as the active model repository: a picklable
-    builder (``functools.partial(build_in, root)``) for workers in other processes."""
-    if repository:
-        from hetserve.repository.layout import active, use
-
-        repo = active()
-        if repo is None or str(repo.root) != repository:
-            use(repository)
-    return build(name, version=version)
+def build_from(catalog: ModelCatalog, name: str, version: int | None = None) -> LayeredModel:
+    """:func:`build` of ``catalog``'s model: with ``functools.partial(build_from,
+    catalog)``, a picklable builder for workers in other processes."""
+    return build(name, version=version, model_catalog=catalog)
 
 
-def builder() -> Callable[[str], LayeredModel]:
-    """The models' builder for workers: :func:`build`, carrying the active model
-    repository's path to processes that do not share this one's state."""
-    from hetserve.repository.layout import active
-
-    repo = active()
-    return partial(build_in, str(repo.root) if repo is not None else None)
+def builder(catalog: ModelCatalog = ZOO) -> Callable[..., LayeredModel]:
+    """The models' builder for workers (``build(name, version=None)``): picklable, so it
+    carries ``catalog`` (a repository pickles as its root) to other processes."""
+    return partial(build_from, catalog)
