@@ -42,6 +42,10 @@ from hetserve.scheduling.protocol import (
 )
 from hetserve.scheduling.rows import pop_edf, too_many_rows
 
+# actions made without their NamedTuple constructor (a Python call through ``type``: half
+# of what making one costs) on the hot path, as the engine kernel makes its reports
+_new = tuple.__new__
+
 
 class _ModelState:
     """Per-model state, kept in one object so the hot path does few dict lookups."""
@@ -119,7 +123,9 @@ class EdfAdaptive(BaseScheduler):
             lat = st.lat[rank]
             head_deadline = q[0][0]
             slack = head_deadline - now
-            k = q[0][2].rows
+            n = st.rows
+            unit = n == len(q)  # every waiting request one row
+            k = 1 if unit else q[0][2].rows
             if lat[0] > slack if k == 1 else k > len(lat) or lat[k - 1] > slack:
                 # it cannot make it, even alone
                 head = heapq.heappop(q)[2]
@@ -128,7 +134,6 @@ class EdfAdaptive(BaseScheduler):
                 out.append(Drop((head,), why))
                 continue
             b_max = bisect.bisect_right(lat, slack)  # lat is non-decreasing in batch size
-            n = st.rows
             if n < b_max:
                 t_wait = head_deadline - lat[n - 1] - self.margin_s
                 if t_wait > now + 1e-12:
@@ -136,21 +141,22 @@ class EdfAdaptive(BaseScheduler):
                         # the token names the model's state and the time; only the
                         # latest armed time counts
                         st.timer_at = t_wait
-                        out.append(SetTimer(t_wait, (st, t_wait)))
+                        out.append(_new(SetTimer, (t_wait, (st, t_wait))))
                     return
                 b = n
             else:
                 b = b_max
             w = st.workers[rank]
-            if st.rows == len(q):  # every request one row: the plain pops
+            if unit:  # the plain pops
                 reqs = tuple([heapq.heappop(q)[2] for _ in range(b)])
             else:
-                reqs, b = pop_edf(q, b, st.rows)
+                reqs, b = pop_edf(q, b, n)
             st.rows -= b
             bid = self.new_batch_id()
             self.pools.dispatched(bid, (w,))
             self._set_busy(w)
-            out.append(Dispatch(bid, st.name, reqs, (RouteStep(0, w, now, st.blocks),)))
+            route = (_new(RouteStep, (0, w, now, st.blocks)),)
+            out.append(_new(Dispatch, (bid, st.name, reqs, route)))
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:

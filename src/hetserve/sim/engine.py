@@ -24,7 +24,7 @@ batch size, completed/preempted/failed, input transfer), per-GPU energy, per-wor
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -52,16 +52,22 @@ UNSERVED = "unserved at end of simulation"
 RUN_ENDED = "simulation ended"
 
 
-def _requests(tr: Trace) -> Iterator[Request]:
-    """The trace's requests in arrival order, made without a Python call each (one per
-    arrival is the simulator's hot loop): ``Request(i, model, stream, t, t + slo)``."""
-    idx = tr.stream_idx
-    models = np.array([s.model for s in tr.streams], dtype=object)
-    names = np.array([s.name for s in tr.streams], dtype=object)
-    slo = np.array([s.slo_s for s in tr.streams], dtype=float)
+def _requests(tr: Trace, times: list[float]) -> Iterator[Request]:
+    """The trace's requests in arrival order (``times``: the trace's arrival times, the
+    list the loop reads too), made without a Python call each (one per arrival is the
+    simulator's hot loop): ``Request(i, model, stream, t, t + slo)``, one row each (what
+    ``Kernel.run`` takes)."""
+    models: Iterable[str]
+    names: Iterable[str]
+    if len(tr.streams) == 1:  # one stream: its model and name throughout
+        models, names = itertools.repeat(tr.streams[0].model), itertools.repeat(tr.streams[0].name)
+    else:
+        idx = tr.stream_idx
+        models = np.array([s.model for s in tr.streams], dtype=object)[idx].tolist()
+        names = np.array([s.name for s in tr.streams], dtype=object)[idx].tolist()
     cols = (
-        range(len(tr)), models[idx].tolist(), names[idx].tolist(), tr.time_s.tolist(),
-        (tr.time_s + slo[idx]).tolist(), itertools.repeat(None), itertools.repeat(1),
+        range(len(tr)), models, names, times, tr.deadlines_s().tolist(), itertools.repeat(None),
+        itertools.repeat(1),
     )  # fmt: skip
     return map(tuple.__new__, itertools.repeat(Request), zip(*cols, strict=False))
 
@@ -141,7 +147,8 @@ class Simulator:
         max_slo = max((s.slo_s for s in tr.streams), default=1.0)
         drain = self.cfg.drain_s if self.cfg.drain_s is not None else 10 * max_slo + 1.0
         horizon = tr.duration_s + drain
-        now = kernel.run(_requests(tr), tr.time_s.tolist(), horizon)
+        times = tr.time_s.tolist()
+        now = kernel.run(_requests(tr, times), times, horizon)
         end = max(now, tr.duration_s)
         kernel.close(end, RUN_ENDED, UNSERVED)
         kernel.detach()
