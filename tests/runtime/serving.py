@@ -14,7 +14,11 @@ import pytest
 
 def start_serve(tmp_path, args, env, timeout_s=120.0):  # type: ignore[no-untyped-def]
     """(process, base URL, its output file) once ``/v2/health/ready`` answers 200."""
-    out = open(tmp_path / "serve.out", "w+")
+    # append mode: the process and this one share the file's offset, and a seek here to
+    # read it must not make the process write over what it wrote before
+    path = tmp_path / "serve.out"
+    path.write_text("")
+    out = open(path, "a+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hetserve", "serve", "--port", "0", *args],
         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
