@@ -5,6 +5,7 @@ the runtime engine."""
 import pytest
 
 from hetserve.core.requests import Stream
+from hetserve.engine.executor import Observer
 from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.rules import ProtocolError
 from hetserve.engine.setup import build_setup
@@ -57,11 +58,12 @@ BROKEN = {
     "not at the route's first block": lambda r, now, s: [
         Dispatch(1, MODEL, (r,), _route((W0, (3, NB))))
     ],
-    "dropped twice": lambda r, now, s: [Drop((r,), "a"), Drop((r,), "b")],
+    "dropped twice": lambda r, now, s: [Drop((r,), "deadline"), Drop((r,), "rows")],
     "dispatched after its drop": lambda r, now, s: [
-        Drop((r,), "a"),
+        Drop((r,), "deadline"),
         Dispatch(1, MODEL, (r,), _route((W0, (0, NB)))),
     ],
+    "a drop for a reason of its own": lambda r, now, s: [Drop((r,), "felt like it")],
     "timer in the past": lambda r, now, s: [SetTimer(now - 1.0, "t")],
     "load on an unknown worker": lambda r, now, s: [Load("gpu-x", MODEL, (0, NB))],
     "load past the last block": lambda r, now, s: [Load(W0, MODEL, (0, NB + 1))],
@@ -134,3 +136,46 @@ def test_a_correct_scheduler_passes_the_same_checks():
         SimConfig(),
     ).run()  # fmt: skip
     assert res.outcome.tolist() == [1, 1]  # ok, ok
+
+
+class DropsFirst(Broken):
+    """Drops the first request, with figures, when the second arrives."""
+
+    def on_arrival(self, r, now):
+        if self.extra is None:
+            self.extra = r
+            return []
+        return [Drop((self.extra,), "deadline", (0.25, 2))]
+
+
+class _Reasons(Observer):
+    def __init__(self):
+        self.reasons = {}
+
+    def ended(self, requests, outcomes, reason, now, outputs):
+        for r in requests:
+            self.reasons[r.id] = reason
+
+
+def test_a_drop_names_its_kind_and_serving_says_what_happened_with_figures():
+    """The simulator records the kind; serving tells the client and the log what
+    happened, with the scheduler's figures; a reason outside the closed set is refused."""
+    sim = Simulator(SETUP.cluster, SETUP.latency, SETUP.plan, SETUP.placement,
+                    DropsFirst(None), _trace(), SimConfig())  # fmt: skip
+    res = sim.run()
+    assert [res.reasons[i] for i in res.reason.tolist()] == ["deadline", "run_ended"]
+    clock, seen = VirtualClock(), _Reasons()
+    view = ClusterView.build(SETUP.cluster, SETUP.latency, SETUP.placement)
+    eng = RuntimeEngine(view, SETUP.plan, DropsFirst(None), ModelledExecutor(), clock)
+    eng.kernel.observer = seen
+    eng.start()
+    for r in _trace().requests():
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
+    clock.run()
+    eng.close()
+    assert seen.reasons[0] == (
+        "deadline: after 500.0 ms queued, 500.0 ms left of its 1000.0 ms SLO; it needs at "
+        "least 250.0 ms to finish (2 requests of its model queued)"
+    )
+    assert seen.reasons[1].startswith("shutdown")
+    assert "expected one of deadline, rows" in _in_sim("a drop for a reason of its own")

@@ -270,7 +270,8 @@ def test_failure_reasons_are_bounded():
         "stage_error"
     )
     assert failure_reason("worker lost") == "worker_lost"
-    assert drop_reason("deadline") == "deadline" and drop_reason("zzz") == "other"
+    assert drop_reason("deadline") == "deadline" and drop_reason("zzz") == "unnamed"
+    assert drop_reason("deadline: after 2.0 ms queued, ...") == "deadline"
 
 
 def test_wrong_method_and_unknown_routes_give_error_bodies():

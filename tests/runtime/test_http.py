@@ -82,7 +82,7 @@ def test_infer_health_metadata_and_metrics():
         (
             lambda b: b.update(parameters={"deadline_ms": 0.001}),
             503,
-            "request refused: deadline unreachable at arrival",
+            "request refused: admission: deadline unreachable at arrival",
         ),
     ],
 )

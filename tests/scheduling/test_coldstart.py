@@ -166,7 +166,7 @@ class _BatchOfOneAsWritten:
             finish = max(now + self._warm_s(m, w, 1), self.loading[w].get(m, 0.0))
             self._dequeue(w, head)
             if head.deadline_s < finish:
-                out.append(Drop((head,), "deadline hopeless"))
+                out.append(Drop((head,), "deadline"))
                 continue
             bid = self.new_batch_id()
             self.running[w], self.busy_until[w] = bid, finish

@@ -141,5 +141,5 @@ def test_every_scheduler_copes_with_a_model_without_pipelines():
         sched = make_scheduler(name, {})
         sched.start(view, plan, 0.0)
         acts = sched.on_arrival(Request(1, "efficientnet-b0", "s", 0.0, 1.0), 0.0)
-        assert acts == [Drop(acts[0].requests, "not provisioned")], name
+        assert acts == [Drop(acts[0].requests, "not_provisioned")], name
         sched.on_arrival(Request(2, "resnet50", "s", 0.0, 1.0), 0.0)  # served as before

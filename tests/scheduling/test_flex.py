@@ -1,6 +1,7 @@
 """flex, flex-np, clockwork: unit tests with a fake clock, and simulations."""
 
 import itertools
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def test_flex_runs_the_largest_batch_across_models_and_drops_the_hopeless():
     assert sched.on_arrival(_req(9, "resnet18", 0.0, 0.0801), 0.003) == []
     out = sched.on_stage_done(_done(d0, 0.0786), 0.0786)
     # request 9 has 1.5 ms left, less than resnet18's 3.96 ms at batch 1
-    assert out[0] == Drop((_req(9, "resnet18", 0.0, 0.0801),), "deadline")
+    assert out[0] == Drop((_req(9, "resnet18", 0.0, 0.0801),), "deadline", ANY)
     (d1,) = out[1:]
     assert d1.model == "resnet18" and len(d1.requests) == 5  # 5 > 3 (largest first)
     # then rs269's 3 requests, together
@@ -93,7 +94,7 @@ def test_preemption_rule_and_requeue(lam):
     # the preempted rs269 request cannot make it any more (needs 78.6 ms, 90 ms left at
     # 0.010 would do; at 0.030, 70 ms left, it cannot): dropped with the reason
     back = sched.on_stage_done(_done(d0, 0.030, completed=False, reason="preempted"), 0.030)
-    assert back == [Drop(d0.requests, "preempted")]
+    assert back == [Drop(d0.requests, "preempted", ANY)]
     # the worker still runs the resnet18 batch: the report of the old batch freed nothing
     assert sched.workers[w].bid == out[1].batch_id
 

@@ -109,7 +109,7 @@ def test_rejected_streams_are_dropped_with_the_planner_s_reason():
     res = simulate(setup, "magicbatch", trace)
     mine = np.array([s.stream == "hopeless" for s in trace.requests()])
     assert (res.outcome[mine] == DROPPED).all()
-    assert all("rejected by the plan" in res.reasons[i] for i in res.reason[mine].tolist())
+    assert all(res.reasons[i] == "not_provisioned" for i in res.reason[mine].tolist())
     assert (res.outcome[~mine] == OK).all()
 
 

@@ -49,7 +49,7 @@ def test_models_without_a_worker_are_dropped_not_queued():
     _s, sched, _ = _started(1, rates={"resnet18": [100.0], "resnet50": [0.0], "rs200": [0.0]})
     assert [m.name for m in next(iter(sched.serves.values()))] == ["resnet18"]
     out = sched.on_arrival(Request(0, "resnet50", "s", 0.0, 0.25), 0.0)
-    assert out == [Drop((Request(0, "resnet50", "s", 0.0, 0.25),), "not provisioned")]
+    assert out == [Drop((Request(0, "resnet50", "s", 0.0, 0.25),), "not_provisioned")]
 
 
 def test_epochs_follow_the_rates_and_peak_rates_are_per_window():

@@ -1,6 +1,7 @@
 """reservation and reactive: unit tests with a fake clock, and simulations."""
 
 import itertools
+from unittest.mock import ANY
 
 import pytest
 from hypothesis import given, settings
@@ -436,11 +437,11 @@ def test_reactive_rebatches_at_every_pool():
     done5 = StageReport(
         "stage", d5.batch_id, "resnet50", 1, l4, 0.008, 0.0121, d5.requests, True, True
     )
-    assert sched.on_stage_done(done5, 0.0121) == [Drop((late,), "deadline")]
+    assert sched.on_stage_done(done5, 0.0121) == [Drop((late,), "deadline", ANY)]
     # requests parked on a lost worker are dropped with that reason
     r5, r6 = (Request(i, "resnet50", "s", 0.02, 1.0) for i in (5, 6))
     (d7,), (d8,) = sched.on_arrival(r5, 0.02), sched.on_arrival(r6, 0.02)
     (d9,) = sched.on_stage_done(parked(d7, d7.route[0].worker, 0.023), 0.023)
     assert d9.route[0].worker == l4
     assert sched.on_stage_done(parked(d8, d8.route[0].worker, 0.024), 0.024) == []
-    assert sched.on_worker_lost(d8.route[0].worker, 0.025) == [Drop((r6,), "worker lost")]
+    assert sched.on_worker_lost(d8.route[0].worker, 0.025) == [Drop((r6,), "worker_lost", ANY)]

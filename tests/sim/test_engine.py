@@ -349,7 +349,7 @@ def test_protocol_violations_raise():
     class Twice(BaseScheduler):
         def on_arrival(self, r, now):
             w = next(iter(self.view.workers))
-            return [Dispatch(1, "m", (r,), (RouteStep(0, w, now, (0, 1)),)), Drop((r,), "x")]
+            return [Dispatch(1, "m", (r,), (RouteStep(0, w, now, (0, 1)),)), Drop((r,), "deadline")]
 
     with pytest.raises(ProtocolError, match="does not hold"):
         _sim(s, Twice(), _one([0.0])).run()
@@ -373,7 +373,7 @@ def test_unserved_requests_are_dropped_at_end():
     s = linear_setup()
     res = _sim(s, BaseScheduler(), _one([0.0, 0.1]), drain_s=0.5).run()
     assert list(res.outcome) == [DROPPED, DROPPED]
-    assert res.reasons[res.reason[0]] == "unserved at end of simulation"
+    assert res.reasons[res.reason[0]] == "run_ended"
 
 
 def test_request_namedtuple():

@@ -45,7 +45,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from hetserve.core.outcome import DROPPED, FAILED
+from hetserve.core.outcome import DROP_KINDS, DROPPED, FAILED, drop_text
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
@@ -71,6 +71,7 @@ from hetserve.engine.rules import (
     parked_sources,
     stage_ended_report,
     unknown_action,
+    unknown_drop_reason,
 )
 from hetserve.scheduling.protocol import (
     RETURNED,
@@ -538,12 +539,7 @@ class Kernel:
                 at = now
             self.clock.call_at(at, self._timer_cb, a.token, a.at_s)  # type: ignore[attr-defined]
         elif kind is Drop:
-            held, reqs = self.held, a.requests  # type: ignore[attr-defined]
-            for k, r in enumerate(reqs):
-                if held.pop(r.id, None) is None:
-                    self._give_back(reqs[:k])
-                    raise drop_not_held(r)
-            self._end(reqs, DROPPED, a.reason or "dropped", now)  # type: ignore[attr-defined]
+            self._drop(a, now)  # type: ignore[arg-type]
         elif kind is Preempt:
             self._preempt(a, now)  # type: ignore[arg-type]
         elif kind is Load:
@@ -559,6 +555,24 @@ class Kernel:
             self.executor.evict(a, now)  # type: ignore[arg-type]
         else:
             raise unknown_action(a)
+
+    def _drop(self, a: Drop, now: float) -> None:
+        """The scheduler gives up on requests it holds, for a reason of the closed set:
+        the simulator records the kind; a driver that answers clients (``track``) tells
+        each one what happened, with the Drop's figures (``core.outcome.drop_text``)."""
+        held, reqs, why = self.held, a.requests, a.reason
+        if why not in DROP_KINDS:
+            raise unknown_drop_reason(why)
+        for k, r in enumerate(reqs):
+            if held.pop(r.id, None) is None:
+                self._give_back(reqs[:k])
+                raise drop_not_held(r)
+        if self.open is None:
+            self._end(reqs, DROPPED, why, now)
+            return
+        for r in reqs:
+            text = drop_text(why, a.figures, r.arrival_s, r.deadline_s, r.rows, now)
+            self._end((r,), DROPPED, text, now)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
         first = check_dispatch(d, self.nblocks, self.workers, self.batches)

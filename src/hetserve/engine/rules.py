@@ -104,6 +104,16 @@ def drop_not_held(r: Request) -> ProtocolError:
     return ProtocolError(f"Drop of request {r.id}, which the scheduler does not hold")
 
 
+def unknown_drop_reason(reason: str) -> ProtocolError:
+    """A ``Drop`` whose reason is not one of the closed set (``core.outcome.DROP_KINDS``)."""
+    from hetserve.core.outcome import DROP_KINDS
+
+    return ProtocolError(
+        f"Drop reason {reason!r}: expected one of {', '.join(DROP_KINDS)} (say what happened "
+        f"with the Drop's figures)"
+    )
+
+
 def check_timer(at_s: float, now: float) -> None:
     """Rule 6: a timer is for now or later (1 ns of rounding allowed)."""
     if at_s < now - 1e-9:

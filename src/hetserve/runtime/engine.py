@@ -218,8 +218,10 @@ class RuntimeEngine:
 
     def close(self, reason: str = "shutdown") -> None:
         """The end of serving: batches under way fail and requests the scheduler still
-        holds are dropped, all with ``reason``, each through its one ending."""
-        self.kernel.close(self.clock.now(), reason, reason)
+        holds are dropped (a drop of kind ``shutdown``), all with ``reason``, each through
+        its one ending."""
+        held = reason if reason.startswith("shutdown") else f"shutdown: {reason}"
+        self.kernel.close(self.clock.now(), reason, held)
 
     def fault(self, err: BaseException, now: float) -> None:
         """A bug in a callback (the kernel's state may be inconsistent): every request not

@@ -9,11 +9,12 @@ import statistics
 import time
 from typing import Any
 
+from hetserve.core.outcome import DROP_KINDS, drop_kind
 from hetserve.scheduling import ClusterView
 
 LOG = logging.getLogger("hetserve.server")
 # the bounded label values of hetserve_drops_total and hetserve_failures_total
-DROP_REASONS = ("deadline", "admission", "overloaded", "shutdown", "not_provisioned", "other")
+DROP_REASONS = tuple(DROP_KINDS)
 FAILURE_REASONS = (
     "stage_error", "worker_lost", "shutdown", "bad_output", "scheduler_error", "internal",
     "other",
@@ -21,15 +22,11 @@ FAILURE_REASONS = (
 
 
 def drop_reason(reason: str) -> str:
-    """The bounded label of a drop's reason text."""
-    r = reason.lower()
-    if "deadline" in r:
-        return "deadline"
-    if "provision" in r:
-        return "not_provisioned"
-    if "shut" in r:
-        return "shutdown"
-    return "other"
+    """The bounded label of a drop's reason text: its kind (``core.outcome.DROP_KINDS``,
+    which the kernel holds every drop to; ``unnamed`` would be a bug, kept off the
+    label set's growth)."""
+    kind = drop_kind(reason)
+    return kind if kind in DROP_KINDS else "unnamed"
 
 
 def failure_reason(reason: str) -> str:

@@ -264,21 +264,23 @@ class Server:
         default_s = a.deadline_s if a is not None else self.setup.plan.models[model].slo_s
         slo = default_s if deadline_s is None else deadline_s
         if self.draining:
-            return self._refuse(model, "the server is shutting down", "shutdown", rows)
+            return self._refuse(model, "shutdown: the server is shutting down", "shutdown", rows)
         if len(self._futures) >= self.cfg.max_pending:
             m = self.metrics
             m.of(m.requests, model, "overloaded").inc()
             m.of(m.rows, model, "overloaded").inc(rows)
             m.of(m.drops, model, "overloaded").inc()
             self.stats.failed(model, 0.0)
-            return Result("overloaded", f"more than {self.cfg.max_pending} requests pending")
+            return Result(
+                "overloaded", f"overloaded: more than {self.cfg.max_pending} requests pending"
+            )
         if self.admission is not None:
             ahead = self._queued_rows[model]
             best_s = self.admission.best_finish_s(model, ahead)
             if best_s > slo:
                 return self._refuse(
                     model,
-                    f"deadline unreachable at arrival: {self._queued_n[model]} requests "
+                    f"admission: deadline unreachable at arrival: {self._queued_n[model]} requests "
                     f"({ahead} rows) queued ahead, the best case needs {best_s * 1e3:.3g} ms, "
                     f"the deadline is {slo * 1e3:.3g} ms",
                     "admission",

@@ -234,7 +234,7 @@ class ColdStart(BaseScheduler):
                 finish = self._finish_s(w, m, head.rows, now)
                 self._dequeue(w, head)
                 if head.deadline_s < finish:
-                    out.append(Drop((head,), "deadline hopeless"))
+                    out.append(Drop((head,), "deadline", (finish - now, len(q) + 1)))
                     continue
                 take: list[Request] | tuple[Request] = (head,)
             else:
@@ -276,7 +276,7 @@ class ColdStart(BaseScheduler):
         if late:
             for r in late:
                 self._dequeue(w, r)
-            out.append(Drop(tuple(late), "deadline hopeless"))
+            out.append(Drop(tuple(late), "deadline", (finish - now, len(q) + len(late))))
             return [], finish  # the rest (if any) are looked at again, as a smaller batch
         for r in take:
             self._dequeue(w, r)
@@ -287,7 +287,7 @@ class ColdStart(BaseScheduler):
         for _ in range(n):
             r = self.pending.popleft()
             if r.deadline_s < now + self._cold_s(r.model):
-                out.append(Drop((r,), "deadline hopeless"))
+                out.append(Drop((r,), "deadline", (self._cold_s(r.model), n)))
             elif not self._route(r, now, out):
                 self.pending.append(r)
 

@@ -40,7 +40,7 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
-from hetserve.scheduling.rows import pop_edf, too_many_rows
+from hetserve.scheduling.rows import pop_edf
 
 # actions made without their NamedTuple constructor (a Python call through ``type``: half
 # of what making one costs) on the hot path, as the engine kernel makes its reports
@@ -130,8 +130,10 @@ class EdfAdaptive(BaseScheduler):
                 # it cannot make it, even alone
                 head = heapq.heappop(q)[2]
                 st.rows -= k
-                why = "deadline" if k <= len(lat) else too_many_rows(head, len(lat))
-                out.append(Drop((head,), why))
+                if k <= len(lat):
+                    out.append(_new(Drop, ((head,), "deadline", (lat[k - 1], len(q) + 1))))
+                else:
+                    out.append(Drop((head,), "rows", (len(lat),)))
                 continue
             b_max = bisect.bisect_right(lat, slack)  # lat is non-decreasing in batch size
             if n < b_max:

@@ -31,7 +31,6 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
-from hetserve.scheduling.rows import too_many_rows
 
 
 class _Queue(deque[Request]):
@@ -111,7 +110,7 @@ class FixedBatch(BaseScheduler):
         while q and q[0].rows > self.max_batch:  # no batch holds it
             r = q.popleft()
             q.rows -= r.rows
-            out.append(Drop((r,), too_many_rows(r, self.max_batch)))
+            out.append(Drop((r,), "rows", (self.max_batch,)))
         while q and self._due(q, now):
             wp = self._free_first_worker(model)
             if wp is None:

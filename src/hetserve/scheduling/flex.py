@@ -59,7 +59,7 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
-from hetserve.scheduling.rows import pop_edf, too_many_rows
+from hetserve.scheduling.rows import pop_edf
 
 
 class ModelQueue:
@@ -174,8 +174,10 @@ class GroupScheduler(BaseScheduler):
                 return
             heapq.heappop(q)
             st.rows -= r.rows
-            why = "deadline" if need < math.inf else too_many_rows(r, self.max_batch)
-            out.append(Drop((r,), why))
+            if need < math.inf:
+                out.append(Drop((r,), "deadline", (need, len(q) + 1)))
+            else:
+                out.append(Drop((r,), "rows", (self.max_batch,)))
 
     def _fit(self, w: GroupWorker, st: ModelQueue, now: float) -> int:
         """The largest batch (rows) of ``st``'s most urgent requests that ``w`` finishes in
@@ -242,8 +244,10 @@ class GroupScheduler(BaseScheduler):
                     st.push(r)
                     if st not in back:
                         back.append(st)
+                elif report.reason == "preempted":
+                    out.append(Drop((r,), "preempted", (report.worker, st.fastest(r.rows))))
                 else:
-                    out.append(Drop((r,), report.reason))
+                    out.append(Drop((r,), "worker_lost", (report.worker,)))
             for st in back:
                 self._arrived(st, now, out)
         if w is not None and w.bid == report.batch_id:

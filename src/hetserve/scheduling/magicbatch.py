@@ -39,7 +39,6 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
-from hetserve.scheduling.rows import too_many_rows
 
 EPS_S = 1e-9
 
@@ -131,9 +130,9 @@ class MagicBatch(BaseScheduler):
                 st.rows -= r.rows
                 (big if r.rows > st.batch else dead).append(r)
             if dead:
-                out.append(Drop(tuple(dead), "deadline unreachable"))
+                out.append(Drop(tuple(dead), "deadline", (st.exec_s[0], len(q) + len(dead))))
             for r in big:
-                out.append(Drop((r,), too_many_rows(r, st.batch)))
+                out.append(Drop((r,), "rows", (st.batch,)))
         due = [st for st in mine if st.queue and self._due(st, now)]
         if due:
             st = min(due, key=lambda s: (s.queue[0].deadline_s, s.name))
@@ -162,9 +161,9 @@ class MagicBatch(BaseScheduler):
                 if a is not None
                 else f"stream {request.stream} is not in the plan"
             )
-            return [Drop((request,), why)]
+            return [Drop((request,), "not_provisioned", (why,))]
         if st.worker in self.lost:
-            return [Drop((request,), f"stream {st.name}: its GPU ({st.worker}) is lost")]
+            return [Drop((request,), "worker_lost", (st.worker,))]
         st.queue.append(request)
         st.rows += request.rows
         out: list[Action] = []
@@ -189,9 +188,8 @@ class MagicBatch(BaseScheduler):
         del self.busy[report.worker]
         if not report.completed and report.reason in RETURNED and report.requests:
             st = self.streams.get(report.requests[0].stream)
-            if st is None or report.worker in self.lost:
-                why = f"{report.reason}; no other GPU serves this stream"
-                return [Drop(report.requests, why)]
+            if st is None or report.worker in self.lost:  # no other GPU serves the stream
+                return [Drop(report.requests, "worker_lost", (report.worker,))]
             else:
                 for r in sorted(report.requests, key=lambda r: (r.arrival_s, r.id), reverse=True):
                     st.queue.appendleft(r)
@@ -207,7 +205,7 @@ class MagicBatch(BaseScheduler):
         out: list[Action] = []
         for st in self.on_worker.get(worker, []):
             if st.queue:
-                out.append(Drop(tuple(st.queue), f"stream {st.name}: its GPU ({worker}) is lost"))
+                out.append(Drop(tuple(st.queue), "worker_lost", (worker,)))
                 st.queue.clear()
                 st.rows = 0
         return out

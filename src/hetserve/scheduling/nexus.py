@@ -216,7 +216,7 @@ class Nexus(GroupScheduler):
             reqs = tuple(r for _, _, r in st.queue)
             st.queue.clear()
             st.rows = 0
-            out.append(Drop(reqs, "not provisioned"))
+            out.append(Drop(reqs, "not_provisioned"))
 
     def on_arrival(self, request: Request, now: float) -> list[Action]:
         if not self.rates:

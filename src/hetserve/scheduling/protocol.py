@@ -89,8 +89,16 @@ class Dispatch(NamedTuple):
 
 
 class Drop(NamedTuple):
+    """The scheduler gives up on ``requests``. ``reason``: one of the closed set
+    ``core.outcome.DROP_KINDS`` (``deadline``, ``rows``, ``not_provisioned``,
+    ``worker_lost``, ``preempted``; the engine refuses any other); ``figures``: what the
+    client and the log are told with it (``core.outcome.drop_text``: for ``deadline``
+    the time needed alone and the requests queued; ``preempted`` the worker and the time
+    needed; ``rows`` the largest batch; ``worker_lost`` the worker)."""
+
     requests: tuple[Request, ...]
     reason: str
+    figures: tuple[float | int | str, ...] = ()
 
 
 class Preempt(NamedTuple):
@@ -367,7 +375,7 @@ class Provisioned:
 
     def on_arrival(self, request: Request, now: float) -> list[Action]:
         if request.model in self.unserved:
-            return [Drop((request,), "not provisioned")]
+            return [Drop((request,), "not_provisioned")]
         return self.inner.on_arrival(request, now)
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:

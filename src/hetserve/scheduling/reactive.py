@@ -150,7 +150,7 @@ class Reactive(BaseScheduler):
                         heapq.heappop(q)
                         if s == 0:
                             self.first.rows[model] -= k
-                        out.append(Drop((head,), "deadline"))
+                        out.append(Drop((head,), "deadline", (one, len(q) + 1)))
                         continue
                 entries, n = [], 0
                 while q and n + q[0][2].rows <= b:
@@ -220,4 +220,4 @@ class Reactive(BaseScheduler):
                 gone += [e[2] for e in q if e[3] == worker]
                 heapq.heapify(keep)
                 self.later[key] = keep
-        return [Drop(tuple(gone), "worker lost")] if gone else []
+        return [Drop(tuple(gone), "worker_lost", (worker,))] if gone else []

@@ -37,8 +37,3 @@ def pop_edf(
         out.append(pop(q)[2])
         n += k
     return tuple(out), n
-
-
-def too_many_rows(r: Request, largest: int) -> str:
-    """The reason a request is dropped whose rows no batch of the scheduler can hold."""
-    return f"{r.rows} rows: more than the largest batch the plan serves ({largest})"

@@ -48,7 +48,7 @@ from hetserve.workload.trace import Trace
 __all__ = ["SimConfig", "Simulator"]
 
 #: how requests the scheduler still holds, and batches under way, end with the run
-UNSERVED = "unserved at end of simulation"
+UNSERVED = "run_ended"  # a drop kind (core.outcome.DROP_KINDS): the run ended first
 RUN_ENDED = "simulation ended"
 
 
