@@ -201,3 +201,12 @@ def test_trace_gen_and_simulate_take_one_grammar(capsys, tmp_path):
     ]
     assert len(gen) == len(sim) > 0
     assert [float(x) for x in gen] == pytest.approx([float(x) for x in sim], abs=1e-9)
+
+
+def test_attainment_is_rounded_down_so_a_miss_never_reads_100_percent():
+    from hetserve.cli.views import attainment_text
+
+    assert attainment_text(1.0) == "100.00%"
+    assert attainment_text(39_999 / 40_000) == "99.99%"
+    assert attainment_text(0.9999) == "99.99%"  # (9998.99999... in floating point)
+    assert attainment_text(0.5) == "50.00%" and attainment_text(0.0) == "0.00%"

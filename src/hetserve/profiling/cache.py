@@ -38,6 +38,10 @@ def default_cpu_threads() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
+def _threads(n: int) -> str:
+    return f"{n} torch thread{'' if n == 1 else 's'}"
+
+
 def cache_entry(
     models: list[str],
     device: str,
@@ -88,12 +92,12 @@ def measured_profiles(
         meta = read_meta(folder)
         when = meta.get("measured_at", "at an unknown time")
         say(
-            f"reusing this machine's profiles measured {when} with {threads} torch threads "
+            f"reusing this machine's profiles measured {when} with {_threads(threads)} "
             f"in {folder} (--remeasure to measure again)"
         )
         return folder
     say(
-        f"measuring {', '.join(models)} on {device} with {threads} torch threads (kept in "
+        f"measuring {', '.join(models)} on {device} with {_threads(threads)} (kept in "
         f"{folder} for next time)"
     )
     ps, _ = measure_profiles(
