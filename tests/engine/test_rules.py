@@ -179,3 +179,27 @@ def test_a_drop_names_its_kind_and_serving_says_what_happened_with_figures():
     )
     assert seen.reasons[1].startswith("shutdown")
     assert "expected one of deadline, rows" in _in_sim("a drop for a reason of its own")
+
+
+@pytest.mark.parametrize(
+    "drop", [("felt like it", ()), ("deadline", ("soon",))], ids=["reason", "figures"]
+)
+def test_serving_refuses_a_bad_drop_and_its_requests_end_failed_not_lost(drop):
+    """Serving contains a scheduler's bad drop (an unknown reason, figures that are not
+    numbers): its requests end, failed with the scheduler's error; none stays held."""
+    reason, figures = drop
+
+    class BadDrop(Broken):
+        def on_arrival(self, r, now):
+            return [Drop((r,), reason, figures)]
+
+    clock, seen = VirtualClock(), _Reasons()
+    view = ClusterView.build(SETUP.cluster, SETUP.latency, SETUP.placement)
+    eng = RuntimeEngine(view, SETUP.plan, BadDrop(None), ModelledExecutor(), clock, strict=False)
+    eng.kernel.observer = seen
+    eng.start()
+    for r in _trace().requests():
+        clock.at(r.arrival_s, lambda r=r: eng.submit(r))
+    clock.run()
+    assert sorted(seen.reasons) == [0, 1] and not eng.kernel.held
+    assert all(why.startswith("scheduler error: ") for why in seen.reasons.values())

@@ -519,8 +519,10 @@ class Kernel:
             "refused %s: %s", type(a).__name__, err, exc_info=not isinstance(err, ProtocolError)
         )
         why = f"scheduler error: {err}"
-        if type(a) is Dispatch:
-            lost = [r for r in a.requests if self.held.get(r.id) is r]
+        if type(a) is Dispatch or type(a) is Drop:
+            # the scheduler let go of them (it believes them dispatched or dropped): the
+            # ones still held end, as failed
+            lost = [r for r in a.requests if self.held.get(r.id) is r]  # type: ignore[attr-defined]
             for r in lost:
                 del self.held[r.id]
             if lost:
@@ -563,15 +565,20 @@ class Kernel:
         held, reqs, why = self.held, a.requests, a.reason
         if why not in DROP_KINDS:
             raise unknown_drop_reason(why)
+        # (the texts before any request leaves the ledger: bad figures raise here)
+        texts = None
+        if self.open is not None:
+            texts = [
+                drop_text(why, a.figures, r.arrival_s, r.deadline_s, r.rows, now) for r in reqs
+            ]
         for k, r in enumerate(reqs):
             if held.pop(r.id, None) is None:
                 self._give_back(reqs[:k])
                 raise drop_not_held(r)
-        if self.open is None:
+        if texts is None:
             self._end(reqs, DROPPED, why, now)
             return
-        for r in reqs:
-            text = drop_text(why, a.figures, r.arrival_s, r.deadline_s, r.rows, now)
+        for r, text in zip(reqs, texts, strict=True):
             self._end((r,), DROPPED, text, now)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
