@@ -1,6 +1,7 @@
 """The engine kernel, driven by both engines (issue 39's proof): with random arrivals,
 executors that raise or fail at random points, a lost worker, preemptions and evictions,
-every request ends exactly once with a reason, nothing is left held, parked or in a batch
+clients that cancel at random times (issue 44), every request ends exactly once with a
+reason, nothing is left held, parked or in a batch
 at the end, and the simulator and the runtime on a virtual clock end every request the
 same way."""
 
@@ -12,7 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetserve.core.layerlatency import LayerLatency
-from hetserve.core.outcome import DROP_KINDS, DROPPED, FAILED, LATE, OK, drop_kind, finished
+from hetserve.core.outcome import (
+    CANCELLED,
+    DROP_KINDS,
+    DROPPED,
+    FAILED,
+    LATE,
+    OK,
+    drop_kind,
+    finished,
+)
 from hetserve.core.plan import bind
 from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
@@ -137,7 +147,23 @@ def _trace(setup, rate_rps, seed):
     return generate(streams, 0.6, seed)
 
 
-def _in_sim(setup, sched, params, warm, trace, flaky, loss):
+def _cancels(trace, share, seed):
+    """Clients that go away: ``share`` of the requests, each at a random time between
+    its arrival and 1.5 SLOs after it (so some while queued, some in a batch, some
+    after their end, which changes nothing)."""
+    rng = random.Random(seed)
+    out = []
+    for r in trace.requests():
+        if rng.random() < share:
+            out.append((r.arrival_s + rng.uniform(0.0, 1.5) * r.slo_s, r.id))
+    return out
+
+
+def _cancel(kernel):
+    return lambda rid, _, now: kernel.cancel(rid, now, "cancelled: the client went away")
+
+
+def _in_sim(setup, sched, params, warm, trace, flaky, loss, cancels=()):
     obs = Endings()
     sim = Simulator(setup.cluster, setup.latency, setup.plan, setup.placement,
                     make_scheduler(sched, params), trace, SimConfig(warm=warm),
@@ -145,11 +171,13 @@ def _in_sim(setup, sched, params, warm, trace, flaky, loss):
     sim.kernel.observer = _Both(sim.recorder, obs)
     if loss is not None:
         sim.fail_worker(*loss)
+    for at, rid in cancels:
+        sim.clock.call_at(at, _cancel(sim.kernel), rid)
     res = sim.run()
     return sim.kernel, obs.ends, res
 
 
-def _in_runtime(setup, sched, params, warm, trace, flaky, loss):
+def _in_runtime(setup, sched, params, warm, trace, flaky, loss, cancels=()):
     obs = Endings()
     clock = VirtualClock()
     view = ClusterView.build(setup.cluster, setup.latency, setup.placement)
@@ -161,6 +189,8 @@ def _in_runtime(setup, sched, params, warm, trace, flaky, loss):
         clock.at(r.arrival_s, lambda r=r: eng.submit(r))
     if loss is not None:
         clock.at(loss[1], lambda: eng.worker_lost(loss[0]))
+    for at, rid in cancels:
+        clock.call_at(at, _cancel(eng.kernel), rid)
     horizon = trace.duration_s + 10 * max(setup.slos_s.values()) + 1.0
     clock.run(until=horizon)
     eng.kernel.close(clock.now(), RUN_ENDED, UNSERVED)
@@ -183,6 +213,10 @@ class _Both(Observer):
         for o in self.obs:
             o.ended(*a)
 
+    def reported(self, *a):
+        for o in self.obs:
+            o.reported(*a)
+
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -193,23 +227,25 @@ class _Both(Observer):
     p_fail=st.sampled_from([0.0, 0.05, 0.2]),
     p_split=st.sampled_from([0.0, 0.05]),
     loss_at=st.one_of(st.none(), st.floats(0.0, 0.6)),
+    cancel=st.sampled_from([0.0, 0.0, 0.1, 0.5]),
 )
 def test_every_request_ends_exactly_once_alike_in_both_drivers(
-    name, seed, load, p_raise, p_fail, p_split, loss_at
+    name, seed, load, p_raise, p_fail, p_split, loss_at, cancel
 ):
     setup, sched, params, warm = _setup(name)
     rate = load * RATES[name]
     trace = _trace(setup, rate, seed)
     flaky = (seed, p_raise, p_fail, p_split)
     loss = None if loss_at is None else (setup.placement.workers[seed % 3].id, loss_at)
-    k_sim, sim_ends, res = _in_sim(setup, sched, params, warm, trace, flaky, loss)
-    k_rt, rt_ends = _in_runtime(setup, sched, params, warm, trace, flaky, loss)
+    cancels = _cancels(trace, cancel, seed)
+    k_sim, sim_ends, res = _in_sim(setup, sched, params, warm, trace, flaky, loss, cancels)
+    k_rt, rt_ends = _in_runtime(setup, sched, params, warm, trace, flaky, loss, cancels)
     n = len(trace)
     # exactly once, with a reason where it did not finish
     assert sorted(sim_ends) == list(range(n)) and sorted(rt_ends) == list(range(n))
     # nothing left behind
     for k in (k_sim, k_rt):
-        assert not k.held and not k.parked and not k.batches and not k.payloads
+        assert not k.held and not k.parked and not k.batches and not k.payloads and not k.gone
         assert all(w.running is None and not w.ready and not w.waiting for w in k.workers.values())
     assert not k_rt.open
 
@@ -320,3 +356,36 @@ def test_a_request_of_many_rows_is_one_execution(sched, params):
     assert obs.ends == {0: (OK, ""), 1: (OK, "")}
     stages = len(setup.plan.models[model].pipelines[0].stages) if sched == "reactive" else 1
     assert seen == [((0,), 2)] * stages + [((1,), 32)] * stages
+
+
+class _Reports(Observer):
+    def __init__(self):
+        self.reasons = []
+
+    def reported(self, rep):
+        self.reasons.append(rep.reason)
+
+
+def test_cancellations_strike_queued_and_dispatched_requests_and_empty_batches_stop():
+    """The cancellations above are not vacuous either: in one run, requests are cancelled
+    while queued and after their dispatch, batches whose every request was cancelled
+    stop without running their next stage (``withdrawn``), and the rest are served."""
+    from hetserve.engine.rules import WITHDRAWN
+
+    setup, sched, params, warm = _setup("reservation (two stages)")
+    trace = _trace(setup, 900.0, 5)
+    cancels = _cancels(trace, 0.6, 5)
+    sim = Simulator(setup.cluster, setup.latency, setup.plan, setup.placement,
+                    make_scheduler(sched, params), trace, SimConfig(warm=warm))  # fmt: skip
+    reports = _Reports()
+    sim.kernel.observer = _Both(sim.recorder, reports)
+    sim.kernel._reported = True
+    for at, rid in cancels:
+        sim.clock.call_at(at, _cancel(sim.kernel), rid)
+    res = sim.run()
+    cancelled = res.outcome == CANCELLED
+    assert 0 < cancelled.sum() < len(cancels)  # (some ended before their client left)
+    dispatched = ~np.isnan(res.dispatch_s)
+    assert (cancelled & dispatched).any() and (cancelled & ~dispatched).any()
+    assert WITHDRAWN in reports.reasons
+    assert (res.outcome == OK).any()

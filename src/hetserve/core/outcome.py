@@ -1,13 +1,15 @@
 """Request outcomes: every arrived request ends exactly once.
 
 ``ok`` (finished by its deadline), ``late`` (finished after it), ``dropped(reason)`` (the
-scheduler gave up on it) or ``failed(reason)`` (the engine could not run it).
+scheduler gave up on it, or its deadline came while it was queued), ``failed(reason)``
+(the engine could not run it) or ``cancelled(reason)`` (its client went away first: no
+answer was delivered; ``Kernel.cancel``).
 """
 
 from __future__ import annotations
 
-PENDING, OK, LATE, DROPPED, FAILED = 0, 1, 2, 3, 4
-OUTCOME_NAMES = ("pending", "ok", "late", "dropped", "failed")
+PENDING, OK, LATE, DROPPED, FAILED, CANCELLED = 0, 1, 2, 3, 4, 5
+OUTCOME_NAMES = ("pending", "ok", "late", "dropped", "failed", "cancelled")
 
 #: a request that finishes this close after its deadline is on time (float rounding)
 ON_TIME_EPS_S = 1e-12

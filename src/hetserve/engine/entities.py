@@ -36,6 +36,7 @@ class Batch:
         "alive",
         "d",
         "dispatch_s",
+        "gone",
         "id",
         "model",
         "payload",
@@ -54,6 +55,9 @@ class Batch:
         self.dispatch_s = now
         self.alive = True
         self.tasks: list[Task] = []
+        # ids of its requests cancelled while it was under way (None: none): they have
+        # ended; the batch runs on for the others, and the kernel leaves them out at its end
+        self.gone: set[int] | None = None
         # the stage's input: the requests' inputs (or parked parts) for the first step,
         # the previous step's output after it
         self.payload: Any = None

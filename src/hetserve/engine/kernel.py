@@ -45,10 +45,11 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from hetserve.core.outcome import DROP_KINDS, DROPPED, FAILED, drop_text
+from hetserve.core.outcome import CANCELLED, DROP_KINDS, DROPPED, FAILED, drop_text
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
+from hetserve.engine.deadlines import Deadlines
 from hetserve.engine.entities import Batch, Slot, Task
 from hetserve.engine.executor import Clock, Executor, Observer
 from hetserve.engine.links import LinkTable
@@ -56,6 +57,7 @@ from hetserve.engine.rules import (
     ACTIVATIONS_LOST,
     PARKED,
     PREEMPTED,
+    WITHDRAWN,
     ProtocolError,
     check_dispatch,
     check_load,
@@ -124,6 +126,11 @@ class Kernel:
         self.open: dict[int, Request] | None = {} if track else None
         self.parked: dict[int, tuple[int, str, Any]] = {}
         self.payloads: dict[int, Any] = {}
+        # requests the kernel ended while the scheduler held them (their deadline came,
+        # their client cancelled): the scheduler's later Dispatch or Drop of one leaves it out
+        self.gone: set[int] = set()
+        self.deadlines = Deadlines()
+        self._expiry_s = math.inf  # the kernel's deadline timer (inf: none set)
         self._seq = itertools.count(1)
         self._ask = self._ask_strict if strict else self._ask_guarded
         self._apply = self._apply_strict if strict else self._apply_guarded
@@ -131,6 +138,7 @@ class Kernel:
         self._unit = True  # every request so far has one row: a batch's rows are its length
         # one bound method each: :meth:`run` knows these callbacks by them
         self._timer_cb = self._timer
+        self._expire_cb = self._expire
         self.stage_done_at_cb = self.stage_done_at
         self._reported = type(self.observer).reported is not Observer.reported
         # whether the executor computes outputs to cut per request (the modelled one: no)
@@ -147,7 +155,7 @@ class Kernel:
         next run in the same process)."""
         if type(self.clock) is VirtualClock:
             self.clock.heap.clear()
-        for name in ("_ask", "_apply", "_timer_cb", "stage_done_at_cb"):
+        for name in ("_ask", "_apply", "_timer_cb", "_expire_cb", "stage_done_at_cb"):
             self.__dict__.pop(name, None)
         self.executor.close()
 
@@ -159,7 +167,7 @@ class Kernel:
         else:
             left = dict(self.held)
             for b in self.batches.values():
-                left.update((r.id, r) for r in b.requests)
+                left.update((r.id, r) for r in _live(b))
         return sorted(left.values(), key=lambda r: r.id)
 
     # ------------------------------------------------------------------ entry points
@@ -186,13 +194,85 @@ class Kernel:
                 self._apply(acts, now)
         else:
             self._ask_guarded(self.scheduler.on_arrival, r, now)
+        if self.held.get(rid) is r:
+            self._watch(r)
+
+    def cancel(self, request_id: int, now: float, reason: str) -> bool:
+        """The request's client went away (``reason`` says how): it ends now, as
+        cancelled. Held by the scheduler, it is out of its queue (a later Dispatch or
+        Drop of it leaves it out); in a batch, its result is discarded, and a batch
+        whose every request is cancelled stops before its next stage starts (the
+        scheduler hears ``reason="withdrawn"``). False: it had already ended."""
+        r = self.held.pop(request_id, None)
+        if r is not None:
+            self.gone.add(request_id)
+            self._end((r,), CANCELLED, reason, now)
+            return True
+        if self.open is not None and request_id not in self.open:
+            return False
+        for b in self.batches.values():
+            for r in b.requests:
+                if r.id == request_id:
+                    return self._cancel_in(b, r, reason, now)
+        return False
+
+    def _cancel_in(self, b: Batch, r: Request, reason: str, now: float) -> bool:
+        if b.gone is None:
+            b.gone = set()
+        elif r.id in b.gone:
+            return False
+        b.gone.add(r.id)
+        self._end((r,), CANCELLED, reason, now)
+        task = b.tasks[-1]
+        if len(b.gone) == len(b.requests) and task.worker.running is not task:
+            self._end_batch(b, task, now, WITHDRAWN, 0)  # (not started: it never will)
+        return True
+
+    # ------------------------------------------------------------------ deadlines
+    def _watch(self, r: Request, again: bool = False) -> None:
+        """``r`` is held (arrived; ``again``: returned, or parked): it is dropped at its
+        deadline if still held then."""
+        if again:
+            self.deadlines.again(r)
+        else:
+            self.deadlines.add(r)
+        if r.deadline_s < self._expiry_s:
+            self._expiry_s = t = r.deadline_s
+            self.clock.call_at(t, self._expire_cb, None, t)
+
+    def _expire(self, _: Any, at_s: float, now: float) -> bool:
+        """The deadline timer: every request still held whose deadline has come ends,
+        dropped (``deadline``), as the scheduler would have dropped it had it looked;
+        the timer is set again for the next. Whether any ended."""
+        if at_s != self._expiry_s:
+            return False  # superseded by an earlier one, which set the next
+        t = at_s if now < at_s else now
+        held = self.held
+        due = self.deadlines.due(t, held)
+        if due:
+            for r in due:
+                del held[r.id]
+                self.gone.add(r.id)
+            if self.open is None:
+                self._end(due, DROPPED, "deadline", t)
+            else:
+                for r in due:
+                    self._end((r,), DROPPED, drop_text("deadline", (), r.arrival_s,
+                                                      r.deadline_s, r.rows, t), t)  # fmt: skip
+        nxt = self.deadlines.first_s(held)
+        self._expiry_s = nxt
+        if nxt < math.inf:
+            self.clock.call_at(nxt, self._expire_cb, None, nxt)
+        return bool(due)
 
     def run(self, requests: Iterator[Request], times: Sequence[float], horizon: float) -> float:
         """Drive the kernel on its own virtual clock (the simulator's loop): the arrivals
-        (``requests``, at ``times``, sorted; the ``i``-th with id ``i`` and one row, as the
-        simulator makes them from its trace) merged with the clock's callbacks (an arrival
-        and a callback at the same instant: the callback first), until both are spent or
-        the next callback is past ``horizon``. Returns the time of the last event.
+        (``requests``, at ``times``, sorted; the ``i``-th with id ``i`` and one row, a
+        stream's deadlines in order, as the simulator makes them from its trace) merged
+        with the clock's callbacks (an arrival and a callback at the same instant: the
+        callback first), until both are spent or the next callback is past ``horizon``.
+        Returns the time of the last event (a deadline timer that found nothing due does
+        not count: it changes nothing).
 
         The loop is the kernel's so that its per-request path costs no call beyond the
         scheduler's: an arrival, a timer and a modelled stage's end are :meth:`arrive`,
@@ -209,6 +289,9 @@ class Kernel:
         on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
         apply, timer = self._apply, self._timer_cb
         done_at, stage_done = self.stage_done_at_cb, self.stage_done
+        dl = self.deadlines
+        watch, fifo_of, new_head, watched = dl.add, dl.fifo, dl.head, held.get
+        expire = self._expire_cb
         next_request = requests.__next__
         n = len(times)
         i = 0
@@ -221,10 +304,23 @@ class Kernel:
                 acts = on_arrival(r, now)
                 if acts:
                     apply(acts, now)
+                if watched(i) is r:  # ``_watch``, inline (a stream's deadlines come in order)
+                    q = fifo_of(r.stream)
+                    t = r.deadline_s
+                    if q is None:
+                        watch(r)
+                    else:
+                        if not q:
+                            new_head(q, t)
+                        q.append(i)
+                    if t < self._expiry_s:
+                        self._expiry_s = t
+                        clock.call_at(t, expire, None, t)
                 i += 1
                 continue
             if not heap or heap[0][0] > horizon:
                 return now
+            last = now
             now, _, fn, a, b = pop(heap)
             clock.t = now
             if fn is done_at:  # ``stage_done_at``, inline
@@ -234,6 +330,9 @@ class Kernel:
                 acts = on_timer(a, b if now < b else now)
                 if acts:
                     apply(acts, b if now < b else now)
+            elif fn is expire:
+                if not expire(a, b, now):
+                    now = last  # (it found nothing due: not an event of the run's)
             else:
                 fn(a, b, now)
 
@@ -252,9 +351,14 @@ class Kernel:
                 continue
             if not heap or heap[0][0] > horizon:
                 return now
+            last = now
             now, _, fn, a, b = heapq.heappop(heap)
             clock.t = now  # type: ignore[attr-defined]
-            fn(a, b, now)
+            if fn is self._expire_cb:
+                if not self._expire(a, b, now):
+                    now = last  # (as in ``run``)
+            else:
+                fn(a, b, now)
 
     def worker_lost(self, worker: str, now: float) -> None:
         """The worker is gone (rule 9): nothing starts on it again; the scheduler hears
@@ -291,10 +395,14 @@ class Kernel:
             b.alive = False
             for t in b.tasks:
                 t.dead = True
-            self._end(b.requests, FAILED, batch_reason, now)
+            live = _live(b)
+            if live:
+                self._end(live, FAILED, batch_reason, now)
         self.batches.clear()
         held = sorted(self.held.values(), key=lambda r: r.id)
         self.held.clear()
+        self.gone.clear()
+        self.deadlines.clear()
         if held:
             self._end(held, DROPPED, held_reason, now)
 
@@ -316,6 +424,8 @@ class Kernel:
             w.ready.clear()
             w.waiting.clear()
         self.held.clear()
+        self.gone.clear()
+        self.deadlines.clear()
         if left:
             self._end(left, FAILED, reason, now, check=False)
 
@@ -333,6 +443,7 @@ class Kernel:
         self.observer.stage_ended(task, now, "completed", blocks[1] - blocks[0])
         last = task.index == len(b.route) - 1
         reason = ""
+        withdraw = None
         if last:
             parts = self._split(task, output, now) if self._outputs else _NO_PARTS
             if parts is None:
@@ -344,6 +455,11 @@ class Kernel:
             b.tasks.clear()
             end_block = blocks[1]
             reqs = b.requests
+            if b.gone is not None:  # (some were cancelled: their parts are discarded)
+                keep = [k for k, r in enumerate(reqs) if r.id not in b.gone]
+                reqs = tuple(reqs[k] for k in keep)
+                if self._outputs:
+                    parts = [parts[k] for k in keep]  # type: ignore[index]
             if end_block < self.nblocks[b.model]:
                 # an open route: the requests are parked here, back with the scheduler
                 reason = PARKED
@@ -351,12 +467,20 @@ class Kernel:
                 for r, part in zip(reqs, parts, strict=False):
                     held[r.id] = r
                     parked[r.id] = (end_block, wid, part)
+                    self._watch(r, again=True)
+            elif not reqs:
+                pass
             else:
                 if self.open is not None or self.parked or self.payloads:
                     self._close(reqs)
                 # finished: ok or late, as ``core.outcome.finished`` says
                 self.observer.ended(reqs, None, "", now, parts if self._outputs else None)
+        elif b.gone is not None and len(b.gone) == len(b.requests):
+            # every request was cancelled while this stage ran: the next does not start
+            reqs = ()
+            withdraw = Task(b, b.stage + 1, self.workers[b.route[b.stage + 1].worker])
         else:
+            reqs = b.requests if b.gone is None else _live(b)
             b.stage += 1
             b.payload = output
             nw = self.workers[b.route[b.stage].worker]
@@ -373,7 +497,7 @@ class Kernel:
             self._transfer(ntask, span, now)
         # (engine.rules.stage_done_report, made without its Python calls: the hot path)
         rep = _new(StageReport, (
-            "stage", b.id, b.model, step.stage, w.id, task.start_s, now, b.requests, True, last,
+            "stage", b.id, b.model, step.stage, w.id, task.start_s, now, reqs, True, last,
             reason, blocks, blocks[1] - blocks[0], task.transfer_start_s, task.transfer_end_s,
         ))  # fmt: skip
         if self._reported:
@@ -384,6 +508,8 @@ class Kernel:
                 self._apply(acts, now)
         else:
             self._ask_guarded(self.scheduler.on_stage_done, rep, now)
+        if withdraw is not None and b.alive:
+            self._end_batch(b, withdraw, now, WITHDRAWN, 0)
         if w.running is None and w.ready:
             self._try_start(w, now)
 
@@ -465,6 +591,7 @@ class Kernel:
         """A scheduler raised: what it holds may never be dispatched; end it as failed."""
         held = sorted(self.held.values(), key=lambda r: r.id)
         self.held.clear()
+        self.gone.clear()
         LOG.error("the scheduler raised; its %d requests fail", len(held), exc_info=err)
         if held:
             self._end(held, FAILED, f"scheduler error: {type(err).__name__}: {err}", now)
@@ -523,6 +650,7 @@ class Kernel:
             # the scheduler let go of them (it believes them dispatched or dropped): the
             # ones still held end, as failed
             lost = [r for r in a.requests if self.held.get(r.id) is r]  # type: ignore[attr-defined]
+            self.gone.difference_update(r.id for r in a.requests)  # type: ignore[attr-defined]
             for r in lost:
                 del self.held[r.id]
             if lost:
@@ -565,6 +693,13 @@ class Kernel:
         held, reqs, why = self.held, a.requests, a.reason
         if why not in DROP_KINDS:
             raise unknown_drop_reason(why)
+        if self.gone:  # those the kernel ended already: the scheduler lets go of them
+            gone = self.gone
+            left = [r for r in reqs if r.id not in gone]
+            gone.difference_update(r.id for r in reqs)
+            if not left:
+                return
+            reqs = tuple(left)
         # (the texts before any request leaves the ledger: bad figures raise here)
         texts = None
         if self.open is not None:
@@ -586,10 +721,14 @@ class Kernel:
         held, parked = self.held, self.parked
         bid, model, reqs, route = d  # (one unpacking: cheaper than reading the fields)
         pop = held.pop
+        trim = False
         for k, r in enumerate(reqs):
             rid = r.id
             got = pop(rid, None)
             if got is None or r.model != model:
+                if got is None and rid in self.gone and r.model == model:
+                    trim = True  # ended meanwhile (deadline, cancelled): left out below
+                    continue
                 if got is not None:
                     held[rid] = got  # (another model's: it stays the scheduler's)
                 self._give_back(reqs[:k])
@@ -603,6 +742,14 @@ class Kernel:
             elif first:
                 self._give_back(reqs[: k + 1])
                 raise parked_elsewhere(d, r, 0)
+        if trim:
+            gone = self.gone
+            reqs = tuple(r for r in reqs if r.id not in gone)
+            gone.difference_update(r.id for r in d.requests)
+            if not reqs:  # nothing left to run: the scheduler hears so, after this call
+                self.clock.call_at(now, self._withdrawn, d)
+                return
+            d = d._replace(requests=reqs)
         b = Batch(d, now, len(reqs) if self._unit else sum(r.rows for r in reqs))
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
             b.payload = [parked[r.id][2] for r in reqs]
@@ -618,10 +765,18 @@ class Kernel:
             return
         self._gather(task, first, now)
 
+    def _withdrawn(self, d: Dispatch, _: Any, now: float) -> None:
+        """A dispatch whose every request had ended (``_dispatch``): reported, not run."""
+        rep = stage_ended_report(d, 0, d.route[0].worker, now, now, WITHDRAWN, 0)
+        self._report(rep._replace(requests=()), now)
+
     def _give_back(self, taken: Iterable[Request]) -> None:
-        held = self.held
+        """Requests are the scheduler's again (after a refused action: those it gave;
+        never one the kernel ended meanwhile)."""
+        held, gone = self.held, self.gone
         for r in taken:
-            held[r.id] = r
+            if r.id not in gone:
+                held[r.id] = r
 
     def _gather(self, task: Task, first: int, now: float) -> None:
         """A continued batch's input: one transfer per worker its requests are parked
@@ -738,15 +893,20 @@ class Kernel:
         for t in b.tasks:
             t.dead = True
         b.tasks.clear()  # (see ``stage_done``)
+        live = _live(b)
         if reason in RETURNED:
-            self._give_back(b.requests)
-        else:
-            self._end(b.requests, FAILED, reason, now)
+            self._give_back(live)
+            for r in live:
+                self._watch(r, again=True)
+        elif live:
+            self._end(live, FAILED, reason, now)
         start = task.start_s if not math.isnan(task.start_s) else now
         rep = stage_ended_report(
             b.d, task.index, task.worker.id, start, now, reason, blocks_done,
             (task.transfer_start_s, task.transfer_end_s),
         )  # fmt: skip
+        if b.gone is not None:
+            rep = rep._replace(requests=live)
         self._report(rep, now)
 
     def _close(self, requests: Sequence[Request], check: bool = True) -> None:
@@ -770,3 +930,10 @@ class Kernel:
         """Requests end, all with one outcome (dropped or failed) and reason."""
         self._close(requests, check)
         self.observer.ended(requests, (outcome,) * len(requests), reason, now, None)
+
+
+def _live(b: Batch) -> tuple[Request, ...]:
+    """A batch's requests that have not ended (all but those cancelled meanwhile)."""
+    if b.gone is None:
+        return b.requests
+    return tuple(r for r in b.requests if r.id not in b.gone)

@@ -22,6 +22,10 @@ WORKER_LOST = "worker lost"  # a batch from block 0 hit by a lost worker: return
 ACTIVATIONS_LOST = "activations lost"  # one that carried parked activations: failed
 PREEMPTED = "preempted"
 NOT_RESIDENT = "blocks not resident"
+# every request of the batch ended (cancelled by its client, or its deadline came while the
+# scheduler held it) before the stage started: the stage did not run, and no request is
+# in the report
+WITHDRAWN = "withdrawn"
 
 
 class ProtocolError(RuntimeError):

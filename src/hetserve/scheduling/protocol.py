@@ -14,6 +14,14 @@ Rules every scheduler follows, and every engine relies on:
    route (``reason == "parked"``, rule 4); it may then dispatch or drop it again. A
    returned request stays where its batch started: at block 0, or parked where the open
    route before it left it.
+   The engine may end a request the scheduler holds without asking it: at the request's
+   deadline (dropped, ``deadline``: it can no longer finish by it) or when its client
+   goes away (cancelled). The scheduler is not told; when it later dispatches or drops
+   the request, the engine leaves it out (a batch runs without it; a ``Dispatch`` left
+   with no request does not run, and its first stage is reported ``completed=False``,
+   ``reason="withdrawn"``, with no requests). A request cancelled in a batch is left
+   out of the batch's later reports; a batch whose every request was cancelled stops
+   before its next stage (reported ``"withdrawn"``).
 4. ``Dispatch`` names a batch id (unique per scheduler, chosen by the scheduler), the
    model, its requests and a route: one ``RouteStep`` per pipeline stage (block range,
    worker, planned start). Route steps cover the model's blocks contiguously, with
