@@ -35,6 +35,7 @@ from hetserve.experiments.shepherd.scenarios import group_setup
 from hetserve.planning.deepplan import plan_cold_starts
 from hetserve.runtime.engine import RuntimeEngine
 from hetserve.scheduling import (
+    RETURNED,
     BaseScheduler,
     ClusterView,
     Dispatch,
@@ -76,10 +77,19 @@ class Flaky(ModelledExecutor):
 
 
 class Endings(Observer):
-    """Every ending, counted per request."""
+    """Every ending, counted per request; and when each request last came back to the
+    scheduler from a batch (returned, or parked by an open route)."""
 
     def __init__(self):
         self.ends = {}
+        self.back = {}
+
+    def reported(self, rep):
+        if rep.kind == "stage" and (
+            (not rep.completed and rep.reason in RETURNED) or rep.reason == "parked"
+        ):
+            for r in rep.requests:
+                self.back[r.id] = rep.end_s
 
     def ended(self, requests, outcomes, reason, now, outputs):
         if outcomes is None:
@@ -87,7 +97,7 @@ class Endings(Observer):
         for r, o in zip(requests, outcomes, strict=True):
             assert r.id not in self.ends, f"request {r.id} ended twice"
             assert o in (OK, LATE) or reason, f"request {r.id}: outcome {o} without a reason"
-            self.ends[r.id] = (o, reason)
+            self.ends[r.id] = (o, reason, now)
 
 
 # ------------------------------------------------------------------ setups
@@ -169,12 +179,13 @@ def _in_sim(setup, sched, params, warm, trace, flaky, loss, cancels=()):
                     make_scheduler(sched, params), trace, SimConfig(warm=warm),
                     executor=Flaky(*flaky, warm=False))  # fmt: skip
     sim.kernel.observer = _Both(sim.recorder, obs)
+    sim.kernel._reported = True  # (the observer is swapped after the kernel was made)
     if loss is not None:
         sim.fail_worker(*loss)
     for at, rid in cancels:
         sim.clock.call_at(at, _cancel(sim.kernel), rid)
     res = sim.run()
-    return sim.kernel, obs.ends, res
+    return sim.kernel, obs.ends, res, obs.back
 
 
 def _in_runtime(setup, sched, params, warm, trace, flaky, loss, cancels=()):
@@ -238,7 +249,7 @@ def test_every_request_ends_exactly_once_alike_in_both_drivers(
     flaky = (seed, p_raise, p_fail, p_split)
     loss = None if loss_at is None else (setup.placement.workers[seed % 3].id, loss_at)
     cancels = _cancels(trace, cancel, seed)
-    k_sim, sim_ends, res = _in_sim(setup, sched, params, warm, trace, flaky, loss, cancels)
+    k_sim, sim_ends, res, back = _in_sim(setup, sched, params, warm, trace, flaky, loss, cancels)
     k_rt, rt_ends = _in_runtime(setup, sched, params, warm, trace, flaky, loss, cancels)
     n = len(trace)
     # exactly once, with a reason where it did not finish
@@ -249,14 +260,23 @@ def test_every_request_ends_exactly_once_alike_in_both_drivers(
         assert all(w.running is None and not w.ready and not w.waiting for w in k.workers.values())
     assert not k_rt.open
 
-    # the two drivers agree on every ending (a drop: on its kind; the runtime, which
-    # answers clients, says more: core.outcome.drop_text)
-    def told(o, why):
-        return (o, drop_kind(why) if o == DROPPED else why)
+    # the two drivers agree on every ending, and on when it happened (a drop: on its
+    # kind; the runtime, which answers clients, says more: core.outcome.drop_text)
+    def told(o, why, t):
+        return (o, drop_kind(why) if o == DROPPED else why, t)
 
     assert {i: told(*e) for i, e in rt_ends.items()} == {i: told(*e) for i, e in sim_ends.items()}
-    dropped = [why for o, why in rt_ends.values() if o == DROPPED]
+    dropped = [why for o, why, _ in rt_ends.values() if o == DROPPED]
     assert all(drop_kind(why) in DROP_KINDS for why in dropped)
+    # a request held by the scheduler at its deadline ends then, never later: a deadline
+    # drop comes by its deadline, or when it came back from a batch after it
+    deadlines = trace.deadlines_s()
+    held_too_long = [
+        (i, t) for i, (o, why, t) in sim_ends.items()
+        if o == DROPPED and drop_kind(why) == "deadline"
+        and t > max(deadlines[i], back.get(i, 0.0)) + 1e-9
+    ]  # fmt: skip
+    assert not held_too_long
     assert np.asarray([sim_ends[i][0] for i in range(n)]).tolist() == res.outcome.tolist()
 
 
@@ -266,10 +286,10 @@ def test_the_faults_do_strike_and_every_kind_of_ending_occurs():
     setup, sched, params, warm = _setup("flex (preemptions)")
     trace = _trace(setup, 12000.0, 3)
     loss = (setup.placement.workers[0].id, 0.3)
-    _, ends, _ = _in_sim(setup, sched, params, warm, trace, (3, 0.1, 0.1, 0.1), loss)
-    outcomes = {o for o, _ in ends.values()}
+    _, ends, _, _ = _in_sim(setup, sched, params, warm, trace, (3, 0.1, 0.1, 0.1), loss)
+    outcomes = {o for o, _, _ in ends.values()}
     assert {OK, DROPPED, FAILED} <= outcomes
-    reasons = {why for o, why in ends.values() if o == FAILED}
+    reasons = {why for o, why, _ in ends.values() if o == FAILED}
     for fault in ("injected at start", "failed: injected", "injected in split"):
         assert any(fault in why for why in reasons), (fault, reasons)
 
@@ -353,7 +373,7 @@ def test_a_request_of_many_rows_is_one_execution(sched, params):
     for r in reqs:
         clock.at(r.arrival_s, lambda r=r: eng.submit(r))
     clock.run(until=100.0)
-    assert obs.ends == {0: (OK, ""), 1: (OK, "")}
+    assert {i: e[:2] for i, e in obs.ends.items()} == {0: (OK, ""), 1: (OK, "")}
     stages = len(setup.plan.models[model].pipelines[0].stages) if sched == "reactive" else 1
     assert seen == [((0,), 2)] * stages + [((1,), 32)] * stages
 

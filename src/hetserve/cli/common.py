@@ -140,6 +140,7 @@ FLOAT_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "time_limit_s": (0.0, 1e6, True),
     "mip_gap": (0.0, 1.0, False),
     "jitter_cv": (0.0, 10.0, False),
+    "patience_s": (0.0, 1e6, True),
     "target": (0.0, 1.0, True),
     "resolution": (0.0, 1.0, True),
     "start_lf": (0.0, 100.0, True),

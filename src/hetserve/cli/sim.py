@@ -133,7 +133,10 @@ def _build(
     )
 
 
-def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, setup: Any) -> Any:
+def _sim_config(
+    seed: int, jitter_cv: float, cut_bytes: str | None, setup: Any,
+    patience_s: float | None = None,
+) -> Any:  # fmt: skip
     """The simulator's configuration; what the plan means for the run from the ``Setup``
     (its precision at cuts unless ``--cut-bytes`` names one; warm unless its load plans
     load on demand)."""
@@ -147,6 +150,7 @@ def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, setup: Any) 
         jitter_cv=jitter_cv,
         cut_bytes_factor=factor,
         warm=setup.warm,
+        patience_s=patience_s,
     )
 
 
@@ -164,6 +168,14 @@ def _sim_config(seed: int, jitter_cv: float, cut_bytes: str | None, setup: Any) 
     type=float,
     default=None,
     help="Offered rate as a multiple of the plan's capacity (default 1.0).",
+)
+@click.option(
+    "--patience",
+    "patience_s",
+    type=float,
+    default=None,
+    help="Clients give up this many seconds after sending: a request not ended by then is "
+    "cancelled (out of its queue, or its part of a batch discarded) [default: they wait].",
 )
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False))
@@ -184,6 +196,7 @@ def simulate(
     scheduler: str | None,
     rate_rps: float | None,
     load_factor: float | None,
+    patience_s: float | None,
     seed: int,
     out: str,
 ) -> None:
@@ -201,7 +214,7 @@ def simulate(
     rates = model_rates(setup, rate_rps, load_factor)
     trace = build_trace(setup, workload, rates, duration_s, seed)
     t0 = time.perf_counter()
-    cfg = _sim_config(seed, jitter_cv, cut_bytes, setup)
+    cfg = _sim_config(seed, jitter_cv, cut_bytes, setup, patience_s)
     scheduler, sched_params = plan_scheduler(setup.plan, scheduler, params, "edf-adaptive")
     res = run_sim(setup, scheduler, trace, sched_params, cfg)
     wall = time.perf_counter() - t0
@@ -219,6 +232,7 @@ def simulate(
         "duration_s": duration_s,
         "seed": seed,
         "jitter_cv": jitter_cv,
+        "patience_s": patience_s,
         "cut_bytes": "fp16" if cfg.cut_bytes_factor == 0.5 else "fp32",
         "capacity_rps": setup.plan.capacity_rps(),
         "latency_source": "profiles" if profiles else "roofline",

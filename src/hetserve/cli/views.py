@@ -218,19 +218,11 @@ def attainment_text(share: float) -> str:
 
 def print_summary(s: dict[str, Any], title: str) -> None:
     t = Table(title=title)
-    for col in (
-        "model",
-        "arrived",
-        "attainment",
-        "goodput/s",
-        "offered/s",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "late",
-        "dropped",
-        "failed",
-    ):
+    cancelled = bool(s.get("cancelled"))  # (a column only where clients gave up)
+    cols = ["model", "arrived", "attainment", "goodput/s", "offered/s", "p50 ms", "p90 ms",
+            "p99 ms", "late", "dropped", "failed"]  # fmt: skip
+    cols += ["cancelled"] if cancelled else []
+    for col in cols:
         t.add_column(col, justify="left" if col == "model" else "right")
 
     def row(name: str, m: dict[str, Any]) -> None:
@@ -251,6 +243,7 @@ def print_summary(s: dict[str, Any], title: str) -> None:
             str(m["late"]),
             str(m["dropped"]),
             str(m["failed"]),
+            *([str(m.get("cancelled", 0))] if cancelled else []),
         )
 
     for name, m in s["per_model"].items():

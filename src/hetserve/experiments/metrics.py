@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.outcome import CANCELLED, DROPPED, FAILED, LATE, OK
 from hetserve.sim.result import SimResult
 
 
@@ -48,6 +48,7 @@ def _request_metrics(res: SimResult, sel: np.ndarray, duration: float) -> dict[s
         "late": int((out == LATE).sum()),
         "dropped": int((out == DROPPED).sum()),
         "failed": int((out == FAILED).sum()),
+        "cancelled": int((out == CANCELLED).sum()),
         "attainment": ok / n if n else 1.0,
         "offered_rps": n / duration if duration > 0 else 0.0,
         "goodput_rps": ok / duration if duration > 0 else 0.0,

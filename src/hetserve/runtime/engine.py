@@ -212,6 +212,11 @@ class RuntimeEngine:
             raise HetserveError(f"request {request.id} submitted twice")
         self.kernel.arrive(request, self.clock.now(), payload)
 
+    def cancel(self, request_id: int, reason: str) -> bool:
+        """The request's client went away: it ends now, cancelled, with ``reason``
+        (``Kernel.cancel``). False: it had ended already."""
+        return self.kernel.cancel(request_id, self.clock.now(), reason)
+
     def worker_lost(self, worker: str) -> None:
         """The worker is gone (protocol rule 9)."""
         self.kernel.worker_lost(worker, self.clock.now())

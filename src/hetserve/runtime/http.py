@@ -22,7 +22,9 @@ sent and what was expected), 401 without the bearer token when one is set (with
 method, 413 for a body over the limit, 429 when the server holds ``max_pending`` requests,
 503 when a request's deadline cannot be met (at arrival or later) or the server is
 shutting down, 500 when a worker fails a request (a bug or a lost worker). Every error body
-is ``{"error": "..."}``.
+is ``{"error": "..."}``. A client that disconnects before its answer cancels its request
+(``Server.infer_rows``): no answer is sent; the access log and
+``hetserve_http_responses_total`` say ``499`` (nginx's "client closed request").
 
 The binary tensor extension (Triton's ``binary_data``) is supported both ways: a body whose
 ``Inference-Header-Content-Length`` header says how long its JSON part is may carry inputs'
@@ -31,6 +33,7 @@ bytes after it; outputs come back as raw bytes when asked for, with the same hea
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -49,6 +52,7 @@ from hetserve.runtime.oip import HEADER_LEN, RequestError, encode_outputs, parse
 from hetserve.runtime.server import Server
 
 STATUS = {"dropped": 503, "overloaded": 429, "failed": 500, "refused": 503}
+CLIENT_CLOSED = 499  # what the log says of a request whose client went away first
 ACCESS = logging.getLogger("hetserve.access")
 
 
@@ -262,6 +266,8 @@ class _OipApp:
             await self._handle(scope, receive, counted)
         finally:
             path: str = scope["path"]
+            if not status_box[0] and scope.get("hetserve.client_gone"):
+                status_box[0] = CLIENT_CLOSED
             self.server.metrics.http(_route(path), status_box[0])
             if self.cfg.access_log:
                 client = scope.get("client") or ("-", 0)
@@ -320,10 +326,43 @@ class _OipApp:
                 raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 head = headers.get(HEADER_LEN.lower().encode())
                 version = scope.get("hetserve.version")
-                status, body, extra = await _infer(self.server, model, raw, head, version)
-                await _respond(send, status, body, extra)
+                answer = await _unless_gone(
+                    _infer(self.server, model, raw, head, version), receive, scope
+                )
+                if answer is not None:
+                    await _respond(send, *answer)
                 return None
         return await self.api(scope, receive, send)
+
+
+async def _unless_gone(work: Any, receive: Any, scope: dict[str, Any]) -> Any:
+    """Await ``work`` (the body is read), unless the client disconnects first (the ASGI
+    server's ``receive`` then says ``http.disconnect``): ``work`` is cancelled, which
+    cancels its request (``Server.infer_rows``), ``scope["hetserve.client_gone"]`` is
+    set, and the answer is None."""
+    me = asyncio.current_task()
+    gone = False
+
+    def on_message(t: asyncio.Task[Any]) -> None:
+        nonlocal gone
+        ok = me is not None and not t.cancelled() and t.exception() is None
+        if ok and t.result().get("type") == "http.disconnect":
+            gone = True
+            me.cancel()  # type: ignore[union-attr]
+
+    watch = asyncio.ensure_future(receive())
+    watch.add_done_callback(on_message)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not gone or me is None:
+            raise
+        me.uncancel()
+        scope["hetserve.client_gone"] = True
+        return None
+    finally:
+        watch.remove_done_callback(on_message)
+        watch.cancel()
 
 
 async def _send(send: Any, status: int, msg: str, headers: list[Any] | None = None) -> None:

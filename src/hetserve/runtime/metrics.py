@@ -141,7 +141,8 @@ class ModelStats:
     (``GET /v2/models/{m}/stats``); durations in nanoseconds."""
 
     def __init__(self, models: list[str]) -> None:
-        keys = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+        keys = ("success", "fail", "cancel", "queue", "compute_input", "compute_infer",
+                "compute_output")  # fmt: skip
         self._d: dict[str, dict[str, Any]] = {
             m: {
                 "inference": {k: [0, 0] for k in keys},
@@ -163,6 +164,11 @@ class ModelStats:
 
     def failed(self, model: str, dt_s: float) -> None:
         _add(self._d[model]["inference"]["fail"], dt_s)
+
+    def cancelled(self, model: str, dt_s: float) -> None:
+        """A request whose client went away before its answer (hetserve's ``cancel``,
+        named like the ``cancel`` of Triton's response statistics): arrival to then."""
+        _add(self._d[model]["inference"]["cancel"], dt_s)
 
     def queued(self, model: str, dt_s: float) -> None:
         _add(self._d[model]["inference"]["queue"], dt_s)

@@ -5,8 +5,12 @@ with one awaitable result per request and Prometheus metrics.
 its output, or an error with a reason: ``refused`` at arrival (the server is draining, or
 admission control finds that even the best case misses the deadline:
 ``scheduling.admission``), ``overloaded`` when ``max_pending`` requests are held already,
-``dropped`` when the scheduler finds the deadline unreachable later, ``failed`` when a
-worker fails it. ``drain()`` waits for the requests in flight (graceful shutdown).
+``dropped`` when the scheduler finds the deadline unreachable later (at the latest at the
+deadline: the kernel drops a request still queued then), ``failed`` when a worker fails
+it. A caller that stops waiting (its task cancelled: the HTTP front end does so when the
+client disconnects) cancels the request: it leaves the queue, or its result is discarded,
+and it is counted ``cancelled``. ``drain()`` waits for the requests in flight (graceful
+shutdown).
 
 Metrics (Prometheus, a registry of the server's own; ``runtime.metrics``): requests by model
 and outcome; drops
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetserve.core.errors import HetserveError
-from hetserve.core.outcome import DROPPED, FAILED, LATE, OK
+from hetserve.core.outcome import CANCELLED, DROPPED, FAILED, LATE, OK
 from hetserve.core.requests import Request
 from hetserve.engine.entities import Batch
 from hetserve.engine.setup import Setup
@@ -49,13 +53,16 @@ from hetserve.scheduling.admission import Admission
 
 @dataclass
 class Result:
-    outcome: str  # "ok" | "late" | "dropped" | "failed" | "overloaded" | "refused"
+    # "ok" | "late" | "dropped" | "failed" | "cancelled" | "overloaded" | "refused"
+    outcome: str
     reason: str = ""
     output: Any = None
     latency_s: float = 0.0
 
 
-_NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed"}
+_NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed", CANCELLED: "cancelled"}
+#: the reason a cancelled request ends with (its client went away)
+CLIENT_GONE = "cancelled: the client went away before its answer"
 
 
 class Server:
@@ -298,7 +305,12 @@ class Server:
         if version is not None:
             self._versions[rid] = version
         eng.submit(Request(rid, model, stream or "http", now, now + slo, None, rows), batch)
-        return await fut
+        try:
+            return await fut
+        except asyncio.CancelledError:  # the caller went away: so does its request
+            if self.engine is not None:
+                self.engine.cancel(rid, CLIENT_GONE)
+            raise
 
     def dequeue(self, r: Request) -> bool:
         """A request leaves the queue (first dispatch, or its end): True the first time."""
@@ -331,6 +343,8 @@ class Server:
             LOG.warning("request %d of %s failed: %s", r.id, r.model, reason)
         if name in ("ok", "late"):
             self.stats.succeeded(r.model, dt, r.rows)
+        elif name == "cancelled":
+            self.stats.cancelled(r.model, dt)
         else:
             self.stats.failed(r.model, dt)
         fut = self._futures.pop(r.id, None)

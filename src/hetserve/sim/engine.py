@@ -14,6 +14,8 @@ reports); the simulator adds what is its own:
 - **links**: activations between stages cross the link model (``engine.links``), FIFO
   lanes held end to end;
 - **failures to inject** (:meth:`Simulator.fail_worker`);
+- **clients that give up** (``SimConfig.patience_s``): a request not ended that long after
+  its arrival is cancelled, as the runtime cancels one whose client disconnects;
 - **the recorder** (:class:`~hetserve.sim.result.Recorder`), the kernel's observer.
 
 Outputs (:class:`~hetserve.sim.result.SimResult`): one record per request (arrival, dispatch,
@@ -33,6 +35,7 @@ from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import LatencyModel
+from hetserve.core.outcome import PENDING
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
@@ -50,6 +53,8 @@ __all__ = ["SimConfig", "Simulator"]
 #: how requests the scheduler still holds, and batches under way, end with the run
 UNSERVED = "run_ended"  # a drop kind (core.outcome.DROP_KINDS): the run ended first
 RUN_ENDED = "simulation ended"
+#: how a request whose client gave up (``SimConfig.patience_s``) ends: cancelled
+GAVE_UP = "cancelled: the client gave up"
 
 
 def _requests(tr: Trace, times: list[float]) -> Iterator[Request]:
@@ -132,6 +137,10 @@ class Simulator:
     def _lose(self, worker: str, _: Any, now: float) -> None:
         self.kernel.worker_lost(worker, now)
 
+    def _give_up(self, request_id: int, _: Any, now: float) -> None:
+        if self.recorder.outcome[request_id] == PENDING:
+            self.kernel.cancel(request_id, now, GAVE_UP)
+
     def run(self) -> SimResult:
         if self._ran:
             raise HetserveError("a Simulator runs once: build another for another run")
@@ -142,6 +151,10 @@ class Simulator:
             self.executor.warm_start()
         for at, wid in self.failures:
             clock.call_at(at, self._lose, wid)
+        if self.cfg.patience_s is not None:  # (in arrival order: each push costs O(1))
+            p = self.cfg.patience_s
+            for i, t in enumerate(tr.time_s.tolist()):
+                clock.call_at(t + p, self._give_up, i)
         kernel.start(0.0)
 
         max_slo = max((s.slo_s for s in tr.streams), default=1.0)

@@ -20,6 +20,9 @@ class SimConfig:
     # per-request control and data overhead of a batch (moving inputs in, results out),
     # added to its first stage: Shepherd's per-request overhead
     request_overhead_s: float = 0.0
+    # clients that give up: a request not ended this long after its arrival is cancelled
+    # (``Kernel.cancel``: out of its queue, or its part of a batch discarded); None: they wait
+    patience_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.jitter not in JITTERS:
@@ -30,3 +33,5 @@ class SimConfig:
             raise HetserveError(
                 "jitter_cv and request_overhead_s must be >= 0 and cut_bytes_factor > 0"
             )
+        if self.patience_s is not None and not self.patience_s > 0:
+            raise HetserveError(f"patience_s must be > 0 (or None), got {self.patience_s}")
