@@ -21,6 +21,7 @@ from hetserve.core.outcome import (
     LATE,
     OK,
     drop_kind,
+    failure_kind,
     finished,
 )
 from hetserve.core.plan import bind
@@ -268,6 +269,8 @@ def test_every_request_ends_exactly_once_alike_in_both_drivers(
     assert {i: told(*e) for i, e in rt_ends.items()} == {i: told(*e) for i, e in sim_ends.items()}
     dropped = [why for o, why, _ in rt_ends.values() if o == DROPPED]
     assert all(drop_kind(why) in DROP_KINDS for why in dropped)
+    failed = [why for o, why, _ in sim_ends.values() if o == FAILED]
+    assert all(failure_kind(why) for why in failed), failed  # (of the closed set)
     # a request held by the scheduler at its deadline ends then, never later: a deadline
     # drop comes by its deadline, or when it came back from a batch after it
     deadlines = trace.deadlines_s()

@@ -203,4 +203,4 @@ def test_serving_refuses_a_bad_drop_and_its_requests_end_failed_not_lost(drop):
         clock.at(r.arrival_s, lambda r=r: eng.submit(r))
     clock.run()
     assert sorted(seen.reasons) == [0, 1] and not eng.kernel.held
-    assert all(why.startswith("scheduler error: ") for why in seen.reasons.values())
+    assert all(why.startswith("scheduler_error: ") for why in seen.reasons.values())

@@ -266,10 +266,12 @@ def test_metrics_have_bounded_labels_http_counts_and_gauges():
 def test_failure_reasons_are_bounded():
     from hetserve.runtime.metrics import drop_reason, failure_reason
 
-    assert failure_reason("failed: RuntimeError: Expected 3D input of size [1, 150528]") == (
-        "stage_error"
-    )
-    assert failure_reason("worker lost") == "worker_lost"
+    assert failure_reason(
+        "stage_error: RuntimeError: Expected 3D input of size [1, 150528] (stage 0 of batch 3 "
+        "on cpu0)"
+    ) == "stage_error"  # fmt: skip
+    assert failure_reason("worker_lost: the activations it continued from ...") == "worker_lost"
+    assert failure_reason("it broke") == "unnamed"  # (no failure the engines make says this)
     assert drop_reason("deadline") == "deadline" and drop_reason("zzz") == "unnamed"
     assert drop_reason("deadline: after 2.0 ms queued, ...") == "deadline"
 

@@ -39,6 +39,34 @@ DROP_KINDS: dict[str, str] = {
 }
 
 
+#: Why a request fails: a closed set, like ``DROP_KINDS``. Every failure's text starts with
+#: one of these kinds (``"stage_error: RuntimeError: ... (stage 0 of batch 7 on cpu0)"``);
+#: the kind is the label of ``hetserve_failures_total``.
+FAILURE_KINDS: dict[str, str] = {
+    "stage_error": "a stage raised on its worker (a bug in the model or the worker's runtime)",
+    "not_resident": "its stage's weights were not on the worker, nor loading",
+    "worker_lost": "the worker that held its activations is lost",
+    "bad_output": "the model's answer is not what it advertises",
+    "scheduler_error": "the scheduler raised or broke a protocol rule while it held it",
+    "internal": "a bug in the server failed every open request",
+    "shutdown": "the server shut down while it ran",
+    "run_ended": "the simulation ended while it ran",
+}
+
+
+def failure_kind(reason: str) -> str:
+    """The kind a failure's text starts with (``"stage_error: ..."`` ->
+    ``"stage_error"``); ``""`` for a text that names none."""
+    kind = reason.split(":", 1)[0]
+    return kind if kind in FAILURE_KINDS else ""
+
+
+def failure_text(kind: str, detail: str = "") -> str:
+    """A failure's text: its kind, then what happened (the kind's sentence where no
+    detail is given)."""
+    return f"{kind}: {detail or FAILURE_KINDS[kind]}"
+
+
 def drop_kind(reason: str) -> str:
     """The kind a drop's text starts with (``"deadline: ..."`` -> ``"deadline"``)."""
     return reason.split(":", 1)[0]

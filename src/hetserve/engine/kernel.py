@@ -45,7 +45,14 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from hetserve.core.outcome import CANCELLED, DROP_KINDS, DROPPED, FAILED, drop_text
+from hetserve.core.outcome import (
+    CANCELLED,
+    DROP_KINDS,
+    DROPPED,
+    FAILED,
+    drop_text,
+    failure_kind,
+)
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
@@ -594,7 +601,7 @@ class Kernel:
         self.gone.clear()
         LOG.error("the scheduler raised; its %d requests fail", len(held), exc_info=err)
         if held:
-            self._end(held, FAILED, f"scheduler error: {type(err).__name__}: {err}", now)
+            self._end(held, FAILED, f"scheduler_error: {type(err).__name__}: {err}", now)
 
     def _report(self, rep: StageReport, now: float) -> None:
         if self._reported:
@@ -645,7 +652,7 @@ class Kernel:
         LOG.error(
             "refused %s: %s", type(a).__name__, err, exc_info=not isinstance(err, ProtocolError)
         )
-        why = f"scheduler error: {err}"
+        why = f"scheduler_error: {err}"
         if type(a) is Dispatch or type(a) is Drop:
             # the scheduler let go of them (it believes them dispatched or dropped): the
             # ones still held end, as failed
@@ -852,7 +859,7 @@ class Kernel:
 
     def _start_failed(self, task: Task, err: Exception, now: float) -> None:
         LOG.error("stage %s of batch %d failed to start", task.index, task.batch.id, exc_info=err)
-        self.stage_failed(task, f"failed: {type(err).__name__}: {err}", now)
+        self.stage_failed(task, f"stage_error: {type(err).__name__}: {err}", now)
 
     def _split(self, task: Task, output: Any, now: float) -> list[Any] | None:
         """The executor's parts of a route's output, one per request; None (the batch
@@ -865,7 +872,9 @@ class Kernel:
         except Exception as err:
             LOG.error("batch %d of %s: its output could not be split", task.batch.id,
                       task.batch.model, exc_info=err)  # fmt: skip
-            self._end_batch(task.batch, task, now, f"failed: {type(err).__name__}: {err}", 0)
+            why = f"bad_output: its output could not be cut per request: {type(err).__name__}"
+            why += f": {err}"
+            self._end_batch(task.batch, task, now, why, 0)
             if task.worker.running is None and task.worker.ready:
                 self._try_start(task.worker, now)
             return None
@@ -894,6 +903,12 @@ class Kernel:
             t.dead = True
         b.tasks.clear()  # (see ``stage_done``)
         live = _live(b)
+        if reason not in RETURNED and reason != WITHDRAWN:
+            # a failure: of the closed set (an executor's own text is a stage's error),
+            # saying where it struck
+            if not failure_kind(reason):
+                reason = f"stage_error: {reason}"
+            reason = f"{reason} (stage {task.step.stage} of batch {b.id} on {task.worker.id})"
         if reason in RETURNED:
             self._give_back(live)
             for r in live:

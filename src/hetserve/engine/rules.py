@@ -19,9 +19,11 @@ from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, Stage
 # A stage's result, as the engines record it and report it (rule 5).
 PARKED = "parked"  # an open route's last stage: the requests wait on its worker (rule 4)
 WORKER_LOST = "worker lost"  # a batch from block 0 hit by a lost worker: returned (rule 9)
-ACTIVATIONS_LOST = "activations lost"  # one that carried parked activations: failed
+# one that carried parked activations: failed (a failure of the closed set,
+# ``core.outcome.FAILURE_KINDS``, as every failure the engines make)
+ACTIVATIONS_LOST = "worker_lost: the activations it continued from were on a lost worker"
 PREEMPTED = "preempted"
-NOT_RESIDENT = "blocks not resident"
+NOT_RESIDENT = "not_resident: its stage's blocks were not resident on the worker, nor loading"
 # every request of the batch ended (cancelled by its client, or its deadline came while the
 # scheduler held it) before the stage started: the stage did not run, and no request is
 # in the report

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hetserve.core.errors import HetserveError
-from hetserve.core.outcome import finished
+from hetserve.core.outcome import failure_text, finished
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
@@ -226,13 +226,14 @@ class RuntimeEngine:
         holds are dropped (a drop of kind ``shutdown``), all with ``reason``, each through
         its one ending."""
         held = reason if reason.startswith("shutdown") else f"shutdown: {reason}"
-        self.kernel.close(self.clock.now(), reason, held)
+        ran = failure_text("shutdown", "" if reason == "shutdown" else reason)
+        self.kernel.close(self.clock.now(), ran, held)
 
     def fault(self, err: BaseException, now: float) -> None:
         """A bug in a callback (the kernel's state may be inconsistent): every request not
         yet ended fails with the error as the reason (``Kernel.fail_all``), so nothing
         hangs; the workers serve what comes next."""
         n = len(self.kernel.unended())
-        why = f"internal error: {type(err).__name__}: {err}"
+        why = f"internal: {type(err).__name__}: {err}"
         self.kernel.fail_all(why, now)
         LOG.error("%s; %d requests failed", why, n)

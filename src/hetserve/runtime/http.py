@@ -410,7 +410,10 @@ async def _infer(
         try:
             out["outputs"], blobs = encode_outputs(r.output, tensors, req)
         except Exception as e:  # the protocol's JSON error, never a plain-text 500
-            why = f"model {model!r}: its outputs could not be encoded: {type(e).__name__}: {e}"
+            why = (
+                f"bad_output: model {model!r}: its outputs could not be encoded: "
+                f"{type(e).__name__}: {e}"
+            )
             server.encode_failed(model, 1, why)
             return _fail(500, why)
         if blobs:

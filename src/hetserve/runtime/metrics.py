@@ -9,16 +9,13 @@ import statistics
 import time
 from typing import Any
 
-from hetserve.core.outcome import DROP_KINDS, drop_kind
+from hetserve.core.outcome import DROP_KINDS, FAILURE_KINDS, drop_kind, failure_kind
 from hetserve.scheduling import ClusterView
 
 LOG = logging.getLogger("hetserve.server")
 # the bounded label values of hetserve_drops_total and hetserve_failures_total
 DROP_REASONS = tuple(DROP_KINDS)
-FAILURE_REASONS = (
-    "stage_error", "worker_lost", "shutdown", "bad_output", "scheduler_error", "internal",
-    "other",
-)  # fmt: skip
+FAILURE_REASONS = tuple(FAILURE_KINDS)
 
 
 def drop_reason(reason: str) -> str:
@@ -30,21 +27,10 @@ def drop_reason(reason: str) -> str:
 
 
 def failure_reason(reason: str) -> str:
-    """The bounded label of a failure's reason text (the text itself goes to the log)."""
-    r = reason.lower()
-    if "lost" in r:
-        return "worker_lost"
-    if "shutdown" in r:
-        return "shutdown"
-    if "it advertises" in r or "could not be encoded" in r:
-        return "bad_output"
-    if r.startswith("scheduler error"):
-        return "scheduler_error"
-    if r.startswith("internal error"):
-        return "internal"
-    if "error" in r or ":" in r:
-        return "stage_error"
-    return "other"
+    """The bounded label of a failure's reason text: its kind
+    (``core.outcome.FAILURE_KINDS``, which every failure's text starts with; ``unnamed``
+    would be a bug, kept off the label set's growth). The text goes to the log."""
+    return failure_kind(reason) or "unnamed"
 
 
 class Metrics:

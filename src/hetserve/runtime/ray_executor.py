@@ -47,7 +47,7 @@ from hetserve.runtime.ray_emulated import EmulatedActor
 LOG = logging.getLogger("hetserve.runtime")
 
 
-def _reason(err: BaseException, prefix: str = "failed: ") -> str:
+def _reason(err: BaseException, prefix: str = "stage_error: ") -> str:
     """What a failed call says: the actor's own exception where it raised one."""
     cause = err.cause if isinstance(err, RayTaskError) and err.cause is not None else err
     return f"{prefix}{type(cause).__name__}: {cause}"

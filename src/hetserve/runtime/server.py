@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetserve.core.errors import HetserveError
-from hetserve.core.outcome import CANCELLED, DROPPED, FAILED, LATE, OK
+from hetserve.core.outcome import CANCELLED, DROPPED, FAILED, LATE, OK, failure_text
 from hetserve.core.requests import Request
 from hetserve.engine.entities import Batch
 from hetserve.engine.setup import Setup
@@ -325,7 +325,7 @@ class Server:
         if output is not None and outcome in (OK, LATE):
             why = answer_mismatch(r.model, self.tensors(r.model).outputs, output, r.rows)
             if why:  # an answer the model does not advertise is no answer
-                outcome, reason, output = FAILED, why, None
+                outcome, reason, output = FAILED, f"bad_output: {why}", None
         name = _NAMES.get(outcome, "failed")
         self.dequeue(r)
         self._pending_n[r.model] -= 1
@@ -386,7 +386,7 @@ class Server:
             self.engine.close("shutdown")
         for rid, fut in list(self._futures.items()):
             if not fut.done():
-                fut.set_result(Result("failed", "shutdown"))
+                fut.set_result(Result("failed", failure_text("shutdown")))
             self._futures.pop(rid, None)
         if self.engine is not None:
             self.engine.executor.close()

@@ -331,4 +331,4 @@ class TorchExecutor(BaseExecutor):
 
 
 def _reason(err: BaseException) -> str:
-    return f"failed: {type(err).__name__}: {err}"
+    return f"stage_error: {type(err).__name__}: {err}"

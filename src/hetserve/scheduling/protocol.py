@@ -60,7 +60,7 @@ Rules every scheduler follows, and every engine relies on:
    started at block 0 comes back (``reason="worker lost"``, in ``RETURNED``: its
    requests' inputs are still at the front end); one that continued activations parked
    on some worker, and activations parked on the lost worker, are gone (the batch fails,
-   ``reason="activations lost"``).
+   ``reason=engine.rules.ACTIVATIONS_LOST``, a failure of kind ``worker_lost``).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ __all__ = ["SimConfig", "Simulator"]
 
 #: how requests the scheduler still holds, and batches under way, end with the run
 UNSERVED = "run_ended"  # a drop kind (core.outcome.DROP_KINDS): the run ended first
-RUN_ENDED = "simulation ended"
+RUN_ENDED = "run_ended: the simulation ended while it ran"  # (a failure kind too)
 #: how a request whose client gave up (``SimConfig.patience_s``) ends: cancelled
 GAVE_UP = "cancelled: the client gave up"
 
