@@ -71,7 +71,7 @@ def print_shutdown(server: Any, sig: str | None) -> None:
     counts: dict[str, int] = {}
     rows = 0
     for m in server.models:
-        for outcome in ("ok", "late", "dropped", "refused", "overloaded", "failed"):
+        for outcome in ("ok", "late", "dropped", "refused", "overloaded", "failed", "cancelled"):
             v = get("hetserve_requests_total", {"model": m, "outcome": outcome}) or 0
             counts[outcome] = counts.get(outcome, 0) + int(v)
             rows += int(get("hetserve_rows_total", {"model": m, "outcome": outcome}) or 0)
