@@ -178,7 +178,10 @@ def test_a_drop_names_its_kind_and_serving_says_what_happened_with_figures():
         "deadline: after 500.0 ms queued, 500.0 ms left of its 1000.0 ms SLO; it needs at "
         "least 250.0 ms to finish (2 requests of its model queued)"
     )
-    assert seen.reasons[1] == "deadline: after 1000.0 ms queued, 0.0 ms left of its 1000.0 ms SLO"
+    assert seen.reasons[1] == (
+        "deadline: after 1000.0 ms queued, 0.0 ms left of its 1000.0 ms SLO (0 requests of "
+        "its model queued)"
+    )
     assert "expected one of deadline, rows" in _in_sim("a drop for a reason of its own")
 
 

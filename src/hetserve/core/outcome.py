@@ -78,7 +78,7 @@ def _ms(s: float) -> str:
 
 def drop_text(
     kind: str,
-    figures: tuple[float | int | str, ...],
+    figures: tuple[float | int | str | None, ...],
     arrival_s: float,
     deadline_s: float,
     rows: int,
@@ -88,7 +88,8 @@ def drop_text(
     figures the scheduler gave (``scheduling.protocol.Drop``):
 
     - ``deadline``: (the least time it needs to finish, requests queued for its model;
-      either may be left out) -> how long it waited, the time left and those;
+      either may be left out, the first as None) -> how long it waited, the time left
+      and those;
     - ``preempted``: (the worker, time needed) -> the same, and where it was preempted;
     - ``rows``: (the largest batch) -> its rows and that batch;
     - ``worker_lost``: (the worker) -> which one;
@@ -101,7 +102,7 @@ def drop_text(
     )
     if kind == "deadline":
         text = f"deadline: {waited}"
-        if figures:
+        if figures and figures[0] is not None:
             text += f"; it needs at least {_ms(float(figures[0]))} to finish"
         if len(figures) > 1:
             text += f" ({figures[1]} requests of its model queued)"

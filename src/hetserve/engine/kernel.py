@@ -262,10 +262,14 @@ class Kernel:
                 self.gone.add(r.id)
             if self.open is None:
                 self._end(due, DROPPED, "deadline", t)
-            else:
+            else:  # (serving: the text says how many of its model were still queued)
+                queued: dict[str, int] = {}
+                for q in held.values():
+                    queued[q.model] = queued.get(q.model, 0) + 1
                 for r in due:
-                    self._end((r,), DROPPED, drop_text("deadline", (), r.arrival_s,
-                                                      r.deadline_s, r.rows, t), t)  # fmt: skip
+                    figures = (None, queued.get(r.model, 0))
+                    text = drop_text("deadline", figures, r.arrival_s, r.deadline_s, r.rows, t)
+                    self._end((r,), DROPPED, text, t)
         nxt = self.deadlines.first_s(held)
         self._expiry_s = nxt
         if nxt < math.inf:

@@ -106,7 +106,7 @@ class Drop(NamedTuple):
 
     requests: tuple[Request, ...]
     reason: str
-    figures: tuple[float | int | str, ...] = ()
+    figures: tuple[float | int | str | None, ...] = ()
 
 
 class Preempt(NamedTuple):
