@@ -155,6 +155,7 @@ def test_a_request_still_queued_at_its_timeout_is_answered_then(tmp_path):
     assert busy_s > 2 * timeout_s, busy_s  # (so the request was still queued at its timeout)
     assert r.status_code == 503, r.text
     assert "deadline: after" in r.json()["error"], r.text
+    assert re.search(r"request \d+ of resnet18 dropped: deadline: after", log), log
     # answered at its deadline: not before, and well before the worker was free
     assert timeout_s <= waited < timeout_s + 0.3, waited
     assert "Traceback" not in log, log

@@ -224,6 +224,7 @@ class Server:
         m.of(m.rows, model, "refused").inc(rows)
         m.of(m.drops, model, label).inc()
         self.stats.failed(model, 0.0)
+        LOG.info("a request of %s refused: %s", model, reason)
         return Result("refused", reason)
 
     async def infer(
@@ -278,9 +279,9 @@ class Server:
             m.of(m.rows, model, "overloaded").inc(rows)
             m.of(m.drops, model, "overloaded").inc()
             self.stats.failed(model, 0.0)
-            return Result(
-                "overloaded", f"overloaded: more than {self.cfg.max_pending} requests pending"
-            )
+            why = f"overloaded: more than {self.cfg.max_pending} requests pending"
+            LOG.info("a request of %s refused: %s", model, why)
+            return Result("overloaded", why)
         if self.admission is not None:
             ahead = self._queued_rows[model]
             best_s = self.admission.best_finish_s(model, ahead)
@@ -337,6 +338,7 @@ class Server:
         m.of(m.latency, r.model).observe(dt)
         if name == "dropped":
             m.of(m.drops, r.model, drop_reason(reason)).inc()
+            LOG.info("request %d of %s dropped: %s", r.id, r.model, reason)
         elif name == "failed":
             label = failure_reason(reason)
             m.of(m.failures, r.model, label).inc()
