@@ -118,9 +118,18 @@ def _renamed_device(_ctx: click.Context, _param: click.Parameter, value: str | N
         )
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on whatever ``sys.stderr`` is when a record comes (a command run in
+    process, as tests do, must not leave a handler on a stream closed after it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def _setup_logging(level: str, access_log: bool) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr(sys.stderr)
     handler.setFormatter(fmt)
     root = logging.getLogger("hetserve")
     root.handlers[:] = [handler]

@@ -224,7 +224,6 @@ class Server:
         m.of(m.rows, model, "refused").inc(rows)
         m.of(m.drops, model, label).inc()
         self.stats.failed(model, 0.0)
-        LOG.info("a request of %s refused: %s", model, reason)
         return Result("refused", reason)
 
     async def infer(
@@ -280,7 +279,6 @@ class Server:
             m.of(m.drops, model, "overloaded").inc()
             self.stats.failed(model, 0.0)
             why = f"overloaded: more than {self.cfg.max_pending} requests pending"
-            LOG.info("a request of %s refused: %s", model, why)
             return Result("overloaded", why)
         if self.admission is not None:
             ahead = self._queued_rows[model]
