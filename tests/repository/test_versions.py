@@ -187,8 +187,10 @@ def test_serve_emulated_repository_model(vrepo, tmp_path):
 
     root, _, cache = vrepo
     env = {**os.environ, "HETSERVE_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    # (margin_s: a lone request otherwise waits to its last moment for a fuller batch,
+    # and a timer a few ms late on a loaded machine finds it dropped at its deadline)
     args = ["--model-repository", str(root), "--models", "skipnet", "--emulate",
-            "--scheduler", "edf-adaptive"]  # fmt: skip
+            "--scheduler", "edf-adaptive", "--param", "margin_s=0.2"]  # fmt: skip
     proc, url, out = start_serve(tmp_path, args, env, timeout_s=240)
     try:
         x = np.zeros((2, 3, 32, 32), np.float32)
