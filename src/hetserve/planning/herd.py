@@ -138,6 +138,16 @@ def _search(ms: Sequence[ModelStream], n_gpus: int, g_max: int, mem_gb: float) -
         sets.setdefault(s.affinity, []).append(i)
 
     def pack(t: float) -> list[tuple[list[int], int]] | None:
+        # first fit, largest first: by GPUs needed, else by memory (a packing bound by
+        # memory, which the first order can miss: two 3 GB streams apart, then the 1 GB
+        # ones beside them)
+        for by_memory in (False, True):
+            got = pack_in(t, by_memory)
+            if got is not None:
+                return got
+        return None
+
+    def pack_in(t: float, by_memory: bool) -> list[tuple[list[int], int]] | None:
         groups: list[list] = []
         used = 0
         for members in sets.values():
@@ -145,7 +155,10 @@ def _search(ms: Sequence[ModelStream], n_gpus: int, g_max: int, mem_gb: float) -
                 i: max(1, math.ceil(t * ms[i].n_gpus - 1e-9), math.ceil(ms[i].n_gpus - 1e-9))
                 for i in members
             }
-            order = sorted(members, key=lambda i: (-need[i], -ms[i].n_gpus, i))
+            if by_memory:
+                order = sorted(members, key=lambda i: (-ms[i].mem_gb, -need[i], i))
+            else:
+                order = sorted(members, key=lambda i: (-need[i], -ms[i].n_gpus, i))
             # this set's groups as [members, memory, load, size]; first fit
             mine: list[list] = []
             for i in order:
