@@ -16,6 +16,7 @@ ORDER = [
     "workload",
     "planning",
     "scheduling",
+    "control",
     "engine",
     "sim",
     "runtime",

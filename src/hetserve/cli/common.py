@@ -141,6 +141,7 @@ FLOAT_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "mip_gap": (0.0, 1.0, False),
     "jitter_cv": (0.0, 10.0, False),
     "patience_s": (0.0, 1e6, True),
+    "solve_s": (0.0, 3600.0, False),
     "target": (0.0, 1.0, True),
     "resolution": (0.0, 1.0, True),
     "start_lf": (0.0, 100.0, True),
@@ -169,6 +170,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "g_max": (1, 1000),
     "case": (1, 4),
     "max_requests": (1, 100_000),
+    "max_moving": (1, 10_000),
 }
 
 

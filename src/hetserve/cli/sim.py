@@ -177,6 +177,39 @@ def _sim_config(
     help="Clients give up this many seconds after sending: a request not ended by then is "
     "cancelled (out of its queue, or its part of a batch discarded) [default: they wait].",
 )
+@click.option(
+    "--replan",
+    default="off",
+    show_default=True,
+    help="Re-plan as the load moves (docs/control.md): auto (when a model's rate leaves "
+    "the band around the planned one, or attainment falls below 90%), every=SECONDS, or "
+    "off. Takes a plan of ppipe, np or dart-r.",
+)
+@click.option(
+    "--switch",
+    "switch_mode",
+    type=click.Choice(["mbb", "flush"]),
+    default="mbb",
+    show_default=True,
+    help="How a new plan takes over: mbb (make-before-break: load beside, cut over, the old "
+    "plan drains; no pause) or flush (PPipe: pause ingestion, drain, switch).",
+)
+@click.option(
+    "--max-moving",
+    type=int,
+    default=4,
+    show_default=True,
+    help="With --replan: at most this many workers load weights at once.",
+)
+@click.option(
+    "--solve-time",
+    "solve_s",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="With --replan: the planner's solve time as modelled in the simulator (seconds; "
+    "the measured one is recorded beside it).",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 def simulate(
@@ -197,11 +230,15 @@ def simulate(
     rate_rps: float | None,
     load_factor: float | None,
     patience_s: float | None,
+    replan: str,
+    switch_mode: str,
+    max_moving: int,
+    solve_s: float,
     seed: int,
     out: str,
 ) -> None:
     """Simulate serving a workload; writes summary.json, requests.csv, batches.csv,
-    workers.csv."""
+    workers.csv (and with --replan, control.json: every decision and switch)."""
     from hetserve.experiments.metrics import summarize
     from hetserve.experiments.setup import build_trace, model_rates
     from hetserve.experiments.setup import simulate as run_sim
@@ -216,7 +253,8 @@ def simulate(
     t0 = time.perf_counter()
     cfg = _sim_config(seed, jitter_cv, cut_bytes, setup, patience_s)
     scheduler, sched_params = plan_scheduler(setup.plan, scheduler, params, "edf-adaptive")
-    res = run_sim(setup, scheduler, trace, sched_params, cfg)
+    spec = _control(setup, replan, switch_mode, max_moving, solve_s, rates)
+    res = run_sim(setup, scheduler, trace, sched_params, cfg, spec)
     wall = time.perf_counter() - t0
     s = summarize(res)
     s["config"] = {
@@ -233,12 +271,22 @@ def simulate(
         "seed": seed,
         "jitter_cv": jitter_cv,
         "patience_s": patience_s,
+        "replan": replan,
+        "switch": switch_mode if spec is not None else None,
         "cut_bytes": "fp16" if cfg.cut_bytes_factor == 0.5 else "fp32",
         "capacity_rps": setup.plan.capacity_rps(),
         "latency_source": "profiles" if profiles else "roofline",
     }
     folder = Path(out)
     write_run(folder, res, s)
+    if spec is not None:
+        (folder / "control.json").write_text(json.dumps(res.control, indent=1) + "\n")
+        for r in res.control:
+            console.print(
+                f"[{r['asked_s']:.0f} s] {r['reason']}: {r['decision']}"
+                + (f"; switched in {r['done_s'] - r['decided_s']:.3f} s ({r['steps']})"
+                   if r["switched"] else "")
+            )  # fmt: skip
     print_summary(
         s,
         f"{scheduler} on {setup.cluster.name}, {workload}, "
@@ -250,6 +298,29 @@ def simulate(
         f"({len(trace) / max(wall, 1e-9):,.0f} requests/s); wrote {folder}/"
         f"summary.json, requests.csv, batches.csv"
     )
+
+
+def _control(
+    setup: Any, replan: str, switch_mode: str, max_moving: int, solve_s: float,
+    rates: dict[str, float],
+) -> Any:  # fmt: skip
+    """The control loop's spec for ``--replan`` (None for ``off``)."""
+    from hetserve.control.controller import RateController, parse_replan
+    from hetserve.engine.control import ControlConfig, ControlSpec
+    from hetserve.experiments.setup import replanner
+
+    mode, period = parse_replan(replan)
+    if mode == "off":
+        return None
+    ctl = RateController(mode, period_s=period or 60.0)
+    if period is not None and period < solve_s:
+        raise HetserveError(
+            f"--replan every={period:g}: the period is shorter than the solve time "
+            f"(--solve-time {solve_s:g} s)"
+        )
+    cfg = ControlConfig(switch=switch_mode, max_parallel=max_moving, solve_s=solve_s,
+                        tick_s=min(5.0, ctl.period_s))  # fmt: skip
+    return ControlSpec(ctl, replanner(setup), dict(rates), cfg)
 
 
 def _seeds(value: str) -> list[int]:

@@ -121,7 +121,9 @@ def worker_id(gpu_id: str, slice_: int, share: int) -> str:
     return f"{gpu_id}:{slice_}/{share}"
 
 
-def bind(plan: Plan, cluster: Cluster) -> Placement:
+def bind(
+    plan: Plan, cluster: Cluster, prefer: Mapping[str, frozenset[tuple]] | None = None
+) -> Placement:
     """Bind a plan to worker slots.
 
     Shared-pool plans: every stage on GPU type ``t`` with share 1 gets every GPU of that type.
@@ -130,6 +132,9 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
     Otherwise slices are taken GPU by GPU, spreading each stage's GPUs round-robin over
     nodes (to balance NIC load); slices of one GPU stay in one pool.
     A plan with a ``binding`` of its own is placed there.
+    ``prefer`` (re-planning: ``control.reconcile.placement_hint``): per GPU id, the
+    ``(model, blocks, share)`` stages it served before; a stage takes such GPUs first, so
+    that a new plan moves as few workers as it can.
     """
     if plan.binding is not None:
         plan.binding.check_against(plan, cluster, "plan: binding")
@@ -205,6 +210,11 @@ def bind(plan: Plan, cluster: Cluster) -> Placement:
                         f"pipeline {pi} stage {si}; cluster {cluster.name} has "
                         f"{len(free.get(gt, []))} left"
                     )
+                if prefer:  # GPUs that served this stage before come first
+                    key = (name, st.blocks, st.share)
+                    held = [g for g in free[gt] if key in prefer.get(g.id, ())]
+                    if held:
+                        free[gt] = held + [g for g in free[gt] if g not in held]
                 gpus, free[gt] = free[gt][:need], free[gt][need:]
                 ids = [add(g, s, st.share) for g in gpus for s in range(st.share)]
                 stages[(name, pi, si)] = tuple(ids[: st.instances])

@@ -20,15 +20,17 @@ exists on every implementation (the base classes give the defaults).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from hetserve.core.errors import HetserveError
 
 if TYPE_CHECKING:
     from hetserve.core.plan import Plan
     from hetserve.core.requests import Request
     from hetserve.engine.entities import Batch, Task
     from hetserve.engine.links import LinkTable
-    from hetserve.scheduling.protocol import ClusterView, Evict, Load, StageReport
+    from hetserve.scheduling.protocol import ClusterView, Evict, Load, StageReport, WorkerInfo
 
 #: a callback at a time: ``fn(a, b, now)``
 Callback = Callable[[Any, Any, float], None]
@@ -155,6 +157,13 @@ class Executor(Protocol):
         """Called by the driver at the end of a run: release workers (Ray actors)."""
         ...
 
+    def add_workers(self, infos: Mapping[str, WorkerInfo]) -> None:
+        """Called by the kernel before a new plan brings workers it did not have
+        (``Kernel.extend``): make them ready to take loads and stages (the modelled
+        executor gives them empty memory). An executor that cannot grow raises
+        ``HetserveError`` saying so."""
+        ...
+
 
 class BaseExecutor:
     """The defaults of :class:`Executor`: loads end at once, evictions and stops do
@@ -187,6 +196,12 @@ class BaseExecutor:
 
     def close(self) -> None:
         return None
+
+    def add_workers(self, infos: Mapping[str, WorkerInfo]) -> None:
+        raise HetserveError(
+            f"{type(self).__name__} cannot add workers ({', '.join(infos)}): a new plan must "
+            f"keep to the workers this engine started with"
+        )
 
 
 class Observer:

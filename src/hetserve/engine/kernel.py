@@ -143,6 +143,7 @@ class Kernel:
         self._apply = self._apply_strict if strict else self._apply_guarded
         self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
         self._unit = True  # every request so far has one row: a batch's rows are its length
+        self._rebound = False  # :meth:`rebind` was called: :meth:`run` reads the callbacks again
         # one bound method each: :meth:`run` knows these callbacks by them
         self._timer_cb = self._timer
         self._expire_cb = self._expire
@@ -176,6 +177,45 @@ class Kernel:
             for b in self.batches.values():
                 left.update((r.id, r) for r in _live(b))
         return sorted(left.values(), key=lambda r: r.id)
+
+    # ------------------------------------------------------------------ plans that move
+    def extend(self, view: ClusterView, plan: Plan) -> list[str]:
+        """A new plan is coming (``engine.control``): the workers of ``view`` the kernel
+        does not have yet become slots (their executor is told first:
+        ``Executor.add_workers``), and the plan's models become known to the rule
+        checks. Workers already known keep their slots and queues. Returns the ids of
+        the workers added."""
+        new = {wid: info for wid, info in view.workers.items() if wid not in self.workers}
+        if new:
+            self.executor.add_workers(new)
+            for wid, info in new.items():
+                self.workers[wid] = Slot(info, len(self.workers))
+        for m in plan.models:
+            if m not in self.nblocks:
+                self.nblocks[m] = view.latency.num_blocks(m)
+        return list(new)
+
+    def apply(self, actions: Iterable[object], now: float) -> None:
+        """Actions from outside a scheduler callback (a switch between plans starts or
+        moves on: ``engine.control``), checked and carried out as a scheduler's are."""
+        acts = list(actions)
+        if acts:
+            self._apply(acts, now)
+
+    def rebind(self) -> None:
+        """The scheduler's callbacks changed (``control.switching.Switching`` calls its
+        first plan's scheduler directly until a switch begins): read them again. Called
+        from a clock callback; :meth:`run` refreshes its own copies after it."""
+        self._on_arrival = self.scheduler.on_arrival
+        self._rebound = True
+
+    def owned(self, request_ids: Iterable[int]) -> list[int]:
+        """Of ``request_ids``, those not yet ended: held by the scheduler, or in a live
+        batch (a switch between plans waits for the old plan's to end)."""
+        ids = set(request_ids)
+        live = {r.id for b in self.batches.values() for r in _live(b)}
+        held = self.held
+        return sorted(i for i in ids if i in held or i in live)
 
     # ------------------------------------------------------------------ entry points
     def start(self, now: float) -> None:
@@ -346,6 +386,9 @@ class Kernel:
                     now = last  # (it found nothing due: not an event of the run's)
             else:
                 fn(a, b, now)
+                if self._rebound:  # (a switch between plans began: ``rebind``)
+                    self._rebound = False
+                    on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
 
     def _run_plain(
         self, requests: Iterator[Request], times: Sequence[float], horizon: float

@@ -21,7 +21,7 @@ are the same thing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from hetserve.engine.rules import NOT_RESIDENT
 if TYPE_CHECKING:
     from hetserve.engine.entities import Task
     from hetserve.engine.executor import Kernel
-    from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep
+    from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep, WorkerInfo
 
 JITTERS = ("none", "lognormal", "exponential")
 
@@ -112,6 +112,7 @@ class ModelledExecutor(BaseExecutor):
         cold = self.residency.cold_model
         self._dha_s = None if cold is None else cold.dha_s
         self.held = {wid: Held(info) for wid, info in view.workers.items()}
+        self.infos = dict(view.workers)  # every worker's, those a new plan added too
         # loads cross the host links of the kernel's link model (their own where it has none)
         self.links = kernel.links if kernel.links is not None else LinkTable(view.cluster)
         if self.warm:
@@ -122,6 +123,12 @@ class ModelledExecutor(BaseExecutor):
         self.__dict__.pop("kernel", None)
         self.__dict__.pop("_stage_done_at", None)
         self.__dict__.pop("_call_at", None)
+
+    def add_workers(self, infos: Mapping[str, WorkerInfo]) -> None:
+        """Workers a new plan brings: empty memory, ready for loads."""
+        for wid, info in infos.items():
+            self.held[wid] = Held(info)
+            self.infos[wid] = info
 
     def warm_start(self) -> None:
         """The plan's blocks resident at t = 0 (an error if they do not fit)."""
@@ -215,7 +222,7 @@ class ModelledExecutor(BaseExecutor):
             return
         h.mem_used += nbytes
         h.loading[a.model] = h.loading.get(a.model, 0) | new
-        info = self.view.workers[a.worker]
+        info = self.infos[a.worker]
         if new and res.cold_model is not None:
             end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
             self.kernel.clock.call_at(end, self._loaded, a, (new, now))

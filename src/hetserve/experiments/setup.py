@@ -17,11 +17,13 @@ keep their own mix of models (from the fold) and are rescaled to the total rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from hetserve.control.switching import Switching
 from hetserve.core.errors import HetserveError
 from hetserve.core.requests import Stream
+from hetserve.engine.control import ControlSpec
 from hetserve.engine.setup import Setup, fit_params
 from hetserve.scheduling.protocol import make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
@@ -139,8 +141,15 @@ def simulate(
     trace: Trace,
     params: Mapping[str, Any] | None = None,
     config: SimConfig | None = None,
+    control: ControlSpec | None = None,
 ) -> SimResult:
-    sched = make_scheduler(scheduler, fit_params(setup, scheduler, params))
+    """Simulate ``trace`` on the setup's plan; with ``control``, re-planning as the load
+    moves (the scheduler wrapped in ``control.switching.Switching``, a fresh one of the
+    same name and parameters per plan version)."""
+    fitted = fit_params(setup, scheduler, params)
+    sched: Any = make_scheduler(scheduler, fitted)
+    if control is not None:
+        sched = Switching(lambda: make_scheduler(scheduler, fitted))
     if config is None:  # what the plan means for the run (``Setup``)
         config = SimConfig(cut_bytes_factor=setup.cut_bytes_factor, warm=setup.warm)
     return Simulator(
@@ -152,7 +161,46 @@ def simulate(
         trace,
         config,
         graphs=setup.model_catalog.graph,
+        control=control,
     ).run()
+
+
+#: planners that re-plan for rates (their plans weigh models by the rates asked for)
+REPLANNERS = ("ppipe", "np", "dart-r")
+
+
+def replanner(
+    setup: Setup, planner: str | None = None, options: Mapping[str, Any] | None = None
+) -> Callable[[dict[str, float], Any, Any], Any]:
+    """The setup's planner as the control loop calls it: rates in (a model's weight is
+    its rate; one with none keeps 1% of the largest, so it stays served), the setup's
+    SLOs, the planner's ``options``; a plan out. ``planner``: the plan's own by default,
+    which must be one of ``REPLANNERS``."""
+    from hetserve.planning.registry import PlanRequest, make_plan
+
+    name = planner or str(setup.plan.meta.get("planner", ""))
+    if name not in REPLANNERS:
+        raise HetserveError(
+            f"--replan: the plan was made by {name or 'no planner'}, which does not plan for "
+            f"rates; re-planning takes a plan of {', '.join(REPLANNERS)} (hetserve plan "
+            f"--planner ppipe ...)"
+        )
+    slo_ms = {m: setup.slos_s[m] * 1e3 for m in setup.models}
+    opts = dict(options or {})
+    opts.setdefault("time_limit_s", 10.0)
+
+    def replan(rates: dict[str, float], plan: Any, placement: Any) -> Any:
+        top = max(rates.values(), default=0.0)
+        floor = 0.01 * top if top > 0 else 1.0
+        weights = {m: max(rates.get(m, 0.0), floor) for m in setup.models}
+        req = PlanRequest(
+            setup.cluster, list(setup.models), slo_ms, weights,
+            latency_source=lambda: (setup.latency, list(setup.models)),
+            model_catalog=setup.model_catalog,
+        )  # fmt: skip
+        return make_plan(name, req, opts).plan
+
+    return replan
 
 
 def attainment(res: SimResult) -> tuple[int, int]:

@@ -178,6 +178,11 @@ class ClusterView:
     # engine's call path, measured by it at start-up: the Ray executor's actor calls);
     # empty in the simulator and for workers in the engine's own process
     stage_overhead_s: dict[WorkerId, float] = field(default_factory=dict)
+    # per worker: until when work that is not this scheduler's holds it (a scheduler
+    # started by a switch between plans: the previous plan's batches still queued there,
+    # ``control.switching``); empty otherwise. A scheduler that keeps worker timelines
+    # starts them there (``reservation`` does); one that does not may ignore it
+    busy_until_s: dict[WorkerId, float] = field(default_factory=dict)
     _lat_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], float] = field(
         default_factory=dict, repr=False
     )

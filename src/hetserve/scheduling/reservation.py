@@ -136,6 +136,9 @@ class Reservation(BaseScheduler):
         for workers, order in self._orders.items():
             order.min_gap = max(min_gap[w] for w in workers)
         self.table.on_change = self._moved
+        for w, until in view.busy_until_s.items():  # the previous plan's work (a switch)
+            if until > now and w in view.workers:
+                self.table.add(w, now, until, ("busy", w))
         self._planned = {
             m: [(p, self._bs(p)) for p in pipes] for m, pipes in self.pools.pipelines.items()
         }

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from hetserve.control.switching import Switching
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.graph import ModelGraph, get_graph
@@ -39,12 +41,14 @@ from hetserve.core.outcome import PENDING
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
+from hetserve.engine.control import ControlLoop, ControlSpec
 from hetserve.engine.kernel import Kernel
 from hetserve.engine.links import LinkTable
 from hetserve.engine.modelled import ModelledExecutor
 from hetserve.scheduling.protocol import ClusterView, Scheduler
 from hetserve.sim.energy import Energy
 from hetserve.sim.result import Recorder, SimResult
+from hetserve.sim.sensor import TraceSensor
 from hetserve.sim.state import SimConfig
 from hetserve.workload.trace import Trace
 
@@ -91,11 +95,13 @@ class Simulator:
         config: SimConfig | None = None,
         executor: ModelledExecutor | None = None,
         graphs: Callable[[str], ModelGraph] = get_graph,
+        control: ControlSpec | None = None,
     ) -> None:
-        """``executor``: the modelled executor to run stages (default: one made from
-        ``config``; it must not warm-start by itself: the run does, with
-        ``config.warm``). ``graphs``: the models' graphs by name (a ``ModelCatalog``'s),
-        for their weights' bytes."""
+        """``control``: re-plan as the load moves (``engine.control``; ``scheduler``
+        must then be a ``control.switching.Switching``). ``executor``: the modelled
+        executor to run stages (default: one made from ``config``; it must not
+        warm-start by itself: the run does, with ``config.warm``). ``graphs``: the
+        models' graphs by name (a ``ModelCatalog``'s), for their weights' bytes."""
         self.cluster = cluster
         self.latency = latency
         self.plan = plan
@@ -120,6 +126,15 @@ class Simulator:
             track=False,
         )  # fmt: skip
         self.recorder.size(len(self.kernel.workers))
+        self.control: ControlLoop | None = None
+        if control is not None:
+            if not isinstance(scheduler, Switching):
+                raise HetserveError("re-planning needs the scheduler wrapped in Switching")
+            self.control = ControlLoop(
+                self.kernel, scheduler, control.controller, control.replanner,
+                TraceSensor(trace, self.recorder), cluster, graphs, dict(control.planned_rps),
+                replace(control.config, until_s=trace.duration_s), grew=self.recorder.size,
+            )  # fmt: skip
         self.failures: list[tuple[float, str]] = []
         self._ran = False
 
@@ -156,6 +171,8 @@ class Simulator:
             for i, t in enumerate(tr.time_s.tolist()):
                 clock.call_at(t + p, self._give_up, i)
         kernel.start(0.0)
+        if self.control is not None:
+            self.control.start(0.0)
 
         max_slo = max((s.slo_s for s in tr.streams), default=1.0)
         drain = self.cfg.drain_s if self.cfg.drain_s is not None else 10 * max_slo + 1.0
@@ -165,4 +182,7 @@ class Simulator:
         end = max(now, tr.duration_s)
         kernel.close(end, RUN_ENDED, UNSERVED)
         kernel.detach()
-        return self.recorder.result(end, kernel.workers, Energy(self.cluster), self.links)
+        result = self.recorder.result(end, kernel.workers, Energy(self.cluster), self.links)
+        if self.control is not None:
+            result.control = [r.to_json() for r in self.control.records]
+        return result

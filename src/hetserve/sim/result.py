@@ -82,6 +82,8 @@ class SimResult:
     gpu_energy_j: dict[str, float]
     worker_energy_j: dict[str, float] = field(default_factory=dict)
     link_log: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    # the control loop's decisions and switches (``engine.control.SwitchRecord.to_json``)
+    control: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def models(self) -> np.ndarray:
@@ -182,9 +184,12 @@ class Recorder(Observer):
         self.busy_energy_j: list[float] = []
 
     def size(self, n_workers: int) -> None:
-        """Make room for the workers' busy time and energy (before the run)."""
-        self.busy_s = [0.0] * n_workers
-        self.busy_energy_j = [0.0] * n_workers
+        """Make room for the workers' busy time and energy (before the run; a new plan's
+        workers during it)."""
+        more = n_workers - len(self.busy_s)
+        if more > 0:
+            self.busy_s += [0.0] * more
+            self.busy_energy_j += [0.0] * more
 
     def reason_index(self, text: str) -> int:
         """The index of a reason text in :attr:`reasons` (added on first use)."""

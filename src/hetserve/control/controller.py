@@ -1,0 +1,203 @@
+"""The controller: when to re-plan, and whether a new plan is worth the switch
+(``docs/control.md``).
+
+A controller is a pure object, as a scheduler is: no clock, no I/O, the same object in
+both engines. The engine's control loop (``engine.control``) hands it a :class:`Snapshot`
+every period; it answers with a :class:`Replan` (plan for these rates) or nothing. When
+the planner's candidate comes back, the loop computes what switching to it would cost
+(:class:`SwitchEstimate`: loads, requests delayed, from the cluster's host links and the
+observed rates) and the controller :meth:`~Controller.judge`\\ s it: switch only when the
+predicted gain over a horizon exceeds the predicted cost, both in requests.
+
+The built-in :class:`RateController`:
+
+- ``every`` mode: a re-plan every ``period_s`` (Shepherd's periodic HERD, PPipe's
+  periodic MILP);
+- ``auto`` mode: a re-plan when a model's rate has moved from the rate the plan was made
+  for by more than ``change`` (a ratio: 0.25 is 25% up or 20% down), in the short window
+  *and* the long one (a burst alone does not move the plan: hysteresis); or at once when
+  attainment over the short window falls below ``alarm`` (the alarm);
+- never more often than ``period_s``, and not while a switch is under way.
+
+Rates asked for: per model the larger of the short and the long window's rate (up fast,
+down slowly: capacity is released only once the long window agrees).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hetserve.core.errors import HetserveError
+
+MODES = ("auto", "every", "off")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the control loop observed, at ``now_s``."""
+
+    now_s: float
+    rate_rps: dict[str, float]  # per model: arrivals over the short window / its length
+    rate_long_rps: dict[str, float]  # over the long window
+    attainment: float | None  # share meeting their SLO of the requests due in the window
+    due: int  # requests whose deadline fell in the short window (attainment's base)
+    plan_version: int
+    planned_rps: dict[str, float]  # the rates the current plan was made for
+    capacity_rps: dict[str, float]  # the current plan's planned capacity per model
+    gpus: int  # physical GPUs the current plan holds
+    busy: bool = False  # a solve or a switch is under way
+
+
+@dataclass(frozen=True)
+class Replan:
+    """Ask the planner for a plan for ``rates_rps``; ``reason`` is logged."""
+
+    rates_rps: dict[str, float]
+    reason: str
+
+
+@dataclass(frozen=True)
+class SwitchEstimate:
+    """What switching to a candidate plan would cost and give, computed by the control
+    loop from the reconciler's steps (``control.reconcile``), the weights' bytes and the
+    host links, and the observed rates."""
+
+    capacity_rps: dict[str, float]  # the candidate's planned capacity per model
+    gpus: int  # physical GPUs the candidate holds
+    moved: int  # workers whose weights change
+    load_s: float  # predicted time until every load has ended (waves one after another)
+    load_gpu_s: float  # GPU-seconds spent loading weights
+    delayed: float  # requests predicted to be delayed by the switch
+    switch_s: float  # predicted wall time of the switch (loads, then the drain)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The controller's verdict on a candidate, with the figures it weighed."""
+
+    switch: bool
+    gain: float  # requests more served within their SLO over the horizon
+    cost: float  # requests delayed by the switch
+    gpu_s_saved: float  # GPU-seconds saved over the horizon, loading deducted
+    text: str  # one line for the log
+
+
+class Controller(Protocol):
+    """The controller seam (module docstring); the engine's control loop calls it."""
+
+    def observe(self, snap: Snapshot) -> Replan | None:
+        """Called every ``period`` of the loop's own: a re-plan to ask for, or None."""
+        ...
+
+    def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
+        """Called when the planner's candidate for ``want`` is back: switch to it or not
+        (``snap`` is the snapshot that asked for it)."""
+        ...
+
+
+def served_rps(rates: dict[str, float], capacity: dict[str, float]) -> float:
+    """Requests/s served within their SLO, as a fluid model predicts: per model the
+    smaller of its rate and its capacity."""
+    return sum(min(r, capacity.get(m, 0.0)) for m, r in rates.items())
+
+
+@dataclass
+class RateController:
+    """The built-in controller (module docstring)."""
+
+    mode: str = "auto"
+    period_s: float = 60.0  # at most one re-plan per period
+    change: float = 0.25  # auto: a rate this far from the planned one (ratio) re-plans
+    alarm: float = 0.9  # auto: attainment below this over the short window re-plans
+    min_due: int = 50  # the alarm needs at least this many requests due in the window
+    horizon_s: float = 600.0  # the gain of a switch is counted over this long
+    min_gain: float = 1.0  # a switch must gain at least this many requests net
+    _last_s: float = field(default=-math.inf, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise HetserveError(f"replan mode: expected one of {', '.join(MODES)}, got {self.mode}")
+        for name in ("period_s", "change", "horizon_s"):
+            v = getattr(self, name)
+            if not 0 < v < math.inf:
+                raise HetserveError(f"controller {name}: expected a number > 0, got {v}")
+        if not 0 <= self.alarm <= 1:
+            raise HetserveError(
+                f"controller alarm: expected an attainment in [0, 1], got {self.alarm}"
+            )
+
+    def observe(self, snap: Snapshot) -> Replan | None:
+        if self.mode == "off" or snap.busy or snap.now_s - self._last_s < self.period_s:
+            return None
+        rates = {
+            m: max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
+            for m in snap.planned_rps
+        }
+        if self.mode == "every":
+            return self._ask(snap, rates, "periodic")
+        moved = [m for m in snap.planned_rps if self._moved(snap, m)]
+        if moved:
+            text = ", ".join(
+                f"{m} {snap.planned_rps[m]:.1f} -> {snap.rate_rps.get(m, 0.0):.1f} req/s"
+                for m in moved
+            )
+            return self._ask(snap, rates, f"rates moved: {text}")
+        att = snap.attainment
+        if att is not None and snap.due >= self.min_due and att < self.alarm:
+            return self._ask(
+                snap, rates, f"attainment {snap.attainment:.1%} < {self.alarm:.0%} (alarm)"
+            )
+        return None
+
+    def _moved(self, snap: Snapshot, m: str) -> bool:
+        """Both windows say the rate left the band around the planned rate (hysteresis)."""
+        planned = snap.planned_rps[m]
+        band = 1.0 + self.change
+        lo, hi = planned / band, planned * band
+        short, long_ = snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0)
+        return (short > hi and long_ > hi) or (short < lo and long_ < lo)
+
+    def _ask(self, snap: Snapshot, rates: dict[str, float], reason: str) -> Replan:
+        self._last_s = snap.now_s
+        return Replan(rates, reason)
+
+    def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
+        rates = want.rates_rps
+        gain = self.horizon_s * (
+            served_rps(rates, est.capacity_rps) - served_rps(rates, snap.capacity_rps)
+        )
+        saved = (snap.gpus - est.gpus) * self.horizon_s - est.load_gpu_s
+        net = gain - est.delayed
+        if est.moved == 0 and gain >= 0:
+            ok, why = True, "no worker moves"
+        elif net >= self.min_gain:
+            ok, why = True, f"gain {gain:.0f} > cost {est.delayed:.0f} requests"
+        elif net >= 0 and saved > 0:
+            ok, why = True, f"no loss, {saved:.0f} GPU-s saved"
+        else:
+            ok = False
+            why = f"gain {gain:.0f} <= cost {est.delayed:.0f} requests + {self.min_gain:g}"
+        text = (
+            f"{'switch' if ok else 'stay'}: {why} over {self.horizon_s:g} s "
+            f"({est.moved} workers move, {est.load_gpu_s:.1f} GPU-s loading, "
+            f"~{est.switch_s:.2f} s; GPUs {snap.gpus} -> {est.gpus})"
+        )
+        return Decision(ok, gain, est.delayed, saved, text)
+
+
+def parse_replan(text: str) -> tuple[str, float | None]:
+    """``auto``, ``every=SECONDS`` or ``off`` -> (mode, period or None)."""
+    t = text.strip().lower()
+    if t in ("auto", "off"):
+        return t, None
+    key, eq, val = t.partition("=")
+    if key == "every" and eq:
+        try:
+            period = float(val)
+        except ValueError:
+            period = math.nan
+        if 0 < period < math.inf:
+            return "every", period
+    raise HetserveError(f"--replan: expected auto, every=SECONDS (> 0) or off, got {text!r}")
