@@ -432,8 +432,8 @@ def test_planner_registry_errors_are_one_line(capsys, tmp_path):
     cases = [
         (["--planner", "herd", "--cluster", "shepherd-12xv100", "--models", "resnet50"],
          "--planner herd: give the offered load with --rate"),
-        (["--planner", "ppipe", "--cluster", "hc1-s", "--models", "resnet50", "--rate", "5"],
-         "--rate: options of --planner herd only"),
+        (["--planner", "ppipe", "--cluster", "hc1-s", "--models", "resnet50", "--g-max", "5"],
+         "--g-max: options of --planner herd only"),
         (["--planner", "deepplan", "--cluster", "p3-8xlarge", "--models", "resnet18",
           "--stages", "2,3,2,4,8,5"], "--stages: options of --planner rampa, pe, ncar only"),
         (["--planner", "rampa", "--cluster", "rampa-base", "--models", "resnet50"],

@@ -62,8 +62,8 @@ def est(cap, delayed, moved=2, gpus=4, load_gpu_s=1.0):  # type: ignore[no-untyp
 
 def test_switches_only_when_the_gain_exceeds_the_cost():
     c = RateController(horizon_s=100, min_gain=1)
-    s = snap(0, PLANNED, PLANNED)
     rates = {"a": 200.0, "b": 100.0}  # a is over its capacity of 150
+    s = snap(0, rates, rates)
     want = Replan(rates, "test")
     better = {"a": 200.0, "b": 110.0}
     gain = 100 * (served_rps(rates, better) - served_rps(rates, CAP))
@@ -98,3 +98,37 @@ def test_bad_settings_are_refused():
         RateController(period_s=0)
     with pytest.raises(HetserveError, match="alarm"):
         RateController(alarm=2)
+
+
+def test_load_ratios_replan_with_hysteresis():
+    c = RateController("auto", period_s=1, change=1.0, high_load=0.9, low_load=0.5)
+    # a at 140 of its 150: 93% in both windows
+    want = c.observe(snap(10, {"a": 140, "b": 100}, {"a": 140, "b": 100}))
+    assert want is not None and "load high: a at 93%" in want.reason
+    # one window alone is not enough
+    assert c.observe(snap(20, {"a": 140, "b": 100}, {"a": 120, "b": 100})) is None
+    # every model below half its capacity in both windows: over-provisioned
+    want = c.observe(snap(30, {"a": 60, "b": 70}, {"a": 60, "b": 70}))
+    assert want is not None and "over-provisioned" in want.reason
+    # (without low_load, the throughput objective's, it is not a reason)
+    assert RateController("auto", period_s=1).observe(snap(30, PLANNED, PLANNED)) is None
+
+
+def test_an_alarm_asks_for_the_share_it_missed_and_counts_what_it_saw():
+    c = RateController("auto", period_s=1, alarm=0.95, min_due=10)
+    s = snap(10, PLANNED, PLANNED, att=0.8, due=100)
+    want = c.observe(s)
+    assert want is not None and want.rates_rps == {"a": 125.0, "b": 125.0}
+    # the current plan served 80% of 200 req/s though its capacity covers them: a plan
+    # with the same capacity gains what was missed, over the horizon
+    d = c.judge(s, want, est(dict(CAP), 0.0))
+    assert d.gain == pytest.approx(c.horizon_s * (200 - 160))
+
+
+def test_shrinking_weighs_gpu_seconds_against_requests_delayed():
+    c = RateController(horizon_s=100, request_gpu_s=50.0)
+    s = snap(0, PLANNED, PLANNED)  # 4 GPUs
+    want = Replan(dict(PLANNED), "test")
+    # one GPU less for 100 s, 1 GPU-s loading: 99 GPU-s saved
+    assert c.judge(s, want, est(dict(CAP), 1.0, gpus=3)).switch  # 99 > 1 x 50
+    assert not c.judge(s, want, est(dict(CAP), 2.0, gpus=3)).switch  # 99 < 2 x 50

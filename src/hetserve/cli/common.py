@@ -142,6 +142,8 @@ FLOAT_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "jitter_cv": (0.0, 10.0, False),
     "patience_s": (0.0, 1e6, True),
     "solve_s": (0.0, 3600.0, False),
+    "headroom": (0.0, 10.0, False),
+    "hour_s": (0.0, 86400.0, True),
     "target": (0.0, 1.0, True),
     "resolution": (0.0, 1.0, True),
     "start_lf": (0.0, 100.0, True),

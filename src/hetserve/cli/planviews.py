@@ -39,6 +39,15 @@ def print_plan_result(res: Any, cluster: Any, output: str) -> None:
         bits = []
         if "normalized_rps" in obj:
             bits.append(f"normalised throughput {obj['normalized_rps']:.1f} req/s")
+        if "cost_per_hour" in obj:
+            from hetserve.core.placement import gpus_needed
+
+            took = gpus_needed(p, cluster.catalog)
+            bits.append(
+                f"cost {obj['cost_per_hour']:.2f} per hour for "
+                + ", ".join(f"{n} {t}" for t, n in took.items())
+                + f" (rates + {100 * obj.get('headroom', 0):.0f}% headroom)"
+            )
         if "min_burst_tolerance" in obj:
             bits.append(f"smallest burst tolerance {obj['min_burst_tolerance']:.2f}")
         if "status" in solve:

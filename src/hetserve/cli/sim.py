@@ -210,6 +210,15 @@ def _sim_config(
     help="With --replan: the planner's solve time as modelled in the simulator (seconds; "
     "the measured one is recorded beside it).",
 )
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "cost"]),
+    default="throughput",
+    show_default=True,
+    help="With --replan: each new plan takes every usable GPU for the observed mix "
+    "(throughput), or the cheapest GPUs that serve the observed rates with 25%% headroom "
+    "(cost: GPUs it does not need are let go; prices and caps from the cluster file).",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 def simulate(
@@ -234,6 +243,7 @@ def simulate(
     switch_mode: str,
     max_moving: int,
     solve_s: float,
+    objective: str,
     seed: int,
     out: str,
 ) -> None:
@@ -253,7 +263,7 @@ def simulate(
     t0 = time.perf_counter()
     cfg = _sim_config(seed, jitter_cv, cut_bytes, setup, patience_s)
     scheduler, sched_params = plan_scheduler(setup.plan, scheduler, params, "edf-adaptive")
-    spec = _control(setup, replan, switch_mode, max_moving, solve_s, rates)
+    spec = _control(setup, replan, switch_mode, max_moving, solve_s, rates, objective)
     res = run_sim(setup, scheduler, trace, sched_params, cfg, spec)
     wall = time.perf_counter() - t0
     s = summarize(res)
@@ -273,6 +283,7 @@ def simulate(
         "patience_s": patience_s,
         "replan": replan,
         "switch": switch_mode if spec is not None else None,
+        "objective": objective if spec is not None else None,
         "cut_bytes": "fp16" if cfg.cut_bytes_factor == 0.5 else "fp32",
         "capacity_rps": setup.plan.capacity_rps(),
         "latency_source": "profiles" if profiles else "roofline",
@@ -302,7 +313,7 @@ def simulate(
 
 def _control(
     setup: Any, replan: str, switch_mode: str, max_moving: int, solve_s: float,
-    rates: dict[str, float],
+    rates: dict[str, float], objective: str = "throughput",
 ) -> Any:  # fmt: skip
     """The control loop's spec for ``--replan`` (None for ``off``)."""
     from hetserve.control.controller import RateController, parse_replan
@@ -312,7 +323,9 @@ def _control(
     mode, period = parse_replan(replan)
     if mode == "off":
         return None
-    ctl = RateController(mode, period_s=period or 60.0)
+    ctl = RateController(
+        mode, period_s=period or 60.0, low_load=0.5 if objective == "cost" else None
+    )
     if period is not None and period < solve_s:
         raise HetserveError(
             f"--replan every={period:g}: the period is shorter than the solve time "
@@ -320,7 +333,7 @@ def _control(
         )
     cfg = ControlConfig(switch=switch_mode, max_parallel=max_moving, solve_s=solve_s,
                         tick_s=min(5.0, ctl.period_s))  # fmt: skip
-    return ControlSpec(ctl, replanner(setup), dict(rates), cfg)
+    return ControlSpec(ctl, replanner(setup, objective=objective), dict(rates), cfg)
 
 
 def _seeds(value: str) -> list[int]:

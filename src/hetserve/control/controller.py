@@ -15,8 +15,11 @@ The built-in :class:`RateController`:
   periodic MILP);
 - ``auto`` mode: a re-plan when a model's rate has moved from the rate the plan was made
   for by more than ``change`` (a ratio: 0.25 is 25% up or 20% down), in the short window
-  *and* the long one (a burst alone does not move the plan: hysteresis); or at once when
-  attainment over the short window falls below ``alarm`` (the alarm);
+  *and* the long one (a burst alone does not move the plan: hysteresis); when a model's
+  load ratio (rate over the plan's capacity for it) passes ``high_load`` in both windows;
+  when every model's falls below ``low_load`` in both (over-provisioned: set for the cost
+  objective, whose re-plans give GPUs back); or at once when attainment over the short
+  window falls below ``alarm`` (the alarm);
 - never more often than ``period_s``, and not while a switch is under way.
 
 Rates asked for: per model the larger of the short and the long window's rate (up fast,
@@ -48,6 +51,8 @@ class Snapshot:
     capacity_rps: dict[str, float]  # the current plan's planned capacity per model
     gpus: int  # physical GPUs the current plan holds
     busy: bool = False  # a solve or a switch is under way
+    # per model: a high quantile of its rate over short bins of the long window (bursts)
+    rate_peak_rps: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,9 +119,20 @@ class RateController:
     min_due: int = 50  # the alarm needs at least this many requests due in the window
     horizon_s: float = 600.0  # the gain of a switch is counted over this long
     min_gain: float = 1.0  # a switch must gain at least this many requests net
+    high_load: float = 0.9  # auto: a model this close to its planned capacity re-plans
+    # what one delayed request is worth in GPU-seconds, to weigh GPU-seconds saved against
+    # requests delayed by the switch that saves them
+    request_gpu_s: float = 1.0
+    # the rates a re-plan asks for: "mean" (per model the larger of the two windows'
+    # rates) or "peak" (the snapshot's burst rate, where larger: a plan that carries the
+    # bursts it saw)
+    size_by: str = "mean"
+    low_load: float | None = None  # auto: every model below this share of it re-plans
     _last_s: float = field(default=-math.inf, repr=False)
 
     def __post_init__(self) -> None:
+        if self.size_by not in ("mean", "peak"):
+            raise HetserveError(f"controller size_by: expected mean or peak, got {self.size_by}")
         if self.mode not in MODES:
             raise HetserveError(f"replan mode: expected one of {', '.join(MODES)}, got {self.mode}")
         for name in ("period_s", "change", "horizon_s"):
@@ -131,32 +147,58 @@ class RateController:
     def observe(self, snap: Snapshot) -> Replan | None:
         if self.mode == "off" or snap.busy or snap.now_s - self._last_s < self.period_s:
             return None
-        rates = {
-            m: max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
-            for m in snap.planned_rps
-        }
+        levels = {m: self._levels(snap, m) for m in snap.planned_rps}
+        rates = self._rates(snap)
         if self.mode == "every":
             return self._ask(snap, rates, "periodic")
-        moved = [m for m in snap.planned_rps if self._moved(snap, m)]
+        moved = [m for m in snap.planned_rps if self._moved(snap.planned_rps[m], *levels[m])]
         if moved:
             text = ", ".join(
-                f"{m} {snap.planned_rps[m]:.1f} -> {snap.rate_rps.get(m, 0.0):.1f} req/s"
-                for m in moved
+                f"{m} {snap.planned_rps[m]:.1f} -> {levels[m][0]:.1f} req/s" for m in moved
             )
             return self._ask(snap, rates, f"rates moved: {text}")
+        cap = {m: max(snap.capacity_rps.get(m, 0.0), 1e-12) for m in snap.planned_rps}
+        ratios = {m: min(levels[m]) / cap[m] for m in snap.planned_rps}
+        hot = [m for m, r in ratios.items() if r > self.high_load]
+        if hot:
+            text = ", ".join(f"{m} at {ratios[m]:.0%} of its capacity" for m in hot)
+            return self._ask(snap, rates, f"load high: {text}")
+        peak = max((max(levels[m]) / cap[m] for m in snap.planned_rps), default=0.0)
+        if self.low_load is not None and peak < self.low_load:
+            return self._ask(
+                snap, rates, f"over-provisioned: every model below {peak:.0%} of its capacity"
+            )
         att = snap.attainment
         if att is not None and snap.due >= self.min_due and att < self.alarm:
+            # the plan fell short by the share missed: ask for that much more
+            more = {m: r / max(att, 0.5) for m, r in rates.items()}
             return self._ask(
-                snap, rates, f"attainment {snap.attainment:.1%} < {self.alarm:.0%} (alarm)"
+                snap, more, f"attainment {snap.attainment:.1%} < {self.alarm:.0%} (alarm)"
             )
         return None
 
-    def _moved(self, snap: Snapshot, m: str) -> bool:
-        """Both windows say the rate left the band around the planned rate (hysteresis)."""
-        planned = snap.planned_rps[m]
+    def _levels(self, snap: Snapshot, m: str) -> tuple[float, float]:
+        """A model's load as the tests read it, in two windows: the short and the long
+        window's rates (``size_by="mean"``), or the burst rate twice (``"peak"``: it is
+        read over the long window already)."""
+        if self.size_by == "peak":
+            p = snap.rate_peak_rps.get(m, 0.0)
+            return p, p
+        return snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0)
+
+    def _rates(self, snap: Snapshot) -> dict[str, float]:
+        """The rates to plan for: per model the larger of its levels (and of the two
+        windows' rates, sizing by peak)."""
+        out = {}
+        for m in snap.planned_rps:
+            r = max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
+            out[m] = max(r, *self._levels(snap, m))
+        return out
+
+    def _moved(self, planned: float, short: float, long_: float) -> bool:
+        """Both levels left the band around the planned rate (hysteresis)."""
         band = 1.0 + self.change
         lo, hi = planned / band, planned * band
-        short, long_ = snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0)
         return (short > hi and long_ > hi) or (short < lo and long_ < lo)
 
     def _ask(self, snap: Snapshot, rates: dict[str, float], reason: str) -> Replan:
@@ -164,18 +206,22 @@ class RateController:
         return Replan(rates, reason)
 
     def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
-        rates = want.rates_rps
-        gain = self.horizon_s * (
-            served_rps(rates, est.capacity_rps) - served_rps(rates, snap.capacity_rps)
-        )
+        # the gain at the rates observed (a re-plan may have asked for more: the alarm)
+        rates = {m: r for m, r in self._rates(snap).items() if m in want.rates_rps}
+        now_served = served_rps(rates, snap.capacity_rps)
+        if snap.attainment is not None and snap.due >= self.min_due:
+            # what the current plan really serves: no more than it was seen to
+            now_served = min(now_served, snap.attainment * sum(snap.rate_rps.values()))
+        gain = self.horizon_s * (served_rps(rates, est.capacity_rps) - now_served)
         saved = (snap.gpus - est.gpus) * self.horizon_s - est.load_gpu_s
         net = gain - est.delayed
         if est.moved == 0 and gain >= 0:
             ok, why = True, "no worker moves"
         elif net >= self.min_gain:
             ok, why = True, f"gain {gain:.0f} > cost {est.delayed:.0f} requests"
-        elif net >= 0 and saved > 0:
-            ok, why = True, f"no loss, {saved:.0f} GPU-s saved"
+        elif gain >= -self.min_gain and saved > est.delayed * self.request_gpu_s:
+            ok = True
+            why = f"no loss, {saved:.0f} GPU-s saved > {est.delayed:.0f} requests delayed"
         else:
             ok = False
             why = f"gain {gain:.0f} <= cost {est.delayed:.0f} requests + {self.min_gain:g}"

@@ -120,6 +120,13 @@ class TopologySpec(_Strict):
         return self
 
 
+class PricingSpec(_Strict):
+    """What one GPU type costs and how many of it a plan may take (``docs/control.md``)."""
+
+    price_per_hour: float = Field(default=1.0, gt=0, description="per GPU-hour")
+    cap: int | None = Field(default=None, ge=0, description="at most this many GPUs")
+
+
 class ClusterSpec(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
@@ -127,6 +134,10 @@ class ClusterSpec(_Strict):
     nodes: list[NodeSpec] = Field(min_length=1)
     topology: TopologySpec | None = None
     park_idle_gpus: bool = False  # GPUs without work can be powered down (draw nothing)
+    # per GPU type: its price per hour and a cap on how many a plan takes (cost objective)
+    pricing: dict[str, PricingSpec] = Field(default_factory=dict)
+    # GPU types in order of preference: among plans of equal cost, the earlier types
+    preference: list[str] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- expanded cluster
@@ -181,6 +192,22 @@ class Cluster:
     description: str = ""
     source: str = "<memory>"
     park_idle_gpus: bool = False  # GPUs that serve nothing are parked: they draw no power
+    # per GPU type (catalog name): (price per GPU-hour, cap or None); types absent: (1.0, None)
+    pricing: dict[str, tuple[float, int | None]] = field(default_factory=dict)
+    preference: tuple[str, ...] = ()  # GPU types (catalog names), most preferred first
+
+    def price_per_hour(self, gpu_type: str) -> float:
+        """A GPU type's price per GPU-hour (1.0 where the cluster file names none: the
+        cost objective then counts GPU-hours)."""
+        return self.pricing.get(self.catalog.get(gpu_type).name, (1.0, None))[0]
+
+    def usable(self) -> dict[str, int]:
+        """GPUs per type a plan may take: the cluster's, at most each type's cap."""
+        out = {}
+        for t, n in self.gpu_counts().items():
+            cap = self.pricing.get(t, (1.0, None))[1]
+            out[t] = n if cap is None else min(n, cap)
+        return out
 
     # ---- inventory
     @cached_property
@@ -396,9 +423,28 @@ def build_cluster(
         links = [
             (lk.a, lk.b, lk.bw_gbps, lk.delay_us * 1e-6, lk.lanes) for lk in spec.topology.links
         ]
+    pricing: dict[str, tuple[float, int | None]] = {}
+    have = {g.type.name for n in nodes for g in n.gpus}
+    for tname, ps in spec.pricing.items():
+        try:
+            t = catalog.get(tname).name
+        except HetserveError as e:
+            raise ConfigError(f"{source}: pricing.{tname}: {e}") from None
+        if t not in have:
+            raise ConfigError(
+                f"{source}: pricing.{tname}: the cluster has no {t} GPUs (it has "
+                f"{', '.join(sorted(have))})"
+            )
+        pricing[t] = (ps.price_per_hour, ps.cap)
+    preference = []
+    for k, tname in enumerate(spec.preference):
+        try:
+            preference.append(catalog.get(tname).name)
+        except HetserveError as e:
+            raise ConfigError(f"{source}: preference[{k}]: {e}") from None
     return Cluster(
         spec.name, tuple(nodes), catalog, switches, tuple(links), spec.description, source,
-        spec.park_idle_gpus,
+        spec.park_idle_gpus, pricing, tuple(preference),
     )  # fmt: skip
 
 

@@ -55,6 +55,8 @@ class ControlConfig:
     long_window_s: float = 300.0  # the long window (rates)
     solve_s: float | None = 1.0  # a solve's modelled time; None: as measured
     poll_s: float = 0.01  # how often a switch's drain is checked
+    burst_bin_s: float = 1.0  # the bins of the long window whose rates give the bursts
+    burst_q: float = 0.95  # the quantile of those rates a snapshot's peak rate is
     until_s: float = math.inf  # no tick after this (the simulator: its last arrival)
 
     def __post_init__(self) -> None:
@@ -80,6 +82,11 @@ class Sensor(Protocol):
     def attainment(self, now: float, window_s: float) -> tuple[float | None, int]:
         """Of the requests due (deadline) in ``(now - window_s, now]``: the share that
         met their SLO (None: none due), and how many were due."""
+        ...
+
+    def peak_rates(self, now: float, window_s: float, bin_s: float, q: float) -> dict[str, float]:
+        """Per model, the ``q`` quantile of its arrival rate over ``bin_s`` bins of the
+        window ``(now - window_s, now]``."""
         ...
 
 
@@ -153,6 +160,9 @@ class ControlLoop:
         self._residency = Residency(self.cluster, self.kernel.view.latency, self.graphs)
         self._record: SwitchRecord | None = None
         self._want: Replan | None = None
+        # (from when, GPUs held per type from then on): the plan's, and during a switch
+        # the GPUs of both placements
+        self.holding: list[tuple[float, dict[str, int]]] = [(0.0, held_gpus(self.placement))]
 
     # ------------------------------------------------------------------ ticks
     def start(self, now: float) -> None:
@@ -173,6 +183,7 @@ class ControlLoop:
             capacity(self.plan),
             sum(gpus_needed(self.plan, self.cluster.catalog).values()),
             self.busy,
+            self.sensor.peak_rates(now, cfg.long_window_s, cfg.burst_bin_s, cfg.burst_q),
         )
 
     def _tick(self, _: Any, __: Any, now: float) -> None:
@@ -237,6 +248,7 @@ class ControlLoop:
         if self.kernel.extend(view, plan) and self.grew is not None:
             self.grew(len(self.kernel.workers))
         self._target = (plan, placement, dict(want.rates_rps))
+        self.holding.append((now, held_gpus(self.placement, placement)))
         LOG.info("plan %d -> %d: %s; %s", self.version, self.version + 1, want.reason, rec.decision)
         mode = self.config.switch
         acts = self.switching.begin(view, plan, steps, mode, now, self.busy_until)
@@ -301,6 +313,7 @@ class ControlLoop:
         if "paused" in ev:
             rec.paused_s = ev.get("cutover", now) - ev["paused"]
         self.plan, self.placement, self.planned_rps = self._target
+        self.holding.append((now, held_gpus(self.placement)))
         self.version += 1
         self._log(rec)
         self.busy = False
@@ -389,6 +402,26 @@ class ControlLoop:
             capacity(plan), gpus, steps.moved, waves_s, load_gpu_s, delayed, switch_s
         )
         return est, why_not
+
+
+def held_gpus(*placements: Placement) -> dict[str, int]:
+    """Physical GPUs per type that the placements hold together (a GPU in several, once)."""
+    seen = {w.gpu_id: w.gpu for p in placements for w in p.workers}
+    out: dict[str, int] = {}
+    for t in seen.values():
+        out[t] = out.get(t, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def gpu_seconds(holding: list[tuple[float, dict[str, int]]], end_s: float) -> dict[str, float]:
+    """GPU-seconds per type of a run that held ``holding[k][1]`` from ``holding[k][0]``
+    until the next entry (the last until ``end_s``)."""
+    out: dict[str, float] = {}
+    for k, (t0, gpus) in enumerate(holding):
+        t1 = holding[k + 1][0] if k + 1 < len(holding) else end_s
+        for t, n in gpus.items():
+            out[t] = out.get(t, 0.0) + n * max(0.0, t1 - t0)
+    return dict(sorted(out.items()))
 
 
 def capacity(plan: Plan) -> dict[str, float]:

@@ -80,6 +80,8 @@ def summarize(res: SimResult) -> dict[str, Any]:
         by_type[gpu_type.get(g_id, "unplaced")] += e
     s["energy_by_gpu_type_j"] = dict(sorted(by_type.items()))
     s["energy_per_request_j"] = energy / completed if completed else None
+    # GPU-hours the plan(s) held, per type (re-planning: as they changed)
+    s["gpu_hours"] = {t: v / 3600 for t, v in res.gpu_seconds.items()}
     hist = Counter(r[5] for r in res.stage_rows if r[2] == 0 and r[8] == "completed")
     s["batch_sizes"] = {str(k): v for k, v in sorted(hist.items())}
     s["mean_batch_size"] = (

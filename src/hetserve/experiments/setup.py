@@ -170,12 +170,15 @@ REPLANNERS = ("ppipe", "np", "dart-r")
 
 
 def replanner(
-    setup: Setup, planner: str | None = None, options: Mapping[str, Any] | None = None
-) -> Callable[[dict[str, float], Any, Any], Any]:
+    setup: Setup, planner: str | None = None, options: Mapping[str, Any] | None = None,
+    objective: str = "throughput",
+) -> Callable[[dict[str, float], Any, Any], Any]:  # fmt: skip
     """The setup's planner as the control loop calls it: rates in (a model's weight is
     its rate; one with none keeps 1% of the largest, so it stays served), the setup's
     SLOs, the planner's ``options``; a plan out. ``planner``: the plan's own by default,
-    which must be one of ``REPLANNERS``."""
+    which must be one of ``REPLANNERS``. ``objective``: ``throughput`` (every usable GPU,
+    the mix of the rates) or ``cost`` (the cheapest GPUs that serve the rates, with the
+    ``headroom`` option's margin, 25% by default)."""
     from hetserve.planning.registry import PlanRequest, make_plan
 
     name = planner or str(setup.plan.meta.get("planner", ""))
@@ -189,10 +192,16 @@ def replanner(
     opts = dict(options or {})
     opts.setdefault("time_limit_s", 10.0)
 
+    if objective not in ("throughput", "cost"):
+        raise HetserveError(f"--objective: expected throughput or cost, got {objective!r}")
+    opts["objective"] = objective
+
     def replan(rates: dict[str, float], plan: Any, placement: Any) -> Any:
         top = max(rates.values(), default=0.0)
         floor = 0.01 * top if top > 0 else 1.0
         weights = {m: max(rates.get(m, 0.0), floor) for m in setup.models}
+        if objective == "cost":
+            opts["rate_rps"] = sum(weights.values())
         req = PlanRequest(
             setup.cluster, list(setup.models), slo_ms, weights,
             latency_source=lambda: (setup.latency, list(setup.models)),

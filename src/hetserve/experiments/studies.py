@@ -74,6 +74,7 @@ BUILTIN: dict[str, str] = {
     "deepplan": "hetserve.experiments.deepplan.recipe",
     "magicbatch": "hetserve.experiments.magicbatch.recipe",
     "rampa": "hetserve.experiments.rampa.recipe",
+    "control": "hetserve.experiments.control.recipe",
 }
 #: studies by name (``core.registry``: the one registry shape)
 STUDIES: Registry[Study] = Registry("study", BUILTIN)

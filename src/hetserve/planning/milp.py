@@ -27,6 +27,11 @@ Constraints:
 
 Objective: maximise ``z``. Solved with HiGHS (``highspy``), deterministic, with a time
 limit and a relative gap.
+
+The cost objective (``demand_rps`` and ``prices`` given; issue 40, Mélange's question for
+pipelines): the max-min rows become ``sum_{p of m} x_p >= demand_m`` for every model,
+``z`` is fixed at 0, and the objective is to minimise ``sum price_t g_pi`` over the
+stages (the price per hour of the GPUs the plan takes). The other rows are the same.
 """
 
 from __future__ import annotations
@@ -227,8 +232,14 @@ def solve(
     time_limit_s: float = 60.0,
     mip_rel_gap: float = 1e-4,
     extra_rows: Callable[[Sequence[Candidate], int, int, int], list] | None = None,
+    demand_rps: Mapping[str, float] | None = None,
+    prices: Mapping[str, float] | None = None,
 ) -> MilpResult:
+    """Solve the MILP (module docstring): the max-min throughput by default; with
+    ``demand_rps`` (and ``prices`` per GPU type, 1.0 where absent) the cheapest GPUs that
+    serve every model's demand. ``objective`` is then the price per hour."""
     t0 = time.perf_counter()
+    cost = demand_rps is not None
     models = list(weights)
     total_w = sum(weights.values())
     w = {m: weights[m] / total_w for m in models}
@@ -255,6 +266,13 @@ def solve(
         if entries:
             add(entries, -np.inf, float(count))
     for m in models:
+        if cost:
+            assert demand_rps is not None
+            entries = [(X0 + p, 1.0) for p, c in enumerate(cands) if c.model == m]
+            if not entries:
+                return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
+            add(entries, float(demand_rps.get(m, 0.0)), np.inf)
+            continue
         entries = [(0, 1.0)] + [(X0 + p, -1.0 / w[m]) for p, c in enumerate(cands) if c.model == m]
         add(entries, -np.inf, 0.0)
     if extra_rows is not None:
@@ -268,6 +286,11 @@ def solve(
     integrality[G0:] = 1
     c_obj = np.zeros(n_var)
     c_obj[0] = -1.0
+    if cost:
+        ub[0] = 0.0  # (no max-min term)
+        c_obj[0] = 0.0
+        for s, (p, i) in enumerate(stage_idx):
+            c_obj[G0 + s] = float((prices or {}).get(cands[p].stages[i].gpu, 1.0))
     if n_p == 0:
         return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
     a, lo, hi = rows.matrix(n_var)
@@ -289,6 +312,11 @@ def solve(
         allocs.append(Allocation(c, inst, gpus, allocation_throughput(c, inst, gpus, net)))
     per_model = {m: sum(a.throughput_rps for a in allocs if a.candidate.model == m) for m in models}
     objective = min(per_model[m] / w[m] for m in models)
+    if cost:  # the price per hour of the GPUs taken
+        objective = sum(
+            float((prices or {}).get(st.gpu, 1.0)) * g
+            for a in allocs for st, g in zip(a.candidate.stages, a.gpus, strict=True)
+        )  # fmt: skip
     return MilpResult(
         status,
         objective,

@@ -31,7 +31,7 @@ from hetserve.planning.registry import PlanRequest, PlanResult, register_planner
 SLO_OPTIONS = ("slo_scale", "slo_ref_gpu")
 PPIPE_OPTIONS = (
     *SLO_OPTIONS, "slo_margin", "max_stages", "shares", "batches", "time_limit_s", "mip_gap",
-    "cut_bytes",
+    "cut_bytes", "objective", "rate_rps", "headroom",
 )  # fmt: skip
 
 
@@ -62,7 +62,18 @@ def _ppipe_family(name: str) -> Any:
     def build(req: PlanRequest, opts: Mapping[str, Any]) -> PlanResult:
         from hetserve.planning.ppipe import PlanOptions, plan_models
 
-        lat, _, slos = _slos(req, opts)
+        lat, names, slos = _slos(req, opts)
+        objective = str(opts.get("objective", "throughput"))
+        rates: tuple[tuple[str, float], ...] = ()
+        if objective == "cost":
+            rate = opts.get("rate_rps")
+            if rate is None or not 0 < float(rate) < math.inf:
+                raise HetserveError(
+                    "--objective cost: give the rate to serve with --rate REQ_PER_S (> 0), "
+                    "split over the models by --weights"
+                )
+            w = {m: float((req.weights or {}).get(m, 1.0)) for m in names}
+            rates = tuple((m, float(rate) * w[m] / sum(w.values())) for m in names)
         o = PlanOptions(
             planner=name,
             slo_margin=float(opts.get("slo_margin", 0.4)),
@@ -72,6 +83,9 @@ def _ppipe_family(name: str) -> Any:
             time_limit_s=float(opts.get("time_limit_s", 60.0)),
             mip_rel_gap=float(opts.get("mip_gap", 1e-4)),
             cut_bytes_factor=0.5 if opts.get("cut_bytes", "fp16") == "fp16" else 1.0,
+            objective=objective,
+            rates_rps=rates,
+            headroom=float(opts.get("headroom", 0.25)),
         )
         plan = plan_models(req.cluster, lat, slos, req.weights, o)
         meta = {**plan.meta, "cut_bytes_factor": o.cut_bytes_factor}

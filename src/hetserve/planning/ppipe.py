@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
@@ -26,6 +27,7 @@ from hetserve.planning.candidates import Candidate, enumerate_candidates, net_in
 from hetserve.planning.milp import solve
 
 PLANNERS = ("ppipe", "np", "dart-r")
+OBJECTIVES = ("throughput", "cost")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,11 @@ class PlanOptions:
     time_limit_s: float = 60.0
     mip_rel_gap: float = 1e-4
     cut_bytes_factor: float = 0.5  # activations at cuts travel as FP16 (PPipe section 6)
+    # throughput: the max-min normalised throughput on every usable GPU (PPipe); cost: the
+    # cheapest GPUs that serve ``rates_rps`` x (1 + headroom) (issue 40)
+    objective: str = "throughput"
+    rates_rps: tuple[tuple[str, float], ...] = ()  # cost: per model, the rate to serve
+    headroom: float = 0.25  # cost: plan for this much more than the rates
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:
@@ -50,6 +57,14 @@ class PlanOptions:
             raise HetserveError(f"--max-stages must be 1..4, got {self.max_stages}")
         if self.time_limit_s <= 0:
             raise HetserveError(f"--time-limit must be > 0, got {self.time_limit_s}")
+        if self.objective not in OBJECTIVES:
+            raise HetserveError(
+                f"--objective: expected one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
+            )
+        if self.objective == "cost" and not self.rates_rps:
+            raise HetserveError("--objective cost: give the rates to serve (--rate REQ_PER_S)")
+        if not 0 <= self.headroom < 10:
+            raise HetserveError(f"--headroom must be in [0, 10), got {self.headroom}")
 
 
 def gpu_class_order(cluster: Cluster) -> list[str]:
@@ -71,7 +86,13 @@ def plan_models(
     w = {m: float((weights or {}).get(m, 1.0)) for m in models}
     if any(v <= 0 for v in w.values()):
         raise HetserveError(f"--weights must be > 0, got {w}")
-    counts = cluster.gpu_counts()
+    counts = cluster.usable()  # (each type's cap, where the cluster file sets one)
+    counts = {t: n for t, n in counts.items() if n > 0}
+    if not counts:
+        raise HetserveError(
+            f"plan: every GPU type of {cluster.name} is capped at 0 (its pricing caps): no GPU "
+            f"to plan on"
+        )
     net = net_info(cluster)
     mps = {g.name: g.mps for g in cluster.gpu_types()}
     max_stages, shares = opt.max_stages, opt.shares
@@ -119,17 +140,24 @@ def plan_models(
             s += len(c.stages)
         return rows
 
-    res = solve(
-        cands,
-        counts,
-        w,
-        net,
-        time_limit_s=opt.time_limit_s,
-        mip_rel_gap=opt.mip_rel_gap,
-        extra_rows=pairs if opt.planner == "dart-r" else None,
-    )
-    if not res.allocations or res.objective <= 0:
-        raise _unserved(models, cands, counts, cluster.name, res.status)
+    extra = pairs if opt.planner == "dart-r" else None
+    demand = None
+    if opt.objective == "cost":
+        rates = dict(opt.rates_rps)
+        bad = sorted(set(rates) - set(models))
+        if bad:
+            raise HetserveError(f"--objective cost: rates for {', '.join(bad)}, not among --models")
+        demand = {m: rates.get(m, 0.0) * (1 + opt.headroom) for m in models}
+        res = solve(cands, counts, w, net, time_limit_s=opt.time_limit_s,
+                    mip_rel_gap=min(opt.mip_rel_gap, 1e-6), extra_rows=extra,
+                    demand_rps=demand, prices=_prices(cluster, counts))  # fmt: skip
+        if not res.allocations:
+            raise _unaffordable(cluster, cands, counts, net, demand, opt, extra, res.status)
+    else:
+        res = solve(cands, counts, w, net, time_limit_s=opt.time_limit_s,
+                    mip_rel_gap=opt.mip_rel_gap, extra_rows=extra)  # fmt: skip
+        if not res.allocations or res.objective <= 0:
+            raise _unserved(models, cands, counts, cluster.name, res.status)
     mplans = {}
     for m in models:
         pipes = []
@@ -143,13 +171,18 @@ def plan_models(
             )
             pipes.append(Pipeline(stages, c.batch, c.latency_s, a.throughput_rps))
         pipes.sort(key=lambda p: (-p.throughput_rps, p.stages[0].blocks))
-        mplans[m] = ModelPlan(slos_s[m], w[m], tuple(pipes))
+        weight = w[m] if demand is None else max(demand[m], 1e-9)
+        mplans[m] = ModelPlan(slos_s[m], weight, tuple(pipes))
+    objective: dict[str, Any] = {"normalized_rps": res.objective}
+    if demand is not None:
+        objective = {"cost_per_hour": res.objective, "demand_rps": demand}
+        objective["headroom"] = opt.headroom
     plan = Plan(
         mplans,
         shared_pools=False,
         meta={
             "planner": opt.planner,
-            "objective": {"normalized_rps": res.objective},
+            "objective": objective,
             "solve": {
                 "seconds": res.seconds,
                 "status": res.status,
@@ -167,6 +200,37 @@ def plan_models(
         },
     )
     return plan
+
+
+def _prices(cluster: Cluster, counts: Mapping[str, int]) -> dict[str, float]:
+    """Per GPU type its price per hour, plus a tie-break of 1e-4 of the cheapest price per
+    place down the cluster's order of preference (types it does not name come last)."""
+    base = {t: cluster.price_per_hour(t) for t in counts}
+    eps = 1e-4 * min(base.values(), default=1.0)
+    order = list(cluster.preference)
+    rank = {t: (order.index(t) if t in order else len(order)) for t in counts}
+    return {t: base[t] + eps * rank[t] for t in counts}
+
+
+def _unaffordable(
+    cluster: Cluster, cands: Sequence[Candidate], counts: Mapping[str, int], net: Any,
+    demand: Mapping[str, float], opt: PlanOptions, extra: Any, status: str,
+) -> HetserveError:  # fmt: skip
+    """The error for rates no plan within the caps serves: how much of them the usable
+    GPUs serve at most (the throughput objective's plan for the same mix)."""
+    head = f"--objective cost: {cluster.name} cannot serve the rates"
+    if status not in ("infeasible", "optimal"):
+        return HetserveError(f"{head} ({status}); raise --time-limit")
+    mix = {m: max(d, 1e-9) for m, d in demand.items()}
+    best = solve(cands, counts, mix, net, time_limit_s=opt.time_limit_s,
+                 mip_rel_gap=opt.mip_rel_gap, extra_rows=extra)  # fmt: skip
+    total = sum(demand.values())
+    frac = best.objective / total if total > 0 else 0.0
+    caps = ", ".join(f"{n} {t}" for t, n in counts.items())
+    return HetserveError(
+        f"{head} x {1 + opt.headroom:g} (headroom) with {caps}: the most any plan serves "
+        f"is {frac:.0%} of them; lower --headroom or the rates, or raise the caps"
+    )
 
 
 def _unserved(

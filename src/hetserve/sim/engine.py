@@ -41,7 +41,7 @@ from hetserve.core.outcome import PENDING
 from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
-from hetserve.engine.control import ControlLoop, ControlSpec
+from hetserve.engine.control import ControlLoop, ControlSpec, gpu_seconds, held_gpus
 from hetserve.engine.kernel import Kernel
 from hetserve.engine.links import LinkTable
 from hetserve.engine.modelled import ModelledExecutor
@@ -185,4 +185,7 @@ class Simulator:
         result = self.recorder.result(end, kernel.workers, Energy(self.cluster), self.links)
         if self.control is not None:
             result.control = [r.to_json() for r in self.control.records]
+            result.gpu_seconds = gpu_seconds(self.control.holding, end)
+        else:
+            result.gpu_seconds = gpu_seconds([(0.0, held_gpus(self.placement))], end)
         return result

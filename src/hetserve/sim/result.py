@@ -84,6 +84,8 @@ class SimResult:
     link_log: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # the control loop's decisions and switches (``engine.control.SwitchRecord.to_json``)
     control: list[dict[str, Any]] = field(default_factory=list)
+    # GPU-seconds per GPU type the plan (the plans, re-planning) held over the run
+    gpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def models(self) -> np.ndarray:

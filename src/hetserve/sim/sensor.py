@@ -38,6 +38,18 @@ class TraceSensor:
             out[m] = n / span
         return out
 
+    def peak_rates(self, now: float, window_s: float, bin_s: float, q: float) -> dict[str, float]:
+        """Per model, the ``q`` quantile of its rate over ``bin_s`` bins of the window
+        ``(now - window_s, now]`` (the bursts a plan must carry)."""
+        span = min(window_s, now) if now > 0 else window_s
+        k = max(1, int(span / bin_s))
+        edges = now - span + np.arange(k + 1) * (span / k)
+        out = {}
+        for m, t in self.by_model.items():
+            counts = np.diff(np.searchsorted(t, edges, "right"))
+            out[m] = float(np.quantile(counts, q)) / (span / k)
+        return out
+
     def attainment(self, now: float, window_s: float) -> tuple[float | None, int]:
         """Of the requests due in ``(now - window_s, now]``, the share that finished by
         their deadline: read on a systematic sample of at most ``SAMPLE`` of them (every

@@ -67,7 +67,7 @@ def read_azure2019(
     keep only the busiest functions. ``slo_s``: one SLO, or one per model.
     """
     path = Path(path)
-    names, counts = _read_2019_counts(path)
+    names, counts = read_2019_counts(path)
     lo, hi = minutes or (0, counts.shape[1])
     if not 0 <= lo < hi <= counts.shape[1]:
         raise HetserveError(f"{path}: minute range {lo}..{hi} is outside 0..{counts.shape[1]}")
@@ -116,7 +116,9 @@ def _slo_map(models: Sequence[str], slo_s: float | Sequence[float]) -> dict[str,
     return {m: float(s) for m, s in zip(models, slo_s, strict=True)}
 
 
-def _read_2019_counts(path: Path) -> tuple[list[str], np.ndarray]:
+def read_2019_counts(path: Path) -> tuple[list[str], np.ndarray]:
+    """An Azure Functions 2019 per-minute file's function names and counts
+    (functions x minutes)."""
     with io.StringIO(read_text(path, "Azure Functions 2019 file"), newline="") as f:
         r = csv.reader(f)
         header = next(r, None)
@@ -214,6 +216,7 @@ def synthetic_azure2019_counts(
     minute_phi: float = 0.7,
     diurnal: float = 0.3,
     sporadic_share: float = 0.3,
+    phase_spread: float = 1.0,
 ) -> np.ndarray:
     """Per-minute counts ``(n_functions, minutes)`` with Azure-like statistics.
 
@@ -222,14 +225,16 @@ def synthetic_azure2019_counts(
     function's rate is multiplied per minute by ``exp(x_m)`` with ``x`` a stationary AR(1)
     (coefficient ``minute_phi``, marginal sd ``minute_sigma``), and by a diurnal factor
     ``1 + diurnal * sin(2 pi m / 1440 + phase)``. A ``sporadic_share`` of functions is
-    active only in ~10% of minutes (bursty triggers).
+    active only in ~10% of minutes (bursty triggers). ``phase_spread`` scales the
+    functions' random diurnal phases (1: spread over the day, so the total barely moves;
+    0: in phase, so the day's total moves by ``1 +- diurnal``).
     """
     if n_functions < 1 or minutes < 1 or mean_rate_rps <= 0:
         raise HetserveError("synthetic trace: need functions >= 1, minutes >= 1, rate > 0")
     rng = np.random.default_rng(seed)
     base = rng.lognormal(0.0, rate_sigma, n_functions)
     mult = minute_multipliers(n_functions, minutes, rng, minute_sigma, minute_phi)
-    phase = rng.random(n_functions) * 2 * np.pi
+    phase = rng.random(n_functions) * 2 * np.pi * phase_spread
     m_idx = np.arange(minutes)
     mult *= 1 + diurnal * np.sin(2 * np.pi * m_idx[None, :] / MINUTES_PER_DAY + phase[:, None])
     sporadic = rng.random(n_functions) < sporadic_share

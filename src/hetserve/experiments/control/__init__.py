@@ -1,0 +1,1 @@
+"""``reproduce control``: the control loop over a day of moving load (issue 40)."""

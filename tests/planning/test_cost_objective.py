@@ -1,0 +1,137 @@
+"""``plan --objective cost``: the cheapest GPUs that serve the rates, against an
+independent brute force over GPU counts; caps, preference and pricing errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetserve.core.cluster import parse_cluster
+from hetserve.core.errors import HetserveError
+from hetserve.core.placement import gpus_needed
+from hetserve.core.plan import slos_from_scale
+from hetserve.engine.setup import latency_source
+from hetserve.planning.candidates import enumerate_candidates, net_info
+from hetserve.planning.ppipe import PlanOptions, plan_models
+
+MODELS = ["resnet50", "bert-base"]
+
+
+def cluster(prices, caps, preference=()):  # type: ignore[no-untyped-def]
+    spec = {
+        "name": "two-types",
+        "nodes": [{"count": 1, "gpus": {"L4": 4, "T4": 4}, "nic_gbps": 100}],
+        "pricing": {
+            t: {"price_per_hour": prices[t], **({"cap": caps[t]} if caps[t] is not None else {})}
+            for t in ("L4", "T4")
+        },
+        "preference": list(preference),
+    }
+    return parse_cluster(spec, "test")
+
+
+def brute_force(c, lat, slos, demand):  # type: ignore[no-untyped-def]
+    """The least price per hour over every count of GPUs per (model, type), each model
+    on each type at the best per-GPU rate of its single-stage, share-1 configurations
+    within 0.6 x SLO (what np plans); None if no count serves the demand."""
+    usable = c.usable()
+    rate = {}
+    for m in MODELS:
+        cs, _ = enumerate_candidates(m, lat, usable, net_info(c), 0.6 * slos[m], max_stages=1,
+                                     shares=(1,), prune=False)  # fmt: skip
+        for t in usable:
+            rate[m, t] = max((x.stages[0].per_gpu_rps for x in cs if x.stages[0].gpu == t),
+                             default=0.0)  # fmt: skip
+    keys = [(m, t) for m in MODELS for t in usable]
+    best = None
+    for counts in itertools.product(*(range(usable[t] + 1) for _, t in keys)):
+        g = dict(zip(keys, counts, strict=True))
+        if any(sum(g[m, t] for m in MODELS) > usable[t] for t in usable):
+            continue
+        if any(sum(g[m, t] * rate[m, t] for t in usable) < demand[m] - 1e-6 for m in MODELS):
+            continue
+        cost = sum(c.price_per_hour(t) * g[m, t] for m, t in keys)
+        best = cost if best is None else min(best, cost)
+    return best
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.floats(50, 6000), st.floats(50, 4000),
+    st.sampled_from([0.35, 0.7, 1.0, 2.0]), st.sampled_from([0.35, 0.7, 1.0, 2.0]),
+    st.none() | st.integers(0, 4), st.none() | st.integers(0, 4),
+)  # fmt: skip
+def test_cost_plans_are_the_cheapest(r1, r2, p_l4, p_t4, cap_l4, cap_t4):  # type: ignore[no-untyped-def]
+    c = cluster({"L4": p_l4, "T4": p_t4}, {"L4": cap_l4, "T4": cap_t4})
+    lat, names = latency_source(c, MODELS, None)
+    slos = slos_from_scale(c, lat, names, 5.0)
+    rates = {"resnet50": r1, "bert-base": r2}
+    opt = PlanOptions(planner="np", objective="cost", rates_rps=tuple(rates.items()), headroom=0.0)
+    best = brute_force(c, lat, slos, rates)
+    if best is None:
+        with pytest.raises(HetserveError, match="cannot serve the rates|capped at 0"):
+            plan_models(c, lat, slos, None, opt)
+        return
+    p = plan_models(c, lat, slos, None, opt)
+    cost = p.meta["objective"]["cost_per_hour"]
+    assert cost == pytest.approx(best, rel=1e-6)
+    took = gpus_needed(p, c.catalog)
+    assert sum(c.price_per_hour(t) * n for t, n in took.items()) == pytest.approx(cost)
+    for t, n in took.items():
+        assert n <= c.usable()[t]
+    for m in MODELS:  # the plan carries every model's rate
+        assert p.models[m].throughput_rps >= rates[m] * (1 - 1e-9)
+
+
+def test_headroom_plans_for_more():
+    c = cluster({"L4": 1.0, "T4": 1.0}, {"L4": None, "T4": None})
+    lat, names = latency_source(c, MODELS, None)
+    slos = slos_from_scale(c, lat, names, 5.0)
+    rates = (("resnet50", 1000.0), ("bert-base", 500.0))
+    p = plan_models(c, lat, slos, None, PlanOptions(objective="cost", rates_rps=rates,
+                                                    headroom=0.5))  # fmt: skip
+    for m, r in rates:
+        assert p.models[m].throughput_rps >= 1.5 * r * (1 - 1e-9)
+    assert p.meta["objective"]["demand_rps"] == {"resnet50": 1500.0, "bert-base": 750.0}
+
+
+def test_unaffordable_rates_say_how_much_is_servable():
+    c = cluster({"L4": 1.0, "T4": 1.0}, {"L4": 1, "T4": 0})
+    lat, names = latency_source(c, MODELS, None)
+    slos = slos_from_scale(c, lat, names, 5.0)
+    opt = PlanOptions(objective="cost", rates_rps=(("resnet50", 1e6), ("bert-base", 1e6)))
+    with pytest.raises(HetserveError, match=r"the most any plan serves is \d+% of them"):
+        plan_models(c, lat, slos, None, opt)
+
+
+def test_equal_prices_follow_the_preference():
+    """Two types at one price, each enough alone: the preferred one is taken (the tie
+    broken by the preference, not by the solver)."""
+    for pref, want in ((["T4", "L4"], "T4"), (["L4", "T4"], "L4")):
+        c = cluster({"L4": 1.0, "T4": 1.0}, {"L4": None, "T4": None}, pref)
+        lat, names = latency_source(c, ["resnet50"], None)
+        slos = slos_from_scale(c, lat, names, 5.0)
+        opt = PlanOptions(planner="np", objective="cost", rates_rps=(("resnet50", 50.0),))
+        p = plan_models(c, lat, slos, None, opt)
+        assert set(gpus_needed(p, c.catalog)) == {want}
+        assert math.isclose(p.meta["objective"]["cost_per_hour"], 1.0, rel_tol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("pricing", "message"),
+    [
+        ({"A100": {"price_per_hour": 1.0}}, "pricing.A100: the cluster has no A100"),
+        ({"Z9": {"price_per_hour": 1.0}}, "pricing.Z9"),
+        ({"L4": {"price_per_hour": 0}}, "price_per_hour"),
+        ({"L4": {"cap": -1}}, "cap"),
+    ],
+)
+def test_bad_pricing_is_a_one_line_error(pricing, message):  # type: ignore[no-untyped-def]
+    spec = {"name": "x", "nodes": [{"gpus": {"L4": 1}, "nic_gbps": 10}], "pricing": pricing}
+    with pytest.raises(HetserveError, match=message) as e:
+        parse_cluster(spec, "c.yaml")
+    assert "\n" not in str(e.value) and str(e.value).startswith("c.yaml")
