@@ -132,3 +132,19 @@ def test_shrinking_weighs_gpu_seconds_against_requests_delayed():
     # one GPU less for 100 s, 1 GPU-s loading: 99 GPU-s saved
     assert c.judge(s, want, est(dict(CAP), 1.0, gpus=3)).switch  # 99 > 1 x 50
     assert not c.judge(s, want, est(dict(CAP), 2.0, gpus=3)).switch  # 99 < 2 x 50
+
+
+def test_up_fast_down_slowly():
+    c = RateController("auto", period_s=60, change=0.25, low_load=0.5)
+    assert c.observe(snap(0, PLANNED, PLANNED, att=0.5, due=100)) is not None  # (the alarm)
+    # 20 s later, within the period: a move down waits, a move up does not
+    assert c.observe(snap(20, {"a": 50, "b": 100}, {"a": 50, "b": 100})) is None
+    assert c.observe(snap(10, {"a": 300, "b": 100}, {"a": 300, "b": 100})) is None  # < 15 s
+    want = c.observe(snap(20, {"a": 300, "b": 100}, {"a": 300, "b": 100}))
+    assert want is not None and "a 100.0 -> 300.0" in want.reason
+    assert (
+        RateController("auto", period_s=60, up_period_s=60).observe(
+            snap(0, PLANNED, PLANNED, att=0.5, due=100)
+        )
+        is not None
+    )

@@ -20,7 +20,9 @@ The built-in :class:`RateController`:
   when every model's falls below ``low_load`` in both (over-provisioned: set for the cost
   objective, whose re-plans give GPUs back); or at once when attainment over the short
   window falls below ``alarm`` (the alarm);
-- never more often than ``period_s``, and not while a switch is under way.
+- never more often than ``period_s``, except up: a re-plan for more (a rate up out of
+  its band, a load ratio high, the alarm) may come ``up_period_s`` after the last (a
+  quarter period by default: up fast, down slowly); never while a switch is under way.
 
 Rates asked for: per model the larger of the short and the long window's rate (up fast,
 down slowly: capacity is released only once the long window agrees).
@@ -127,6 +129,7 @@ class RateController:
     # rates) or "peak" (the snapshot's burst rate, where larger: a plan that carries the
     # bursts it saw)
     size_by: str = "mean"
+    up_period_s: float | None = None  # re-plans for more, at most this often (period / 4)
     low_load: float | None = None  # auto: every model below this share of it re-plans
     _last_s: float = field(default=-math.inf, repr=False)
 
@@ -145,13 +148,20 @@ class RateController:
             )
 
     def observe(self, snap: Snapshot) -> Replan | None:
-        if self.mode == "off" or snap.busy or snap.now_s - self._last_s < self.period_s:
+        if self.mode == "off" or snap.busy:
             return None
+        since = snap.now_s - self._last_s
+        up_period = self.period_s / 4 if self.up_period_s is None else self.up_period_s
+        if since < min(self.period_s, up_period):
+            return None
+        down_ok = since >= self.period_s  # (else only a re-plan for more may come)
         levels = {m: self._levels(snap, m) for m in snap.planned_rps}
         rates = self._rates(snap)
         if self.mode == "every":
-            return self._ask(snap, rates, "periodic")
+            return self._ask(snap, rates, "periodic") if down_ok else None
         moved = [m for m in snap.planned_rps if self._moved(snap.planned_rps[m], *levels[m])]
+        if not down_ok:  # only moves up
+            moved = [m for m in moved if min(levels[m]) > snap.planned_rps[m]]
         if moved:
             text = ", ".join(
                 f"{m} {snap.planned_rps[m]:.1f} -> {levels[m][0]:.1f} req/s" for m in moved
@@ -164,7 +174,7 @@ class RateController:
             text = ", ".join(f"{m} at {ratios[m]:.0%} of its capacity" for m in hot)
             return self._ask(snap, rates, f"load high: {text}")
         peak = max((max(levels[m]) / cap[m] for m in snap.planned_rps), default=0.0)
-        if self.low_load is not None and peak < self.low_load:
+        if self.low_load is not None and peak < self.low_load and down_ok:
             return self._ask(
                 snap, rates, f"over-provisioned: every model below {peak:.0%} of its capacity"
             )

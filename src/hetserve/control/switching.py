@@ -51,6 +51,7 @@ from hetserve.scheduling.protocol import (
     BaseScheduler,
     ClusterView,
     Dispatch,
+    Drop,
     Evict,
     Load,
     Provisioned,
@@ -97,6 +98,7 @@ class Transition:
     mark_s: float | None = None  # when the previous epoch stopped taking requests
     events: list[tuple[str, float]] = field(default_factory=list)
     buffered: int = 0  # requests that waited for a paused switch
+    moved: int = 0  # held requests handed to the new plan at a make-before-break cut-over
 
 
 def _base(sched: Scheduler) -> BaseScheduler:
@@ -134,6 +136,8 @@ class Switching:
         self._still_held: Callable[[Request], bool] = lambda r: True
         self._busy_until: Callable[[float], dict[WorkerId, float]] | None = None
         self.lost: set[WorkerId] = set()  # workers lost so far (a new epoch hears of them)
+        self.moved: set[int] = set()  # held requests handed to the new plan at a cut-over
+        self._held_now: Callable[[], list[Request]] | None = None
         self.last: Transition | None = None  # the switch that ended last
 
     # ------------------------------------------------------------------ the protocol
@@ -194,13 +198,17 @@ class Switching:
     def begin(
         self, view: ClusterView, plan: Plan, steps: SwitchSteps, mode: str, now: float,
         busy_until: Callable[[float], dict[WorkerId, float]] | None = None,
+        held_now: Callable[[], list[Request]] | None = None,
     ) -> list[Action]:  # fmt: skip
         """Start switching to ``plan`` on ``view`` (the kernel knows its workers
         already: ``Kernel.extend``; it must read this scheduler's callbacks again after
         this call: ``Kernel.rebind``): the first wave of loads. ``busy_until``: at the
         cut-over, until when each worker is predicted busy with the previous plan's
-        batches (the new scheduler's ``ClusterView.busy_until_s``)."""
+        batches (the new scheduler's ``ClusterView.busy_until_s``). ``held_now``: the
+        requests the current plan's scheduler holds, undispatched and not parked (at a
+        make-before-break cut-over they are handed to the new plan's)."""
         self._busy_until = busy_until
+        self._held_now = held_now
         if mode not in MODES:
             raise HetserveError(f"switch mode: expected mbb or flush, got {mode!r}")
         if self.state != "serving":
@@ -224,6 +232,7 @@ class Switching:
         sw.events.append(("drained", now))
         self.epochs.pop(old.no, None)
         self.draining = None
+        self.moved = set()
         acts: list[Action] = [Evict(c.worker, m, b) for c in sw.steps.changes for m, b in c.evict]
         if self.state == "draining":  # mbb: the switch is done
             self._done(now)
@@ -264,6 +273,13 @@ class Switching:
                     f"batch {a.batch_id} of epoch {e.no}: re-planning needs batch ids from "  # type: ignore[union-attr]
                     f"BaseScheduler.new_batch_id"
                 )
+            if (kind is Dispatch or kind is Drop) and self.moved and e is self.draining:
+                moved = self.moved  # (requests handed to the new plan at the cut-over)
+                keep = tuple(r for r in a.requests if r.id not in moved)  # type: ignore[union-attr]
+                if len(keep) != len(a.requests):  # type: ignore[union-attr]
+                    if not keep:
+                        continue
+                    a = a._replace(requests=keep)  # type: ignore[union-attr]
             out.append(a)
         return out
 
@@ -322,6 +338,16 @@ class Switching:
             self.state = "draining"
             self.draining = prev
             sw.mark_s = now
+            # the requests it holds and has not dispatched are the new plan's from now
+            # (its later Dispatch or Drop of one leaves it out: ``_wrap``), so that it
+            # dispatches nothing more onto workers the new plan's reservations count on
+            held = self._held_now() if self._held_now is not None else []
+            self.moved = {r.id for r in held}
+            sw.moved = len(held)
+            for r in held:
+                more = self.cur.sched.on_arrival(r, now)
+                if more:
+                    acts = acts + self._wrap(self.cur, more)
             return acts
         # a paused switch ends: the requests that waited (those not ended meanwhile)
         waited, self.buffer = self.buffer, []

@@ -37,6 +37,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.graph import ModelGraph
 from hetserve.core.placement import gpus_needed
 from hetserve.core.plan import Placement, Plan, bind
+from hetserve.core.requests import Request
 from hetserve.engine.kernel import Kernel
 from hetserve.engine.residency import Residency
 from hetserve.scheduling.protocol import ClusterView
@@ -251,7 +252,7 @@ class ControlLoop:
         self.holding.append((now, held_gpus(self.placement, placement)))
         LOG.info("plan %d -> %d: %s; %s", self.version, self.version + 1, want.reason, rec.decision)
         mode = self.config.switch
-        acts = self.switching.begin(view, plan, steps, mode, now, self.busy_until)
+        acts = self.switching.begin(view, plan, steps, mode, now, self.busy_until, self.held_now)
         self.kernel.rebind()
         self.kernel.apply(acts, now)
         self._poll(None, None, now)
@@ -292,6 +293,13 @@ class ControlLoop:
                 out[wid] = t
         return out
 
+    def held_now(self) -> list[Request]:
+        """The requests the scheduler holds, undispatched and not parked, by id."""
+        parked = self.kernel.parked
+        return sorted(
+            (r for r in self.kernel.held.values() if r.id not in parked), key=lambda r: r.id
+        )
+
     def _drained(self, mark_s: float) -> bool:
         """The epoch that stopped taking requests at ``mark_s`` owns none: no batch of
         it is under way, and no request that arrived before ``mark_s`` is held."""
@@ -299,7 +307,10 @@ class ControlLoop:
         assert old is not None
         if any(b >> EPOCH_SHIFT == old.no for b in self.kernel.batches):
             return False
-        return not any(r.arrival_s < mark_s for r in self.kernel.held.values())
+        moved = self.switching.moved  # (the new plan's since the cut-over)
+        return not any(
+            r.arrival_s < mark_s and r.id not in moved for r in self.kernel.held.values()
+        )
 
     def _finish(self, now: float) -> None:
         rec = self._record

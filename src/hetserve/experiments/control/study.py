@@ -53,7 +53,8 @@ class ControlConfig:
     hours: int = 24
     trace: str | None = None  # an Azure Functions 2019 per-minute file
     diurnal: float = 0.6  # the twin's diurnal amplitude (its functions in phase)
-    headroom: float = 0.1  # (on top of the bursts: plans are sized by BURST_Q)
+    headroom: float = 0.1  # static plans' (on top of the bursts: sized by BURST_Q)
+    control_headroom: float = 0.3  # the controller's plans'
     seed: int = 0
 
 
@@ -146,7 +147,8 @@ def run_study(cfg: ControlConfig, progress: Progress) -> dict[str, Any]:
         ctl = RateController(mode, period_s=hour, horizon_s=4 * hour, alarm=0.99,
                              low_load=0.5 if objective == "cost" else None,
                              size_by="peak")  # fmt: skip
-        plan = replanner(static_mean, options={"headroom": cfg.headroom}, objective=objective)
+        opts = {"headroom": cfg.control_headroom}
+        plan = replanner(static_mean, options=opts, objective=objective)
         return ControlSpec(ctl, plan, dict(mean),
                            dataclasses.replace(loop, switch=switch))  # fmt: skip
 
