@@ -136,8 +136,16 @@ def run_study(cfg: ControlConfig, progress: Progress) -> dict[str, Any]:
     # its per-minute rates within an hour, in the hour where that is highest
     bursts = np.quantile(per_h, BURST_Q, axis=2)  # models x hours
     peak = {m: float(bursts[k].max()) for k, m in enumerate(cfg.models)}
-    static_mean = _cost_plan(base, mean, cfg.headroom)
-    static_peak = _cost_plan(base, peak, cfg.headroom)
+    plans_for = {}
+    for name, r in (("static-mean", mean), ("static-peak", peak)):
+        try:
+            plans_for[name] = _cost_plan(base, r, cfg.headroom)
+        except HetserveError as e:
+            raise HetserveError(
+                f"{name}: {e} (the day's {name.split('-')[1]} at --rate {cfg.rate_rps:g}; "
+                f"give a lower --rate)"
+            ) from None
+    static_mean, static_peak = plans_for["static-mean"], plans_for["static-peak"]
     hour = cfg.hour_s
     loop = LoopConfig(tick_s=hour / 4, window_s=hour / 2, long_window_s=hour,
                       solve_s=min(1.0, hour / 10), burst_bin_s=hour / 60,
