@@ -48,6 +48,8 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_rampa.py
 	$(VENV)/bin/python benchmarks/bench_cluster.py
 	$(VENV)/bin/python benchmarks/bench_repository.py
+	$(VENV)/bin/python benchmarks/bench_control.py
+	$(VENV)/bin/python benchmarks/bench_replan.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed
