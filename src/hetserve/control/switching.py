@@ -37,9 +37,9 @@ random times and checks it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from hetserve.control.reconcile import SwitchSteps
 from hetserve.core.errors import HetserveError
@@ -367,11 +367,3 @@ class Switching:
         self.state = "serving"
         self.last = self.switch
         self.switch = None
-
-    def owned_by_draining(self, batch_ids: Mapping[int, Any]) -> bool:
-        """Whether any of ``batch_ids`` (the kernel's live batches) is the draining
-        epoch's."""
-        old = self.draining
-        if old is None:
-            return False
-        return any(b >> EPOCH_SHIFT == old.no for b in batch_ids)

@@ -209,14 +209,6 @@ class Kernel:
         self._on_arrival = self.scheduler.on_arrival
         self._rebound = True
 
-    def owned(self, request_ids: Iterable[int]) -> list[int]:
-        """Of ``request_ids``, those not yet ended: held by the scheduler, or in a live
-        batch (a switch between plans waits for the old plan's to end)."""
-        ids = set(request_ids)
-        live = {r.id for b in self.batches.values() for r in _live(b)}
-        held = self.held
-        return sorted(i for i in ids if i in held or i in live)
-
     # ------------------------------------------------------------------ entry points
     def start(self, now: float) -> None:
         """Start the scheduler (rule 2)."""

@@ -40,7 +40,6 @@ from hetserve.core.requests import Stream
 from hetserve.experiments.studies import Progress
 from hetserve.workload.trace import Trace
 
-RUNS = ("static-mean", "static-peak", "flush-every", "mbb-auto", "mbb-auto-throughput")
 BURST_Q = 0.99  # plans carry the 99th percentile of a model's per-minute rates
 
 
