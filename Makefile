@@ -50,6 +50,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_repository.py
 	$(VENV)/bin/python benchmarks/bench_control.py
 	$(VENV)/bin/python benchmarks/bench_replan.py
+	$(VENV)/bin/python benchmarks/bench_switch_live.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

@@ -132,6 +132,63 @@ def test_without_a_plan_serve_plans_on_the_discovered_cluster(cluster, tmp_path)
         assert proc.wait(timeout=60) == 0
 
 
+def _bundles(cluster):
+    """The GPUs Ray holds for placement groups now: (node id, bundle) per created one."""
+    state = json.loads(
+        subprocess.run([sys.executable, "-c", STATE, cluster.address], capture_output=True,
+                       text=True, env=ENV, timeout=120, check=True).stdout.splitlines()[-1]
+    )  # fmt: skip
+    return sorted(
+        (nid, g["name"]) for g in state["groups"].values() if g["state"] == "CREATED"
+        for nid in g["bundles_to_node_id"].values()
+    )  # fmt: skip
+
+
+def test_an_unload_gives_gpus_back_to_ray_and_a_load_takes_them_again(cluster, tmp_path):
+    """``serve --replan manual --objective cost`` on the cluster: unloading a model
+    re-plans the other on fewer GPUs and Ray gets the rest back (its placement groups
+    removed, read from Ray's own state); loading it again reserves GPUs again, and it
+    serves."""
+    c_yaml, plan = tmp_path / "c.yaml", tmp_path / "p.json"
+    _hetserve("cluster", "discover", "--address", cluster.address, "--output", str(c_yaml))
+    _hetserve("plan", "--planner", "ppipe", "--cluster", str(c_yaml), "--models",
+              "resnet50,vgg16", "--slo", "resnet50=1000,vgg16=1000", "--objective", "cost",
+              "--rate", "40", "--output", str(plan))  # fmt: skip
+    proc, url, out = _serve(tmp_path, "--address", cluster.address, "--cluster", str(c_yaml),
+                            "--plan", str(plan), "--emulate", "--replan", "manual",
+                            "--objective", "cost")  # fmt: skip
+    from hetserve.experiments.live import binary_body
+
+    body, hdr = binary_body(__import__("numpy").zeros((1, 3, 224, 224), dtype="float32"))
+    try:
+        before = _bundles(cluster)
+        n_workers = len(httpx.get(f"{url}/v2/cluster/workers", headers=AUTH, timeout=10).json())
+        r = httpx.post(f"{url}/v2/repository/models/vgg16/unload", headers=AUTH, timeout=300)
+        assert r.status_code == 200, r.text
+        after = _bundles(cluster)
+        assert len(after) < len(before), (before, after)
+        r = httpx.post(f"{url}/v2/models/resnet50/infer", content=body,
+                       headers={**hdr, **AUTH}, timeout=60)  # fmt: skip
+        assert r.status_code == 200, r.text
+        workers = httpx.get(f"{url}/v2/cluster/workers", headers=AUTH, timeout=10).json()
+        assert len(workers) < n_workers
+        r = httpx.post(f"{url}/v2/repository/models/vgg16/load", headers=AUTH, timeout=300)
+        assert r.status_code == 200, r.text
+        assert len(_bundles(cluster)) > len(after)
+        r = httpx.post(f"{url}/v2/models/vgg16/infer", content=body,
+                       headers={**hdr, **AUTH}, timeout=60)  # fmt: skip
+        assert r.status_code == 200, r.text
+        metrics = httpx.get(f"{url}/metrics", headers=AUTH, timeout=10).text
+        assert re.search(r"^hetserve_plan_version 2\.0$", metrics, re.M), metrics
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    out.seek(0)
+    log = out.read()
+    assert rc == 0 and "Traceback" not in log, log
+    assert "GPUs given back to Ray" in log, log
+
+
 # last in this module: it kills a node of the module's cluster
 def test_serve_places_by_type_and_survives_a_node_loss(cluster, tmp_path):
     c_yaml, plan = tmp_path / "c.yaml", tmp_path / "p.json"

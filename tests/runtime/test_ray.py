@@ -168,3 +168,56 @@ def test_open_routes_park_activations_in_the_object_store():
         ref = model(x)
     for i, r in enumerate(results):
         assert ((r.output - ref[i]).norm() / ref[i].norm()).item() < 1e-3
+
+
+def test_ray_workers_switch_plans_live_and_give_workers_back():
+    """Real Ray actors on three CPU devices: resnet18 served whole by one worker, switched
+    to a two-stage plan on all three (two actors start, the new blocks load on them),
+    then back to one worker (two actors end): every answer equals the model's own
+    output, before, during and after each switch."""
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+    from hetserve.engine.setup import Setup
+    from hetserve.experiments.setup import control_spec
+
+    model = build("resnet18")
+    n = 12
+    x = _inputs(model, n)
+    base = build_setup(_cpus(3), ["resnet18"], slo_ms={"resnet18": 60000.0}, max_batch=4)
+
+    def plan(stages):
+        return Plan({"resnet18": ModelPlan(60.0, 1.0, (Pipeline(stages, 4, 0.0, 100.0),))},
+                    meta={"planner": "test"})  # fmt: skip
+
+    one = plan((Stage((0, 10), "CPU", 1, 1),))
+    cut = plan((Stage((0, 5), "CPU", 1, 2), Stage((5, 10), "CPU", 1, 1)))
+    s = Setup(base.cluster, base.latency, ["resnet18"], {"resnet18": 60.0}, one,
+              bind(one, base.cluster))  # fmt: skip
+    spec = control_spec(s, "manual", "mbb", 4, {"resnet18": 10.0}, solve_s=None, serving=True)
+    srv = Server(s, ServerConfig(scheduler="reactive", build=build, engine="ray",
+                                 replan="manual"), spec)  # fmt: skip
+
+    async def scenario():
+        srv.start()
+        try:
+            out, recs, actors = [], [], [len(srv.engine.executor.actors)]
+            for target, lo in ((cut, 0), (one, n // 3)):
+                part = [asyncio.ensure_future(srv.infer("resnet18", x[i]))
+                        for i in range(lo, lo + n // 3)]  # fmt: skip
+                recs.append(await srv.apply_plan(target))
+                actors.append(len(srv.engine.executor.actors))
+                out += await asyncio.gather(*part)
+            out += await asyncio.gather(
+                *(srv.infer("resnet18", x[i]) for i in range(2 * n // 3, n))
+            )
+            return out, recs, actors
+        finally:
+            await srv.stop()
+
+    results, recs, actors = asyncio.run(scenario())
+    assert all(r.switched for r in recs), [r.decision for r in recs]
+    assert actors == [1, 3, 1]  # two actors started for the cut plan, and ended after it
+    assert [r.outcome for r in results] == ["ok"] * n
+    with torch.inference_mode():
+        ref = model(x)
+    for i, r in enumerate(results):
+        assert ((r.output - ref[i]).norm() / ref[i].norm()).item() < 1e-3

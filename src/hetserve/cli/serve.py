@@ -284,6 +284,28 @@ def _setup_logging(level: str, access_log: bool) -> None:
     help="One log line per HTTP request (client, method, path, status, milliseconds).",
 )  # fmt: skip
 @click.option(
+    "--replan", default="off", show_default=True,
+    help="Re-plan as the load moves and switch plans live: auto, every=SECONDS, manual (only "
+    "an operator's plans, loads and unloads: POST /v2/control/plan, /v2/repository/models/M/"
+    "load|unload) or off (docs/control.md). Needs a plan of ppipe, np or dart-r to re-plan.",
+)  # fmt: skip
+@click.option(
+    "--switch", "switch_mode", type=click.Choice(["mbb", "flush"]), default="mbb",
+    show_default=True,
+    help="How a plan is switched: make-before-break (the old plan serves while the new "
+    "one loads) or flush (PPipe's: pause, drain, switch).",
+)  # fmt: skip
+@click.option(
+    "--max-moving", type=click.IntRange(min=1), default=4, show_default=True,
+    help="Workers loading at once in a switch.",
+)  # fmt: skip
+@click.option(
+    "--objective", type=click.Choice(["throughput", "cost"]), default="throughput",
+    show_default=True,
+    help="What a re-plan optimises: the most capacity on every usable GPU, or the cheapest "
+    "GPUs that carry the observed rates (the cluster file's pricing).",
+)  # fmt: skip
+@click.option(
     "--check", "check_only", is_flag=True,
     help="Check the configuration, the plan and the port, print the summary and exit "
     "(nothing is served).",
@@ -318,6 +340,10 @@ def serve(
     drain_timeout: float,
     log_level: str,
     access_log: bool,
+    replan: str,
+    switch_mode: str,
+    max_moving: int,
+    objective: str,
     check_only: bool,
 ) -> None:
     """Serve models over HTTP (KServe v2 / Open Inference Protocol) with a hetserve
@@ -366,7 +392,8 @@ def serve(
             found=found, runtime_env=runtime_env, cpu_threads=cpu_threads,
             max_pending=max_pending, admission=admission, max_request_batch=max_request_batch,
             drain_timeout_s=drain_timeout, profile_device=profile_device, remeasure=remeasure,
-            versions=versions, model_catalog=model_catalog(),
+            versions=versions, model_catalog=model_catalog(), replan=replan,
+            switch=switch_mode, max_moving=max_moving, objective=objective,
         ),
         say=console.print,
     )  # fmt: skip

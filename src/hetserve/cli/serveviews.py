@@ -64,13 +64,22 @@ def print_summary(
         f"{server.cfg.max_pending}; metrics at /metrics; SIGTERM or Ctrl+C drains and stops",
         markup=False,
     )
+    spec = server.control_spec
+    if spec is not None:
+        c = spec.config
+        console.print(
+            f"  re-planning: {server.cfg.replan}, switches {c.switch} (at most {c.max_parallel} "
+            f"workers loading at once); GET /v2/control, POST /v2/control/plan, "
+            f"POST /v2/repository/models/M/load|unload",
+            markup=False,
+        )
 
 
 def print_shutdown(server: Any, sig: str | None) -> None:
     get = server.metrics.registry.get_sample_value
     counts: dict[str, int] = {}
     rows = 0
-    for m in server.models:
+    for m in server.setup.models:
         for outcome in ("ok", "late", "dropped", "refused", "overloaded", "failed", "cancelled"):
             v = get("hetserve_requests_total", {"model": m, "outcome": outcome}) or 0
             counts[outcome] = counts.get(outcome, 0) + int(v)

@@ -250,7 +250,7 @@ def simulate(
     """Simulate serving a workload; writes summary.json, requests.csv, batches.csv,
     workers.csv (and with --replan, control.json: every decision and switch)."""
     from hetserve.experiments.metrics import summarize
-    from hetserve.experiments.setup import build_trace, model_rates
+    from hetserve.experiments.setup import build_trace, control_spec, model_rates
     from hetserve.experiments.setup import simulate as run_sim
 
     if duration_s <= 0:
@@ -263,7 +263,9 @@ def simulate(
     t0 = time.perf_counter()
     cfg = _sim_config(seed, jitter_cv, cut_bytes, setup, patience_s)
     scheduler, sched_params = plan_scheduler(setup.plan, scheduler, params, "edf-adaptive")
-    spec = _control(setup, replan, switch_mode, max_moving, solve_s, rates, objective)
+    spec = control_spec(
+        setup, replan, switch_mode, max_moving, rates, objective=objective, solve_s=solve_s
+    )
     res = run_sim(setup, scheduler, trace, sched_params, cfg, spec)
     wall = time.perf_counter() - t0
     s = summarize(res)
@@ -309,31 +311,6 @@ def simulate(
         f"({len(trace) / max(wall, 1e-9):,.0f} requests/s); wrote {folder}/"
         f"summary.json, requests.csv, batches.csv"
     )
-
-
-def _control(
-    setup: Any, replan: str, switch_mode: str, max_moving: int, solve_s: float,
-    rates: dict[str, float], objective: str = "throughput",
-) -> Any:  # fmt: skip
-    """The control loop's spec for ``--replan`` (None for ``off``)."""
-    from hetserve.control.controller import RateController, parse_replan
-    from hetserve.engine.control import ControlConfig, ControlSpec
-    from hetserve.experiments.setup import replanner
-
-    mode, period = parse_replan(replan)
-    if mode == "off":
-        return None
-    ctl = RateController(
-        mode, period_s=period or 60.0, low_load=0.5 if objective == "cost" else None
-    )
-    if period is not None and period < solve_s:
-        raise HetserveError(
-            f"--replan every={period:g}: the period is shorter than the solve time "
-            f"(--solve-time {solve_s:g} s)"
-        )
-    cfg = ControlConfig(switch=switch_mode, max_parallel=max_moving, solve_s=solve_s,
-                        tick_s=min(5.0, ctl.period_s))  # fmt: skip
-    return ControlSpec(ctl, replanner(setup, objective=objective), dict(rates), cfg)
 
 
 def _seeds(value: str) -> list[int]:

@@ -243,10 +243,11 @@ class RateController:
         return Decision(ok, gain, est.delayed, saved, text)
 
 
-def parse_replan(text: str) -> tuple[str, float | None]:
-    """``auto``, ``every=SECONDS`` or ``off`` -> (mode, period or None)."""
+def parse_replan(text: str, manual: bool = False) -> tuple[str, float | None]:
+    """``auto``, ``every=SECONDS`` or ``off`` (and with ``manual``, ``manual``: a server
+    that switches only to an operator's plans) -> (mode, period or None)."""
     t = text.strip().lower()
-    if t in ("auto", "off"):
+    if t in ("auto", "off") or (manual and t == "manual"):
         return t, None
     key, eq, val = t.partition("=")
     if key == "every" and eq:
@@ -256,4 +257,9 @@ def parse_replan(text: str) -> tuple[str, float | None]:
             period = math.nan
         if 0 < period < math.inf:
             return "every", period
-    raise HetserveError(f"--replan: expected auto, every=SECONDS (> 0) or off, got {text!r}")
+    kinds = (
+        "auto, every=SECONDS (> 0), manual or off"
+        if manual
+        else ("auto, every=SECONDS (> 0) or off")
+    )
+    raise HetserveError(f"--replan: expected {kinds}, got {text!r}")

@@ -158,6 +158,8 @@ class Switching:
             self.buffer.append(request)
             return NO_ACTIONS
         e = self.cur
+        if self._wrapping and request.model not in e.plan.models:  # (unloaded by a switch)
+            return [Drop((request,), "not_provisioned")]
         acts = e.sched.on_arrival(request, now)
         return self._wrap(e, acts) if acts and self._wrapping else acts
 
@@ -342,6 +344,9 @@ class Switching:
             # (its later Dispatch or Drop of one leaves it out: ``_wrap``), so that it
             # dispatches nothing more onto workers the new plan's reservations count on
             held = self._held_now() if self._held_now is not None else []
+            # (a model the new plan does not serve, unloaded: its requests stay with the
+            # plan that serves it, which drains them)
+            held = [r for r in held if r.model in sw.plan.models]
             self.moved = {r.id for r in held}
             sw.moved = len(held)
             for r in held:
@@ -354,10 +359,14 @@ class Switching:
         sw.buffered = len(waited)
         still = self._still_held
         for r in waited:
-            if still(r):
-                more = self.cur.sched.on_arrival(r, now)
-                if more:
-                    acts = acts + self._wrap(self.cur, more)
+            if not still(r):
+                continue
+            if r.model not in self.cur.plan.models:  # (unloaded by this switch)
+                acts = [*acts, Drop((r,), "not_provisioned")]
+                continue
+            more = self.cur.sched.on_arrival(r, now)
+            if more:
+                acts = acts + self._wrap(self.cur, more)
         self._done(now)
         return acts
 

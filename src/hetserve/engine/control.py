@@ -117,12 +117,54 @@ class SwitchRecord:
     gpus: int = 0  # GPUs of the plan after it
 
     def to_json(self) -> dict[str, Any]:
+        """The record as JSON (``control.json``, ``GET /v2/control``), with the switch's
+        measured wall time beside its prediction (``switch_s``, ``predicted_switch_s``)."""
         out = asdict(self)
+        out["switch_s"] = self.done_s - self.decided_s if self.switched else math.nan
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
 
 
 #: rates in, the current plan and placement, a plan out
 Replanner = Callable[[dict[str, float], Plan, Placement], Plan]
+#: what a solve reports back: ``done(plan or the error it raised, measured seconds, now)``
+Solved = Callable[[Any, float, float], None]
+
+
+class Solver(Protocol):
+    """Where the planner runs: the loop hands it each solve."""
+
+    def solve(self, work: Callable[[], Plan], done: Solved) -> None:
+        """Run ``work`` (the planner, on the rates asked for) and call ``done(plan,
+        measured_s, now)`` on the kernel's clock when the plan is there (``done(error,
+        measured_s, now)`` where ``work`` raised). The simulator's (:class:`InlineSolver`)
+        runs it at once and reports after the modelled solve time; the server's runs it
+        on a thread, off the event loop, and reports when it returns."""
+        ...
+
+
+class InlineSolver:
+    """The simulator's :class:`Solver`: ``work`` runs at once; the answer comes
+    ``solve_s`` later on the clock (None: the measured time), so that a run stays a
+    function of its seed."""
+
+    def __init__(self, clock: Any, solve_s: float | None) -> None:
+        self.clock = clock
+        self.solve_s = solve_s
+
+    def solve(self, work: Callable[[], Plan], done: Solved) -> None:
+        now = self.clock.now()
+        t0 = time.perf_counter()
+        result: Any
+        try:
+            result = work()
+        except HetserveError as err:
+            result = err
+        measured = time.perf_counter() - t0
+        if isinstance(result, HetserveError):  # (an error is known at once)
+            self.clock.call_at(now, done, result, measured)
+            return
+        self.clock.call_at(now + (measured if self.solve_s is None else self.solve_s), done,
+                           result, measured)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -152,6 +194,8 @@ class ControlLoop:
     config: ControlConfig = field(default_factory=ControlConfig)
     grew: Callable[[int], None] | None = None
     records: list[SwitchRecord] = field(default_factory=list)
+    solver: Solver | None = None  # None: an InlineSolver of ``config.solve_s``
+    listener: Callable[[SwitchRecord], None] | None = None  # told each record as it is made
 
     def __post_init__(self) -> None:
         self.plan: Plan = self.kernel.plan
@@ -161,9 +205,14 @@ class ControlLoop:
         self._residency = Residency(self.cluster, self.kernel.view.latency, self.graphs)
         self._record: SwitchRecord | None = None
         self._want: Replan | None = None
+        self._forced = False  # the solve under way is an operator's (no judgement)
         # (from when, GPUs held per type from then on): the plan's, and during a switch
         # the GPUs of both placements
         self.holding: list[tuple[float, dict[str, int]]] = [(0.0, held_gpus(self.placement))]
+        self._solver: Solver = (
+            self.solver if self.solver is not None
+            else InlineSolver(self.kernel.clock, self.config.solve_s)
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ ticks
     def start(self, now: float) -> None:
@@ -171,20 +220,27 @@ class ControlLoop:
         self.kernel.clock.call_at(now + self.config.tick_s, self._tick)
 
     def snapshot(self, now: float) -> Snapshot:
+        """What the sensor reads now, of the models the current plan serves (a model an
+        operator unloaded is left out: it comes back only by a load)."""
         cfg = self.config
+        served = self.plan.models
+
+        def of_plan(rates: dict[str, float]) -> dict[str, float]:
+            return {m: r for m, r in rates.items() if m in served}
+
         att, due = self.sensor.attainment(now, cfg.window_s)
         return Snapshot(
             now,
-            self.sensor.rates(now, cfg.window_s),
-            self.sensor.rates(now, cfg.long_window_s),
+            of_plan(self.sensor.rates(now, cfg.window_s)),
+            of_plan(self.sensor.rates(now, cfg.long_window_s)),
             att,
             due,
             self.version,
-            dict(self.planned_rps),
+            of_plan(self.planned_rps),
             capacity(self.plan),
             sum(gpus_needed(self.plan, self.cluster.catalog).values()),
             self.busy,
-            self.sensor.peak_rates(now, cfg.long_window_s, cfg.burst_bin_s, cfg.burst_q),
+            of_plan(self.sensor.peak_rates(now, cfg.long_window_s, cfg.burst_bin_s, cfg.burst_q)),
         )
 
     def _tick(self, _: Any, __: Any, now: float) -> None:
@@ -196,27 +252,74 @@ class ControlLoop:
         if want is None:
             return
         self.busy = True
-        t0 = time.perf_counter()
-        try:
-            plan = self.replanner(want.rates_rps, self.plan, self.placement)
-        except HetserveError as err:
-            measured = time.perf_counter() - t0
-            self._log(SwitchRecord(self.version, now, want.reason, measured, measured, now,
-                                   f"stay: the planner failed: {err}", False))  # fmt: skip
-            self.busy = False
-            return
-        measured = time.perf_counter() - t0
-        solve = measured if self.config.solve_s is None else self.config.solve_s
         self._want = want
         self._record = SwitchRecord(
-            self.version, now, want.reason, solve, measured, math.nan, "", False
+            self.version, now, want.reason, math.nan, math.nan, math.nan, "", False
         )
-        self.kernel.clock.call_at(now + solve, self._solved, plan)
+        plan, placement, rates = self.plan, self.placement, dict(want.rates_rps)
+        self._solver.solve(lambda: self.replanner(rates, plan, placement), self._solved)
 
-    def _solved(self, plan: Plan, _: Any, now: float) -> None:
+    def _solved(self, result: Plan | BaseException, measured_s: float, now: float) -> None:
+        """The planner's answer (or its error), ``measured_s`` after it was asked."""
+        rec = self._record
+        assert rec is not None
+        rec.measured_solve_s = measured_s
+        rec.solve_s = measured_s if self.config.solve_s is None else self.config.solve_s
+        rec.decided_s = now
+        if isinstance(result, BaseException):
+            rec.decision = f"stay: the planner failed: {result}"
+            if not isinstance(result, HetserveError):
+                LOG.error("the planner raised", exc_info=result)
+            self._log(rec)
+            self.busy = self._forced = False
+            return
+        forced, self._forced = self._forced, False
+        self._decide(result, now, forced)
+
+    def replan_now(self, rates_rps: dict[str, float], now: float, reason: str) -> None:
+        """An operator's re-plan: the planner solves for ``rates_rps`` (its models are
+        the models the new plan serves: a model left out is unloaded, one added is
+        loaded) and the plan is switched to without the controller's judgement, as in
+        :meth:`switch_to`. Raises ``HetserveError`` while a re-plan or switch is under
+        way."""
+        self._claim()
+        self._want = Replan(dict(rates_rps), reason)
+        self._record = SwitchRecord(
+            self.version, now, reason, math.nan, math.nan, math.nan, "", False
+        )
+        plan, placement, rates = self.plan, self.placement, dict(rates_rps)
+        self._forced = True
+        try:
+            self._solver.solve(lambda: self.replanner(rates, plan, placement), self._solved)
+        except BaseException:
+            self.busy = self._forced = False
+            raise
+
+    def _claim(self) -> None:
+        if self.busy:
+            raise HetserveError(
+                f"a re-plan or switch is under way (plan version {self.version}): try again "
+                f"when it ends"
+            )
+        self.busy = True
+
+    def switch_to(self, plan: Plan, now: float, reason: str = "operator") -> None:
+        """An operator's plan: switched to through the same reconciler and switch as a
+        re-plan, without the controller's judgement (a plan that cannot be placed, or
+        whose blocks a worker cannot hold, is refused). Raises ``HetserveError`` while a
+        re-plan or a switch is under way (the caller answers 409)."""
+        self._claim()
+        try:  # (the rates it is taken as made for: its models' mix at its capacity)
+            rates = plan.rates_at(1.0)
+        except HetserveError:
+            rates = {m: mp.throughput_rps for m, mp in plan.models.items()}
+        self._want = Replan(rates, reason)
+        self._record = SwitchRecord(self.version, now, reason, 0.0, 0.0, now, "", False)
+        self._decide(plan, now, forced=True)
+
+    def _decide(self, plan: Plan, now: float, forced: bool = False) -> None:
         rec, want = self._record, self._want
         assert rec is not None and want is not None
-        rec.decided_s = now
         try:
             placement = bind(plan, self.cluster, prefer=placement_hint(self.plan, self.placement))
         except HetserveError as err:
@@ -229,6 +332,8 @@ class ControlLoop:
         snap = self.snapshot(now)
         if why_not:
             decision = Decision(False, 0.0, 0.0, 0.0, f"stay: {why_not}")
+        elif forced:
+            decision = Decision(True, 0.0, est.delayed, 0.0, "switch: an operator's change")
         else:
             decision = self.controller.judge(snap, want, est)
         rec.decision = decision.text
@@ -239,13 +344,41 @@ class ControlLoop:
             self._log(rec)
             self.busy = False
             return
-        rec.switched = True
-        rec.mode = self.config.switch
-        rec.version = self.version + 1
-        rec.gpus = est.gpus
         view = ClusterView.build(
             self.cluster, self.kernel.view.latency, placement, self.kernel.view.cut_bytes_factor
         )
+        # what a stage call costs beyond compute (Ray's, measured at start-up) carries
+        # over; a worker new to the run gets the typical (median) one
+        known = self.kernel.view.stage_overhead_s
+        if known:
+            typical = sorted(known.values())[len(known) // 2]
+            view.stage_overhead_s.update({w: known.get(w, typical) for w in view.workers})
+        joining = self.kernel.joining(view)
+        go = (view, plan, placement, steps, est.gpus)
+        if not joining:
+            self._begin(go, now)
+            return
+
+        def ready(why: str) -> None:  # (at once, or later on the clock: Ray's actors)
+            if why:
+                rec.decision = f"stay: the new plan's workers could not start: {why}"
+                self._log(rec)
+                self.busy = False
+                return
+            self._begin(go, self.kernel.clock.now())
+
+        self.kernel.executor.add_workers(joining, ready)
+
+    def _begin(self, go: tuple[ClusterView, Plan, Placement, SwitchSteps, int], now: float) -> None:
+        """The switch begins: the kernel knows the new plan's workers, the switching
+        scheduler starts the first wave of loads."""
+        view, plan, placement, steps, gpus = go
+        rec, want = self._record, self._want
+        assert rec is not None and want is not None
+        rec.switched = True
+        rec.mode = self.config.switch
+        rec.version = self.version + 1
+        rec.gpus = gpus
         if self.kernel.extend(view, plan) and self.grew is not None:
             self.grew(len(self.kernel.workers))
         self._target = (plan, placement, dict(want.rates_rps))
@@ -323,6 +456,8 @@ class ControlLoop:
         rec.waited = tr.buffered
         if "paused" in ev:
             rec.paused_s = ev.get("cutover", now) - ev["paused"]
+        kept = {w.id for w in self._target[1].workers}
+        self.kernel.retire([w.id for w in self.placement.workers if w.id not in kept])
         self.plan, self.placement, self.planned_rps = self._target
         self.holding.append((now, held_gpus(self.placement)))
         self.version += 1
@@ -331,10 +466,13 @@ class ControlLoop:
 
     def _log(self, rec: SwitchRecord) -> None:
         self.records.append(rec)
+        if self.listener is not None:
+            self.listener(rec)
         LOG.info(
             "re-plan at %.1f s (%s): %s%s", rec.asked_s, rec.reason, rec.decision,
-            f"; switched in {rec.done_s - rec.decided_s:.3f} s ({rec.steps})"
-            if rec.switched else "",
+            f"; switched to plan version {rec.version} in {rec.done_s - rec.decided_s:.3f} s "
+            f"(predicted {rec.predicted_switch_s:.3f} s; {rec.steps}; {rec.waited} requests "
+            f"waited; {rec.gpus} GPUs)" if rec.switched else "",
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the estimate

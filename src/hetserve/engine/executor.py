@@ -23,8 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hetserve.core.errors import HetserveError
-
 if TYPE_CHECKING:
     from hetserve.core.plan import Plan
     from hetserve.core.requests import Request
@@ -157,11 +155,22 @@ class Executor(Protocol):
         """Called by the driver at the end of a run: release workers (Ray actors)."""
         ...
 
-    def add_workers(self, infos: Mapping[str, WorkerInfo]) -> None:
-        """Called by the kernel before a new plan brings workers it did not have
-        (``Kernel.extend``): make them ready to take loads and stages (the modelled
-        executor gives them empty memory). An executor that cannot grow raises
-        ``HetserveError`` saying so."""
+    def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
+        """Called by the control loop (``engine.control``) before it switches to a plan
+        that brings workers this executor does not serve (``Kernel.joining``: new ones,
+        or ones it released): make them ready to take loads and stages, then call
+        ``done("")`` (``done(reason)`` where they could not be made ready: the plan is
+        not switched to). ``done`` may be called at once (the modelled executor gives
+        them empty memory) or later on the kernel's clock (Ray's reserves their GPUs and
+        starts their actors off the event loop). An executor that cannot grow calls
+        ``done`` with a reason saying so."""
+        ...
+
+    def release_workers(self, ids: Sequence[str]) -> None:
+        """Called by the kernel (``Kernel.retire``) when a switch has ended and the plan
+        no longer uses ``ids`` (none runs anything; their blocks were evicted): give
+        their resources back (Ray's: the actors end and their GPUs go back to Ray). A
+        later plan may bring them back by :meth:`add_workers`."""
         ...
 
 
@@ -197,11 +206,14 @@ class BaseExecutor:
     def close(self) -> None:
         return None
 
-    def add_workers(self, infos: Mapping[str, WorkerInfo]) -> None:
-        raise HetserveError(
+    def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
+        done(
             f"{type(self).__name__} cannot add workers ({', '.join(infos)}): a new plan must "
             f"keep to the workers this engine started with"
         )
+
+    def release_workers(self, ids: Sequence[str]) -> None:
+        return None
 
 
 class Observer:

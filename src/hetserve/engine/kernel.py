@@ -93,6 +93,7 @@ from hetserve.scheduling.protocol import (
     Scheduler,
     SetTimer,
     StageReport,
+    WorkerInfo,
 )
 
 LOG = logging.getLogger("hetserve.engine")
@@ -127,6 +128,7 @@ class Kernel:
         self.links = links
         self.strict = strict
         self.workers = {wid: Slot(info, k) for k, (wid, info) in enumerate(view.workers.items())}
+        self.retired: set[str] = set()  # workers a switch released (``retire``)
         self.nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
         self.batches: dict[int, Batch] = {}
         self.held: dict[int, Request] = {}
@@ -179,21 +181,45 @@ class Kernel:
         return sorted(left.values(), key=lambda r: r.id)
 
     # ------------------------------------------------------------------ plans that move
+    def joining(self, view: ClusterView) -> dict[str, WorkerInfo]:
+        """The workers of ``view`` the executor does not serve now: new to the kernel,
+        or retired by an earlier switch (:meth:`retire`). The control loop has the
+        executor make them ready (``Executor.add_workers``) before :meth:`extend`."""
+        return {
+            wid: info for wid, info in view.workers.items()
+            if wid not in self.workers or wid in self.retired
+        }  # fmt: skip
+
     def extend(self, view: ClusterView, plan: Plan) -> list[str]:
-        """A new plan is coming (``engine.control``): the workers of ``view`` the kernel
-        does not have yet become slots (their executor is told first:
-        ``Executor.add_workers``), and the plan's models become known to the rule
-        checks. Workers already known keep their slots and queues. Returns the ids of
-        the workers added."""
+        """A new plan is coming (``engine.control``; its joining workers made ready by
+        the executor already): the workers of ``view`` the kernel does not have yet
+        become slots, retired ones serve again, and the plan's models become known to
+        the rule checks. Workers already known keep their slots and queues. Returns the
+        ids of the workers added (new slots)."""
         new = {wid: info for wid, info in view.workers.items() if wid not in self.workers}
-        if new:
-            self.executor.add_workers(new)
-            for wid, info in new.items():
-                self.workers[wid] = Slot(info, len(self.workers))
+        for wid, info in new.items():
+            self.workers[wid] = Slot(info, len(self.workers))
+        self.retired -= set(view.workers)
         for m in plan.models:
             if m not in self.nblocks:
                 self.nblocks[m] = view.latency.num_blocks(m)
         return list(new)
+
+    def retire(self, ids: Iterable[str]) -> list[str]:
+        """A switch has ended and the plan no longer uses ``ids``: those that run and
+        hold nothing are retired and their executor releases them
+        (``Executor.release_workers``); a later plan may bring them back. Returns the
+        ids retired."""
+        out = []
+        for wid in ids:
+            w = self.workers.get(wid)
+            if w is None or wid in self.retired or w.running is not None or w.ready or w.waiting:
+                continue
+            out.append(wid)
+        if out:
+            self.retired.update(out)
+            self.executor.release_workers(out)
+        return out
 
     def apply(self, actions: Iterable[object], now: float) -> None:
         """Actions from outside a scheduler callback (a switch between plans starts or

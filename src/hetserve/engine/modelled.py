@@ -124,11 +124,12 @@ class ModelledExecutor(BaseExecutor):
         self.__dict__.pop("_stage_done_at", None)
         self.__dict__.pop("_call_at", None)
 
-    def add_workers(self, infos: Mapping[str, WorkerInfo]) -> None:
-        """Workers a new plan brings: empty memory, ready for loads."""
+    def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
+        """Workers a new plan brings: empty memory, ready for loads (at once)."""
         for wid, info in infos.items():
             self.held[wid] = Held(info)
             self.infos[wid] = info
+        done("")
 
     def warm_start(self) -> None:
         """The plan's blocks resident at t = 0 (an error if they do not fit)."""

@@ -22,6 +22,7 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.models import ZOO, ModelCatalog
 from hetserve.core.plan import Plan, bind
 from hetserve.engine.setup import Setup, build_setup, latency_source
+from hetserve.experiments.setup import control_spec, planned_rates
 from hetserve.runtime.served import check_served
 from hetserve.runtime.server import Server
 from hetserve.runtime.serverconfig import ServerConfig, wall_clock_params
@@ -55,6 +56,10 @@ class ServeOptions:
     remeasure: bool = False
     versions: VersionTable = field(default_factory=VersionTable)
     model_catalog: ModelCatalog = ZOO  # the zoo, and ``--model-repository``'s models
+    replan: str = "off"  # off | manual | auto | every=SECONDS (``docs/control.md``)
+    switch: str = "mbb"  # how plans switch: mbb | flush
+    max_moving: int = 4  # workers loading at once in a switch
+    objective: str = "throughput"  # what a re-plan optimises: throughput | cost
 
 
 @dataclass
@@ -111,6 +116,12 @@ def assemble_server(o: ServeOptions, say: Callable[[str], None] = print) -> Asse
 
         build = builder(o.model_catalog)
     engine = "threads" if o.emulate and o.address is None else o.engine
+    # re-planning: the first plan is taken as made for its models' mix at its capacity
+    off = o.replan.strip().lower() == "off"
+    control = control_spec(
+        setup, o.replan, o.switch, o.max_moving, {} if off else planned_rates(setup.plan),
+        objective=o.objective, solve_s=None, serving=True,
+    )  # fmt: skip
     server = Server(
         setup,
         ServerConfig(
@@ -119,8 +130,9 @@ def assemble_server(o: ServeOptions, say: Callable[[str], None] = print) -> Asse
             found=o.found, runtime_env=o.runtime_env,
             cpu_threads=o.cpu_threads or default_cpu_threads(), max_pending=o.max_pending,
             admission=o.admission, max_request_batch=o.max_request_batch,
-            drain_timeout_s=o.drain_timeout_s, versions=o.versions,
+            drain_timeout_s=o.drain_timeout_s, versions=o.versions, replan=o.replan,
         ),
+        control,
     )  # fmt: skip
     server.check()
     return Assembled(server, setup, scheduler, params)

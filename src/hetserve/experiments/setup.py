@@ -173,8 +173,9 @@ def replanner(
     setup: Setup, planner: str | None = None, options: Mapping[str, Any] | None = None,
     objective: str = "throughput",
 ) -> Callable[[dict[str, float], Any, Any], Any]:  # fmt: skip
-    """The setup's planner as the control loop calls it: rates in (a model's weight is
-    its rate; one with none keeps 1% of the largest, so it stays served), the setup's
+    """The setup's planner as the control loop calls it: rates in (the models planned
+    are those given a rate; a model's weight is its rate, and one at 0 keeps 1% of the
+    largest, so it stays served), the setup's
     SLOs, the planner's ``options``; a plan out. ``planner``: the plan's own by default,
     which must be one of ``REPLANNERS``. ``objective``: ``throughput`` (every usable GPU,
     the mix of the rates) or ``cost`` (the cheapest GPUs that serve the rates, with the
@@ -186,7 +187,7 @@ def replanner(
         raise HetserveError(
             f"--replan: the plan was made by {name or 'no planner'}, which does not plan for "
             f"rates; re-planning takes a plan of {', '.join(REPLANNERS)} (hetserve plan "
-            f"--planner ppipe ...)"
+            f"--planner ppipe ..., or serve --planner ppipe)"
         )
     slo_ms = {m: setup.slos_s[m] * 1e3 for m in setup.models}
     opts = dict(options or {})
@@ -197,14 +198,18 @@ def replanner(
     opts["objective"] = objective
 
     def replan(rates: dict[str, float], plan: Any, placement: Any) -> Any:
+        # the models planned: those given a rate (an operator's unload leaves one out)
+        models = [m for m in setup.models if m in rates]
+        if not models:
+            raise HetserveError("re-plan: no model to plan (every model is unloaded)")
         top = max(rates.values(), default=0.0)
         floor = 0.01 * top if top > 0 else 1.0
-        weights = {m: max(rates.get(m, 0.0), floor) for m in setup.models}
+        weights = {m: max(rates[m], floor) for m in models}
         if objective == "cost":
             opts["rate_rps"] = sum(weights.values())
         req = PlanRequest(
-            setup.cluster, list(setup.models), slo_ms, weights,
-            latency_source=lambda: (setup.latency, list(setup.models)),
+            setup.cluster, models, {m: slo_ms[m] for m in models}, weights,
+            latency_source=lambda: (setup.latency, models),
             model_catalog=setup.model_catalog,
         )  # fmt: skip
         return make_plan(name, req, opts).plan
@@ -248,3 +253,54 @@ def pooled_attainment(
         ok += o
         arrived += a
     return ok / arrived if arrived else 1.0
+
+
+def control_spec(
+    setup: Setup, replan: str, switch: str, max_moving: int, rates: Mapping[str, float],
+    objective: str = "throughput", solve_s: float | None = 1.0, serving: bool = False,
+) -> ControlSpec | None:  # fmt: skip
+    """The control loop's spec for ``--replan`` (None for ``off``): the built-in
+    controller, the setup's planner (``replanner``), ``rates`` as the rates the first
+    plan was made for. ``solve_s``: the simulator's modelled solve time (a server
+    measures it). ``serving``: ``--replan manual`` is allowed (the controller never
+    re-plans by itself; an operator's plans, loads and unloads go through the loop), and
+    a plan no re-planning planner made is served (only an operator's plans switch it)."""
+    from hetserve.control.controller import RateController, parse_replan
+    from hetserve.engine.control import ControlConfig
+
+    mode, period = parse_replan(replan, manual=serving)
+    if mode == "off":
+        return None
+    ctl = RateController(
+        "off" if mode == "manual" else mode, period_s=period or 60.0,
+        low_load=0.5 if objective == "cost" else None,
+    )  # fmt: skip
+    if period is not None and solve_s is not None and period < solve_s:
+        raise HetserveError(
+            f"--replan every={period:g}: the period is shorter than the solve time "
+            f"(--solve-time {solve_s:g} s)"
+        )
+    try:
+        plan_for = replanner(setup, objective=objective)
+    except HetserveError as err:
+        if mode != "manual":
+            raise
+        why = str(err)
+
+        def plan_for(rates: dict[str, float], plan: Any, placement: Any) -> Any:
+            raise HetserveError(why.replace("--replan", "re-planning"))
+
+    cfg = ControlConfig(switch=switch, max_parallel=max_moving, solve_s=solve_s,
+                        tick_s=min(5.0, ctl.period_s))  # fmt: skip
+    return ControlSpec(ctl, plan_for, dict(rates), cfg)
+
+
+def planned_rates(plan: Any) -> dict[str, float]:
+    """The rates a plan was made for: a cost plan's demand less its headroom (ppipe's
+    ``objective`` in the plan's meta), else its models' mix at its capacity
+    (``Plan.rates_at(1)``): where a server's controller starts from."""
+    obj = plan.meta.get("objective")
+    if isinstance(obj, dict) and isinstance(obj.get("demand_rps"), dict):
+        head = float(obj.get("headroom", 0.0) or 0.0)
+        return {m: float(r) / (1.0 + head) for m, r in obj["demand_rps"].items()}
+    return dict(plan.rates_at(1.0))

@@ -48,8 +48,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hetserve import __version__
+from hetserve.core.errors import HetserveError
+from hetserve.core.plan import Plan
 from hetserve.runtime.oip import HEADER_LEN, RequestError, encode_outputs, parse_request, split_body
-from hetserve.runtime.server import Server
+from hetserve.runtime.server import Busy, Server
 
 STATUS = {"dropped": 503, "overloaded": 429, "failed": 500, "refused": 503}
 CLIENT_CLOSED = 499  # what the log says of a request whose client went away first
@@ -172,7 +174,35 @@ def create_app(
     async def repository_index() -> Any:
         lost = server.engine is not None and not server.draining
         why = "every pipeline has a lost worker" if lost else ""
-        return server.cfg.versions.index(server.models, server.model_ready, why)
+        out = server.cfg.versions.index(server.models, server.model_ready, why)
+        for m, gone in sorted(server.unloaded.items()):
+            v = server.cfg.versions.of(m).default
+            out.append({"name": m, "version": str(v), "state": "UNAVAILABLE", "reason": gone})
+        return out
+
+    @api.post("/v2/repository/models/{model}/load")
+    async def repository_load(model: str) -> Any:
+        return await _operator(server.load_model(model), lambda rec: {})
+
+    @api.post("/v2/repository/models/{model}/unload")
+    async def repository_unload(model: str) -> Any:
+        return await _operator(server.unload_model(model), lambda rec: {})
+
+    @api.get("/v2/control")
+    async def control_state() -> Any:
+        return server.control_state()
+
+    @api.post("/v2/control/plan")
+    async def control_plan(request: Request) -> Any:
+        try:
+            plan = Plan.from_json(json.loads(await request.body()), "request body")
+        except json.JSONDecodeError as e:
+            return _error(
+                400, f"request body: expected a plan's JSON (hetserve plan --output): {e}"
+            )
+        except HetserveError as e:
+            return _error(400, str(e))
+        return await _operator(server.apply_plan(plan), lambda rec: rec.to_json())
 
     @api.get("/v2/cluster/workers")
     async def cluster_workers() -> Any:
@@ -185,6 +215,19 @@ def create_app(
         return Response(server.scrape(), media_type=CONTENT_TYPE_LATEST)
 
     return _OipApp(api, server, cfg)
+
+
+async def _operator(work: Any, body: Any) -> Any:
+    """An operator's change (load, unload, a plan), awaited: 200 with ``body(record)``
+    once switched; 409 while another re-plan or switch is under way; 400 with the
+    reason where it could not be made."""
+    try:
+        rec = await work
+    except Busy as e:
+        return _error(409, str(e))
+    except HetserveError as e:
+        return _error(400, str(e))
+    return body(rec) if rec is not None else {}
 
 
 def _meta(s: Any) -> dict[str, Any]:
@@ -206,6 +249,9 @@ def _unknown(server: Server, model: str) -> Any:
 def _unknown_text(server: Server, model: str) -> str:
     """Why ``model`` is not served: UNAVAILABLE with its reason (a repository model that
     could not load), or unknown."""
+    why = server.unloaded.get(model)
+    if why is not None:
+        return f"model {model!r} is UNAVAILABLE: {why}"
     gone = server.cfg.versions.unavailable.get(model)
     if gone is not None:
         return f"model {model!r} is UNAVAILABLE: {gone[1]}"
@@ -228,6 +274,8 @@ def _route(path: str) -> str:
         return "metadata"
     if path.startswith("/v2/cluster"):
         return "cluster"
+    if path.startswith("/v2/control"):
+        return "control"
     return "other"
 
 

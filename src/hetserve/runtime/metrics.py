@@ -58,7 +58,7 @@ class Metrics:
         )  # fmt: skip
         self.responses = Counter(
             "hetserve_http_responses", "HTTP responses by route kind (infer, metadata, "
-            "health, metrics, other) and status code", ["route", "status"],
+            "health, metrics, cluster, control, other) and status code", ["route", "status"],
             registry=self.registry,
         )  # fmt: skip
         self.queue_depth = Gauge(
@@ -94,6 +94,33 @@ class Metrics:
             "hetserve_energy_joules", "Energy of the stages run, by worker; source: "
             "'model' (the latency model's power for the stage's time) or 'rapl' (this "
             "machine's CPU package counter, where readable)", ["worker", "source"],
+            registry=self.registry,
+        )  # fmt: skip
+        # the control loop (``serve --replan``)
+        self.plan_version = Gauge(
+            "hetserve_plan_version", "The plan version served (0: the plan served at start; "
+            "each switch adds one)", registry=self.registry,
+        )  # fmt: skip
+        self.replans = Counter(
+            "hetserve_replans", "Re-plans decided (an operator's plan included), by decision "
+            "(switch or stay)", ["decision"], registry=self.registry,
+        )  # fmt: skip
+        self.switches = Counter(
+            "hetserve_switches", "Plan switches completed, by mode (mbb: make-before-break; "
+            "flush: pause, drain, switch)", ["mode"], registry=self.registry,
+        )  # fmt: skip
+        self.switch_seconds = Histogram(
+            "hetserve_switch_seconds", "A switch's wall time, from the decision to the old "
+            "plan's last batch and eviction", registry=self.registry,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )  # fmt: skip
+        self.switch_waited = Counter(
+            "hetserve_switch_waited_requests", "Requests whose ingestion a switch paused (flush) "
+            "until the new plan started", registry=self.registry,
+        )  # fmt: skip
+        self.switch_requests = Counter(
+            "hetserve_switch_requests", "Requests that arrived while a switch ran, by whether "
+            "they met their SLO (ok) or not (missed: late, dropped or failed)", ["result"],
             registry=self.registry,
         )  # fmt: skip
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}

@@ -83,6 +83,10 @@ class StageActor:
         if cm is not None and cm.loaded:
             cm.evict()
 
+    def release(self, worker: str, model: str, blocks: tuple[int, int]) -> None:
+        """A switch's old blocks: their stage runners on this worker dropped."""
+        self.ex.drop(worker, model, (int(blocks[0]), int(blocks[1])))
+
     def prepare(
         self, worker: str, stages: list[tuple[str, tuple[int, int]]],
         versions: dict[str, list[int]] | None = None,

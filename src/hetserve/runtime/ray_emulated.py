@@ -24,6 +24,9 @@ class EmulatedActor:
     ) -> bool:  # fmt: skip
         return True
 
+    def release(self, worker: str, model: str, blocks: tuple[int, int]) -> None:
+        return None
+
     def where(self) -> dict[str, Any]:
         from hetserve.runtime.ray_placement import where_am_i
 

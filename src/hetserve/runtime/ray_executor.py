@@ -29,13 +29,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
 import torch
 from ray.exceptions import RayActorError, RayTaskError
 
+from hetserve.core.errors import HetserveError
 from hetserve.engine.entities import Task
 from hetserve.engine.executor import BaseExecutor, Kernel
 from hetserve.engine.modelled import block_times
@@ -58,6 +59,18 @@ def _reason(err: BaseException, prefix: str = "stage_error: ") -> str:
 WATCH_PERIOD_S = 0.5
 # stage calls per worker at start-up to measure what the Ray path adds to a stage
 OVERHEAD_ROUNDS = 5
+# how long a switch's new actors may take to start (beyond reserving their GPUs)
+ADD_TIMEOUT_S = 120.0
+
+
+class _Workers:
+    """What ``verify`` and ``block_times`` read of a view: the workers (a switch's
+    too) and the cluster and latency model of the run's view."""
+
+    def __init__(self, workers: Mapping[str, Any], view: Any) -> None:
+        self.workers = workers
+        self.cluster = view.cluster
+        self.latency = view.latency
 
 
 class RayExecutor(BaseExecutor):
@@ -102,8 +115,11 @@ class RayExecutor(BaseExecutor):
         self.owns_ray = connect(address, runtime_env)
         self.emulate = emulate
         self.view = view
+        self.infos: dict[str, Any] = dict(view.workers)  # every worker's, a switch's too
         self.version_of = version_of
+        self.versions = versions
         self.actors: dict[str, Any] = {}
+        self._node_of: dict[str, str] = {}  # worker -> its node (the node watch reads it)
         self.dead: set[str] = set()  # workers whose actor died
         self._cum: dict[Any, list[float]] = {}
         # per stage: the call's time beyond the actor's compute (``call_overhead_ms``)
@@ -123,16 +139,10 @@ class RayExecutor(BaseExecutor):
             # CPU worker slots share this machine's cores (the threads torch would use here)
             n_cpu = sum(1 for info in view.workers.values() if info.gpu.name == "CPU")
             threads = max(1, (cpu_threads or torch.get_num_threads()) // max(1, n_cpu))
-            for wid, info in view.workers.items():
-                opts = self.placement.options(info)
-                if emulate:
-                    self.actors[wid] = EmulatedActor.options(**opts).remote()
-                    continue
-                gpu = info.gpu.name != "CPU"
-                self.actors[wid] = StageActor.options(**opts).remote(
-                    build, n_blocks, gpu_device if gpu else "cpu", 0 if gpu else threads,
-                    preemptive, cold, cut_fp16, graphs,
-                )  # fmt: skip
+            # what an actor is made with (``_spawn``; a switch's new workers too)
+            self._make = (build, n_blocks, gpu_device, threads, preemptive, cold, cut_fp16,
+                          graphs)  # fmt: skip
+            self.actors = {wid: self._spawn(info) for wid, info in view.workers.items()}
             wids = list(self.actors)
             got = ray.get([self.actors[w].where.remote() for w in wids])
             self.places = {w: WorkerPlace(**g) for w, g in zip(wids, got, strict=True)}
@@ -152,6 +162,89 @@ class RayExecutor(BaseExecutor):
         except BaseException:
             self.close()
             raise
+
+    def _spawn(self, info: Any) -> Any:
+        """The actor of one worker slot, placed by its options (not waited for)."""
+        opts = self.placement.options(info)
+        if self.emulate:
+            return EmulatedActor.options(**opts).remote()
+        build, n_blocks, gpu_device, threads, preemptive, cold, cut_fp16, graphs = self._make
+        gpu = info.gpu.name != "CPU"
+        return StageActor.options(**opts).remote(
+            build, n_blocks, gpu_device if gpu else "cpu", 0 if gpu else threads,
+            preemptive, cold, cut_fp16, graphs,
+        )  # fmt: skip
+
+    def add_workers(self, infos: Mapping[str, Any], done: Callable[[str], None]) -> None:
+        """A new plan's workers: on a thread, off the event loop, their GPUs reserved
+        (``RayPlacement.reserve``), their actors started and their places checked
+        (``verify``); then, on the loop, they join (``done("")``), or what failed is said
+        (``done(reason)``: nothing of theirs is left). A worker's stage overhead is the
+        typical one measured at start-up."""
+        from hetserve.runtime.ray_placement import WorkerPlace, verify
+
+        clock = self.kernel.clock
+        todo = dict(infos)
+        post: Callable[..., None] = (
+            clock.call_soon if isinstance(clock, LoopClock) else (lambda fn, *args: fn(*args))
+        )
+
+        def start() -> tuple[dict[str, Any], dict[str, Any]]:
+            self.placement.reserve(list(todo.values()))
+            actors = {wid: self._spawn(info) for wid, info in todo.items()}
+            try:
+                got = ray.get([a.where.remote() for a in actors.values()], timeout=ADD_TIMEOUT_S)
+                places = {w: WorkerPlace(**g) for w, g in zip(actors, got, strict=True)}
+                verify(_Workers(todo, self.view), self.found, places)
+            except BaseException:
+                for a in actors.values():
+                    with contextlib.suppress(Exception):
+                        ray.kill(a, no_restart=True)
+                self.placement.release({i.gpu_id for i in todo.values()}, list(todo))
+                raise
+            return actors, places
+
+        def joined(actors: dict[str, Any], places: dict[str, Any]) -> None:
+            self.actors.update(actors)
+            self.places.update(places)
+            self.infos.update(todo)
+            self._node_of.update({w: p.node_id for w, p in places.items()})
+            self.dead.difference_update(todo)
+            if self.stage_overhead_s:
+                known = sorted(self.stage_overhead_s.values())
+                typical = known[len(known) // 2]
+                self.stage_overhead_s.update(dict.fromkeys(todo, typical))
+            done("")
+
+        def run() -> None:
+            try:
+                actors, places = start()
+            except Exception as err:
+                why = str(err) if isinstance(err, HetserveError) else f"{type(err).__name__}: {err}"
+                post(done, why)
+                return
+            post(joined, actors, places)
+
+        if not isinstance(clock, LoopClock):  # a virtual clock (tests): here and now
+            run()
+            return
+        threading.Thread(target=run, name="hetserve-ray-add", daemon=True).start()
+
+    def release_workers(self, ids: Sequence[str]) -> None:
+        """Workers a plan no longer uses: their actors end, and the GPUs no worker uses
+        any more go back to Ray (``RayPlacement.release``)."""
+        for w in ids:
+            a = self.actors.pop(w, None)
+            if a is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(a, no_restart=True)
+            self.places.pop(w, None)
+            self._node_of.pop(w, None)
+        used = {self.infos[w].gpu_id for w in self.actors if w in self.infos}
+        freed = {self.infos[w].gpu_id for w in ids if w in self.infos} - used
+        given = self.placement.release(freed, list(ids))
+        if given:
+            LOG.info("GPUs given back to Ray: %s", ", ".join(given))
 
     def _measure_overheads(
         self, todo: dict[str, list[tuple[str, tuple[int, int]]]]
@@ -194,7 +287,8 @@ class RayExecutor(BaseExecutor):
         if not isinstance(clock, LoopClock):
             return
         loop = clock.loop
-        node_of = {w: p.node_id for w, p in self.places.items()}
+        self._node_of.update({w: p.node_id for w, p in self.places.items()})
+        node_of = self._node_of
 
         def lost(w: str) -> None:
             self.dead.add(w)
@@ -208,7 +302,7 @@ class RayExecutor(BaseExecutor):
                     alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
                 except Exception:
                     continue  # the GCS is unreachable for a moment
-                for w, nid in node_of.items():
+                for w, nid in list(node_of.items()):
                     if nid not in alive and w not in self.dead:
                         self.dead.add(w)
                         try:
@@ -251,7 +345,7 @@ class RayExecutor(BaseExecutor):
             rows = task.batch.rows
             cum = self._cum.get((d.model, step.worker, rows, step.blocks))
             if cum is None:
-                cum = block_times(self.view, d.model, step, rows)
+                cum = block_times(_Workers(self.infos, self.view), d.model, step, rows)
                 self._cum[(d.model, step.worker, rows, step.blocks)] = cum
             last_stage = task.index == len(d.route) - 1
             args: tuple[Any, ...] = (id(task), cum, not (last_stage and at_end))
@@ -316,13 +410,16 @@ class RayExecutor(BaseExecutor):
             lo += r.rows
         return parts
 
-    def _loaded(self, a: Any, err: BaseException | None, now: float) -> None:
+    def _loaded(
+        self, a: Any, err: BaseException | None, now: float, start_s: float | None = None
+    ) -> None:
+        t0 = now if start_s is None else start_s
         if isinstance(err, RayActorError):
             self._lost(a.worker, None, now)
         elif err is not None:
-            self.kernel.load_finished(a, now, now, False, _reason(err, ""))
+            self.kernel.load_finished(a, t0, now, False, _reason(err, ""))
         else:
-            self.kernel.load_finished(a, now, now)
+            self.kernel.load_finished(a, t0, now)
 
     def load(self, a: Any, now: float) -> None:
         """A ``Load`` (plans with load plans): the worker's actor starts the cold start
@@ -332,15 +429,23 @@ class RayExecutor(BaseExecutor):
         kernel = self.kernel
         clock = kernel.clock
         lp = TorchExecutor._load_plan(kernel, a.model) if self.cold else None
-        if lp is None:  # no load plan: the planned blocks are resident from the start
-            clock.call_at(now, self._loaded, a, None)
-            return
         if a.worker in self.dead:
             clock.call_at(now, self._lost, a.worker)
             return
         actor = self.actors[a.worker]
-        actor.load.remote(a.worker, a.model, lp.plan)
         start_s = now
+        if lp is None:  # a switch's blocks: the actor builds their stage runner, warmed
+            if not isinstance(clock, LoopClock):
+                clock.call_at(now, self._loaded, a, None)
+                return
+            ref = actor.prepare.remote(a.worker, [(a.model, a.blocks)], self.versions)
+
+            def built(fut: asyncio.Future[Any]) -> None:
+                self._loaded(a, fut.exception(), clock.now(), start_s)
+
+            asyncio.wrap_future(ref.future()).add_done_callback(lambda f: clock.guard(built, f))
+            return
+        actor.load.remote(a.worker, a.model, lp.plan)
 
         def done(fut: asyncio.Future[Any]) -> None:
             err = fut.exception()
@@ -355,8 +460,14 @@ class RayExecutor(BaseExecutor):
         asyncio.wrap_future(ref.future()).add_done_callback(lambda f: clock.guard(done, f))
 
     def evict(self, a: Any, now: float) -> None:
-        if self.cold and a.worker not in self.dead:
+        """A cold model's copies freed; else the stage runners of ``a``'s blocks on the
+        worker dropped (a switch's old blocks)."""
+        if a.worker in self.dead or a.worker not in self.actors:
+            return
+        if self.cold:
             self.actors[a.worker].evict.remote(a.worker, a.model)
+        else:
+            self.actors[a.worker].release.remote(a.worker, a.model, tuple(a.blocks))
 
     def _overhead(self, sent: float, compute_s: float) -> None:
         self.overhead_s.append(time.perf_counter() - sent - compute_s)

@@ -7,8 +7,12 @@ carries a label selector on Ray's ``ray.io/node-id`` label: the node of that nam
 plan's cluster is the discovered one (``hetserve cluster discover`` names nodes by address
 and node id), else every node that discovery (``runtime.discovery``) found with GPUs of
 the bundle's type. A worker slot is an actor in
-its GPU's bundle asking for ``1/share`` of a GPU, so the slices of one planned GPU share
-the one physical GPU Ray reserved for the bundle.
+its GPU's bundle asking for ``1/share`` of a GPU's half, so the slices of one planned GPU
+share the one physical GPU Ray reserved for the bundle. (Half: while a plan switches, the
+old plan's slices of a GPU and the new plan's, of another share, are actors at once; the
+bundle reserves the whole GPU for this job either way, so nothing else can take the other
+half.) A switch that brings GPUs reserves them (``reserve``); one that leaves GPUs unused
+gives their groups back to Ray (``release``).
 
 Why placement groups with label selectors (Ray 2.60): a bundle reserves a whole GPU, so
 the slices of one planned GPU cannot be spread over two GPUs (per-actor ``num_gpus``
@@ -83,29 +87,53 @@ def where_am_i() -> dict[str, Any]:
 
 
 class RayPlacement:
-    """The placement groups of a plan's GPU workers (module docstring)."""
+    """The placement groups of a plan's GPU workers (module docstring). ``reserve`` adds
+    the groups of more GPU workers (a new plan's), ``release`` gives back the groups of
+    GPUs no worker uses any more."""
 
     def __init__(self, view: Any, found: Discovered | None) -> None:
+        self.found = found
+        self.groups: list[Any] = []
+        self._strategy: dict[str, Any] = {}
+        self._gpus_of: dict[int, set[str]] = {}  # id(group) -> the planned GPUs in it
+        self._bundle_of: dict[str, tuple[Any, int]] = {}  # planned GPU -> (group, bundle)
+        self._names: dict[str, int] = {}  # group names used, and how often
+        self.reserve(list(view.workers.values()))
+
+    def reserve(self, workers: list[Any]) -> None:
+        """Reserve the GPUs of ``workers`` not reserved yet and wait until Ray has
+        (``RESERVE_TIMEOUT_S``; a one-line error after it, with nothing left reserved
+        by this call). A GPU whose node the plan's cluster names (the discovered one)
+        gets a group of its own, pinned to that node (so that it can be given back
+        alone); the GPUs of a node named by type only share one ``STRICT_PACK`` group,
+        so that they land on one node."""
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        self.found = found
-        self.groups: list[Any] = []
-        self._strategy: dict[str, Any] = {}
-        gpu_workers = [w for w in view.workers.values() if w.gpu.name != "CPU"]
+        gpu_workers = [w for w in workers if w.gpu.name != "CPU"]
         if not gpu_workers:
             return
+        found = self.found
         if found is None:
             raise HetserveError("GPU workers need the discovered cluster to be placed")
         check_shares(gpu_workers)
-        by_node: dict[str, dict[str, list[Any]]] = {}
-        for w in gpu_workers:
-            by_node.setdefault(w.node, {}).setdefault(w.gpu_id, []).append(w)
+        for w in gpu_workers:  # a GPU reserved already: its slices join its bundle
+            if w.gpu_id in self._bundle_of and w.id not in self._strategy:
+                pg, i = self._bundle_of[w.gpu_id]
+                self._strategy[w.id] = PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=i
+                )
+        todo = [w for w in gpu_workers if w.gpu_id not in self._bundle_of]
+        groups: dict[tuple[str, str], dict[str, list[Any]]] = {}
+        for w in todo:
+            same = found.node(w.node)  # the plan was made on the discovered cluster's YAML
+            key = (w.node, w.gpu_id) if same is not None else (w.node, "")
+            groups.setdefault(key, {}).setdefault(w.gpu_id, []).append(w)
         pending = []
-        for node, gpus in by_node.items():
+        for (node, gid), gpus in groups.items():
             bundles, selectors = [], []
-            same = found.node(node)  # the plan was made on the discovered cluster's YAML
+            same = found.node(node)
             for ws in gpus.values():
                 ids = found.node_ids_with(ws[0].gpu.name)
                 if same is not None and same.node_id in ids:
@@ -119,28 +147,63 @@ class RayPlacement:
                 selectors.append(
                     {NODE_ID_LABEL: ids[0] if len(ids) == 1 else f"in({','.join(ids)})"}
                 )
+            # (a name once per run: Ray frees a removed group's name only later)
+            name = f"hetserve:{gid or node}"
+            self._names[name] = self._names.get(name, 0) + 1
+            if self._names[name] > 1:
+                name += f"#{self._names[name]}"
             pg = placement_group(
-                bundles, strategy="STRICT_PACK", bundle_label_selector=selectors,
-                name=f"hetserve:{node}",
-            )  # fmt: skip
+                bundles, strategy="STRICT_PACK", bundle_label_selector=selectors, name=name
+            )
             self.groups.append(pg)
+            self._gpus_of[id(pg)] = set(gpus)
             pending.append((node, gpus, pg))
-            for i, ws in enumerate(gpus.values()):
+            for i, (gid, ws) in enumerate(gpus.items()):
+                self._bundle_of[gid] = (pg, i)
                 for w in ws:
                     self._strategy[w.id] = PlacementGroupSchedulingStrategy(
                         pg, placement_group_bundle_index=i
                     )
+        made = [pg for _, _, pg in pending]
         for node, gpus, pg in pending:
             try:
                 ray.get(pg.ready(), timeout=RESERVE_TIMEOUT_S)
             except ray.exceptions.GetTimeoutError:
                 need = Counter(ws[0].gpu.name for ws in gpus.values())
-                self.remove()
+                self._drop(made)
                 raise HetserveError(
                     f"Ray could not reserve {', '.join(f'{n}x {t}' for t, n in need.items())} "
                     f"on one node for the plan's {node} within {RESERVE_TIMEOUT_S:.0f} s (the "
                     f"cluster has {_shapes(found)}; are other jobs holding them?)"
                 ) from None
+
+    def release(self, gpu_ids: set[str], workers: list[str]) -> list[str]:
+        """``workers`` are gone and the planned GPUs ``gpu_ids`` hold no worker any more:
+        the groups all of whose GPUs are unused are removed (their GPUs go back to Ray).
+        Returns the planned GPUs given back."""
+        for w in workers:
+            self._strategy.pop(w, None)
+        done = []
+        for pg in list(self.groups):
+            gids = self._gpus_of.get(id(pg), set())
+            if gids and gids <= gpu_ids:
+                self._drop([pg])
+                done += sorted(gids)
+        return done
+
+    def _drop(self, groups: list[Any]) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in groups:
+            with contextlib.suppress(Exception):  # (a cluster going away frees them itself)
+                remove_placement_group(pg)
+            for gid in self._gpus_of.pop(id(pg), set()):
+                self._bundle_of.pop(gid, None)
+            if pg in self.groups:
+                self.groups.remove(pg)
+        gone = {id(pg) for pg in groups}
+        for w in [w for w, st in self._strategy.items() if id(st.placement_group) in gone]:
+            del self._strategy[w]
 
     def options(self, worker: Any) -> dict[str, Any]:
         """The actor options of one worker slot."""
@@ -148,7 +211,7 @@ class RayPlacement:
             return {"num_cpus": 0}
         return {
             "num_cpus": 0,
-            "num_gpus": 1.0 / worker.share,
+            "num_gpus": 0.5 / worker.share,  # (half: a switch's new slices fit beside)
             "scheduling_strategy": self._strategy[worker.id],
         }
 
@@ -163,12 +226,7 @@ class RayPlacement:
         return out
 
     def remove(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
-        for pg in self.groups:
-            with contextlib.suppress(Exception):  # (a cluster going away frees them itself)
-                remove_placement_group(pg)
-        self.groups.clear()
+        self._drop(list(self.groups))
 
 
 def _shapes(found: Discovered) -> str:

@@ -22,18 +22,24 @@ HTTP responses by route kind and status; queue depth and requests in flight per 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hetserve.control.switching import Switching
 from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import CANCELLED, DROPPED, FAILED, LATE, OK, failure_text
+from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
+from hetserve.engine.control import ControlLoop, ControlSpec, SwitchRecord
 from hetserve.engine.entities import Batch
 from hetserve.engine.setup import Setup
 from hetserve.runtime import status
+from hetserve.runtime.control import LiveSensor, ThreadSolver
 from hetserve.runtime.engine import LoopClock, Recording, RuntimeEngine
 from hetserve.runtime.executors import EXECUTORS, ExecutorRequest, executor_kind
 from hetserve.runtime.metrics import (
@@ -60,16 +66,36 @@ class Result:
     latency_s: float = 0.0
 
 
+#: why an unloaded model is UNAVAILABLE
+UNLOADED = "unloaded (POST /v2/repository/models/M/unload)"
+
+
+class Busy(HetserveError):
+    """A re-plan or switch is under way: an operator's plan must wait (HTTP 409)."""
+
+
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed", CANCELLED: "cancelled"}
 #: the reason a cancelled request ends with (its client went away)
 CLIENT_GONE = "cancelled: the client went away before its answer"
 
 
 class Server:
-    def __init__(self, setup: Setup, config: ServerConfig | None = None) -> None:
-        """``setup``: cluster, latency, plan and placement (the composition root)."""
+    def __init__(
+        self, setup: Setup, config: ServerConfig | None = None, control: ControlSpec | None = None
+    ) -> None:
+        """``setup``: cluster, latency, plan and placement (the composition root);
+        ``control``: re-plan as the load moves, and take an operator's plans
+        (``engine.control``; None: the plan stays as it is)."""
         self.setup = setup
         self.cfg = config or ServerConfig()
+        self.control_spec = control
+        self.control: ControlLoop | None = None
+        self.sensor: LiveSensor | None = None
+        self._solver: ThreadSolver | None = None
+        self._in_switch: set[int] = set()  # requests that arrived while a switch ran
+        # models an operator unloaded (or is unloading, or loading back): why, per model
+        self.unloaded: dict[str, str] = {}
+        self._settle: dict[int, Callable[[SwitchRecord], None]] = {}  # by record index
         self.metrics = Metrics()
         self.stats = ModelStats(self.models)
         self.engine: RuntimeEngine | None = None
@@ -94,7 +120,9 @@ class Server:
 
     @property
     def models(self) -> list[str]:
-        return list(self.setup.plan.models)
+        """The models served now: the plan's, less those an operator unloads or has
+        unloaded (``unloaded``)."""
+        return [m for m in self.setup.plan.models if m not in self.unloaded]
 
     def tensors(self, model: str) -> ModelTensors:
         """The model's input and output tensors (from its graph, so the same for real and
@@ -155,6 +183,11 @@ class Server:
         engine (the Ray engine's GPU workers load on their GPU by CUDA streams), except
         PT plans on Ray: an actor sees only its own GPU, not the secondaries' host links."""
         lps = self.setup.plan.load_plans
+        if self.control_spec is not None and lps:
+            raise HetserveError(
+                "--replan: a plan with load plans (cold starts) is not re-planned; serve "
+                "a plan of ppipe, np or dart-r, or leave out --replan"
+            )
         if lps and self.cfg.engine == "ray" and self.cfg.emulate:
             raise HetserveError(
                 "a plan with load plans (cold starts) is emulated in this process: leave "
@@ -187,7 +220,10 @@ class Server:
         loop = asyncio.get_running_loop()
         view = self._view_of()
         self._check_engine(view)
-        sched = make_scheduler(self.cfg.scheduler, self.cfg.params)
+        name, params = self.cfg.scheduler, self.cfg.params
+        sched: Any = make_scheduler(name, params)
+        if self.control_spec is not None:  # one scheduler of the policy per plan version
+            sched = Switching(lambda: make_scheduler(name, params))
         # stages stop at block boundaries only for a scheduler that preempts (FLEX): on
         # CUDA every boundary then waits for its kernels
         preemptive = bool(sched.preempts)
@@ -203,8 +239,7 @@ class Server:
         if not self.cfg.emulate:  # real workers: their times against the latency model
             self.watch = ProfileWatch(view)
         if self.cfg.admission:
-            mb = self.cfg.params.get("max_batch")
-            self.admission = Admission(view, self.setup.plan, mb if isinstance(mb, int) else 0)
+            self.admission = self._admission(view, self.setup.plan)
         self._view = view
         self.engine = RuntimeEngine(
             view, self.setup.plan, sched, executor, LoopClock(loop),
@@ -212,11 +247,212 @@ class Server:
         )  # fmt: skip
         status.log_places(self)
         self.engine.start()
+        if self.control_spec is not None:
+            self._start_control(sched)
         self._tensors.clear()  # (the rows a request may carry: the scheduler's say too)
         # what exists now (models, plan, libraries) lives as long as the server: keep it out
         # of the garbage collector's full passes, which otherwise stall the loop for ms
         gc.collect()
         gc.freeze()
+
+    def _admission(self, view: ClusterView, plan: Plan) -> Admission:
+        mb = self.cfg.params.get("max_batch")
+        return Admission(view, plan, mb if isinstance(mb, int) else 0)
+
+    def _start_control(self, sched: Switching) -> None:
+        """The control loop on the engine's kernel: its planner on a thread of its own,
+        the live traffic as its sensor (``runtime.control``)."""
+        spec, eng = self.control_spec, self.engine
+        assert spec is not None and eng is not None
+        cfg = spec.config
+        self.sensor = LiveSensor(self.models, max(cfg.long_window_s, cfg.window_s), cfg.burst_bin_s)
+        clock = eng.clock
+        self._solver = ThreadSolver(clock.call_soon, clock.now)
+        st = self.setup
+        self.control = ControlLoop(
+            eng.kernel, sched, spec.controller, spec.replanner, self.sensor, st.cluster,
+            st.model_catalog.graph, dict(spec.planned_rps),
+            dataclasses.replace(cfg, solve_s=None), solver=self._solver,
+            listener=self._switched,
+        )  # fmt: skip
+        self.metrics.plan_version.set(0)
+        self.control.start(clock.now())
+
+    def _switched(self, rec: SwitchRecord) -> None:
+        """A decision of the control loop, and where it switched, the switch's end: the
+        metrics, and the server's view of the plan follows the new one."""
+        m = self.metrics
+        m.of(m.replans, "switch" if rec.switched else "stay").inc()
+        ctl = self.control
+        assert ctl is not None
+        settle = self._settle.pop(len(ctl.records) - 1, None)
+        if not rec.switched:
+            if settle is not None:
+                settle(rec)
+            return
+        m.of(m.switches, rec.mode).inc()
+        m.switch_seconds.observe(max(0.0, rec.done_s - rec.decided_s))
+        m.switch_waited.inc(rec.waited)
+        m.plan_version.set(ctl.version)
+        self.setup = dataclasses.replace(self.setup, plan=ctl.plan, placement=ctl.placement)
+        self._view = self._view_of()
+        self.infos = None
+        self._tensors.clear()
+        if self.admission is not None:
+            self.admission = self._admission(self._view, ctl.plan)
+        if settle is not None:
+            settle(rec)
+
+    def _operator_loop(self) -> ControlLoop:
+        ctl = self.control
+        if ctl is None or self.engine is None:
+            raise HetserveError(
+                "this server does not switch plans: start it with --replan (manual, auto "
+                "or every=SECONDS)"
+            )
+        if ctl.busy:
+            raise Busy(
+                f"a re-plan or switch is under way (plan version {ctl.version}): try again "
+                f"when it ends"
+            )
+        return ctl
+
+    async def _switched_by(self, ctl: ControlLoop, n: int, timeout_s: float) -> SwitchRecord:
+        """The record of the decision after the first ``n``, once the loop is idle
+        again (a switch has ended, or the plan stayed)."""
+        t_end = time.monotonic() + timeout_s
+        while ctl.busy or len(ctl.records) <= n:
+            if time.monotonic() > t_end:
+                raise HetserveError(
+                    f"the switch is still under way after {timeout_s:g} s (GET /v2/control "
+                    f"follows it)"
+                )
+            await asyncio.sleep(0.02)
+        return ctl.records[n]
+
+    def _rates_for(self, models: list[str]) -> dict[str, float]:
+        """Rates for an operator's re-plan of ``models``: the rates the current plan was
+        made for; a model loaded back, the rate it was first planned for (else the mean
+        of the others)."""
+        ctl, spec = self.control, self.control_spec
+        assert ctl is not None and spec is not None
+        known = {**spec.planned_rps, **ctl.planned_rps}
+        fill = sum(known.values()) / len(known) if known else 1.0
+        return {m: known.get(m, fill) for m in models}
+
+    def _operate(
+        self, rates: dict[str, float], reason: str, settle: Callable[[SwitchRecord], None]
+    ) -> tuple[ControlLoop, int]:
+        """Start an operator's re-plan for ``rates``; ``settle(record)`` runs when it has
+        ended (switched or not), whether or not anyone still awaits it. Returns the loop
+        and the index its record will have."""
+        ctl = self._operator_loop()
+        n = len(ctl.records)
+        self._settle[n] = settle
+        try:
+            ctl.replan_now(rates, self.engine.clock.now(), reason)  # type: ignore[union-attr]
+        except BaseException:
+            del self._settle[n]
+            raise
+        return ctl, n
+
+    async def load_model(self, model: str, timeout_s: float = 300.0) -> SwitchRecord:
+        """Triton's ``POST /v2/repository/models/{m}/load``: a model unloaded before comes
+        back (re-planned with the models served, at the rates they were planned for); a
+        served one is re-planned with the others (a reload: it keeps serving on the
+        current plan until the new one has loaded, make-before-break). Returns when the
+        switch has ended; ``HetserveError`` where it could not (the reason)."""
+        if model not in self.setup.models:
+            raise HetserveError(
+                f"failed to load {model!r}: this server was started with "
+                f"{', '.join(self.setup.models)} only"
+            )
+        back = model in self.unloaded
+
+        def settle(rec: SwitchRecord) -> None:
+            if rec.switched:
+                self.unloaded.pop(model, None)
+            elif back:
+                self.unloaded[model] = UNLOADED
+
+        ctl, n = self._operate(
+            self._rates_for([*self.models, model]), f"operator: load {model}", settle
+        )
+        if back:
+            self.unloaded[model] = "loading (POST .../load)"
+        rec = await self._switched_by(ctl, n, timeout_s)
+        if not rec.switched:
+            raise HetserveError(f"failed to load {model!r}: {rec.decision}")
+        return rec
+
+    async def unload_model(self, model: str, timeout_s: float = 300.0) -> SwitchRecord | None:
+        """Triton's ``POST /v2/repository/models/{m}/unload``: the model is refused from
+        now on (404, UNAVAILABLE), its requests in flight end on the current plan, and
+        the others are re-planned without it (its GPUs go to them). Returns when the
+        switch has ended (None: the model was unloaded already); ``HetserveError`` where
+        it could not (the model is served again)."""
+        if model not in self.setup.models:
+            raise HetserveError(
+                f"failed to unload {model!r}: this server was started with "
+                f"{', '.join(self.setup.models)} only"
+            )
+        if model in self.unloaded:
+            return None
+        others = [m for m in self.models if m != model]
+        if not others:
+            raise HetserveError(
+                f"failed to unload {model!r}: it is the last model served (a plan serves "
+                f"at least one)"
+            )
+
+        def settle(rec: SwitchRecord) -> None:
+            if rec.switched:
+                self.unloaded[model] = UNLOADED
+            else:
+                self.unloaded.pop(model, None)
+
+        ctl, n = self._operate(self._rates_for(others), f"operator: unload {model}", settle)
+        self.unloaded[model] = "unloading (POST .../unload)"
+        rec = await self._switched_by(ctl, n, timeout_s)
+        if not rec.switched:
+            raise HetserveError(f"failed to unload {model!r}: {rec.decision}")
+        return rec
+
+    async def apply_plan(self, plan: Plan, timeout_s: float = 300.0) -> SwitchRecord:
+        """An operator's plan (``POST /v2/control/plan``): switched to through the
+        control loop's reconciler (``ControlLoop.switch_to``); returns when the switch
+        has ended. ``HetserveError``: no control loop (``--replan``), a plan of other
+        models, or one that cannot be placed; :class:`Busy` while a re-plan or switch
+        is under way."""
+        ctl = self._operator_loop()
+        if sorted(plan.models) != sorted(self.models):
+            raise HetserveError(
+                f"the plan serves {', '.join(sorted(plan.models)) or 'no model'}; this server "
+                f"serves {', '.join(sorted(self.models))}"
+            )
+        n = len(ctl.records)
+        ctl.switch_to(plan, self.engine.clock.now(), "operator: a plan")  # type: ignore[union-attr]
+        rec = await self._switched_by(ctl, n, timeout_s)
+        if not rec.switched:
+            raise HetserveError(f"the plan was not switched to: {rec.decision}")
+        return rec
+
+    def control_state(self) -> dict[str, Any]:
+        """The control loop's state: plan version, whether a re-plan or switch is under
+        way, and every decision so far (``SwitchRecord``; what ``GET /v2/control``
+        answers)."""
+        ctl = self.control
+        if ctl is None:
+            return {"replan": "off", "version": 0, "busy": False, "records": []}
+        spec = self.control_spec
+        assert spec is not None
+        return {
+            "replan": self.cfg.replan,
+            "switch": spec.config.switch,
+            "version": ctl.version,
+            "busy": ctl.busy,
+            "records": [r.to_json() for r in ctl.records],
+        }
 
     def _refuse(self, model: str, reason: str, label: str, rows: int = 1) -> Result:
         m = self.metrics
@@ -263,8 +499,11 @@ class Server:
         eng = self.engine
         if eng is None:
             raise HetserveError("the server is not started")
-        if model not in self.setup.plan.models:
-            raise HetserveError(f"no model {model!r} is served")
+        if model not in self.models:
+            why = self.unloaded.get(model)
+            raise HetserveError(
+                f"model {model!r} is " + (f"UNAVAILABLE: {why}" if why else "not served")
+            )
         if rows < 1:
             raise HetserveError(f"a request has at least one row, got {rows}")
         a = self.setup.plan.assignments.get(stream) if stream else None
@@ -272,7 +511,13 @@ class Server:
         slo = default_s if deadline_s is None else deadline_s
         if self.draining:
             return self._refuse(model, "shutdown: the server is shutting down", "shutdown", rows)
+        sensor = self.sensor
+        if sensor is not None:
+            now = eng.clock.now()
+            sensor.arrived(model, now)
         if len(self._futures) >= self.cfg.max_pending:
+            if sensor is not None:  # (a refusal is a miss)
+                sensor.ended(now + slo, False)
             m = self.metrics
             m.of(m.requests, model, "overloaded").inc()
             m.of(m.rows, model, "overloaded").inc(rows)
@@ -284,6 +529,8 @@ class Server:
             ahead = self._queued_rows[model]
             best_s = self.admission.best_finish_s(model, ahead)
             if best_s > slo:
+                if sensor is not None:
+                    sensor.ended(now + slo, False)
                 return self._refuse(
                     model,
                     f"admission: deadline unreachable at arrival: {self._queued_n[model]} requests "
@@ -303,6 +550,8 @@ class Server:
         self._pending_n[model] += 1
         if version is not None:
             self._versions[rid] = version
+        if self.control is not None and self.control.switching.switch is not None:
+            self._in_switch.add(rid)
         eng.submit(Request(rid, model, stream or "http", now, now + slo, None, rows), batch)
         try:
             return await fut
@@ -326,6 +575,12 @@ class Server:
             if why:  # an answer the model does not advertise is no answer
                 outcome, reason, output = FAILED, f"bad_output: {why}", None
         name = _NAMES.get(outcome, "failed")
+        if self.sensor is not None:
+            self.sensor.ended(r.deadline_s, outcome == OK)
+            if r.id in self._in_switch:
+                self._in_switch.discard(r.id)
+                m = self.metrics
+                m.of(m.switch_requests, "ok" if outcome == OK else "missed").inc()
         self.dequeue(r)
         self._pending_n[r.model] -= 1
         self._versions.pop(r.id, None)
@@ -361,8 +616,8 @@ class Server:
     def scrape(self) -> bytes:
         """The Prometheus text, with the gauges set to now."""
         m = self.metrics
-        for model in self.models:
-            m.of(m.queue_depth, model).set(self._queued_n[model])
+        for model, n in self._queued_n.items():
+            m.of(m.queue_depth, model).set(n)
             m.of(m.in_flight, model).set(self._pending_n[model])
         return m.scrape()
 
@@ -390,6 +645,8 @@ class Server:
             self._futures.pop(rid, None)
         if self.engine is not None:
             self.engine.executor.close()
+        if self._solver is not None:
+            self._solver.close()
         gc.unfreeze()  # what start() froze may be collected again
 
 

@@ -42,6 +42,9 @@ class ServerConfig:
     # what the Ray engine's GPU workers compute on: ``cuda`` (the GPU Ray gave the actor);
     # tests on GPU-less Ray nodes that declare GPUs set ``cpu``
     gpu_device: str = "cuda"
+    # re-planning (``serve --replan``): off, manual (an operator's plans only), auto or
+    # every=SECONDS; the control loop itself comes with the server (``Server(control=)``)
+    replan: str = "off"
 
 
 def wall_clock_params(

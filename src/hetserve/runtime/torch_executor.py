@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from hetserve.runtime.batching import (
 )
 from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.stage import StageResult, StageRunner, run_together
-from hetserve.scheduling.protocol import ClusterView
+from hetserve.scheduling.protocol import ClusterView, WorkerInfo
 
 LOG = logging.getLogger("hetserve.runtime")
 
@@ -120,11 +120,44 @@ class TorchExecutor(BaseExecutor):
     def _loaded(self, a: Any, start_s: float, now: float) -> None:
         self.kernel.load_finished(a, start_s, now)
 
+    def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
+        """A new plan's workers: threads of this process like the others (ready at
+        once); their stage runners are made when their blocks load."""
+        done("")
+
+    def release_workers(self, ids: Sequence[str]) -> None:
+        """Workers a plan no longer uses: their stage runners dropped."""
+        gone = set(ids)
+        for key in [k for k in self._runners if k[0] in gone]:
+            del self._runners[key]
+
     def load(self, a: Any, now: float) -> None:
+        """A cold start by the model's load plan (class docstring); without one, the
+        stage runner of ``a``'s blocks on its worker, made (weights in place, a first
+        stage run once) on a thread of the loop's pool, unless it exists: the blocks a
+        plan switch brings (``control.switching``)."""
         kernel = self.kernel
         lp = self._load_plan(kernel, a.model)
-        if lp is None:  # no load plan: the planned blocks are resident from the start
-            kernel.clock.call_at(now, self._loaded, a, now)
+        if lp is None:
+            if (a.worker, a.model, a.blocks, None) in self._runners:
+                kernel.clock.call_at(now, self._loaded, a, now)
+                return
+            clock = kernel.clock
+            if not isinstance(clock, LoopClock):  # a virtual clock: now, ends after as long
+                t0 = time.perf_counter()
+                self._prepare_one(a.worker, a.model, a.blocks)
+                clock.call_at(now + time.perf_counter() - t0, self._loaded, a, now)
+                return
+
+            def made(f: asyncio.Future[None]) -> None:
+                err = f.exception()
+                if err is not None:
+                    kernel.load_finished(a, now, clock.now(), False, _reason(err))
+                else:
+                    kernel.load_finished(a, now, clock.now())
+
+            fut = clock.loop.run_in_executor(None, self._prepare_one, a.worker, a.model, a.blocks)
+            fut.add_done_callback(lambda f: clock.guard(made, f))
             return
         cm = self.cold_model(
             a.worker, a.model, self.pt_secondaries(kernel.view, a.worker, lp.plan.n_parts)
@@ -171,10 +204,27 @@ class TorchExecutor(BaseExecutor):
         cm.finish()
         return out
 
+    def _prepare_one(self, worker: str, model: str, blocks: tuple[int, int]) -> None:
+        """The stage runner of ``blocks`` on ``worker``, made; a first stage run once on
+        the model's example input (its weights in place, kernels warmed)."""
+        r = self.runner(worker, model, blocks)
+        if blocks[0] == 0:
+            r.run(self._models[model].input_spec.example(1))
+
     def evict(self, a: Any, now: float) -> None:
+        """A cold model's weights freed; without a load plan, the stage runners of
+        ``a``'s blocks on its worker dropped (every version's)."""
         cm = self._cold.get((a.worker, a.model))
         if cm is not None and cm.loaded:
             cm.evict()
+            return
+        self.drop(a.worker, a.model, tuple(a.blocks))
+
+    def drop(self, worker: str, model: str, blocks: tuple[int, int]) -> None:
+        """The stage runners of ``blocks`` of ``model`` on ``worker`` (every version's)
+        dropped: their weights go with them (a switch's old blocks)."""
+        for key in [k for k in self._runners if k[:3] == (worker, model, blocks)]:
+            del self._runners[key]
 
     def net(self, model: str, version: int | None = None) -> Any:
         """The model, built on first use (a version other than the default: its weights)."""

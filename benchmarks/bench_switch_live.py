@@ -1,0 +1,168 @@
+"""Benchmark: one plan switch predicted, simulated and measured live, side by side
+(issue 40, step 3).
+
+The scenario of ``tests/control/scenario.py``: ``hc1-s``, resnet50 and bert-base at their
+default SLOs, the ppipe plan for an 80/20 mix; Poisson arrivals at ``--rate`` req/s
+(80/20) for ``--duration`` seconds; at half time an operator switches to the ppipe plan
+for a 20/80 mix. Per switch mode (``mbb``, ``flush``), one trace (``--seed``), three views
+of the same switch:
+
+- ``predicted``: the control loop's estimate (``ControlLoop.estimate``), made before it
+  switches: the switch's time and the requests it delays;
+- ``simulated``: ``simulate`` on the trace, the switch asked for at half time (a
+  controller that asks once and always switches, the planner answering the target plan
+  at once);
+- ``live``: an in-process server (``Server``, emulated workers on the wall clock, the
+  same scheduler), the trace's requests sent at their times, ``Server.apply_plan`` at
+  half time.
+
+Printed per view: the switch's wall time (decision to the old plan drained), the requests
+that arrived during it and missed their SLO (of how many), and attainment overall and in
+the window from 1 s before the switch to 2 s after it. The live figures include this
+machine's event loop: a 2-core machine running the sender, the server and the modelled
+workers in one process.
+
+    python benchmarks/bench_switch_live.py [--rate 300] [--duration 12] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.control.scenario import plan_for, setup_for
+
+from hetserve.control.controller import Decision, Replan, Snapshot, SwitchEstimate
+from hetserve.core.outcome import OK
+from hetserve.core.provenance import provenance_line
+from hetserve.engine.control import ControlConfig, ControlSpec
+from hetserve.experiments.setup import build_trace, control_spec, simulate
+from hetserve.runtime.server import Server
+from hetserve.runtime.serverconfig import ServerConfig, wall_clock_params
+from hetserve.workload.trace import Trace
+
+
+@dataclass
+class AskOnce:
+    """A controller that asks for a re-plan once, at ``at_s``, and always switches (an
+    operator's change, in the simulator)."""
+
+    at_s: float
+    asked: bool = False
+
+    def observe(self, snap: Snapshot) -> Replan | None:
+        if self.asked or snap.busy or snap.now_s < self.at_s:
+            return None
+        self.asked = True
+        return Replan(dict(snap.planned_rps), "operator (simulated)")
+
+    def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
+        return Decision(True, 0.0, est.delayed, 0.0, "switch: an operator's change")
+
+
+def window(arrival_s: np.ndarray, ok: np.ndarray, lo: float, hi: float) -> float:
+    sel = (arrival_s >= lo) & (arrival_s < hi)
+    return float(ok[sel].mean()) if sel.any() else float("nan")
+
+
+def simulated(setup: Any, trace: Trace, target: Any, mode: str, at_s: float) -> dict[str, Any]:
+    cfg = ControlConfig(switch=mode, tick_s=0.01, window_s=1.0, long_window_s=2.0, solve_s=0.0)
+    planned = dict(setup.plan.rates_at(1.0))
+    spec = ControlSpec(AskOnce(at_s), lambda r, p, pl: target, planned, cfg)
+    res = simulate(setup, "reservation", trace, control=spec)
+    rec = next(r for r in res.control if r["switched"])
+    arr = trace.time_s
+    ok = res.outcome == OK
+    during = (arr >= rec["decided_s"]) & (arr <= rec["done_s"])
+    return {
+        "predicted_s": rec["predicted_switch_s"],
+        "predicted_delayed": rec["predicted_delayed"],
+        "switch_s": rec["done_s"] - rec["decided_s"],
+        "during": int(during.sum()),
+        "missed": int((during & ~ok).sum()),
+        "attainment": float(ok.mean()),
+        "window": window(arr, ok, rec["decided_s"] - 1.0, rec["decided_s"] + 2.0),
+    }
+
+
+async def _live(setup: Any, trace: Trace, target: Any, mode: str, at_s: float) -> dict[str, Any]:
+    spec = control_spec(
+        setup, "manual", mode, 4, setup.plan.rates_at(1.0), solve_s=None, serving=True
+    )
+    cfg = ServerConfig(scheduler="reservation", params=wall_clock_params("reservation", {}),
+                       emulate=True, replan="manual", max_pending=1_000_000)  # fmt: skip
+    server = Server(setup, cfg, spec)
+    server.start()
+    loop = asyncio.get_running_loop()
+    names = np.array([s.model for s in trace.streams])[trace.stream_idx]
+    t0 = loop.time() + 0.2
+    futs: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(len(trace))]
+    sent_s = np.zeros(len(trace))
+
+    def send(i: int) -> None:
+        sent_s[i] = server.engine.clock.now()  # type: ignore[union-attr]
+        task = asyncio.ensure_future(server.infer(str(names[i])))
+        task.add_done_callback(lambda t: futs[i].set_result(t.result()))
+
+    for i, t in enumerate(trace.time_s.tolist()):
+        loop.call_at(t0 + t, send, i)
+    await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
+    rec = await server.apply_plan(target)
+    results = await asyncio.gather(*futs)
+    await server.stop()
+    ok = np.array([r.outcome == "ok" for r in results])
+    get = server.metrics.registry.get_sample_value
+    met = get("hetserve_switch_requests_total", {"result": "ok"}) or 0.0
+    missed = get("hetserve_switch_requests_total", {"result": "missed"}) or 0.0
+    return {
+        "predicted_s": rec.predicted_switch_s,
+        "predicted_delayed": rec.predicted_delayed,
+        "switch_s": rec.done_s - rec.decided_s,
+        "during": int(met + missed),
+        "missed": int(missed),
+        "attainment": float(ok.mean()),
+        "window": window(sent_s, ok, rec.decided_s - 1.0, rec.decided_s + 2.0),
+    }
+
+
+def main() -> None:
+    print(provenance_line())
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=float, default=300.0)
+    ap.add_argument("--duration", type=float, default=12.0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    setup = setup_for(0.8)
+    target = plan_for(0.2)
+    rates = {"resnet50": 0.8 * a.rate, "bert-base": 0.2 * a.rate}
+    trace = build_trace(setup, "poisson", rates, a.duration, a.seed)
+    at_s = a.duration / 2
+    print(f"{len(trace)} requests over {a.duration:g} s at {a.rate:g} req/s; the switch at "
+          f"{at_s:g} s")  # fmt: skip
+    print("switch_s: decision to the old plan drained; during: requests that arrived in it; "
+          "missed: of those, late, dropped or failed; delayed: the estimate's requests "
+          "delayed (an upper bound: they may still meet their SLO); window: attainment of "
+          "the requests that arrived from 1 s before the switch to 2 s after")  # fmt: skip
+    print(f"{'mode':6s} {'view':10s} {'switch_s':>9s} {'during':>7s} {'missed':>7s} "
+          f"{'delayed':>8s} {'attain':>7s} {'window':>7s}")  # fmt: skip
+    for mode in ("mbb", "flush"):
+        sim = simulated(setup, trace, target, mode, at_s)
+        live = asyncio.run(_live(setup, trace, target, mode, at_s))
+        print(f"{mode:6s} {'predicted':10s} {sim['predicted_s']:9.3f} {'':>7s} {'':>7s} "
+              f"{sim['predicted_delayed']:8.1f}")  # fmt: skip
+        for name, r in (("simulated", sim), ("live", live)):
+            print(f"{mode:6s} {name:10s} {r['switch_s']:9.3f} {r['during']:7d} "
+                  f"{r['missed']:7d} {'':>8s} {r['attainment']:7.4f} "
+                  f"{r['window']:7.4f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
