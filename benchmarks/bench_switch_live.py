@@ -61,8 +61,10 @@ class AskOnce:
     def observe(self, snap: Snapshot) -> Replan | None:
         if self.asked or snap.busy or snap.now_s < self.at_s:
             return None
-        self.asked = True
-        return Replan(dict(snap.planned_rps), "operator (simulated)")
+        self.asked = True  # (the rates observed: what the switch's estimate is made at)
+        seen = {m: max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
+                for m in snap.planned_rps}  # fmt: skip
+        return Replan(seen, "operator (simulated)")
 
     def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
         return Decision(True, 0.0, est.delayed, 0.0, "switch: an operator's change")

@@ -328,8 +328,12 @@ class ControlLoop:
             self.busy = False
             return
         steps = reconcile((self.plan, self.placement), (plan, placement), self.config.max_parallel)
-        est, why_not = self.estimate(steps, plan, placement, want.rates_rps)
         snap = self.snapshot(now)
+        rates = want.rates_rps
+        if forced:  # (an operator's rates are the plan's: the switch meets today's)
+            rates = {m: max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
+                     for m in plan.models}  # fmt: skip
+        est, why_not = self.estimate(steps, plan, placement, rates)
         if why_not:
             decision = Decision(False, 0.0, 0.0, 0.0, f"stay: {why_not}")
         elif forced:
