@@ -113,3 +113,25 @@ def test_the_sensor_reads_rates_and_attainment_as_they_are(monkeypatch):  # type
     monkeypatch.setattr(sensor, "SAMPLE", 10**9)
     assert s.attainment(now, w) == (pytest.approx(exact), n)
     assert 0.3 < exact < 0.95  # (an overloaded run: the check means something)
+
+
+def test_simulate_replans_for_the_least_power(capsys, tmp_path):  # type: ignore[no-untyped-def]
+    """``--objective energy``: the plan and every re-plan draw the least power for the
+    rates; a re-plan of the observed rates takes fewer GPUs than a plan of every GPU."""
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli(capsys, "plan", "--cluster", "hc1-s", "--models",
+                           "resnet50,bert-base", "--objective", "energy", "--rate", "2000",
+                           "--output", str(plan))  # fmt: skip
+    assert code == 0, err
+    assert json.loads(plan.read_text())["objective"]["watts"] > 0
+    out = tmp_path / "run"
+    code, _, err = run_cli(
+        capsys, "simulate", "--cluster", "hc1-s", "--plan", str(plan), "--rate", "2000",
+        "--duration", "12", "--replan", "every=5", "--objective", "energy", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    records = json.loads((out / "control.json").read_text())
+    switched = [r for r in records if r["switched"]]
+    assert switched and all(0 < r["gpus"] < 16 for r in switched)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["objective"] == "energy"

@@ -76,24 +76,25 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
     "rate_rps",
     type=float,
     default=None,
-    help="herd: the offered load; ppipe, np, dart-r with --objective cost: the rate to serve "
-    "(req/s over all models, split by --weights).",
+    help="herd: the offered load; ppipe, np, dart-r with --objective cost or energy: the rate "
+    "to serve (req/s over all models, split by --weights).",
 )
 @click.option(
     "--objective",
-    type=click.Choice(["throughput", "cost"]),
+    type=click.Choice(["throughput", "cost", "energy"]),
     default="throughput",
     show_default=True,
-    help="ppipe, np, dart-r: the most normalised throughput on every GPU (PPipe), or the "
+    help="ppipe, np, dart-r: the most normalised throughput on every GPU (PPipe), the "
     "cheapest GPUs that serve --rate x (1 + --headroom) (prices and caps per GPU type from "
-    "the cluster file's pricing; docs/control.md).",
+    "the cluster file's pricing), or the least power that serves it (idle power of the GPUs "
+    "taken plus each request's energy; docs/control.md).",
 )
 @click.option(
     "--headroom",
     type=float,
     default=0.25,
     show_default=True,
-    help="ppipe, np, dart-r with --objective cost: plan for this much more than --rate.",
+    help="ppipe, np, dart-r with --objective cost or energy: plan for this much more than --rate.",
 )
 @click.option("--g-max", type=int, default=12, show_default=True, help="herd: largest group.")
 @click.option("--max-batch", type=int, default=128, show_default=True, help="herd: largest batch.")

@@ -48,6 +48,16 @@ def print_plan_result(res: Any, cluster: Any, output: str) -> None:
                 + ", ".join(f"{n} {t}" for t, n in took.items())
                 + f" (rates + {100 * obj.get('headroom', 0):.0f}% headroom)"
             )
+        if "watts" in obj:
+            from hetserve.core.placement import gpus_needed
+
+            took = gpus_needed(p, cluster.catalog)
+            bits.append(
+                f"power {obj['watts']:.1f} W ({obj['joules_per_request']:.4f} J per request) "
+                f"for "
+                + ", ".join(f"{n} {t}" for t, n in took.items())
+                + f" (rates + {100 * obj.get('headroom', 0):.0f}% headroom)"
+            )
         if "min_burst_tolerance" in obj:
             bits.append(f"smallest burst tolerance {obj['min_burst_tolerance']:.2f}")
         if "status" in solve:

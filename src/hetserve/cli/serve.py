@@ -300,10 +300,11 @@ def _setup_logging(level: str, access_log: bool) -> None:
     help="Workers loading at once in a switch.",
 )  # fmt: skip
 @click.option(
-    "--objective", type=click.Choice(["throughput", "cost"]), default="throughput",
+    "--objective", type=click.Choice(["throughput", "cost", "energy"]), default="throughput",
     show_default=True,
-    help="What a re-plan optimises: the most capacity on every usable GPU, or the cheapest "
-    "GPUs that carry the observed rates (the cluster file's pricing).",
+    help="What a re-plan optimises: the most capacity on every usable GPU, the cheapest "
+    "GPUs that carry the observed rates (the cluster file's pricing), or the least power "
+    "that carries them.",
 )  # fmt: skip
 @click.option(
     "--check", "check_only", is_flag=True,

@@ -212,12 +212,13 @@ def _sim_config(
 )
 @click.option(
     "--objective",
-    type=click.Choice(["throughput", "cost"]),
+    type=click.Choice(["throughput", "cost", "energy"]),
     default="throughput",
     show_default=True,
     help="With --replan: each new plan takes every usable GPU for the observed mix "
-    "(throughput), or the cheapest GPUs that serve the observed rates with 25%% headroom "
-    "(cost: GPUs it does not need are let go; prices and caps from the cluster file).",
+    "(throughput), the cheapest GPUs that serve the observed rates with 25%% headroom "
+    "(cost: GPUs it does not need are let go; prices and caps from the cluster file), or "
+    "the least power that serves them (energy).",
 )
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False))

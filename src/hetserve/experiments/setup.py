@@ -193,8 +193,8 @@ def replanner(
     opts = dict(options or {})
     opts.setdefault("time_limit_s", 10.0)
 
-    if objective not in ("throughput", "cost"):
-        raise HetserveError(f"--objective: expected throughput or cost, got {objective!r}")
+    if objective not in ("throughput", "cost", "energy"):
+        raise HetserveError(f"--objective: expected throughput, cost or energy, got {objective!r}")
     opts["objective"] = objective
 
     def replan(rates: dict[str, float], plan: Any, placement: Any) -> Any:
@@ -205,7 +205,7 @@ def replanner(
         top = max(rates.values(), default=0.0)
         floor = 0.01 * top if top > 0 else 1.0
         weights = {m: max(rates[m], floor) for m in models}
-        if objective == "cost":
+        if objective != "throughput":
             opts["rate_rps"] = sum(weights.values())
         req = PlanRequest(
             setup.cluster, models, {m: slo_ms[m] for m in models}, weights,
@@ -273,7 +273,7 @@ def control_spec(
         return None
     ctl = RateController(
         "off" if mode == "manual" else mode, period_s=period or 60.0,
-        low_load=0.5 if objective == "cost" else None,
+        low_load=None if objective == "throughput" else 0.5,
     )  # fmt: skip
     if period is not None and solve_s is not None and period < solve_s:
         raise HetserveError(

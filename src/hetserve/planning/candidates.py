@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetserve.core.cluster import Cluster
@@ -165,7 +165,10 @@ def need_per_type(c: Candidate, types: Sequence[str]) -> list[float]:
     return u
 
 
-def prune_dominated(cands: list[Candidate], types: Sequence[str]) -> list[Candidate]:
+def prune_dominated(
+    cands: list[Candidate], types: Sequence[str],
+    extra: Callable[[Candidate], float] | None = None,
+) -> list[Candidate]:  # fmt: skip
     """Drop candidates that another candidate of the same model dominates exactly.
 
     In the MILP a stage on ``g`` GPUs carries at most ``per_gpu_rps x g`` (its throughput
@@ -174,7 +177,8 @@ def prune_dominated(cands: list[Candidate], types: Sequence[str]) -> list[Candid
     GPUs of type ``t``; any candidate ``q`` needs ``sum_j ceil(x / r_j) >= ceil(x u_q[t])``.
     So if ``u_p <= u_q`` for every type, ``p`` carries any throughput ``q`` carries with no
     more GPUs of any type: ``q`` is dropped. Only candidates with one stage per type can
-    dominate (ties: fewer stages, then larger batch, win).
+    dominate (ties: fewer stages, then larger batch, win). ``extra``: one more cost per
+    request that ``p`` must also not exceed to dominate (the energy objective's joules).
     """
     import numpy as np
 
@@ -193,9 +197,9 @@ def prune_dominated(cands: list[Candidate], types: Sequence[str]) -> list[Candid
             )
         )
         front: list[Candidate] = []
-        front_u = np.empty((0, len(types)))
+        front_u = np.empty((0, len(types) + (extra is not None)))
         for c in simple:
-            u = np.asarray(need_per_type(c, types))
+            u = np.asarray(_coords(c, types, extra))
             if len(front_u) and np.any(np.all(front_u <= u * (1 + 1e-12), axis=1)):
                 continue
             front.append(c)
@@ -204,8 +208,15 @@ def prune_dominated(cands: list[Candidate], types: Sequence[str]) -> list[Candid
         for c in group:
             if len({st.gpu for st in c.stages}) == len(c.stages):
                 continue  # simple ones are settled above
-            u = np.asarray(need_per_type(c, types))
+            u = np.asarray(_coords(c, types, extra))
             if len(front_u) and np.any(np.all(front_u <= u * (1 + 1e-12), axis=1)):
                 continue
             out.append(c)
     return out
+
+
+def _coords(
+    c: Candidate, types: Sequence[str], extra: Callable[[Candidate], float] | None
+) -> list[float]:
+    u = need_per_type(c, types)
+    return u if extra is None else [*u, extra(c)]

@@ -32,6 +32,14 @@ The cost objective (``demand_rps`` and ``prices`` given; issue 40, Mélange's qu
 pipelines): the max-min rows become ``sum_{p of m} x_p >= demand_m`` for every model,
 ``z`` is fixed at 0, and the objective is to minimise ``sum price_t g_pi`` over the
 stages (the price per hour of the GPUs the plan takes). The other rows are the same.
+
+The energy objective (``demand_rps`` and ``energy`` given; MagicBatch's question, least
+energy within the deadlines, for pooled pipelines): the same rows, and the objective is
+the plan's power draw at the demanded rates, ``sum idle_w_t g_pi + sum e_p x_p`` (watts):
+every GPU taken draws its idle power, and each request served by pipeline ``p`` costs
+``e_p`` joules above idle (its stages' busy energy at the pipeline's batch, per request,
+less the idle power of their time). With ``x_p`` costing energy, the solver serves each
+demand exactly, by the pipelines that spend least per request where GPUs allow.
 """
 
 from __future__ import annotations
@@ -234,10 +242,13 @@ def solve(
     extra_rows: Callable[[Sequence[Candidate], int, int, int], list] | None = None,
     demand_rps: Mapping[str, float] | None = None,
     prices: Mapping[str, float] | None = None,
+    energy: tuple[Mapping[str, float], Sequence[float]] | None = None,
 ) -> MilpResult:
     """Solve the MILP (module docstring): the max-min throughput by default; with
     ``demand_rps`` (and ``prices`` per GPU type, 1.0 where absent) the cheapest GPUs that
-    serve every model's demand. ``objective`` is then the price per hour."""
+    serve every model's demand, ``objective`` then the price per hour; with
+    ``demand_rps`` and ``energy`` (idle watts per GPU type, joules above idle per request
+    per candidate) the least power that serves it, ``objective`` then in watts."""
     t0 = time.perf_counter()
     cost = demand_rps is not None
     models = list(weights)
@@ -291,6 +302,14 @@ def solve(
         c_obj[0] = 0.0
         for s, (p, i) in enumerate(stage_idx):
             c_obj[G0 + s] = float((prices or {}).get(cands[p].stages[i].gpu, 1.0))
+    if energy is not None:
+        if not cost:
+            raise ValueError("the energy objective needs demand_rps")
+        idle_w, per_req_j = energy
+        for s, (p, i) in enumerate(stage_idx):
+            c_obj[G0 + s] = float(idle_w.get(cands[p].stages[i].gpu, 0.0))
+        for p in range(n_p):
+            c_obj[X0 + p] = float(per_req_j[p])
     if n_p == 0:
         return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
     a, lo, hi = rows.matrix(n_var)
@@ -312,7 +331,9 @@ def solve(
         allocs.append(Allocation(c, inst, gpus, allocation_throughput(c, inst, gpus, net)))
     per_model = {m: sum(a.throughput_rps for a in allocs if a.candidate.model == m) for m in models}
     objective = min(per_model[m] / w[m] for m in models)
-    if cost:  # the price per hour of the GPUs taken
+    if energy is not None:  # the power drawn at the demanded rates (watts)
+        objective = float(c_obj @ x)
+    elif cost:  # the price per hour of the GPUs taken
         objective = sum(
             float((prices or {}).get(st.gpu, 1.0)) * g
             for a in allocs for st, g in zip(a.candidate.stages, a.gpus, strict=True)

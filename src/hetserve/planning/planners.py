@@ -65,12 +65,12 @@ def _ppipe_family(name: str) -> Any:
         lat, names, slos = _slos(req, opts)
         objective = str(opts.get("objective", "throughput"))
         rates: tuple[tuple[str, float], ...] = ()
-        if objective == "cost":
+        if objective in ("cost", "energy"):
             rate = opts.get("rate_rps")
             if rate is None or not 0 < float(rate) < math.inf:
                 raise HetserveError(
-                    "--objective cost: give the rate to serve with --rate REQ_PER_S (> 0), "
-                    "split over the models by --weights"
+                    f"--objective {objective}: give the rate to serve with --rate REQ_PER_S "
+                    f"(> 0), split over the models by --weights"
                 )
             w = {m: float((req.weights or {}).get(m, 1.0)) for m in names}
             rates = tuple((m, float(rate) * w[m] / sum(w.values())) for m in names)

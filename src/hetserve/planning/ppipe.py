@@ -23,11 +23,16 @@ from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LatencyModel
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage
-from hetserve.planning.candidates import Candidate, enumerate_candidates, net_info
+from hetserve.planning.candidates import (
+    Candidate,
+    enumerate_candidates,
+    net_info,
+    prune_dominated,
+)
 from hetserve.planning.milp import solve
 
 PLANNERS = ("ppipe", "np", "dart-r")
-OBJECTIVES = ("throughput", "cost")
+OBJECTIVES = ("throughput", "cost", "energy")
 
 
 @dataclass(frozen=True)
@@ -41,10 +46,11 @@ class PlanOptions:
     mip_rel_gap: float = 1e-4
     cut_bytes_factor: float = 0.5  # activations at cuts travel as FP16 (PPipe section 6)
     # throughput: the max-min normalised throughput on every usable GPU (PPipe); cost: the
-    # cheapest GPUs that serve ``rates_rps`` x (1 + headroom) (issue 40)
+    # cheapest GPUs that serve ``rates_rps`` x (1 + headroom) (issue 40); energy: the least
+    # power that serves them (MagicBatch's objective)
     objective: str = "throughput"
-    rates_rps: tuple[tuple[str, float], ...] = ()  # cost: per model, the rate to serve
-    headroom: float = 0.25  # cost: plan for this much more than the rates
+    rates_rps: tuple[tuple[str, float], ...] = ()  # cost, energy: per model, the rate
+    headroom: float = 0.25  # cost, energy: plan for this much more than the rates
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:
@@ -61,8 +67,10 @@ class PlanOptions:
             raise HetserveError(
                 f"--objective: expected one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
             )
-        if self.objective == "cost" and not self.rates_rps:
-            raise HetserveError("--objective cost: give the rates to serve (--rate REQ_PER_S)")
+        if self.objective != "throughput" and not self.rates_rps:
+            raise HetserveError(
+                f"--objective {self.objective}: give the rates to serve (--rate REQ_PER_S)"
+            )
         if not 0 <= self.headroom < 10:
             raise HetserveError(f"--headroom must be in [0, 10), got {self.headroom}")
 
@@ -119,7 +127,12 @@ def plan_models(
             batches=opt.batches,
             mps=mps,
             cut_bytes_factor=opt.cut_bytes_factor,
+            prune=opt.objective != "energy",
         )
+        if opt.objective == "energy":  # (a candidate spending less per request stays)
+            _, joules = energy_terms(cluster, latency, cs)
+            j_of = {id(c): j for c, j in zip(cs, joules, strict=True)}
+            cs = prune_dominated(cs, list(counts), lambda c, j_of=j_of: j_of[id(c)])
         if opt.planner == "dart-r":
             cs = [c for c in cs if len(c.stages) == 1 or len({st.gpu for st in c.stages}) == 2]
         if not cs:
@@ -142,15 +155,19 @@ def plan_models(
 
     extra = pairs if opt.planner == "dart-r" else None
     demand = None
-    if opt.objective == "cost":
+    if opt.objective in ("cost", "energy"):
         rates = dict(opt.rates_rps)
         bad = sorted(set(rates) - set(models))
         if bad:
-            raise HetserveError(f"--objective cost: rates for {', '.join(bad)}, not among --models")
+            raise HetserveError(
+                f"--objective {opt.objective}: rates for {', '.join(bad)}, not among --models"
+            )
         demand = {m: rates.get(m, 0.0) * (1 + opt.headroom) for m in models}
+        power = energy_terms(cluster, latency, cands) if opt.objective == "energy" else None
         res = solve(cands, counts, w, net, time_limit_s=opt.time_limit_s,
                     mip_rel_gap=min(opt.mip_rel_gap, 1e-6), extra_rows=extra,
-                    demand_rps=demand, prices=_prices(cluster, counts))  # fmt: skip
+                    demand_rps=demand, prices=_prices(cluster, counts),
+                    energy=power)  # fmt: skip
         if not res.allocations:
             raise _unaffordable(cluster, cands, counts, net, demand, opt, extra, res.status)
     else:
@@ -174,7 +191,11 @@ def plan_models(
         weight = w[m] if demand is None else max(demand[m], 1e-9)
         mplans[m] = ModelPlan(slos_s[m], weight, tuple(pipes))
     objective: dict[str, Any] = {"normalized_rps": res.objective}
-    if demand is not None:
+    if demand is not None and opt.objective == "energy":
+        total = sum(demand.values())
+        objective = {"watts": res.objective, "demand_rps": demand, "headroom": opt.headroom,
+                     "joules_per_request": res.objective / total if total > 0 else 0.0}  # fmt: skip
+    elif demand is not None:
         objective = {"cost_per_hour": res.objective, "demand_rps": demand}
         objective["headroom"] = opt.headroom
     plan = Plan(
@@ -202,6 +223,31 @@ def plan_models(
     return plan
 
 
+def energy_terms(
+    cluster: Cluster, latency: LatencyModel, cands: Sequence[Candidate]
+) -> tuple[dict[str, float], list[float]]:
+    """The energy objective's terms (``milp``): per GPU type its idle power (the
+    catalog's ``idle_w``), and per candidate the joules a request costs above idle: per
+    stage, the latency model's energy of a batch on its blocks, less the idle power of a
+    slice (``idle_w / share``) for the batch's time, over the batch (never below 0)."""
+    idle = {g.name: float(g.idle_w) for g in cluster.gpu_types()}
+    per_req = []
+    for c in cands:
+        j = 0.0
+        for st in c.stages:
+            try:
+                e = latency.energy(c.model, st.gpu, st.share, c.batch, range(*st.blocks))
+            except Exception as err:  # (a profile set without power figures)
+                raise HetserveError(
+                    f"--objective energy: the latency source has no energy for {c.model} on "
+                    f"{st.gpu} ({type(err).__name__}: {err}); profile with power, or plan "
+                    f"--objective cost"
+                ) from None
+            j += max(0.0, e - idle.get(st.gpu, 0.0) / st.share * st.latency_s) / c.batch
+        per_req.append(j)
+    return idle, per_req
+
+
 def _prices(cluster: Cluster, counts: Mapping[str, int]) -> dict[str, float]:
     """Per GPU type its price per hour, plus a tie-break of 1e-4 of the cheapest price per
     place down the cluster's order of preference (types it does not name come last)."""
@@ -218,7 +264,7 @@ def _unaffordable(
 ) -> HetserveError:  # fmt: skip
     """The error for rates no plan within the caps serves: how much of them the usable
     GPUs serve at most (the throughput objective's plan for the same mix)."""
-    head = f"--objective cost: {cluster.name} cannot serve the rates"
+    head = f"--objective {opt.objective}: {cluster.name} cannot serve the rates"
     if status not in ("infeasible", "optimal"):
         return HetserveError(f"{head} ({status}); raise --time-limit")
     mix = {m: max(d, 1e-9) for m, d in demand.items()}
