@@ -135,3 +135,44 @@ def test_bad_pricing_is_a_one_line_error(pricing, message):  # type: ignore[no-u
     with pytest.raises(HetserveError, match=message) as e:
         parse_cluster(spec, "c.yaml")
     assert "\n" not in str(e.value) and str(e.value).startswith("c.yaml")
+
+
+def test_a_warm_start_from_the_served_plan_reaches_the_cold_optimum(monkeypatch):  # type: ignore[no-untyped-def]
+    """``PlanOptions.start``: every pipeline of the served plan is found among the
+    candidates and handed to the solver; the re-plan reaches the cold solve's objective
+    (within the MILP's gap), also from a start the new caps make infeasible (left out)."""
+    from hetserve.planning.candidates import enumerate_candidates, net_info
+    from hetserve.planning.ppipe import start_gpus
+
+    c = cluster({"L4": 1.0, "T4": 1.0}, {"L4": None, "T4": None})
+    lat, names = latency_source(c, MODELS, None)
+    slos = slos_from_scale(c, lat, names, 5.0)
+    served = plan_models(c, lat, slos, None, PlanOptions())
+    cands = []
+    for m in MODELS:
+        cs, _ = enumerate_candidates(m, lat, c.usable(), net_info(c), 0.6 * slos[m])
+        cands += cs
+    start = start_gpus(cands, served)
+    assert len(start) == sum(len(mp.pipelines) for mp in served.models.values())
+    w = {"resnet50": 0.8, "bert-base": 0.2}
+    cold = plan_models(c, lat, slos, w, PlanOptions())
+    import hetserve.planning.milp as milp
+
+    starts, solve_highs = [], milp.solve_highs
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        starts.append(args[9])
+        return solve_highs(*args)
+
+    monkeypatch.setattr(milp, "solve_highs", spy)
+    warm = plan_models(c, lat, slos, w, PlanOptions(start=served))
+    assert starts[-1] is not None  # (handed to HiGHS)
+    want = cold.meta["objective"]["normalized_rps"]
+    assert warm.meta["objective"]["normalized_rps"] == pytest.approx(want, rel=2e-4)
+    capped = cluster({"L4": 1.0, "T4": 1.0}, {"L4": 1, "T4": 1})  # the start holds more
+    lat2, _ = latency_source(capped, MODELS, None)
+    a = plan_models(capped, lat2, slos, w, PlanOptions())
+    b = plan_models(capped, lat2, slos, w, PlanOptions(start=served))
+    assert starts[-1] is None  # (infeasible under the caps: left out)
+    got = b.meta["objective"]["normalized_rps"]
+    assert got == pytest.approx(a.meta["objective"]["normalized_rps"], rel=2e-4)

@@ -212,6 +212,8 @@ def replanner(
             latency_source=lambda: (setup.latency, models),
             model_catalog=setup.model_catalog,
         )  # fmt: skip
+        # (cold: a warm start from the current plan, ``PlanOptions.start``, measured no
+        # faster: benchmarks/bench_replan.py, docs/benchmarks.md)
         return make_plan(name, req, opts).plan
 
     return replan

@@ -189,6 +189,27 @@ def solve_highs(
     return status, max(gap, 0.0) if math.isfinite(gap) else math.inf, x
 
 
+def _start(
+    cands: Sequence[Candidate], stage_idx: Sequence[tuple[int, int]],
+    gpus: Mapping[int, Sequence[int]], x0: int, g0: int, n_var: int, models: Sequence[str],
+    w: Mapping[str, float], cost: bool,
+) -> np.ndarray:  # fmt: skip
+    """The solution vector of a given allocation: each candidate's GPUs per stage, its
+    throughput the most they carry, ``z`` the max-min term it reaches (0 for cost)."""
+    x = np.zeros(n_var)
+    for s, (p, i) in enumerate(stage_idx):
+        if p in gpus:
+            x[g0 + s] = float(gpus[p][i])
+    served = dict.fromkeys(models, 0.0)
+    for p, c in enumerate(cands):
+        if p in gpus:
+            x[x0 + p] = min(st.per_gpu_rps * g for st, g in zip(c.stages, gpus[p], strict=True))
+            served[c.model] = served.get(c.model, 0.0) + x[x0 + p]
+    if not cost:
+        x[0] = min(served[m] / w[m] for m in models)
+    return x
+
+
 def _flush_c_stdio() -> None:
     try:
         import ctypes
@@ -243,12 +264,17 @@ def solve(
     demand_rps: Mapping[str, float] | None = None,
     prices: Mapping[str, float] | None = None,
     energy: tuple[Mapping[str, float], Sequence[float]] | None = None,
+    start_gpus: Mapping[int, Sequence[int]] | None = None,
 ) -> MilpResult:
     """Solve the MILP (module docstring): the max-min throughput by default; with
     ``demand_rps`` (and ``prices`` per GPU type, 1.0 where absent) the cheapest GPUs that
     serve every model's demand, ``objective`` then the price per hour; with
     ``demand_rps`` and ``energy`` (idle watts per GPU type, joules above idle per request
-    per candidate) the least power that serves it, ``objective`` then in watts."""
+    per candidate) the least power that serves it, ``objective`` then in watts.
+    ``start_gpus``: a plan to start from (a warm start: the current plan of a re-plan),
+    per candidate index the GPUs of each of its stages; it is handed to HiGHS as a MIP
+    start where it is feasible (its throughputs the most those GPUs carry), else left
+    out."""
     t0 = time.perf_counter()
     cost = demand_rps is not None
     models = list(weights)
@@ -313,8 +339,14 @@ def solve(
     if n_p == 0:
         return MilpResult("infeasible", 0.0, 0.0, time.perf_counter() - t0, (), 0, 0)
     a, lo, hi = rows.matrix(n_var)
+    start = None
+    if start_gpus:
+        start = _start(cands, stage_idx, start_gpus, X0, G0, n_var, models, w, cost)
+        v = a @ start
+        if (v < lo - 1e-6).any() or (v > hi + 1e-6).any() or (start > ub + 1e-9).any():
+            start = None  # (not a plan of this problem: the caps, or the demand, moved)
     status, gap, x = solve_highs(
-        a, lo, hi, np.zeros(n_var), ub, c_obj, integrality, time_limit_s, mip_rel_gap
+        a, lo, hi, np.zeros(n_var), ub, c_obj, integrality, time_limit_s, mip_rel_gap, start
     )
     seconds = time.perf_counter() - t0
     if x is None:  # no feasible solution found

@@ -31,7 +31,7 @@ from hetserve.planning.registry import PlanRequest, PlanResult, register_planner
 SLO_OPTIONS = ("slo_scale", "slo_ref_gpu")
 PPIPE_OPTIONS = (
     *SLO_OPTIONS, "slo_margin", "max_stages", "shares", "batches", "time_limit_s", "mip_gap",
-    "cut_bytes", "objective", "rate_rps", "headroom",
+    "cut_bytes", "objective", "rate_rps", "headroom", "start",
 )  # fmt: skip
 
 
@@ -86,6 +86,7 @@ def _ppipe_family(name: str) -> Any:
             objective=objective,
             rates_rps=rates,
             headroom=float(opts.get("headroom", 0.25)),
+            start=opts.get("start"),
         )
         plan = plan_models(req.cluster, lat, slos, req.weights, o)
         meta = {**plan.meta, "cut_bytes_factor": o.cut_bytes_factor}

@@ -51,6 +51,8 @@ class PlanOptions:
     objective: str = "throughput"
     rates_rps: tuple[tuple[str, float], ...] = ()  # cost, energy: per model, the rate
     headroom: float = 0.25  # cost, energy: plan for this much more than the rates
+    # a plan to start from (a re-plan's current plan: the MILP's warm start); None: cold
+    start: Plan | None = None
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:
@@ -167,12 +169,13 @@ def plan_models(
         res = solve(cands, counts, w, net, time_limit_s=opt.time_limit_s,
                     mip_rel_gap=min(opt.mip_rel_gap, 1e-6), extra_rows=extra,
                     demand_rps=demand, prices=_prices(cluster, counts),
-                    energy=power)  # fmt: skip
+                    energy=power, start_gpus=start_gpus(cands, opt.start))  # fmt: skip
         if not res.allocations:
             raise _unaffordable(cluster, cands, counts, net, demand, opt, extra, res.status)
     else:
         res = solve(cands, counts, w, net, time_limit_s=opt.time_limit_s,
-                    mip_rel_gap=opt.mip_rel_gap, extra_rows=extra)  # fmt: skip
+                    mip_rel_gap=opt.mip_rel_gap, extra_rows=extra,
+                    start_gpus=start_gpus(cands, opt.start))  # fmt: skip
         if not res.allocations or res.objective <= 0:
             raise _unserved(models, cands, counts, cluster.name, res.status)
     mplans = {}
@@ -221,6 +224,26 @@ def plan_models(
         },
     )
     return plan
+
+
+def start_gpus(cands: Sequence[Candidate], plan: Plan | None) -> dict[int, tuple[int, ...]]:
+    """A warm start from ``plan``: per candidate that is one of its pipelines (same model,
+    batch, and per stage blocks, GPU type and share), the GPUs of each stage. Pipelines
+    of the plan no candidate matches are left out (the start then holds fewer GPUs)."""
+    if plan is None:
+        return {}
+    key_of = {
+        (c.model, c.batch, tuple((st.blocks, st.gpu, st.share) for st in c.stages)): k
+        for k, c in enumerate(cands)
+    }
+    out: dict[int, tuple[int, ...]] = {}
+    for m, mp in plan.models.items():
+        for pipe in mp.pipelines:
+            key = (m, pipe.batch, tuple((tuple(st.blocks), st.gpu, st.share) for st in pipe.stages))
+            k = key_of.get(key)
+            if k is not None and k not in out:
+                out[k] = tuple(max(1, st.instances // st.share) for st in pipe.stages)
+    return out
 
 
 def energy_terms(
