@@ -276,3 +276,28 @@ def test_serve_replan_manual_checks_and_says_so(capsys) -> None:  # type: ignore
                  "--replan", "manual", "--check"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and "re-planning: manual" in out
+
+
+def test_a_plan_for_gpus_the_cluster_lacks_is_refused() -> None:
+    """An operator's plan made for another cluster (V100s; this one has L4s and P4s): it
+    cannot be placed, the plan stays, and the reason says why (HTTP 400)."""
+    from hetserve.engine.setup import build_setup
+    from hetserve.planning.registry import PlanRequest, make_plan
+
+    base = build_setup("shepherd-12xv100", MODELS)
+    req = PlanRequest(
+        base.cluster, list(MODELS), {m: s * 1e3 for m, s in base.slos_s.items()}, None,
+        latency_source=lambda: (base.latency, list(base.models)),
+    )  # fmt: skip
+    v100 = make_plan("ppipe", req, {}).plan
+
+    async def main() -> None:
+        server = _server()
+        server.start()
+        with pytest.raises(HetserveError, match="cannot be placed"):
+            await server.apply_plan(v100)
+        assert server.control.version == 0 and not server.control.busy  # type: ignore[union-attr]
+        assert (await server.infer("resnet50", deadline_s=0.5)).outcome == "ok"
+        await server.stop()
+
+    asyncio.run(main())

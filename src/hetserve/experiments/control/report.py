@@ -1,4 +1,5 @@
-"""``reproduce control``'s report page: load, GPUs held and attainment over the day."""
+"""``reproduce control``'s report page: load, GPUs held with a mark per plan version, and
+attainment over the day."""
 
 from __future__ import annotations
 
@@ -25,9 +26,14 @@ def plot_day(results: dict[str, Any]) -> str:
         steps = [(0.0, _first_gpus(r))] + [(t, g) for t, _, g in r["timeline"]]
         xs = [t for t, _ in steps] + [len(hours)]
         ys = [g for _, g in steps] + [steps[-1][1]]
-        ax.step(xs, ys, where="post", label=name)
+        versions = len(r["timeline"])
+        (line,) = ax.step(xs, ys, where="post", label=f"{name} ({versions} switches)")
+        # each switch (a new plan version) marked where it happened, also those that
+        # kept the plan's size
+        ax.plot([t for t, _, _ in r["timeline"]], [g for _, _, g in r["timeline"]],
+                linestyle="none", marker="|", markersize=9, color=line.get_color())  # fmt: skip
     ax.set_ylabel("GPUs held")
-    ax.set_title("plan size over the day (each step a switch)")
+    ax.set_title("plan size and plan versions over the day (a mark per switch)")
     ax.legend(fontsize=8)
     ax = axes[2]
     for name, r in results["runs"].items():
