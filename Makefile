@@ -51,6 +51,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_control.py
 	$(VENV)/bin/python benchmarks/bench_replan.py
 	$(VENV)/bin/python benchmarks/bench_switch_live.py
+	$(VENV)/bin/python benchmarks/bench_switch_ray.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

@@ -9,9 +9,8 @@ of the same switch:
 
 - ``predicted``: the control loop's estimate (``ControlLoop.estimate``), made before it
   switches: the switch's time and the requests it delays;
-- ``simulated``: ``simulate`` on the trace, the switch asked for at half time (a
-  controller that asks once and always switches, the planner answering the target plan
-  at once);
+- ``simulated``: ``simulate`` on the trace, the switch asked for at half time
+  (``control.controller.AtTimes``, the planner answering the target plan at once);
 - ``live``: an in-process server (``Server``, emulated workers on the wall clock, the
   same scheduler), the trace's requests sent at their times, ``Server.apply_plan`` at
   half time.
@@ -30,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.control.scenario import plan_for, setup_for
 
-from hetserve.control.controller import Decision, Replan, Snapshot, SwitchEstimate
+from hetserve.control.controller import AtTimes
 from hetserve.core.outcome import OK
 from hetserve.core.provenance import provenance_line
 from hetserve.engine.control import ControlConfig, ControlSpec
@@ -48,26 +46,6 @@ from hetserve.experiments.setup import build_trace, control_spec, simulate
 from hetserve.runtime.server import Server
 from hetserve.runtime.serverconfig import ServerConfig, wall_clock_params
 from hetserve.workload.trace import Trace
-
-
-@dataclass
-class AskOnce:
-    """A controller that asks for a re-plan once, at ``at_s``, and always switches (an
-    operator's change, in the simulator)."""
-
-    at_s: float
-    asked: bool = False
-
-    def observe(self, snap: Snapshot) -> Replan | None:
-        if self.asked or snap.busy or snap.now_s < self.at_s:
-            return None
-        self.asked = True  # (the rates observed: what the switch's estimate is made at)
-        seen = {m: max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
-                for m in snap.planned_rps}  # fmt: skip
-        return Replan(seen, "operator (simulated)")
-
-    def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
-        return Decision(True, 0.0, est.delayed, 0.0, "switch: an operator's change")
 
 
 def window(arrival_s: np.ndarray, ok: np.ndarray, lo: float, hi: float) -> float:
@@ -78,7 +56,8 @@ def window(arrival_s: np.ndarray, ok: np.ndarray, lo: float, hi: float) -> float
 def simulated(setup: Any, trace: Trace, target: Any, mode: str, at_s: float) -> dict[str, Any]:
     cfg = ControlConfig(switch=mode, tick_s=0.01, window_s=1.0, long_window_s=2.0, solve_s=0.0)
     planned = dict(setup.plan.rates_at(1.0))
-    spec = ControlSpec(AskOnce(at_s), lambda r, p, pl: target, planned, cfg)
+    spec = ControlSpec(AtTimes((at_s,), "operator (simulated)"), lambda r, p, pl: target,
+                       planned, cfg)  # fmt: skip
     res = simulate(setup, "reservation", trace, control=spec)
     rec = next(r for r in res.control if r["switched"])
     arr = trace.time_s

@@ -263,3 +263,26 @@ def parse_replan(text: str, manual: bool = False) -> tuple[str, float | None]:
         else ("auto, every=SECONDS (> 0) or off")
     )
     raise HetserveError(f"--replan: expected {kinds}, got {text!r}")
+
+
+@dataclass
+class AtTimes:
+    """A controller that asks for a re-plan at each of ``times_s`` (one tick at or after
+    each) and always switches: an operator's schedule of changes, in the simulator (the
+    server's operator switches go through ``ControlLoop.switch_to`` instead). It asks at
+    the rates observed (per model the larger of the two windows')."""
+
+    times_s: tuple[float, ...]
+    reason: str = "scheduled"
+    _next: int = field(default=0, repr=False)
+
+    def observe(self, snap: Snapshot) -> Replan | None:
+        if snap.busy or self._next >= len(self.times_s) or snap.now_s < self.times_s[self._next]:
+            return None
+        self._next += 1
+        seen = {m: max(snap.rate_rps.get(m, 0.0), snap.rate_long_rps.get(m, 0.0))
+                for m in snap.planned_rps}  # fmt: skip
+        return Replan(seen, self.reason)
+
+    def judge(self, snap: Snapshot, want: Replan, est: SwitchEstimate) -> Decision:
+        return Decision(True, 0.0, est.delayed, 0.0, f"switch: {self.reason}")

@@ -80,6 +80,7 @@ class Epoch:
     sched: Scheduler
     view: ClusterView
     plan: Plan
+    checked: bool = False  # a Dispatch of it had its batch id checked (``_wrap``)
 
 
 @dataclass
@@ -128,6 +129,8 @@ class Switching:
         self.cur: Epoch
         self.draining: Epoch | None = None
         self.state = "serving"
+        self._holding = False  # paused or reloading: arrivals wait (``buffer``)
+        self._narrowed = False  # a plan served fewer models than one before it
         self.switch: Transition | None = None
         self.buffer: list[Request] = []
         self._next_no = 0
@@ -154,11 +157,11 @@ class Switching:
         return acts
 
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        if self.state == "paused" or self.state == "reloading":
+        if self._holding:
             self.buffer.append(request)
             return NO_ACTIONS
         e = self.cur
-        if self._wrapping and request.model not in e.plan.models:  # (unloaded by a switch)
+        if self._narrowed and request.model not in e.plan.models:  # (unloaded by a switch)
             return [Drop((request,), "not_provisioned")]
         acts = e.sched.on_arrival(request, now)
         return self._wrap(e, acts) if acts and self._wrapping else acts
@@ -218,7 +221,9 @@ class Switching:
         for name in ("on_arrival", "on_stage_done", "on_timer"):
             self.__dict__.pop(name, None)  # the epochs' own from now on
         self.switch = Transition(view, plan, steps, mode, now, list(steps.waves))
-        self.state = "loading"
+        if set(self.cur.plan.models) - set(plan.models):
+            self._narrowed = True  # (from now on an arrival's model is checked)
+        self._set_state("loading")
         self.switch.events.append(("begin", now))
         return self._next_wave(now)
 
@@ -243,7 +248,7 @@ class Switching:
         retry, sw.failed = sw.failed, []
         loads = [Load(w, m, b) for w, m, b, _ in retry]
         sw.pending = {(a.worker, a.model, a.blocks) for a in loads}
-        self.state = "reloading"
+        self._set_state("reloading")
         self._still_held = still_held
         if not loads:
             return acts + self._cutover(now)
@@ -263,6 +268,13 @@ class Switching:
         return self._wrap(e, acts) if acts and self._wrapping else acts
 
     def _wrap(self, e: Epoch, acts: list[Action]) -> list[Action]:
+        if e.checked and not (self.moved and e is self.draining):
+            for a in acts:  # (the common case: nothing to rewrite or record)
+                kind = type(a)
+                if kind is SetTimer or kind is Load:
+                    break
+            else:
+                return acts
         out: list[Action] = []
         for a in acts:
             kind = type(a)
@@ -270,11 +282,13 @@ class Switching:
                 a = SetTimer(a.at_s, _Token(e.no, a.token))  # type: ignore[union-attr]
             elif kind is Load:
                 self._loads[(a.worker, a.model, a.blocks)] = e.no  # type: ignore[union-attr]
-            elif kind is Dispatch and a.batch_id >> EPOCH_SHIFT != e.no:  # type: ignore[union-attr]
-                raise HetserveError(
-                    f"batch {a.batch_id} of epoch {e.no}: re-planning needs batch ids from "  # type: ignore[union-attr]
-                    f"BaseScheduler.new_batch_id"
-                )
+            elif kind is Dispatch and not e.checked:
+                if a.batch_id >> EPOCH_SHIFT != e.no:  # type: ignore[union-attr]
+                    raise HetserveError(
+                        f"batch {a.batch_id} of epoch {e.no}: re-planning needs batch ids "  # type: ignore[union-attr]
+                        f"from BaseScheduler.new_batch_id"
+                    )
+                e.checked = True  # (its ids come from new_batch_id: checked once)
             if (kind is Dispatch or kind is Drop) and self.moved and e is self.draining:
                 moved = self.moved  # (requests handed to the new plan at the cut-over)
                 keep = tuple(r for r in a.requests if r.id not in moved)  # type: ignore[union-attr]
@@ -320,7 +334,7 @@ class Switching:
                 sorted({w for w, _, _, _ in sw.failed})
             )
         # a paused switch: the current epoch stops taking requests and drains
-        self.state = "paused"
+        self._set_state("paused")
         self.draining = self.cur
         sw.mark_s = now
         sw.events.append(("paused", now))
@@ -337,7 +351,7 @@ class Switching:
         acts = self._open(self.factory(), view, sw.plan, now)
         sw.events.append(("cutover", now))
         if self.state == "loading":  # mbb: the previous epoch drains beside the new one
-            self.state = "draining"
+            self._set_state("draining")
             self.draining = prev
             sw.mark_s = now
             # the requests it holds and has not dispatched are the new plan's from now
@@ -370,9 +384,54 @@ class Switching:
         self._done(now)
         return acts
 
+    def _fast(self) -> None:
+        """Between switches, after the first: the serving epoch's scheduler called through
+        two small closures (instance attributes the engine reads again: ``Kernel.rebind``)
+        that pass its actions on as they are unless one needs rewriting (a timer's
+        token tagged with its epoch, a load recorded: ``_wrap``). Its timers keep the
+        general path (their tokens are tagged)."""
+        e = self.cur
+        if self._narrowed or not self._wrapping:
+            return
+        arrive, done, wrap, no = e.sched.on_arrival, e.sched.on_stage_done, self._wrap, e.no
+        general = Switching.on_stage_done
+
+        def on_arrival(request: Request, now: float) -> list[Action]:
+            acts = arrive(request, now)
+            if acts:
+                if not e.checked:
+                    return wrap(e, acts)
+                for a in acts:
+                    kind = type(a)
+                    if kind is SetTimer or kind is Load:
+                        return wrap(e, acts)
+            return acts
+
+        def on_stage_done(report: StageReport, now: float) -> list[Action]:
+            if report.batch_id >> EPOCH_SHIFT != no:  # (a load's report, or a stale one)
+                return general(self, report, now)
+            acts = done(report, now)
+            if acts:
+                if not e.checked:
+                    return wrap(e, acts)
+                for a in acts:
+                    kind = type(a)
+                    if kind is SetTimer or kind is Load:
+                        return wrap(e, acts)
+            return acts
+
+        self.on_arrival = on_arrival  # type: ignore[method-assign]
+        self.on_stage_done = on_stage_done  # type: ignore[method-assign]
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self._holding = state == "paused" or state == "reloading"
+
     def _done(self, now: float) -> None:
         assert self.switch is not None
         self.switch.events.append(("done", now))
-        self.state = "serving"
+        self._set_state("serving")
+        if self.draining is None:
+            self._fast()
         self.last = self.switch
         self.switch = None

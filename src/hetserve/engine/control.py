@@ -462,6 +462,7 @@ class ControlLoop:
             rec.paused_s = ev.get("cutover", now) - ev["paused"]
         kept = {w.id for w in self._target[1].workers}
         self.kernel.retire([w.id for w in self.placement.workers if w.id not in kept])
+        self.kernel.rebind()  # (the switching scheduler's fast path between switches)
         self.plan, self.placement, self.planned_rps = self._target
         self.holding.append((now, held_gpus(self.placement)))
         self.version += 1
