@@ -77,7 +77,8 @@ class SwitchEstimate:
     load_s: float  # predicted time until every load has ended (waves one after another)
     load_gpu_s: float  # GPU-seconds spent loading weights
     delayed: float  # requests predicted to be delayed by the switch
-    switch_s: float  # predicted wall time of the switch (loads, then the drain)
+    switch_s: float  # predicted wall time of the switch (workers started, loads, the drain)
+    ready_s: float = 0.0  # of it, starting the workers the run does not have (Ray's actors)
 
 
 @dataclass(frozen=True)

@@ -497,7 +497,9 @@ class ControlLoop:
           (its share of each model's rate, over ``drain_s``) may wait behind the other
           plan's batches: they count as delayed;
         - ``flush`` (or a fallback to it, where a worker cannot hold both): every request
-          that arrives during the pause (drain, then the loads that did not fit) waits.
+          that arrives during the pause (drain, then the loads that did not fit) waits;
+        - workers the run does not have are started first (``Executor.start_s``: Ray's
+          actors), while the current plan serves: the switch takes that much longer.
         """
         res = self._residency
         cat = self.cluster.catalog
@@ -552,9 +554,13 @@ class ControlLoop:
             delayed = total * (drain_s + reload_s)
             switch_s = waves_s + drain_s + reload_s
         gpus = sum(gpus_needed(plan, cat).values())
+        k = self.kernel
+        joining = [w.id for w in placement.workers if w.id not in k.workers or w.id in k.retired]
+        ready_s = k.executor.start_s(len(joining)) if joining else 0.0
         est = SwitchEstimate(
-            capacity(plan), gpus, steps.moved, waves_s, load_gpu_s, delayed, switch_s
-        )
+            capacity(plan), gpus, steps.moved, waves_s, load_gpu_s, delayed,
+            switch_s + ready_s, ready_s,
+        )  # fmt: skip
         return est, why_not
 
 

@@ -166,6 +166,13 @@ class Executor(Protocol):
         ``done`` with a reason saying so."""
         ...
 
+    def start_s(self, n: int) -> float:
+        """Called by the control loop when it estimates a switch: the seconds
+        :meth:`add_workers` is predicted to take to make ``n`` new workers ready (0 where
+        they are ready at once; Ray's: the time its own workers took to start, measured
+        when it started them)."""
+        ...
+
     def release_workers(self, ids: Sequence[str]) -> None:
         """Called by the kernel (``Kernel.retire``) when a switch has ended and the plan
         no longer uses ``ids`` (none runs anything; their blocks were evicted): give
@@ -214,6 +221,9 @@ class BaseExecutor:
 
     def release_workers(self, ids: Sequence[str]) -> None:
         return None
+
+    def start_s(self, n: int) -> float:
+        return 0.0
 
 
 class Observer:

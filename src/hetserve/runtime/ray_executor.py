@@ -129,12 +129,14 @@ class RayExecutor(BaseExecutor):
         self.placement: Any = None
         self.cold = False  # a plan with load plans: models load on demand
         self.stage_overhead_s: dict[str, float] = {}
+        self._ready_s = 0.0
         try:
             if found is None and any(w.gpu.name != "CPU" for w in view.workers.values()):
                 found = discover(address)
             if found is not None:
                 check_versions(found)
             self.found = found
+            t0 = time.perf_counter()
             self.placement = RayPlacement(view, found)
             # CPU worker slots share this machine's cores (the threads torch would use here)
             n_cpu = sum(1 for info in view.workers.values() if info.gpu.name == "CPU")
@@ -145,6 +147,8 @@ class RayExecutor(BaseExecutor):
             self.actors = {wid: self._spawn(info) for wid, info in view.workers.items()}
             wids = list(self.actors)
             got = ray.get([self.actors[w].where.remote() for w in wids])
+            # how long workers take to start here (a switch's new ones: ``start_s``)
+            self._ready_s = time.perf_counter() - t0
             self.places = {w: WorkerPlace(**g) for w, g in zip(wids, got, strict=True)}
             verify(view, found, self.places)
             todo: dict[str, list[tuple[str, tuple[int, int]]]] = {w: [] for w in self.actors}
@@ -229,6 +233,11 @@ class RayExecutor(BaseExecutor):
             run()
             return
         threading.Thread(target=run, name="hetserve-ray-add", daemon=True).start()
+
+    def start_s(self, n: int) -> float:
+        """The time this executor's own workers took to start (their GPUs reserved, their
+        actors started and placed: in parallel, so the same for any ``n``)."""
+        return self._ready_s if n else 0.0
 
     def release_workers(self, ids: Sequence[str]) -> None:
         """Workers a plan no longer uses: their actors end, and the GPUs no worker uses
