@@ -107,10 +107,10 @@ def _simulated(setup: Any, trace: Any, target: Any, mode: str, at_s: float) -> d
 
 
 def main() -> None:
+    print(provenance_line())
     import os
 
     os.environ.update(ENV)
-    print(provenance_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--duration", type=float, default=12.0)

@@ -23,11 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.control.scenario import setup_for
 
 from hetserve.control.controller import AtTimes, RateController
+from hetserve.core.provenance import provenance_line
 from hetserve.engine.control import ControlConfig, ControlSpec
 from hetserve.experiments.setup import build_trace, replanner, simulate
 
 
 def main() -> None:
+    print(provenance_line())
     variant, seconds = sys.argv[1], float(sys.argv[2])
     setup = setup_for(0.8)
     total = 0.7 * setup.plan.capacity_rps()
