@@ -189,6 +189,7 @@ class RayExecutor(BaseExecutor):
 
         clock = self.kernel.clock
         todo = dict(infos)
+        t_add = time.perf_counter()
         post: Callable[..., None] = (
             clock.call_soon if isinstance(clock, LoopClock) else (lambda fn, *args: fn(*args))
         )
@@ -214,6 +215,7 @@ class RayExecutor(BaseExecutor):
             self.infos.update(todo)
             self._node_of.update({w: p.node_id for w, p in places.items()})
             self.dead.difference_update(todo)
+            self._ready_s = time.perf_counter() - t_add  # (the next estimate's)
             if self.stage_overhead_s:
                 known = sorted(self.stage_overhead_s.values())
                 typical = known[len(known) // 2]
@@ -235,8 +237,9 @@ class RayExecutor(BaseExecutor):
         threading.Thread(target=run, name="hetserve-ray-add", daemon=True).start()
 
     def start_s(self, n: int) -> float:
-        """The time this executor's own workers took to start (their GPUs reserved, their
-        actors started and placed: in parallel, so the same for any ``n``)."""
+        """The time workers took to start here last (their GPUs reserved, their actors
+        started and placed, in parallel: the same for any ``n``): at start-up, or by the
+        last ``add_workers``."""
         return self._ready_s if n else 0.0
 
     def release_workers(self, ids: Sequence[str]) -> None:
