@@ -32,86 +32,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.control.scenario import plan_for, setup_for
 
-from hetserve.control.controller import AtTimes
-from hetserve.core.outcome import OK
 from hetserve.core.provenance import provenance_line
-from hetserve.engine.control import ControlConfig, ControlSpec
-from hetserve.experiments.setup import build_trace, control_spec, simulate
+from hetserve.experiments.control.switch import live_switch, simulated_switch
+from hetserve.experiments.setup import build_trace, control_spec
 from hetserve.runtime.server import Server
 from hetserve.runtime.serverconfig import ServerConfig, wall_clock_params
-from hetserve.workload.trace import Trace
 
 
-def window(arrival_s: np.ndarray, ok: np.ndarray, lo: float, hi: float) -> float:
-    sel = (arrival_s >= lo) & (arrival_s < hi)
-    return float(ok[sel].mean()) if sel.any() else float("nan")
-
-
-def simulated(setup: Any, trace: Trace, target: Any, mode: str, at_s: float) -> dict[str, Any]:
-    cfg = ControlConfig(switch=mode, tick_s=0.01, window_s=1.0, long_window_s=2.0, solve_s=0.0)
-    planned = dict(setup.plan.rates_at(1.0))
-    spec = ControlSpec(AtTimes((at_s,), "operator (simulated)"), lambda r, p, pl: target,
-                       planned, cfg)  # fmt: skip
-    res = simulate(setup, "reservation", trace, control=spec)
-    rec = next(r for r in res.control if r["switched"])
-    arr = trace.time_s
-    ok = res.outcome == OK
-    during = (arr >= rec["decided_s"]) & (arr <= rec["done_s"])
-    return {
-        "predicted_s": rec["predicted_switch_s"],
-        "predicted_delayed": rec["predicted_delayed"],
-        "switch_s": rec["done_s"] - rec["decided_s"],
-        "during": int(during.sum()),
-        "missed": int((during & ~ok).sum()),
-        "attainment": float(ok.mean()),
-        "window": window(arr, ok, rec["decided_s"] - 1.0, rec["decided_s"] + 2.0),
-    }
-
-
-async def _live(setup: Any, trace: Trace, target: Any, mode: str, at_s: float) -> dict[str, Any]:
+def _server(setup: Any, mode: str) -> Server:
     spec = control_spec(
         setup, "manual", mode, 4, setup.plan.rates_at(1.0), solve_s=None, serving=True
     )
     cfg = ServerConfig(scheduler="reservation", params=wall_clock_params("reservation", {}),
                        emulate=True, replan="manual", max_pending=1_000_000)  # fmt: skip
-    server = Server(setup, cfg, spec)
-    server.start()
-    loop = asyncio.get_running_loop()
-    names = np.array([s.model for s in trace.streams])[trace.stream_idx]
-    t0 = loop.time() + 0.2
-    futs: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(len(trace))]
-    sent_s = np.zeros(len(trace))
-
-    def send(i: int) -> None:
-        sent_s[i] = server.engine.clock.now()  # type: ignore[union-attr]
-        task = asyncio.ensure_future(server.infer(str(names[i])))
-        task.add_done_callback(lambda t: futs[i].set_result(t.result()))
-
-    for i, t in enumerate(trace.time_s.tolist()):
-        loop.call_at(t0 + t, send, i)
-    await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
-    rec = await server.apply_plan(target)
-    results = await asyncio.gather(*futs)
-    await server.stop()
-    ok = np.array([r.outcome == "ok" for r in results])
-    get = server.metrics.registry.get_sample_value
-    met = get("hetserve_switch_requests_total", {"result": "ok"}) or 0.0
-    missed = get("hetserve_switch_requests_total", {"result": "missed"}) or 0.0
-    return {
-        "predicted_s": rec.predicted_switch_s,
-        "predicted_delayed": rec.predicted_delayed,
-        "switch_s": rec.done_s - rec.decided_s,
-        "during": int(met + missed),
-        "missed": int(missed),
-        "attainment": float(ok.mean()),
-        "window": window(sent_s, ok, rec.decided_s - 1.0, rec.decided_s + 2.0),
-    }
+    return Server(setup, cfg, spec)
 
 
 def main() -> None:
@@ -135,8 +73,8 @@ def main() -> None:
     print(f"{'mode':6s} {'view':10s} {'switch_s':>9s} {'during':>7s} {'missed':>7s} "
           f"{'delayed':>8s} {'attain':>7s} {'window':>7s}")  # fmt: skip
     for mode in ("mbb", "flush"):
-        sim = simulated(setup, trace, target, mode, at_s)
-        live = asyncio.run(_live(setup, trace, target, mode, at_s))
+        sim = simulated_switch(setup, trace, target, mode, at_s)
+        live = asyncio.run(live_switch(_server(setup, mode), trace, target, at_s))
         print(f"{mode:6s} {'predicted':10s} {sim['predicted_s']:9.3f} {'':>7s} {'':>7s} "
               f"{sim['predicted_delayed']:8.1f}")  # fmt: skip
         for name, r in (("simulated", sim), ("live", live)):

@@ -25,24 +25,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.runtime.raycluster import ENV, LocalRayCluster
 
-from hetserve.control.controller import AtTimes
-from hetserve.core.outcome import OK
 from hetserve.core.provenance import provenance_line
-from hetserve.engine.control import ControlConfig, ControlSpec
-from hetserve.experiments.setup import build_trace, simulate
+from hetserve.experiments.control.switch import live_switch, simulated_switch
+from hetserve.experiments.setup import build_trace
 
 MODELS = ["resnet50", "bert-base"]
-
-
-def _window(arr: np.ndarray, ok: np.ndarray, lo: float, hi: float) -> float:
-    sel = (arr >= lo) & (arr < hi)
-    return float(ok[sel].mean()) if sel.any() else float("nan")
 
 
 def _plan(cluster: Any, w_resnet: float, slo_ms: float) -> Any:
@@ -56,54 +47,6 @@ def _plan(cluster: Any, w_resnet: float, slo_ms: float) -> Any:
         latency_source=lambda: (base.latency, list(base.models)),
     )  # fmt: skip
     return make_plan("ppipe", req, {}).plan
-
-
-async def _live(built: Any, trace: Any, target: Any, at_s: float) -> dict[str, Any]:
-    server = built.server
-    server.start()
-    loop = asyncio.get_running_loop()
-    names = np.array([s.model for s in trace.streams])[trace.stream_idx]
-    futs = [loop.create_future() for _ in range(len(trace))]
-    sent = np.zeros(len(trace))
-    t0 = loop.time() + 0.5
-
-    def send(i: int) -> None:
-        sent[i] = server.engine.clock.now()
-        task = asyncio.ensure_future(server.infer(str(names[i])))
-        task.add_done_callback(lambda t: futs[i].set_result(t.result()))
-
-    for i, t in enumerate(trace.time_s.tolist()):
-        loop.call_at(t0 + t, send, i)
-    await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
-    rec = await server.apply_plan(target)
-    results = await asyncio.gather(*futs)
-    await server.stop()
-    ok = np.array([r.outcome == "ok" for r in results])
-    get = server.metrics.registry.get_sample_value
-    met = get("hetserve_switch_requests_total", {"result": "ok"}) or 0.0
-    missed = get("hetserve_switch_requests_total", {"result": "missed"}) or 0.0
-    return {
-        "predicted_s": rec.predicted_switch_s, "switch_s": rec.done_s - rec.decided_s,
-        "during": int(met + missed), "missed": int(missed), "attainment": float(ok.mean()),
-        "window": _window(sent, ok, rec.decided_s - 1.0, rec.decided_s + 2.0),
-        "steps": rec.steps,
-    }  # fmt: skip
-
-
-def _simulated(setup: Any, trace: Any, target: Any, mode: str, at_s: float) -> dict[str, Any]:
-    cfg = ControlConfig(switch=mode, tick_s=0.01, window_s=1.0, long_window_s=2.0, solve_s=0.0)
-    spec = ControlSpec(AtTimes((at_s,), "operator (simulated)"), lambda r, p, pl: target,
-                       dict(setup.plan.rates_at(1.0)), cfg)  # fmt: skip
-    res = simulate(setup, "reservation", trace, control=spec)
-    rec = next(r for r in res.control if r["switched"])
-    arr, ok = trace.time_s, res.outcome == OK
-    during = (arr >= rec["decided_s"]) & (arr <= rec["done_s"])
-    return {
-        "predicted_s": rec["predicted_switch_s"], "switch_s": rec["done_s"] - rec["decided_s"],
-        "during": int(during.sum()), "missed": int((during & ~ok).sum()),
-        "attainment": float(ok.mean()),
-        "window": _window(arr, ok, rec["decided_s"] - 1.0, rec["decided_s"] + 2.0),
-    }  # fmt: skip
 
 
 def main() -> None:
@@ -144,8 +87,8 @@ def main() -> None:
             )  # fmt: skip
             rates = {"resnet50": 0.8 * a.rate, "bert-base": 0.2 * a.rate}
             trace = build_trace(built.setup, "poisson", rates, a.duration, a.seed)
-            sim = _simulated(built.setup, trace, plan_b, mode, at_s)
-            live = asyncio.run(_live(built, trace, plan_b, at_s))
+            sim = simulated_switch(built.setup, trace, plan_b, mode, at_s)
+            live = asyncio.run(live_switch(built.server, trace, plan_b, at_s, lead_s=0.5))
             print(f"{mode:6s} {'predicted':10s} {live['predicted_s']:9.3f}   ({live['steps']})")
             for name, r in (("simulated", sim), ("live", live)):
                 print(f"{mode:6s} {name:10s} {r['switch_s']:9.3f} {r['during']:7d} "
