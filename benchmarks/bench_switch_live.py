@@ -12,7 +12,7 @@ of the same switch:
 - ``simulated``: ``simulate`` on the trace, the switch asked for at half time
   (``control.controller.AtTimes``, the planner answering the target plan at once);
 - ``live``: an in-process server (``Server``, emulated workers on the wall clock, the
-  same scheduler), the trace's requests sent at their times, ``Server.apply_plan`` at
+  same scheduler), the trace's requests sent at their times, ``Operator.apply_plan`` at
   half time.
 
 Printed per view: the switch's wall time (decision to the old plan drained), the requests

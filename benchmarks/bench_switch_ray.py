@@ -8,7 +8,7 @@ it for an 80/20 and a 20/80 mix (SLOs ``--slo-ms``: a Ray call on a 2-core machi
 milliseconds). An in-process server on the Ray engine with emulated actors
 (``assemble_server``, as ``hetserve serve --address ... --emulate --replan manual``) is
 sent Poisson arrivals (80/20) at ``--rate`` for ``--duration`` seconds; at half time an
-operator switches to the 20/80 plan (``Server.apply_plan``); once in each mode. The
+operator switches to the 20/80 plan (``Operator.apply_plan``); once in each mode. The
 simulator runs the same trace, plans and switch (``control.controller.AtTimes``).
 Printed per mode: the switch's wall time (predicted, simulated, live), the requests that
 arrived during it and missed their SLO, attainment overall and from 1 s before the

@@ -203,7 +203,7 @@ def test_ray_workers_switch_plans_live_and_give_workers_back():
             for target, lo in ((cut, 0), (one, n // 3)):
                 part = [asyncio.ensure_future(srv.infer("resnet18", x[i]))
                         for i in range(lo, lo + n // 3)]  # fmt: skip
-                recs.append(await srv.apply_plan(target))
+                recs.append(await srv.operator.apply_plan(target))
                 actors.append(len(srv.engine.executor.actors))
                 out += await asyncio.gather(*part)
             out += await asyncio.gather(

@@ -14,7 +14,8 @@ from hetserve.control.controller import RateController
 from hetserve.core.errors import HetserveError
 from hetserve.engine.control import ControlConfig, ControlSpec, SwitchRecord
 from hetserve.experiments.setup import control_spec, replanner
-from hetserve.runtime.server import Busy, Result, Server
+from hetserve.runtime.operator import Busy
+from hetserve.runtime.server import Result, Server
 from hetserve.runtime.serverconfig import ServerConfig, wall_clock_params
 from tests.control.scenario import MODELS, plan_for, setup_for
 
@@ -62,7 +63,7 @@ def test_an_operators_plan_switches_under_load(mode: str) -> None:
         server.start()
         traffic = asyncio.ensure_future(_traffic(server, 150.0, 3.0))
         await asyncio.sleep(1.0)
-        rec = await server.apply_plan(plan_for(0.2))
+        rec = await server.operator.apply_plan(plan_for(0.2))
         assert rec.switched and rec.mode == mode and rec.version == 1
         results = await traffic
         await server.stop()
@@ -79,7 +80,7 @@ def test_an_operators_plan_switches_under_load(mode: str) -> None:
     assert _sample(server, "hetserve_plan_version") == 1
     assert _sample(server, "hetserve_switches_total", {"mode": mode}) == 1
     assert _sample(server, "hetserve_switch_seconds_count") == 1
-    state = server.control_state()
+    state = server.operator.state()
     assert state["version"] == 1 and not state["busy"]
     assert state["records"][-1]["switched"] and state["records"][-1]["reason"].startswith(
         "operator"
@@ -96,19 +97,19 @@ def test_unload_and_load_follow_tritons_semantics() -> None:
         server.start()
         traffic = asyncio.ensure_future(_traffic(server, 100.0, 4.0, seed=1))
         await asyncio.sleep(0.5)
-        rec = await server.unload_model("bert-base")
+        rec = await server.operator.unload_model("bert-base")
         assert rec is not None and rec.switched
         assert server.models == ["resnet50"]
         assert list(server.setup.plan.models) == ["resnet50"]
         with pytest.raises(HetserveError, match="UNAVAILABLE"):
             await server.infer("bert-base")
-        assert await server.unload_model("bert-base") is None  # already unloaded
+        assert await server.operator.unload_model("bert-base") is None  # already unloaded
         with pytest.raises(HetserveError, match="last model"):
-            await server.unload_model("resnet50")
+            await server.operator.unload_model("resnet50")
         with pytest.raises(HetserveError, match="started with"):
-            await server.load_model("vgg19")
+            await server.operator.load_model("vgg19")
         await asyncio.sleep(0.5)
-        rec = await server.load_model("bert-base")
+        rec = await server.operator.load_model("bert-base")
         assert rec.switched and sorted(server.models) == sorted(MODELS)
         assert (await server.infer("bert-base")).outcome == "ok"
         results = await traffic
@@ -123,12 +124,12 @@ def test_a_second_change_while_one_runs_is_refused() -> None:
     async def main() -> None:
         server = _server()
         server.start()
-        first = asyncio.ensure_future(server.apply_plan(plan_for(0.2)))
+        first = asyncio.ensure_future(server.operator.apply_plan(plan_for(0.2)))
         await asyncio.sleep(0)  # (it has begun)
         with pytest.raises(Busy, match="under way"):
-            await server.apply_plan(plan_for(0.5))
+            await server.operator.apply_plan(plan_for(0.5))
         with pytest.raises(Busy):
-            await server.unload_model("bert-base")
+            await server.operator.unload_model("bert-base")
         assert (await first).switched
         await server.stop()
 
@@ -142,7 +143,7 @@ def test_an_operators_plan_of_other_models_is_refused() -> None:
         other = setup_for(0.8).plan
         other = type(other)({"resnet50": other.models["resnet50"]}, meta=dict(other.meta))
         with pytest.raises(HetserveError, match="this server serves"):
-            await server.apply_plan(other)
+            await server.operator.apply_plan(other)
         await server.stop()
 
     asyncio.run(main())
@@ -154,8 +155,8 @@ def test_without_replan_the_plan_does_not_move() -> None:
         server = Server(setup, ServerConfig(scheduler="reservation", emulate=True))
         server.start()
         with pytest.raises(HetserveError, match="start it with --replan"):
-            await server.apply_plan(plan_for(0.2))
-        assert server.control_state() == {
+            await server.operator.apply_plan(plan_for(0.2))
+        assert server.operator.state() == {
             "replan": "off",
             "version": 0,
             "busy": False,
@@ -235,7 +236,7 @@ def test_real_workers_answer_rightly_across_a_switch() -> None:
         srv.start()
         try:
             first = [asyncio.ensure_future(srv.infer("resnet18", x[i])) for i in range(n // 2)]
-            rec = await srv.apply_plan(plan(whole))
+            rec = await srv.operator.apply_plan(plan(whole))
             rest = [asyncio.ensure_future(srv.infer("resnet18", x[i])) for i in range(n // 2, n)]
             return await asyncio.gather(*first, *rest), rec
         finally:
@@ -295,7 +296,7 @@ def test_a_plan_for_gpus_the_cluster_lacks_is_refused() -> None:
         server = _server()
         server.start()
         with pytest.raises(HetserveError, match="cannot be placed"):
-            await server.apply_plan(v100)
+            await server.operator.apply_plan(v100)
         assert server.control.version == 0 and not server.control.busy  # type: ignore[union-attr]
         assert (await server.infer("resnet50", deadline_s=0.5)).outcome == "ok"
         await server.stop()

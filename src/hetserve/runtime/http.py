@@ -51,7 +51,8 @@ from hetserve import __version__
 from hetserve.core.errors import HetserveError
 from hetserve.core.plan import Plan
 from hetserve.runtime.oip import HEADER_LEN, RequestError, encode_outputs, parse_request, split_body
-from hetserve.runtime.server import Busy, Server
+from hetserve.runtime.operator import Busy
+from hetserve.runtime.server import Server
 
 STATUS = {"dropped": 503, "overloaded": 429, "failed": 500, "refused": 503}
 CLIENT_CLOSED = 499  # what the log says of a request whose client went away first
@@ -182,15 +183,15 @@ def create_app(
 
     @api.post("/v2/repository/models/{model}/load")
     async def repository_load(model: str) -> Any:
-        return await _operator(server.load_model(model), lambda rec: {})
+        return await _operator(server.operator.load_model(model), lambda rec: {})
 
     @api.post("/v2/repository/models/{model}/unload")
     async def repository_unload(model: str) -> Any:
-        return await _operator(server.unload_model(model), lambda rec: {})
+        return await _operator(server.operator.unload_model(model), lambda rec: {})
 
     @api.get("/v2/control")
     async def control_state() -> Any:
-        return server.control_state()
+        return server.operator.state()
 
     @api.post("/v2/control/plan")
     async def control_plan(request: Request) -> Any:
@@ -202,7 +203,7 @@ def create_app(
             )
         except HetserveError as e:
             return _error(400, str(e))
-        return await _operator(server.apply_plan(plan), lambda rec: rec.to_json())
+        return await _operator(server.operator.apply_plan(plan), lambda rec: rec.to_json())
 
     @api.get("/v2/cluster/workers")
     async def cluster_workers() -> Any:

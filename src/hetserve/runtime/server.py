@@ -26,20 +26,19 @@ import dataclasses
 import gc
 import itertools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hetserve.control.switching import Switching
 from hetserve.core.errors import HetserveError
 from hetserve.core.outcome import CANCELLED, DROPPED, FAILED, LATE, OK, failure_text
-from hetserve.core.plan import Plan
+from hetserve.core.plan import Placement, Plan
 from hetserve.core.requests import Request
-from hetserve.engine.control import ControlLoop, ControlSpec, SwitchRecord
+from hetserve.engine.control import ControlLoop, ControlSpec
 from hetserve.engine.entities import Batch
 from hetserve.engine.setup import Setup
 from hetserve.runtime import status
-from hetserve.runtime.control import LiveSensor, ThreadSolver
+from hetserve.runtime.control import LiveSensor
 from hetserve.runtime.engine import LoopClock, Recording, RuntimeEngine
 from hetserve.runtime.executors import EXECUTORS, ExecutorRequest, executor_kind
 from hetserve.runtime.metrics import (
@@ -51,6 +50,7 @@ from hetserve.runtime.metrics import (
     failure_reason,
 )
 from hetserve.runtime.oip import ModelTensors
+from hetserve.runtime.operator import Operator
 from hetserve.runtime.served import answer_mismatch, check_served
 from hetserve.runtime.serverconfig import ServerConfig
 from hetserve.scheduling import ClusterView, StageReport, make_scheduler
@@ -64,14 +64,6 @@ class Result:
     reason: str = ""
     output: Any = None
     latency_s: float = 0.0
-
-
-#: why an unloaded model is UNAVAILABLE
-UNLOADED = "unloaded (POST /v2/repository/models/M/unload)"
-
-
-class Busy(HetserveError):
-    """A re-plan or switch is under way: an operator's plan must wait (HTTP 409)."""
 
 
 _NAMES = {OK: "ok", LATE: "late", DROPPED: "dropped", FAILED: "failed", CANCELLED: "cancelled"}
@@ -89,13 +81,9 @@ class Server:
         self.setup = setup
         self.cfg = config or ServerConfig()
         self.control_spec = control
-        self.control: ControlLoop | None = None
-        self.sensor: LiveSensor | None = None
-        self._solver: ThreadSolver | None = None
+        self.operator = Operator(self, control)  # the control loop, an operator's changes
+        self.sensor: LiveSensor | None = None  # (the operator's, once started)
         self._in_switch: set[int] = set()  # requests that arrived while a switch ran
-        # models an operator unloaded (or is unloading, or loading back): why, per model
-        self.unloaded: dict[str, str] = {}
-        self._settle: dict[int, Callable[[SwitchRecord], None]] = {}  # by record index
         self.metrics = Metrics()
         self.stats = ModelStats(self.models)
         self.engine: RuntimeEngine | None = None
@@ -117,6 +105,16 @@ class Server:
         # Ray's engine: where each worker was placed, what a stage call costs beyond compute
         self.places: dict[str, Any] = {}
         self.stage_overhead_s: dict[str, float] = {}
+
+    @property
+    def control(self) -> ControlLoop | None:
+        """The control loop (``serve --replan``; None: the plan does not move)."""
+        return self.operator.loop
+
+    @property
+    def unloaded(self) -> dict[str, str]:
+        """Models an operator unloaded (or is unloading, or loading back): why."""
+        return self.operator.unloaded
 
     @property
     def models(self) -> list[str]:
@@ -248,7 +246,7 @@ class Server:
         status.log_places(self)
         self.engine.start()
         if self.control_spec is not None:
-            self._start_control(sched)
+            self.operator.start(sched)
         self._tensors.clear()  # (the rows a request may carry: the scheduler's say too)
         # what exists now (models, plan, libraries) lives as long as the server: keep it out
         # of the garbage collector's full passes, which otherwise stall the loop for ms
@@ -259,200 +257,15 @@ class Server:
         mb = self.cfg.params.get("max_batch")
         return Admission(view, plan, mb if isinstance(mb, int) else 0)
 
-    def _start_control(self, sched: Switching) -> None:
-        """The control loop on the engine's kernel: its planner on a thread of its own,
-        the live traffic as its sensor (``runtime.control``)."""
-        spec, eng = self.control_spec, self.engine
-        assert spec is not None and eng is not None
-        cfg = spec.config
-        self.sensor = LiveSensor(self.models, max(cfg.long_window_s, cfg.window_s), cfg.burst_bin_s)
-        clock = eng.clock
-        self._solver = ThreadSolver(clock.call_soon, clock.now)
-        st = self.setup
-        self.control = ControlLoop(
-            eng.kernel, sched, spec.controller, spec.replanner, self.sensor, st.cluster,
-            st.model_catalog.graph, dict(spec.planned_rps),
-            dataclasses.replace(cfg, solve_s=None), solver=self._solver,
-            listener=self._switched,
-        )  # fmt: skip
-        self.metrics.plan_version.set(0)
-        self.control.start(clock.now())
-
-    def _switched(self, rec: SwitchRecord) -> None:
-        """A decision of the control loop, and where it switched, the switch's end: the
-        metrics, and the server's view of the plan follows the new one."""
-        m = self.metrics
-        m.of(m.replans, "switch" if rec.switched else "stay").inc()
-        ctl = self.control
-        assert ctl is not None
-        settle = self._settle.pop(len(ctl.records) - 1, None)
-        if not rec.switched:
-            if settle is not None:
-                settle(rec)
-            return
-        m.of(m.switches, rec.mode).inc()
-        m.switch_seconds.observe(max(0.0, rec.done_s - rec.decided_s))
-        m.switch_waited.inc(rec.waited)
-        m.plan_version.set(ctl.version)
-        self.setup = dataclasses.replace(self.setup, plan=ctl.plan, placement=ctl.placement)
+    def follow(self, plan: Plan, placement: Placement) -> None:
+        """A switch has ended (``runtime.operator``): the server's view of the plan (its
+        models, workers, admission) is the new one's."""
+        self.setup = dataclasses.replace(self.setup, plan=plan, placement=placement)
         self._view = self._view_of()
         self.infos = None
         self._tensors.clear()
         if self.admission is not None:
-            self.admission = self._admission(self._view, ctl.plan)
-        if settle is not None:
-            settle(rec)
-
-    def _operator_loop(self) -> ControlLoop:
-        ctl = self.control
-        if ctl is None or self.engine is None:
-            raise HetserveError(
-                "this server does not switch plans: start it with --replan (manual, auto "
-                "or every=SECONDS)"
-            )
-        if ctl.busy:
-            raise Busy(
-                f"a re-plan or switch is under way (plan version {ctl.version}): try again "
-                f"when it ends"
-            )
-        return ctl
-
-    async def _switched_by(self, ctl: ControlLoop, n: int, timeout_s: float) -> SwitchRecord:
-        """The record of the decision after the first ``n``, once the loop is idle
-        again (a switch has ended, or the plan stayed)."""
-        t_end = time.monotonic() + timeout_s
-        while ctl.busy or len(ctl.records) <= n:
-            if time.monotonic() > t_end:
-                raise HetserveError(
-                    f"the switch is still under way after {timeout_s:g} s (GET /v2/control "
-                    f"follows it)"
-                )
-            await asyncio.sleep(0.02)
-        return ctl.records[n]
-
-    def _rates_for(self, models: list[str]) -> dict[str, float]:
-        """Rates for an operator's re-plan of ``models``: the rates the current plan was
-        made for; a model loaded back, the rate it was first planned for (else the mean
-        of the others)."""
-        ctl, spec = self.control, self.control_spec
-        assert ctl is not None and spec is not None
-        known = {**spec.planned_rps, **ctl.planned_rps}
-        fill = sum(known.values()) / len(known) if known else 1.0
-        return {m: known.get(m, fill) for m in models}
-
-    def _operate(
-        self, rates: dict[str, float], reason: str, settle: Callable[[SwitchRecord], None]
-    ) -> tuple[ControlLoop, int]:
-        """Start an operator's re-plan for ``rates``; ``settle(record)`` runs when it has
-        ended (switched or not), whether or not anyone still awaits it. Returns the loop
-        and the index its record will have."""
-        ctl = self._operator_loop()
-        n = len(ctl.records)
-        self._settle[n] = settle
-        try:
-            ctl.replan_now(rates, self.engine.clock.now(), reason)  # type: ignore[union-attr]
-        except BaseException:
-            del self._settle[n]
-            raise
-        return ctl, n
-
-    async def load_model(self, model: str, timeout_s: float = 300.0) -> SwitchRecord:
-        """Triton's ``POST /v2/repository/models/{m}/load``: a model unloaded before comes
-        back (re-planned with the models served, at the rates they were planned for); a
-        served one is re-planned with the others (a reload: it keeps serving on the
-        current plan until the new one has loaded, make-before-break). Returns when the
-        switch has ended; ``HetserveError`` where it could not (the reason)."""
-        if model not in self.setup.models:
-            raise HetserveError(
-                f"failed to load {model!r}: this server was started with "
-                f"{', '.join(self.setup.models)} only"
-            )
-        back = model in self.unloaded
-
-        def settle(rec: SwitchRecord) -> None:
-            if rec.switched:
-                self.unloaded.pop(model, None)
-            elif back:
-                self.unloaded[model] = UNLOADED
-
-        ctl, n = self._operate(
-            self._rates_for([*self.models, model]), f"operator: load {model}", settle
-        )
-        if back:
-            self.unloaded[model] = "loading (POST .../load)"
-        rec = await self._switched_by(ctl, n, timeout_s)
-        if not rec.switched:
-            raise HetserveError(f"failed to load {model!r}: {rec.decision}")
-        return rec
-
-    async def unload_model(self, model: str, timeout_s: float = 300.0) -> SwitchRecord | None:
-        """Triton's ``POST /v2/repository/models/{m}/unload``: the model is refused from
-        now on (404, UNAVAILABLE), its requests in flight end on the current plan, and
-        the others are re-planned without it (its GPUs go to them). Returns when the
-        switch has ended (None: the model was unloaded already); ``HetserveError`` where
-        it could not (the model is served again)."""
-        if model not in self.setup.models:
-            raise HetserveError(
-                f"failed to unload {model!r}: this server was started with "
-                f"{', '.join(self.setup.models)} only"
-            )
-        if model in self.unloaded:
-            return None
-        others = [m for m in self.models if m != model]
-        if not others:
-            raise HetserveError(
-                f"failed to unload {model!r}: it is the last model served (a plan serves "
-                f"at least one)"
-            )
-
-        def settle(rec: SwitchRecord) -> None:
-            if rec.switched:
-                self.unloaded[model] = UNLOADED
-            else:
-                self.unloaded.pop(model, None)
-
-        ctl, n = self._operate(self._rates_for(others), f"operator: unload {model}", settle)
-        self.unloaded[model] = "unloading (POST .../unload)"
-        rec = await self._switched_by(ctl, n, timeout_s)
-        if not rec.switched:
-            raise HetserveError(f"failed to unload {model!r}: {rec.decision}")
-        return rec
-
-    async def apply_plan(self, plan: Plan, timeout_s: float = 300.0) -> SwitchRecord:
-        """An operator's plan (``POST /v2/control/plan``): switched to through the
-        control loop's reconciler (``ControlLoop.switch_to``); returns when the switch
-        has ended. ``HetserveError``: no control loop (``--replan``), a plan of other
-        models, or one that cannot be placed; :class:`Busy` while a re-plan or switch
-        is under way."""
-        ctl = self._operator_loop()
-        if sorted(plan.models) != sorted(self.models):
-            raise HetserveError(
-                f"the plan serves {', '.join(sorted(plan.models)) or 'no model'}; this server "
-                f"serves {', '.join(sorted(self.models))}"
-            )
-        n = len(ctl.records)
-        ctl.switch_to(plan, self.engine.clock.now(), "operator: a plan")  # type: ignore[union-attr]
-        rec = await self._switched_by(ctl, n, timeout_s)
-        if not rec.switched:
-            raise HetserveError(f"the plan was not switched to: {rec.decision}")
-        return rec
-
-    def control_state(self) -> dict[str, Any]:
-        """The control loop's state: plan version, whether a re-plan or switch is under
-        way, and every decision so far (``SwitchRecord``; what ``GET /v2/control``
-        answers)."""
-        ctl = self.control
-        if ctl is None:
-            return {"replan": "off", "version": 0, "busy": False, "records": []}
-        spec = self.control_spec
-        assert spec is not None
-        return {
-            "replan": self.cfg.replan,
-            "switch": spec.config.switch,
-            "version": ctl.version,
-            "busy": ctl.busy,
-            "records": [r.to_json() for r in ctl.records],
-        }
+            self.admission = self._admission(self._view, plan)
 
     def _refuse(self, model: str, reason: str, label: str, rows: int = 1) -> Result:
         m = self.metrics
@@ -645,8 +458,7 @@ class Server:
             self._futures.pop(rid, None)
         if self.engine is not None:
             self.engine.executor.close()
-        if self._solver is not None:
-            self._solver.close()
+        self.operator.close()
         gc.unfreeze()  # what start() froze may be collected again
 
 

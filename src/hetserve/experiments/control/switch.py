@@ -52,7 +52,7 @@ async def live_switch(
     server: Any, trace: Trace, target: Any, at_s: float, lead_s: float = 0.2
 ) -> dict[str, Any]:
     """Start ``server`` (a ``Server`` with ``--replan``), send ``trace``'s requests at
-    their times (from ``lead_s`` after the start) and ``Server.apply_plan(target)`` at
+    their times (from ``lead_s`` after the start) and ``Operator.apply_plan(target)`` at
     ``at_s``; stop it when every request has its answer."""
     server.start()
     loop = asyncio.get_running_loop()
@@ -69,7 +69,7 @@ async def live_switch(
     for i, t in enumerate(trace.time_s.tolist()):
         loop.call_at(t0 + t, send, i)
     await asyncio.sleep(max(0.0, t0 + at_s - loop.time()))
-    rec = await server.apply_plan(target)
+    rec = await server.operator.apply_plan(target)
     results = await asyncio.gather(*futs)
     await server.stop()
     ok = np.array([r.outcome == "ok" for r in results])
