@@ -145,7 +145,11 @@ class TorchExecutor(BaseExecutor):
             clock = kernel.clock
             if not isinstance(clock, LoopClock):  # a virtual clock: now, ends after as long
                 t0 = time.perf_counter()
-                self._prepare_one(a.worker, a.model, a.blocks)
+                try:
+                    self._prepare_one(a.worker, a.model, a.blocks)
+                except Exception as err:  # (the load fails; the scheduler hears why)
+                    kernel.load_finished(a, now, now, False, _reason(err))
+                    return
                 clock.call_at(now + time.perf_counter() - t0, self._loaded, a, now)
                 return
 
