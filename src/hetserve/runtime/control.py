@@ -3,8 +3,8 @@ of the live traffic, and where its planner runs.
 
 - :class:`LiveSensor` (``engine.control.Sensor``) counts arrivals per model, and endings by
   their deadline, in bins of ``bin_s`` seconds kept for the long window only, so its
-  memory does not grow with the rate or the uptime. Rates are read over whole bins (the
-  bin under way counts in proportion to its elapsed part).
+  memory does not grow with the rate or the uptime. A rate is the bins' count over the
+  time they cover (the bin under way for its elapsed part).
 - :class:`ThreadSolver` (``engine.control.Solver``) runs the planner on a thread of its
   own, off the event loop (requests keep flowing while it solves), and hands the plan
   back on the loop; the time it took is the solve time the switch record shows.
@@ -66,42 +66,41 @@ class LiveSensor:
         for k in [k for k in bins if k <= newest - self.keep]:
             del bins[k]
 
-    def _counts(self, bins: dict[int, int], now: float, window_s: float) -> np.ndarray:
-        """Per bin of ``(now - window_s, now]``, oldest first: the count, the bin under
-        way scaled to a whole bin's worth."""
-        hi = self._bin(now)
-        k = max(1, round(window_s / self.bin_s))
-        out = np.array([bins.get(b, 0) for b in range(hi - k + 1, hi + 1)], dtype=float)
-        return out
+    def _last(self, now: float) -> int:
+        """The bin of the instant just before ``now`` (the bin under way; on a boundary,
+        the one that just ended)."""
+        return math.ceil(now / self.bin_s) - 1
+
+    def _k(self, window_s: float) -> int:
+        return max(1, round(window_s / self.bin_s))
+
+    def _counts(self, bins: dict[int, int], last: int, k: int) -> np.ndarray:
+        """The counts of the ``k`` bins up to ``last``, oldest first."""
+        return np.array([bins.get(b, 0) for b in range(last - k + 1, last + 1)], dtype=float)
 
     def rates(self, now: float, window_s: float) -> dict[str, float]:
+        """Per model, the arrivals of the window's bins over the time they cover (the
+        bin under way for its elapsed part; early on, the time so far)."""
         span = min(window_s, max(now, self.bin_s))
-        return {
-            m: float(self._counts(bins, now, span).sum()) / self._span(now, span)
-            for m, bins in self._arrivals.items()
-        }
-
-    def _span(self, now: float, window_s: float) -> float:
-        """The time the bins of ``(now - window_s, now]`` cover: whole bins, and the
-        elapsed part of the one under way."""
-        k = max(1, round(window_s / self.bin_s))
-        return (k - 1) * self.bin_s + max(now - self._bin(now) * self.bin_s, 1e-3)
+        last, k = self._last(now), self._k(span)
+        covered = (k - 1) * self.bin_s + max(now - last * self.bin_s, 1e-3)
+        return {m: float(self._counts(bins, last, k).sum()) / covered
+                for m, bins in self._arrivals.items()}  # fmt: skip
 
     def peak_rates(self, now: float, window_s: float, bin_s: float, q: float) -> dict[str, float]:
-        """Per model, the ``q`` quantile of its rate over the whole bins of the window
+        """Per model, the ``q`` quantile of its rate over the window's whole bins
         (``bin_s`` is this sensor's own bin)."""
         span = min(window_s, max(now, self.bin_s))
-        out = {}
-        for m, bins in self._arrivals.items():
-            c = self._counts(bins, now - self.bin_s, span)  # (whole bins only)
-            out[m] = float(np.quantile(c, q)) / self.bin_s if len(c) else 0.0
-        return out
+        last, k = math.floor(now / self.bin_s) - 1, self._k(span)  # (whole bins only)
+        return {m: float(np.quantile(self._counts(bins, last, k), q)) / self.bin_s
+                for m, bins in self._arrivals.items()}  # fmt: skip
 
     def attainment(self, now: float, window_s: float) -> tuple[float | None, int]:
-        hi = self._bin(now)
-        k = max(1, round(window_s / self.bin_s))
+        """Of the requests due in the window's bins that ended: the share that met their
+        SLO, and how many."""
+        last, k = self._last(now), self._k(window_s)
         n = met = 0
-        for b in range(hi - k + 1, hi + 1):
+        for b in range(last - k + 1, last + 1):
             row = self._due.get(b)
             if row is not None:
                 n += row[0]
