@@ -253,6 +253,10 @@ class Operator:
             "records": [r.to_json() for r in ctl.records],
         }
 
+    def switching(self) -> bool:
+        """A switch is under way (from its first load until the old plan has drained)."""
+        return self.loop is not None and self.loop.switching.switch is not None
+
     def close(self) -> None:
         """The server stops: no new solve (one under way is left to end by itself)."""
         if self.solver is not None:

@@ -363,7 +363,7 @@ class Server:
         self._pending_n[model] += 1
         if version is not None:
             self._versions[rid] = version
-        if self.control is not None and self.control.switching.switch is not None:
+        if sensor is not None and self.operator.switching():  # (only with --replan)
             self._in_switch.add(rid)
         eng.submit(Request(rid, model, stream or "http", now, now + slo, None, rows), batch)
         try:
