@@ -38,19 +38,75 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def cold_start_s(cm: ColdModel, plan: object, x: torch.Tensor, device: str) -> float:
-    """One cold start: evict, then load by ``plan`` and run one request at once."""
+def cold_start(
+    cm: ColdModel, plan: object, x: torch.Tensor, device: str, busy_s: float = 0.0
+) -> tuple[float, object]:
+    """One cold start: evict, then load by ``plan`` and run one request at once; returns
+    its time and output. ``busy_s`` > 0 first queues about that much of another model's
+    work (matrix products) on the execution stream, unsynchronised, to see whether the
+    load waits for it (issue 43, item 4)."""
     if cm.loaded:
         cm.evict()
     sync(device)
+    if busy_s > 0:
+        _queue_busy(device, busy_s)
     done = threading.Event()
     t0 = time.perf_counter()
     cm.load(plan, done.set)  # type: ignore[arg-type]
-    cm.run(x)
+    y = cm.run(x)
     sync(device)
     t = time.perf_counter() - t0
     done.wait()
-    return t
+    return t, y
+
+
+def cold_start_s(cm: ColdModel, plan: object, x: torch.Tensor, device: str) -> float:
+    return cold_start(cm, plan, x, device)[0]
+
+
+_BUSY: dict[str, tuple[torch.Tensor, float]] = {}
+
+
+def _queue_busy(device: str, seconds: float) -> None:
+    """Queues ``seconds`` of 4096^3 matrix products on the current stream (the number of
+    products per second measured once, synchronised)."""
+    if device not in _BUSY:
+        a = torch.randn(4096, 4096, device=device)
+        for _ in range(3):
+            a @ a
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            a @ a
+        sync(device)
+        _BUSY[device] = (a, 10 / (time.perf_counter() - t0))
+    a, per_s = _BUSY[device]
+    for _ in range(max(1, round(seconds * per_s))):
+        a @ a
+
+
+def max_rel_diff(y: object, ref: object) -> float:
+    """The largest |y - ref| / max|ref| over the output's tensors (0.0: bit-equal)."""
+    ys = [y] if isinstance(y, torch.Tensor) else list(_tensors(y))
+    rs = [ref] if isinstance(ref, torch.Tensor) else list(_tensors(ref))
+    worst = 0.0
+    for a, b in zip(ys, rs, strict=True):
+        a, b = a.detach().float().cpu(), b.detach().float().cpu()
+        worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
+    return worst
+
+
+def _tensors(o: object):
+    if isinstance(o, torch.Tensor):
+        yield o
+    elif isinstance(o, dict):
+        for v in o.values():
+            yield from _tensors(v)
+    elif isinstance(o, (list, tuple)):
+        for v in o:
+            yield from _tensors(v)
+    elif hasattr(o, "to_tuple"):  # transformers' ModelOutput
+        yield from _tensors(o.to_tuple())
 
 
 def main() -> None:
@@ -62,6 +118,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default="coldstart-out")
+    ap.add_argument(
+        "--busy-ms", type=float, default=0.0,
+        help="also cold-start behind this much of another model's queued work",
+    )  # fmt: skip
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,6 +132,16 @@ def main() -> None:
         seq = DEEPPLAN_SEQ_LEN.get(model)
         net = build(model, seq_len=seq) if seq else build(model)
         x = net.input_spec.example(1).to(a.device)
+        if a.device.startswith("cuda"):  # deterministic kernels for the output check
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        warm = net.to(a.device).eval()
+        with torch.inference_mode():
+            ref = warm(x)
+            ref = [t.clone() for t in _tensors(ref)]
+        net = warm.to("cpu")
         if a.device.startswith("cuda"):
             backend: object = CudaBackend(host_alias, a.device)
         else:
@@ -80,14 +150,24 @@ def main() -> None:
         for kind in a.kinds.split(","):
             plan = make_load_plan(kind, rows)
             predicted = timeline(rows, plan).latency_s
-            cold_start_s(cm, plan, x, a.device)  # warm the kernels and allocator
-            ts = [cold_start_s(cm, plan, x, a.device) for _ in range(a.repeats)]
+            cold_start(cm, plan, x, a.device)  # warm the kernels and allocator
+            ts, diff = [], 0.0
+            for _ in range(a.repeats):
+                t, y = cold_start(cm, plan, x, a.device)
+                ts.append(t)
+                diff = max(diff, max_rel_diff(list(_tensors(y)), ref))
             measured = statistics.median(ts)
+            busy = None
+            if a.busy_ms > 0:
+                tb = [cold_start(cm, plan, x, a.device, a.busy_ms / 1e3)[0]
+                      for _ in range(a.repeats)]  # fmt: skip
+                busy = statistics.median(tb) * 1e3
             results.append({
                 "model": model, "kind": kind, "rows": len(rows),
                 "dha_rows": len(plan.dha_layers), "predicted_ms": predicted * 1e3,
                 "measured_ms": measured * 1e3, "measured_all_ms": [t * 1e3 for t in ts],
                 "error_pct": 100 * (measured - predicted) / predicted if predicted else None,
+                "max_rel_diff_vs_warm": diff, "behind_busy_ms": busy, "busy_ms": a.busy_ms,
             })  # fmt: skip
     write_layers_csv(all_rows, out / "layers.csv")
     device_name = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
@@ -95,12 +175,17 @@ def main() -> None:
         json.dumps({"device": device_name, "results": results}, indent=1) + "\n"
     )
     print(f"device: {device_name}")
-    print("| model | kind | rows (DHA) | predicted ms | measured ms (median) | error |")
-    print("|---|---|---:|---:|---:|---:|")
+    print(
+        "| model | kind | rows (DHA) | predicted ms | measured ms (median) | error "
+        f"| max rel diff vs warm | behind {a.busy_ms:g} ms of queued work |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+        busy = "-" if r["behind_busy_ms"] is None else f"{r['behind_busy_ms']:.2f}"
         print(f"| {r['model']} | {r['kind']} | {r['rows']} ({r['dha_rows']}) | "
-              f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | {err} |")  # fmt: skip
+              f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | {err} | "
+              f"{r['max_rel_diff_vs_warm']:.2e} | {busy} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -134,3 +134,29 @@ def test_table_without_energy(tmp_path):
     assert tm.latency("m", "V100", 1, 1, range(1, 2)) == pytest.approx(7e-6)
     with pytest.raises(HetserveError, match="no energy.csv"):
         tm.energy("m", "V100", 1, 1)
+
+
+def test_the_shipped_h200_set_is_installed_whole_and_plans():
+    """``data/profiles/h200`` (measured on a card, docs/profiles.md): installed with the
+    package, every model at every batch and block with energy, a whole model slower at a
+    larger batch and cheaper per request, and a plan made on it for a one-H200 cluster."""
+    from importlib.resources import files
+
+    from hetserve.core.cluster import parse_cluster
+    from hetserve.engine.setup import build_setup
+
+    folder = files("hetserve") / "data" / "profiles" / "h200"
+    ps = ProfileSet.read(str(folder))
+    models = ("resnet50", "bert-base", "efficientnet-b0", "vit-b16", "vgg16")
+    batches = (1, 2, 4, 8, 16, 32, 64)
+    assert set(ps.latency_us) == {(m, "H200", 1, b) for m in models for b in batches}
+    assert ps.energy_mj is not None and set(ps.energy_mj) == set(ps.latency_us)
+    for m in models:
+        whole = [sum(ps.latency_us[(m, "H200", 1, b)]) for b in batches]
+        per_req = [sum(ps.energy_mj[(m, "H200", 1, b)]) / b for b in batches]
+        assert whole[-1] > whole[0] and per_req[-1] < per_req[0]
+        assert len(ps.latency_us[(m, "H200", 1, 1)]) == 10
+    node = {"name": "n", "gpus": {"H200": 1}, "nic_gbps": 10}
+    cluster = parse_cluster({"name": "one-h200", "nodes": [node]}, "test")
+    setup = build_setup(cluster, ["resnet50", "bert-base"], profiles=str(folder))
+    assert setup.plan.models["resnet50"].throughput_rps > 0

@@ -338,3 +338,31 @@ def test_serve_answers_tritonclient_with_the_eager_models_outputs(repo, tmp_path
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         out.close()
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-gpt2"])
+def test_moving_a_model_moves_the_devices_its_graph_recorded(repo, name, catalog):
+    """The export records the example inputs' device in ``arange``/``to`` calls (a BERT's
+    attention bias); moving the model moves them too, or on a GPU those tensors stay on
+    the CPU and the first block fails (seen on an H200, issue 43). The meta device stands
+    in for the GPU here; moved back to the CPU the model gives the same outputs."""
+    import copy
+
+    net = build(name, model_catalog=catalog)
+
+    def recorded(m):
+        return {str(n.kwargs["device"]) for layer in m.layers for n in layer.graph.nodes
+                if n.kwargs.get("device") is not None}  # fmt: skip
+
+    assert recorded(net) == {"cpu"}, "the export recorded no device: the test checks nothing"
+    x = net.input_spec.example(3)
+    with torch.no_grad():
+        before = net.run_layers(x, 0, len(net.layers))
+    elsewhere = copy.deepcopy(net).to("meta")
+    assert recorded(elsewhere) == {"meta"}
+    net.to(torch.device("cpu"))
+    assert recorded(net) == {"cpu"}
+    with torch.no_grad():
+        after = net.run_layers(x, 0, len(net.layers))
+    after, before = (t if isinstance(t, tuple) else (t,) for t in (after, before))
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))

@@ -34,7 +34,7 @@ def _runtime(plan, lat, pl, sched, trace, executor):
 
     def on_done(r, outcome, reason, out):
         assert r.id not in done
-        done[r.id] = (outcome, clock.now(), out)
+        done[r.id] = (outcome, clock.now(), out, reason)
 
     eng = RuntimeEngine(view, plan, sched, executor, clock, on_done)
     eng.start()
@@ -55,7 +55,7 @@ def test_emulated_runtime_follows_the_simulator_through_cold_starts(kind):
     done = _runtime(plan, lat, pl, sched, tr, ModelledExecutor(warm=False))
     assert len(done) == len(tr)
     for i in range(len(tr)):
-        outcome, t, _ = done[i]
+        outcome, t, _, _ = done[i]
         assert outcome == res.outcome[i]
         if outcome == OK:
             assert t == pytest.approx(res.finish_s[i], abs=1e-9)
@@ -140,7 +140,9 @@ def test_the_torch_executor_serves_cold_instances_with_lru(resnet18_rows):
 
     ex = TorchExecutor(build, n_blocks=1, leaf_rows=leaf_rows)
     done = _runtime(plan, lat, pl, sched, tr, ex)
-    assert len(done) == len(tr) and all(v[0] == OK for v in done.values())
+    assert len(done) == len(tr)
+    bad = {i: (v[0], v[3]) for i, v in done.items() if v[0] != OK}
+    assert not bad, f"requests not served (id: outcome, reason): {bad}"
     ref = build("resnet18")
     for r in list(tr.requests())[:3]:
         with torch.inference_mode():

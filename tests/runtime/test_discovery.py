@@ -259,6 +259,14 @@ def test_the_probe_runs_where_hetserve_is_not_installed():
     assert pickle.loads(blob)()["versions"]["hetserve"] != "missing"  # here it is
 
 
+def test_the_probe_cloned_by_value_reads_gpus():
+    """The clone Ray runs has no module globals: NVML's path through it (GPUs found, then
+    shut down) must need none. It once did, and the probe failed on the first GPU node."""
+    clone = dsc.by_value(dsc.nvml_gpus)
+    got, why = clone(FakeNvml(["Tesla V100-SXM2-16GB"] * 2, [16384, 15360]))
+    assert why == "" and [g["name"] for g in got["gpus"]] == ["Tesla V100-SXM2-16GB"] * 2
+
+
 def test_an_address_nobody_answers_is_one_line_at_once():
     from hetserve.experiments.live import free_port
 

@@ -104,6 +104,35 @@ def flatten(ep: Any) -> fx.GraphModule:
     return gm
 
 
+def retarget(gm: fx.GraphModule, device: Any) -> bool:
+    """Points the devices the export recorded in calls (``arange(device=)``, ``full``,
+    ``to(x, device)``...: the device of the example inputs, usually ``cpu``) at ``device``, where
+    the module's weights now are; returns whether any changed. Without this a model
+    exported on the CPU and moved to a GPU builds those tensors on the CPU and fails
+    ("Expected all tensors to be on the same device": a Hugging Face BERT's attention
+    bias, found on a GPU)."""
+    dev = torch.device(device)
+    changed = False
+
+    def move(v: Any) -> Any:
+        nonlocal changed
+        if isinstance(v, torch.device) and v != dev:
+            changed = True
+            return dev
+        return v
+
+    for n in gm.graph.nodes:
+        kw = dict(n.kwargs)
+        if isinstance(kw.get("device"), str):  # as written in the graph: a device name
+            kw["device"] = torch.device(kw["device"])
+        # positional too: ``aten.to.device(x, device, dtype, ...)``
+        n.args = fx.node.map_aggregate(n.args, move)
+        n.kwargs = fx.node.map_aggregate(kw, move)
+    if changed:
+        gm.recompile()
+    return changed
+
+
 @dataclass(frozen=True)
 class Position:
     index: int  # cut before compute node ``index``

@@ -64,6 +64,16 @@ class ImportedModel(LayeredModel):
         # at the model's end (None: nothing to move)
         self.batch_dims: tuple[int, ...] | None = None
 
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        """``to``, ``cuda``, ``cpu``: the weights move, and so do the devices the export
+        recorded in the pieces' graphs (``cuts.retarget``)."""
+        out = super()._apply(fn, recurse)
+        dev = next(itertools.chain(self.parameters(), self.buffers()), None)
+        if dev is not None:
+            for layer in self.layers:
+                cuts.retarget(layer, dev.device)
+        return out
+
     def run_layers(self, x: Any, start: int, stop: int) -> Any:
         for layer in self.layers[start:stop]:
             x = layer(*x) if isinstance(x, tuple) else layer(x)

@@ -5,7 +5,6 @@ node without hetserve, or with another version of it, still answers."""
 
 from __future__ import annotations
 
-import contextlib
 import types
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +44,11 @@ def probe_node() -> dict[str, Any]:
 
 def nvml_gpus(nvml: Any = None) -> tuple[dict[str, Any] | None, str]:
     """NVML's view of this node's GPUs: per GPU name, memory, PCIe link, bus id; NVLink
-    pairs; PCIe switch groups. ``(None, why)`` where NVML does not answer."""
+    pairs; PCIe switch groups. ``(None, why)`` where NVML does not answer. Imports what it
+    uses inside: it runs cloned by value (:func:`by_value`), without this module's globals
+    (a module-level ``contextlib`` failed the probe on the first GPU node it met)."""
+    import contextlib
+
     if nvml is None:
         try:
             import pynvml as nvml
