@@ -191,4 +191,9 @@ def test_access_log_lines(caplog):
         TestClient(create_app(srv, config=HttpConfig(access_log=True))) as c,
     ):
         c.get("/v2/models/nope")
+        c.get("/v2/models/x%0A127.0.0.1%20%22GET%20%2Fadmin%22%20200%0D")
     assert '"GET /v2/models/nope" 404' in caplog.text
+    # a %0A in the URL cannot forge a line: each request is one line, escaped
+    lines = [r.getMessage() for r in caplog.records if r.name == "hetserve.access"]
+    assert len(lines) == 2 and all("\n" not in m and "\r" not in m for m in lines)
+    assert '/v2/models/x\\x0a127.0.0.1 \\x22GET /admin\\x22 200\\x0d" 404' in lines[1]

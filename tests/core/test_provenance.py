@@ -45,3 +45,27 @@ def test_every_benchmark_prints_its_provenance_first():
         first = next(n for n in main.body if not isinstance(n, ast.Expr)
                  or not isinstance(n.value, ast.Constant))  # fmt: skip
         assert "provenance_line" in ast.unparse(first), script.name
+
+
+def test_an_untracked_python_file_makes_the_tree_dirty(tmp_path):
+    """A new module or script nobody committed changes what runs: ``+dirty``. An
+    untracked result file does not; a changed tracked file does."""
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    assert not P.describe(tmp_path).endswith("+dirty")
+    (tmp_path / "results.json").write_text("{}")
+    assert not P.describe(tmp_path).endswith("+dirty")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "new.py").write_text("y = 2\n")
+    assert P.describe(tmp_path).endswith("+dirty")
+    (tmp_path / "pkg" / "new.py").unlink()
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert P.describe(tmp_path).endswith("+dirty")
+    assert P.describe(tmp_path.parent / "nowhere") is None
+
+
+def test_transformers_and_safetensors_are_named():
+    assert {"transformers", "safetensors"} <= set(P.provenance()["versions"])

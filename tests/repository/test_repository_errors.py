@@ -148,3 +148,20 @@ def test_a_model_without_a_cut_is_one_block_and_says_so(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "1 layers" in r.stdout and "no valid cut point" in r.stdout
+
+
+def test_a_hugging_face_folder_without_transformers_says_how_to_install_it(tmp_path):
+    """After ``make demo`` (no transformers in its virtualenv) a Hugging Face folder is the
+    first thing a newcomer serves: the error names the very Python to install it into."""
+    from tests.repository.models import hf_models
+
+    hf_models()["tiny-bert"].save_pretrained(tmp_path / "repo" / "b" / "1")
+    env = {**os.environ, "HETSERVE_CACHE": str(tmp_path / "cache")}
+    code = (
+        "import sys; sys.modules['transformers'] = None; from hetserve.cli import main; "
+        f"sys.exit(main(['model', 'show', 'b', '--model-repository', {str(tmp_path / 'repo')!r}]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{sys.executable} -m pip install 'transformers>=4.56' safetensors" in r.stderr

@@ -52,7 +52,6 @@ def _ids(shape, value=5, **extra):
         (RESNET, _req([1, 3, 224, 224], parameters={"priority": 2}), "priority 2 is not"),
         (RESNET, _req([1, 3, 224, 224], parameters={"timeout": -1}), "timeout must be"),
         (RESNET, _req([1, 3, 224, 224], parameters={"sequence_id": 1}), "sequence batching"),
-        (RESNET, _req([1, 3, 224, 224], parameters={"x": 1}), "unknown parameter 'x'"),
         (RESNET, _req([1, 3, 224, 224], id=7), "'id' must be a string"),
         (RESNET, _req([1, 3, 224, 224], extra=1), "unknown request field(s) 'extra'"),
         (
@@ -84,6 +83,20 @@ def test_valid_requests_parse_flat_and_nested():
     nested = _req([2, 128], "INT64", "input_ids", [[5] * 128] * 2, parameters={"timeout": 250})
     r = parse_request(nested, b"", BERT, decode=False)
     assert r.n == 2 and r.deadline_s == pytest.approx(250e-6)
+
+
+def test_parameters_are_free_form_except_where_ignoring_would_change_the_answer():
+    """The protocol's parameters are free-form: a KServe client's ``content_type`` (on the
+    request and on an input) is accepted and ignored; sequence batching and shared-memory
+    inputs are refused, since ignoring them would answer another question."""
+    body = _ids([1, 128], parameters={"content_type": "np", "x-trace": 1})
+    body["inputs"][0]["parameters"] = {"content_type": "np"}
+    r = parse_request(body, b"", BERT, decode=False)
+    assert r.n == 1 and r.deadline_s is None
+    shm = _ids([1, 128])
+    shm["inputs"][0]["parameters"] = {"shared_memory_region": "r0"}
+    with pytest.raises(RequestError, match="shared-memory extension is not supported"):
+        parse_request(shm, b"", BERT, decode=False)
 
 
 def test_nan_and_infinity_are_not_json():

@@ -16,7 +16,9 @@ from typing import Any
 
 # the distributions whose versions can change a result (HiGHS: the MILPs' choices among
 # equal optima and their node counts; the others: arithmetic, sampling, execution)
-PACKAGES = ("hetserve", "numpy", "scipy", "highspy", "torch", "ray")
+PACKAGES = (
+    "hetserve", "numpy", "scipy", "highspy", "torch", "ray", "transformers", "safetensors",
+)  # fmt: skip
 
 
 def _version(dist: str) -> str | None:
@@ -28,17 +30,29 @@ def _version(dist: str) -> str | None:
 
 @functools.cache
 def git_commit() -> str | None:
-    """The commit of the source tree hetserve runs from, ``+dirty`` when it has
-    uncommitted changes to tracked files; None outside a git checkout."""
-    src = Path(__file__).resolve().parent
+    """The commit of the source tree hetserve runs from (:func:`describe`); None outside
+    a git checkout."""
+    return describe(Path(__file__).resolve().parent)
+
+
+def describe(folder: Path) -> str | None:
+    """The commit of the git checkout holding ``folder``, ``+dirty`` when the checkout
+    has uncommitted changes to tracked files or untracked Python files (a new module or
+    script changes what runs; an untracked result file does not); None outside one."""
     try:
-        head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10, check=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()  # fmt: skip
+        status = subprocess.run(["git", "-C", str(folder), "status", "--porcelain",
+                                 "--untracked-files=all"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
+    dirty = any(
+        not line.startswith("??") or line.rstrip().endswith(".py")
+        for line in status.splitlines()
+        if line.strip()
+    )
     return head + ("+dirty" if dirty else "") if head else None
 
 

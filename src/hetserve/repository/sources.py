@@ -296,8 +296,10 @@ def source_huggingface(model: RepoModel, version: Version) -> Source:
         import transformers
     except ImportError:
         raise ImportError_(
-            f"{version.path}: a Hugging Face folder needs transformers "
-            f"(pip install 'hetserve[transformers]')"
+            f"{version.path}: a Hugging Face folder needs transformers, which the Python "
+            f"running hetserve lacks: {sys.executable} -m pip install 'transformers>=4.56' "
+            "safetensors (in a clone: .venv/bin/pip install -c constraints.txt -e "
+            "'.[transformers]')"
         ) from None
     transformers.logging.set_verbosity_error()  # its progress bars and config warnings
     transformers.utils.logging.disable_progress_bar()

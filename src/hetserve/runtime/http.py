@@ -60,6 +60,21 @@ WATCH_AFTER_S = 0.02  # an infer request waiting this long has its connection wa
 ACCESS = logging.getLogger("hetserve.access")
 
 
+def _loggable(path: str) -> str:
+    """The decoded path as one safe log field: control characters (a ``%0A`` in the URL
+    would otherwise start a forged line), quotes and backslashes escaped as ``\\xNN``
+    (``\\uNNNN`` beyond Latin-1)."""
+    if path.isprintable() and '"' not in path and "\\" not in path:
+        return path
+    return "".join(_log_char(c) for c in path)
+
+
+def _log_char(c: str) -> str:
+    if c.isprintable() and c not in '"\\':
+        return c
+    return f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+
+
 @dataclass(frozen=True)
 class HttpConfig:
     token: str | None = None  # require "Authorization: Bearer <token>"
@@ -322,7 +337,7 @@ class _OipApp:
             if self.cfg.access_log:
                 client = scope.get("client") or ("-", 0)
                 ACCESS.info(
-                    '%s "%s %s" %d %.1f ms', client[0], scope["method"], path,
+                    '%s "%s %s" %d %.1f ms', client[0], scope["method"], _loggable(path),
                     status_box[0], 1e3 * (time.perf_counter() - t0),
                 )  # fmt: skip
 

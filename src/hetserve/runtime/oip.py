@@ -179,14 +179,12 @@ def _request_parameters(params: Any) -> tuple[float | None, bool, str | None]:
         raise RequestError(
             f"'parameters' must be an object, got {type(params).__name__} {json.dumps(params)[:40]}"
         )
+    # the protocol's parameters are free-form: others are ignored (KServe's clients send
+    # ``content_type``, for one), except those whose meaning ignoring them would change
     unknown = sorted(set(params) - set(REQUEST_PARAMETERS))
     seq = [k for k in unknown if k.startswith("sequence_")]
     if seq:
         raise RequestError(f"parameters.{seq[0]}: sequence batching is not supported")
-    if unknown:
-        raise RequestError(
-            f"unknown parameter {unknown[0]!r}; supported: {', '.join(REQUEST_PARAMETERS)}"
-        )
     deadline_s = None
     if "deadline_ms" in params:
         d = params["deadline_ms"]
@@ -296,9 +294,14 @@ def _tensor(
     tparams = t.get("parameters") or {}
     if not isinstance(tparams, dict):
         raise RequestError(f"{what}: parameters must be an object")
-    extra = sorted(set(tparams) - {"binary_data_size"})
-    if extra:
-        raise RequestError(f"{what}: parameters.{extra[0]} is not supported")
+    # free-form too (``content_type``...), but data in a shared-memory region would be
+    # read from nowhere if ignored
+    shm = sorted(k for k in tparams if k.startswith("shared_memory_"))
+    if shm:
+        raise RequestError(
+            f"{what}: parameters.{shm[0]}: the shared-memory extension is not supported; "
+            "send the data in the body (JSON or binary)"
+        )
     size = tparams.get("binary_data_size")
     if size is not None:
         if "data" in t:
