@@ -18,10 +18,11 @@ $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 
-# The demo serves a model for real (step 10): PyTorch (CPU build, pinned) and the serving extras.
+# The demo serves a model for real (step 10): PyTorch (CPU build, pinned) and the serving extras,
+# and transformers, so that the Hugging Face folder a newcomer serves next just works.
 $(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[torch,serve]"
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[torch,serve,transformers]"
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)

@@ -366,3 +366,21 @@ def test_moving_a_model_moves_the_devices_its_graph_recorded(repo, name, catalog
         after = net.run_layers(x, 0, len(net.layers))
     after, before = (t if isinstance(t, tuple) else (t,) for t in (after, before))
     assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+
+
+def test_show_layers_lists_the_leaf_modules_and_names_say_what_a_layer_holds(repo, capsys):
+    """``model show --layers`` on a repository model: its layers (the cut pieces), named
+    by the one module they hold whole or by their first and last module, then DeepPlan's
+    per-leaf-module table as docs/repository.md promises."""
+    from hetserve.cli import main
+
+    root = str(repo[0])
+    assert main(["model", "show", "tiny-bert", "--model-repository", root, "--json"]) == 0
+    names = [layer["name"] for layer in json.loads(capsys.readouterr().out)["layers"]]
+    # the first piece holds the embeddings and part of layer 0: not just "bert"
+    assert names[0].startswith("bert.embeddings") and " .. bert.encoder.layer.0" in names[0]
+    assert "bert" not in names and all(n for n in names)
+    assert main(["model", "show", "tiny-bert", "--model-repository", root, "--layers"]) == 0
+    out = capsys.readouterr().out
+    assert "leaf modules (DeepPlan's layer table" in out
+    assert "bert.embeddings.word_embeddings" in out and "classifier" in out

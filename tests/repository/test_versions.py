@@ -163,6 +163,16 @@ def test_serve_answers_each_version_with_its_weights_beside_a_broken_model(vrepo
             (ref, _) = eager_outputs("skipnet", eager[int(want)], (torch.from_numpy(xs[i]),))
             np.testing.assert_allclose(logits, ref.numpy(), rtol=1e-4, atol=1e-5)
 
+        # the statistics extension per version: 6 requests named version 2, 10 got 3
+        stats = {e["version"]: e for e in c.get_inference_statistics("skipnet")["model_stats"]}
+        assert set(stats) == {"2", "3"}
+        assert stats["2"]["inference_stats"]["success"]["count"] == 6
+        assert stats["3"]["inference_stats"]["success"]["count"] == 10
+        for e in stats.values():  # each version's rows ran, on the server's measured clock
+            assert e["execution_count"] >= 1 and e["inference_stats"]["compute_infer"]["ns"] > 0
+        (only,) = c.get_inference_statistics("skipnet", "2")["model_stats"]
+        assert only["version"] == "2" and only["inference_count"] == 6
+
         body = {"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32",
                             "data": xs[0].ravel().tolist()}]}  # fmt: skip
         r = httpx.post(f"{url}/v2/models/skipnet/versions/1/infer", json=body)

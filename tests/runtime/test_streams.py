@@ -3,10 +3,12 @@
 
 First the recorder itself: each defect of the loader's first version, written as the
 operations it made, is a hazard (so the checks below can fail). Then the loader, the same
-code as on a GPU, for every plan kind: no hazard, outputs equal to the warm model's bit for
-bit, copies on the streams the design names; an eviction while the evicted model's
-kernels are still queued; ``cuda`` alone meaning the current device; the baseline starting
-only when every row is in; PT over the GPUs the planner counted."""
+code as on a GPU, for every plan kind: no hazard (the order), outputs equal to the warm
+model's bit for bit (every weight landed where the model reads it: the recorder moves data
+at once, so this says nothing of the order), copies on the streams the design names; an
+eviction while the evicted model's kernels are still queued; ``cuda`` alone meaning the
+current device; the baseline starting only when every row is in; PT over the GPUs the
+planner counted."""
 
 import threading
 

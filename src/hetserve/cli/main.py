@@ -12,7 +12,7 @@ import sys
 import click
 
 from hetserve import __version__
-from hetserve.cli import catalog, data, demo, place, plan, reproduce, serve, sim, verdicts
+from hetserve.cli import bench, catalog, data, demo, place, plan, reproduce, serve, sim, verdicts
 from hetserve.cli.common import add_repository_option, harden, report_error
 from hetserve.core.errors import HetserveError
 from hetserve.core.provenance import set_command
@@ -32,6 +32,7 @@ for _command in (
     sim.simulate, sim.sweep, sim.report,
     reproduce.reproduce,
     serve.serve,
+    bench.bench,
     demo.demo,
 ):  # fmt: skip
     cli.add_command(_command)

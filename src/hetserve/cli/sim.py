@@ -100,7 +100,7 @@ def _setup_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _build(
+def setup_from_options(
     cluster_name: str,
     models: str | None,
     profiles: str | None,
@@ -256,7 +256,9 @@ def simulate(
 
     if duration_s <= 0:
         raise HetserveError(f"--duration must be > 0, got {duration_s}")
-    setup = _build(cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch)
+    setup = setup_from_options(
+        cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch
+    )
     if rate_rps is None and load_factor is None:
         load_factor = 1.0
     rates = model_rates(setup, rate_rps, load_factor)
@@ -371,7 +373,9 @@ def sweep(
         raise HetserveError(f"--duration must be > 0, got {duration_s}")
     if not 0 < target <= 1 or resolution <= 0 or start_lf <= 0:
         raise HetserveError("need 0 < --target <= 1, --resolution > 0 and --start > 0")
-    setup = _build(cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch)
+    setup = setup_from_options(
+        cluster_name, models, profiles, estimate, slo, slo_scale, plan_path, max_batch
+    )
     seed_list = _seeds(seeds)
     cfg = _sim_config(seed_list[0], jitter_cv, cut_bytes, setup)
     sched_params = parse_params(params)

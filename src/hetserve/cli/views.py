@@ -208,6 +208,23 @@ def show_model(name: str, n_blocks: int, ref_gpu: str, show_layers: bool, as_jso
                 str(layer.n_ops),
             )
         console.print(lt)
+        cat = model_catalog()
+        if not name.endswith(".json") and cat.has_layer_table(name):
+            _show_leaves(cat.layer_table(name))
+
+
+def _show_leaves(table: Any) -> None:
+    """DeepPlan's per-leaf-module table: a row per leaf-module call, with the graph layer
+    (above) it belongs to."""
+    t = Table(title=f"leaf modules (DeepPlan's layer table, {len(table)} rows)")
+    for col in ("#", "module", "kind", "layer", "MFLOPs", "param KB", "kernels"):
+        t.add_column(col, justify="left" if col in ("module", "kind") else "right")
+    for i, leaf in enumerate(table.leaves):
+        t.add_row(
+            str(i), leaf.name, leaf.kind, str(leaf.layer), f"{leaf.flops / 1e6:.1f}",
+            f"{leaf.param_bytes / 1e3:.1f}", str(leaf.n_ops),
+        )  # fmt: skip
+    console.print(t)
 
 
 def attainment_text(share: float) -> str:

@@ -20,7 +20,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,6 +118,7 @@ class _Gen:
         self.address: tuple[str, int] = ("", 0)
         self.closing = False
         self.reconnects = 0  # how many more times a lost connection is replaced
+        self.sent = 0
 
     async def connect(self) -> None:
         _, conn = await asyncio.get_running_loop().create_connection(
@@ -133,6 +134,7 @@ class _Gen:
 
     def _send(self, conn: _Conn, i: int) -> None:
         self.lag[i] = time.perf_counter() - self.t0 - self.arrivals[i]
+        self.sent += 1
         conn.send(i, self.payloads[self.which[i]])
 
     def arrive(self, i: int) -> None:
@@ -183,6 +185,7 @@ async def _run(
     which: np.ndarray,
     connections: int,
     timeout_s: float,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Shots:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
@@ -198,6 +201,15 @@ async def _run(
     gen.t0 = time.perf_counter() + 0.05
     n = len(arrivals)
     k = 0
+    ticker = None
+    if progress is not None:
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                progress(gen.sent, n - gen.left)
+
+        ticker = asyncio.get_running_loop().create_task(tick())
     if n:
         while k < n:
             now = time.perf_counter() - gen.t0
@@ -208,6 +220,8 @@ async def _run(
                 await asyncio.sleep(max(0.0, float(arrivals[k]) - now))
         with contextlib.suppress(TimeoutError):  # the unanswered keep status 0
             await asyncio.wait_for(gen.done, timeout_s)
+    if ticker is not None:
+        ticker.cancel()
     gen.closing = True
     for c in list(gen.conns):
         if c.transport is not None:
@@ -222,18 +236,20 @@ def open_loop(
     which: np.ndarray | None = None,
     connections: int = 64,
     timeout_s: float = 60.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Shots:
     """Send request ``i`` (the prepared bytes ``payloads[which[i]]``, see
     :func:`http_request`) at ``arrivals_s[i]`` seconds after the start (sorted), over
     ``connections`` keep-alive connections to ``url``; wait up to ``timeout_s`` after the
-    last for the answers. Runs its own event loop (uvloop where installed)."""
+    last for the answers. Runs its own event loop (uvloop where installed). ``progress``,
+    where given, is called once a second with the requests sent and answered so far."""
     arrivals = np.asarray(arrivals_s, dtype=float)
     if len(arrivals) > 1 and np.any(np.diff(arrivals) < 0):
         raise HetserveError("load generator: arrival times must be sorted")
     w = np.zeros(len(arrivals), dtype=np.int64) if which is None else np.asarray(which)
     if connections < 1:
         raise HetserveError(f"load generator: connections must be >= 1, got {connections}")
-    return _loop_run(_run(url, payloads, arrivals, w, connections, timeout_s))
+    return _loop_run(_run(url, payloads, arrivals, w, connections, timeout_s, progress))
 
 
 def _loop_run(coro: Any) -> Any:
@@ -245,23 +261,29 @@ def _loop_run(coro: Any) -> Any:
 
 
 class _Closed:
-    """Closed loop: every connection sends its next request as soon as it is answered."""
+    """Closed loop: every connection sends its next request as soon as it is answered.
+    ``stop_on_error``: the first answer other than 200 ends the run (and is raised)."""
 
-    def __init__(self, payload: bytes, t_end: float) -> None:
+    def __init__(self, payload: bytes, t_end: float, stop_on_error: bool = True) -> None:
         self.payload = payload
         self.t_end = t_end
+        self.stop_on_error = stop_on_error
         self.count = 0
         self.bad: tuple[int, bytes] | None = None
         self.open = 0
         self.done = asyncio.get_running_loop().create_future()
+        self.sent_at: list[float] = []  # per request sent: when
+        self.answers: list[tuple[int, int, float]] = []  # (request, status, latency_s)
 
     def idle(self, conn: _Conn) -> None:
-        if time.perf_counter() < self.t_end and self.bad is None:
-            conn.send(0, self.payload)
+        if time.perf_counter() < self.t_end and (self.bad is None or not self.stop_on_error):
+            self.sent_at.append(time.perf_counter())
+            conn.send(len(self.sent_at) - 1, self.payload)
         else:
             self.lost(conn)
 
     def answered(self, i: int, status: int, headers: dict[bytes, bytes], body: bytes) -> None:
+        self.answers.append((i, status, time.perf_counter() - self.sent_at[i]))
         if status == 200:
             self.count += 1
         elif self.bad is None:
@@ -294,3 +316,37 @@ def closed_loop(url: str, payload: bytes, clients: int, seconds: float) -> float
     """Requests/s answered with 200 when ``clients`` connections each send ``payload``
     (see :func:`http_request`) again as soon as the last is answered, for ``seconds``."""
     return float(_loop_run(_closed(url, payload, clients, seconds)))
+
+
+@dataclass
+class ClosedRun:
+    """A closed loop's answers: per request answered, its HTTP status and latency (from
+    its send: a closed loop has no schedule), the requests sent, and the run's length."""
+
+    status: np.ndarray
+    latency_s: np.ndarray
+    sent: int
+    seconds: float
+
+
+async def _closed_all(url: str, payload: bytes, clients: int, seconds: float) -> ClosedRun:
+    parts = urlsplit(url)
+    loop = asyncio.get_running_loop()
+    gen = _Closed(payload, time.perf_counter() + seconds, stop_on_error=False)
+    gen.open = clients
+    t0 = time.perf_counter()
+    for _ in range(clients):
+        try:
+            await loop.create_connection(lambda: _Conn(gen), parts.hostname, parts.port or 80)
+        except OSError as e:
+            raise HetserveError(f"load generator: cannot connect to {url}: {e}") from None
+    await gen.done
+    st = np.array([a[1] for a in gen.answers], dtype=np.int32)
+    lat = np.array([a[2] for a in gen.answers])
+    return ClosedRun(st, lat, len(gen.sent_at), time.perf_counter() - t0)
+
+
+def closed_loop_answers(url: str, payload: bytes, clients: int, seconds: float) -> ClosedRun:
+    """The closed loop of :func:`closed_loop`, every answer kept (errors included: they
+    do not stop it)."""
+    return _loop_run(_closed_all(url, payload, clients, seconds))  # type: ignore[no-any-return]

@@ -7,7 +7,7 @@ mean the same thing by a workload spec, a load factor or an SLO scale.
 Workload specs (``--workload``; the grammar is in ``docs/workloads.md``, "Workload
 specs"): an arrival process without its rate (``poisson``, ``gamma:cv=4``,
 ``mmpp:ratio=10``, ...; one stream per model, or per placed stream assignment), or a trace
-source (``azure2019:FILE``, ``azure2021:FILE``, ``synthetic``).
+source (``azure2019:FILE``, ``azure2021:FILE``, ``csv:FILE``, ``synthetic``).
 
 Rates: ``rate`` is the total offered rate (req/s) split over the models by weight;
 ``load_factor`` multiplies the plan's capacity (:meth:`Plan.capacity_rps`). Azure traces
@@ -91,47 +91,72 @@ def build_trace(
 ) -> Trace:
     """A trace at per-model ``rates``. A plan with stream assignments (MagicBatch) gets one
     stream per placed assignment, at its rate (scaled so that each model's streams sum to
-    ``rates``) and with its deadline; otherwise one stream per model at the model's SLO."""
-    kind, _, arg = workload.partition(":")
-    kind = kind.strip().lower()
-    total = sum(rates.values())
-    slos = [setup.slos_s[m] for m in setup.models]
+    ``rates``) and with its deadline; otherwise one stream per model at the model's SLO
+    (:func:`workload_trace`)."""
+    kind = workload.partition(":")[0].strip().lower()
     if setup.plan.assignments and kind not in PROCESSES:
         raise HetserveError(
             f"--workload {kind}: a plan with stream assignments (MagicBatch) takes its "
             f"streams' rates; use an arrival process ({', '.join(PROCESSES)})"
         )
-    if kind in PROCESSES:
+    if setup.plan.assignments:
         shape = parse_process(workload, 1.0)
-        if setup.plan.assignments:
-            base = _stream_rates(setup)
-            targets = [
-                (a.stream, a.model, a.deadline_s, a.rate_rps * rates[a.model] / base[a.model])
-                for a in setup.plan.assignments.values()
-                if a.gpu and a.model in rates and base[a.model] > 0
-            ]
-        else:
-            targets = [(m, m, setup.slos_s[m], rates[m]) for m in setup.models]
+        base = _stream_rates(setup)
+        targets = [
+            (a.stream, a.model, a.deadline_s, a.rate_rps * rates[a.model] / base[a.model])
+            for a in setup.plan.assignments.values()
+            if a.gpu and a.model in rates and base[a.model] > 0
+        ]
         streams = [Stream(name, m, slo_s, shape.with_rate(r)) for name, m, slo_s, r in targets]
         return generate(streams, duration_s, seed)
+    return workload_trace(workload, setup.models, setup.slos_s, rates, duration_s, seed)
+
+
+def workload_trace(
+    workload: str,
+    models: Sequence[str],
+    slos_s: Mapping[str, float],
+    rates: Mapping[str, float],
+    duration_s: float,
+    seed: int,
+) -> Trace:
+    """A trace of ``models`` at per-model ``rates`` (an arrival process: one stream per
+    model at its SLO) or from a trace source (Azure files and the synthetic day rescaled to
+    the total rate; ``csv:FILE``, an arrivals CSV, as it is, cut at ``duration_s``)."""
+    kind, _, arg = workload.partition(":")
+    kind = kind.strip().lower()
+    total = sum(rates.values())
+    slos = [slos_s[m] for m in models]
+    if kind in PROCESSES:
+        shape = parse_process(workload, 1.0)
+        streams = [Stream(m, m, slos_s[m], shape.with_rate(rates[m])) for m in models]
+        return generate(streams, duration_s, seed)
+    if kind in ("azure2019", "azure2021", "csv") and not arg:
+        raise HetserveError(f"--workload {kind}:FILE needs a file")
     if kind == "azure2019":
-        if not arg:
-            raise HetserveError("--workload azure2019:FILE needs a file")
-        return read_azure2019(arg, setup.models, slos, seed, target_rate_rps=total)
+        return read_azure2019(arg, models, slos, seed, target_rate_rps=total)
     if kind == "azure2021":
-        if not arg:
-            raise HetserveError("--workload azure2021:FILE needs a file")
-        return read_azure2021(arg, setup.models, slos, target_rate_rps=total)
+        return read_azure2021(arg, models, slos, target_rate_rps=total)
+    if kind == "csv":
+        tr = Trace.read_csv(arg)
+        other = sorted(set(tr.models()) - set(models))
+        if other:
+            raise HetserveError(
+                f"--workload csv:{arg}: the trace names model(s) {', '.join(other)} "
+                f"beyond {', '.join(models)}"
+            )
+        keep = tr.time_s < duration_s
+        return Trace(tr.time_s[keep], tr.stream_idx[keep], tr.streams, duration_s)
     if kind == "synthetic":
         minutes = max(1, math.ceil(duration_s / 60))
         counts = synthetic_azure2019_counts(100, minutes, total, seed)
         names = [f"fn{i:03d}" for i in range(len(counts))]
-        tr = counts_to_trace(names, counts, setup.models, slos, seed)
+        tr = counts_to_trace(names, counts, models, slos, seed)
         keep = tr.time_s < duration_s
         return Trace(tr.time_s[keep], tr.stream_idx[keep], tr.streams, duration_s)
     raise HetserveError(
         f"--workload: unknown kind {kind!r}; expected an arrival process "
-        f"({', '.join(PROCESSES)}), azure2019:FILE, azure2021:FILE or synthetic"
+        f"({', '.join(PROCESSES)}), azure2019:FILE, azure2021:FILE, csv:FILE or synthetic"
     )
 
 

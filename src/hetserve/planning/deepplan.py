@@ -274,23 +274,6 @@ def optimal_dha(rows: Sequence[LayerRow], upper_bound_s: float | None = None) ->
     return LoadPlan.from_sets("optimal", n, sorted(dha))
 
 
-def brute_force_dha(rows: Sequence[LayerRow]) -> tuple[float, LoadPlan]:
-    """Every subset of the weighted layers on DHA (for tests on small tables)."""
-    n = len(rows)
-    weighted = [i for i, r in enumerate(rows) if r.param_bytes > 0]
-    if len(weighted) > 20:
-        raise HetserveError(f"brute force over {len(weighted)} layers: 2^{len(weighted)} plans")
-    best: tuple[float, LoadPlan] | None = None
-    for mask in range(1 << len(weighted)):
-        dha = [weighted[b] for b in range(len(weighted)) if mask >> b & 1]
-        p = LoadPlan.from_sets("optimal", n, dha)
-        t = timeline(rows, p).latency_s
-        if best is None or t < best[0] - 1e-15:
-            best = (t, p)
-    assert best is not None
-    return best
-
-
 @dataclass(frozen=True)
 class PlannedLoad:
     """A load plan with its predicted cold-start timeline and warm latency."""

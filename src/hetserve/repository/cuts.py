@@ -246,20 +246,30 @@ class Cutter:
 
 
 def layer_name(cutter: Cutter, a: int, b: int) -> str:
-    """The common module path of compute nodes ``a..b-1`` ('model' at the top)."""
-    paths = [module_path(n).split(".") for n in cutter.compute[a:b] if module_path(n)]
+    """A name for compute nodes ``a..b-1`` that says what they hold: the module path they
+    all run in where they hold every operator of that module ('model' at the top), else
+    the first and the last operator's module paths (``bert.embeddings.word_embeddings ..
+    bert.encoder.layer.0.attention.self.query``): a common ancestor alone would name a
+    piece holding the embeddings and part of a layer by the whole model."""
+    paths = [module_path(n) for n in cutter.compute[a:b] if module_path(n)]
     if not paths:
         return "model"
-    common = paths[0]
-    for p in paths[1:]:
+    parts = [p.split(".") for p in paths]
+    common = parts[0]
+    for q in parts[1:]:
         k = 0
-        while k < min(len(common), len(p)) and common[k] == p[k]:
+        while k < min(len(common), len(q)) and common[k] == q[k]:
             k += 1
         common = common[:k]
     if common:
-        return ".".join(common)
-    first, last = paths[0], paths[-1]
-    return f"{first[0]}..{last[0]}"
+        prefix = ".".join(common)
+        inside = [
+            i for i, n in enumerate(cutter.compute)
+            if (module_path(n) + ".").startswith(prefix + ".")
+        ]  # fmt: skip
+        if inside and a <= inside[0] and inside[-1] < b:
+            return prefix
+    return paths[0] if paths[0] == paths[-1] else f"{paths[0]} .. {paths[-1]}"
 
 
 def split(cutter: Cutter, bounds: Sequence[int]) -> list[fx.GraphModule]:

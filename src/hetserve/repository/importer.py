@@ -39,7 +39,7 @@ from hetserve.repository.sources import (
 )  # fmt: skip
 from hetserve.zoo.layered import LayeredModel
 
-GRAPH_FORMAT = 3  # bump when the import's result changes for the same files
+GRAPH_FORMAT = 4  # bump when the import's result changes for the same files
 
 
 class ImportedModel(LayeredModel):

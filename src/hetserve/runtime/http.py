@@ -139,7 +139,12 @@ def create_app(
 
     @api.get("/v2/models/stats")
     async def all_stats() -> Any:
-        return {"model_stats": [server.stats.of(m) for m in server.models]}
+        return {
+            "model_stats": [
+                e for m in server.models
+                for e in server.stats.versions(m, server.cfg.versions.of(m).ready)
+            ]
+        }  # fmt: skip
 
     @api.get("/v2/models/{model}")
     async def model_meta(model: str) -> Any:
@@ -181,10 +186,15 @@ def create_app(
         }
 
     @api.get("/v2/models/{model}/stats")
-    async def model_stats(model: str) -> Any:
+    async def model_stats(model: str, request: Request) -> Any:
+        """Every served version's entry, or the one version the route names."""
         if model not in server.models:
             return _unknown(server, model)
-        return {"model_stats": [server.stats.of(model)]}
+        version = request.scope.get("hetserve.version")
+        if version is not None:
+            return {"model_stats": [server.stats.of(model, int(version))]}
+        ready = server.cfg.versions.of(model).ready
+        return {"model_stats": server.stats.versions(model, ready)}
 
     @api.post("/v2/repository/index")
     async def repository_index() -> Any:

@@ -150,54 +150,69 @@ class Metrics:
 
 
 class ModelStats:
-    """Per-model counts and times in the shape of Triton's statistics extension
-    (``GET /v2/models/{m}/stats``); durations in nanoseconds."""
+    """Per model and version, counts and times in the shape of Triton's statistics
+    extension (``GET /v2/models/{m}[/versions/{v}]/stats``); durations in nanoseconds,
+    measured on the server's clock (with ``--emulate`` the compute times are the latency
+    model's: that is what an emulated worker computes). ``default``: per model, the
+    version a request naming none gets (``runtime.versions``)."""
 
-    def __init__(self, models: list[str]) -> None:
-        keys = ("success", "fail", "cancel", "queue", "compute_input", "compute_infer",
-                "compute_output")  # fmt: skip
-        self._d: dict[str, dict[str, Any]] = {
-            m: {
-                "inference": {k: [0, 0] for k in keys},
+    KEYS = ("success", "fail", "cancel", "queue", "compute_input", "compute_infer",
+            "compute_output")  # fmt: skip
+
+    def __init__(self, models: list[str], default: dict[str, int] | None = None) -> None:
+        self.default = {m: (default or {}).get(m, 1) for m in models}
+        self._d: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def _of(self, model: str, version: int | None) -> dict[str, Any]:
+        key = (model, self.default[model] if version is None else version)
+        d = self._d.get(key)
+        if d is None:
+            d = self._d[key] = {
+                "inference": {k: [0, 0] for k in self.KEYS},
                 "inference_count": 0,
                 "execution_count": 0,
                 "last_inference": 0,
                 "batches": {},
             }
-            for m in models
-        }
+        return d
 
-    def succeeded(self, model: str, dt_s: float, rows: int = 1) -> None:
+    def succeeded(self, model: str, dt_s: float, rows: int = 1, version: int | None = None) -> None:
         """A request answered: ``success`` counts requests, ``inference_count`` their rows
         (Triton's: each inference of a batched request counts)."""
-        d = self._d[model]
+        d = self._of(model, version)
         _add(d["inference"]["success"], dt_s)
         d["inference_count"] += rows
         d["last_inference"] = int(time.time() * 1e3)
 
-    def failed(self, model: str, dt_s: float) -> None:
-        _add(self._d[model]["inference"]["fail"], dt_s)
+    def failed(self, model: str, dt_s: float, version: int | None = None) -> None:
+        _add(self._of(model, version)["inference"]["fail"], dt_s)
 
-    def cancelled(self, model: str, dt_s: float) -> None:
+    def cancelled(self, model: str, dt_s: float, version: int | None = None) -> None:
         """A request whose client went away before its answer (hetserve's ``cancel``,
         named like the ``cancel`` of Triton's response statistics): arrival to then."""
-        _add(self._d[model]["inference"]["cancel"], dt_s)
+        _add(self._of(model, version)["inference"]["cancel"], dt_s)
 
-    def queued(self, model: str, dt_s: float) -> None:
-        _add(self._d[model]["inference"]["queue"], dt_s)
+    def queued(self, model: str, dt_s: float, version: int | None = None) -> None:
+        _add(self._of(model, version)["inference"]["queue"], dt_s)
 
-    def executed(self, model: str, batch: int, dt_s: float, first: bool) -> None:
-        d = self._d[model]
+    def executed(
+        self, model: str, batch: int, dt_s: float, first: bool, version: int | None = None
+    ) -> None:
+        """A stage ran ``batch`` rows of ``version``; a batch holding rows of several
+        versions (they run in lockstep) counts once for each, with its whole time."""
+        d = self._of(model, version)
         _add(d["inference"]["compute_infer"], dt_s)
         if first:
             d["execution_count"] += 1
         _add(d["batches"].setdefault(batch, [0, 0]), dt_s)
 
-    def of(self, model: str) -> dict[str, Any]:
-        d = self._d[model]
+    def of(self, model: str, version: int | None = None) -> dict[str, Any]:
+        """One version's entry (None: the default version's)."""
+        v = self.default[model] if version is None else version
+        d = self._of(model, v)
         return {
             "name": model,
-            "version": "1",
+            "version": str(v),
             "last_inference": d["last_inference"],
             "inference_count": d["inference_count"],
             "execution_count": d["execution_count"],
@@ -207,6 +222,11 @@ class ModelStats:
                 for b, (c, ns) in sorted(d["batches"].items())
             ],
         }
+
+    def versions(self, model: str, served: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+        """An entry per version: those ``served`` and any that has counts, ascending."""
+        vs = set(served) | {v for m, v in self._d if m == model} | {self.default[model]}
+        return [self.of(model, v) for v in sorted(vs)]
 
 
 def _add(cell: list[int], dt_s: float) -> None:

@@ -85,7 +85,9 @@ class Server:
         self.sensor: LiveSensor | None = None  # (the operator's, once started)
         self._in_switch: set[int] = set()  # requests that arrived while a switch ran
         self.metrics = Metrics()
-        self.stats = ModelStats(self.models)
+        self.stats = ModelStats(
+            self.models, {m: self.cfg.versions.of(m).default for m in self.models}
+        )
         self.engine: RuntimeEngine | None = None
         self.admission: Admission | None = None
         self.watch: ProfileWatch | None = None
@@ -102,6 +104,8 @@ class Server:
         self.infos: dict[str, Any] | None = None
         self._view: ClusterView | None = None
         self._versions: dict[int, int] = {}  # request id -> version (not the default)
+        # batch id -> rows per version (None: the default), for batches with other versions
+        self._batch_versions: dict[int, dict[int | None, int]] = {}
         # Ray's engine: where each worker was placed, what a stage call costs beyond compute
         self.places: dict[str, Any] = {}
         self.stage_overhead_s: dict[str, float] = {}
@@ -396,7 +400,7 @@ class Server:
                 m.of(m.switch_requests, "ok" if outcome == OK else "missed").inc()
         self.dequeue(r)
         self._pending_n[r.model] -= 1
-        self._versions.pop(r.id, None)
+        version = self._versions.pop(r.id, None)
         dt = time.perf_counter() - self._t0.pop(r.id, time.perf_counter())
         m = self.metrics
         m.of(m.requests, r.model, name).inc()
@@ -410,11 +414,11 @@ class Server:
             m.of(m.failures, r.model, label).inc()
             LOG.warning("request %d of %s failed: %s", r.id, r.model, reason)
         if name in ("ok", "late"):
-            self.stats.succeeded(r.model, dt, r.rows)
+            self.stats.succeeded(r.model, dt, r.rows, version)
         elif name == "cancelled":
-            self.stats.cancelled(r.model, dt)
+            self.stats.cancelled(r.model, dt, version)
         else:
-            self.stats.failed(r.model, dt)
+            self.stats.failed(r.model, dt, version)
         fut = self._futures.pop(r.id, None)
         if fut is not None and not fut.done():
             fut.set_result(Result(name, reason, output, dt))
@@ -505,7 +509,14 @@ class _Observed(Recording):
                 if srv.dequeue(r):
                     wait = max(0.0, now - r.arrival_s)
                     q.observe(wait)
-                    srv.stats.queued(r.model, wait)
+                    srv.stats.queued(r.model, wait, srv._versions.get(r.id))
+            if srv._versions:  # a batch with rows of versions other than the default
+                rows: dict[int | None, int] = {}
+                for r in batch.requests:
+                    v = srv._versions.get(r.id)
+                    rows[v] = rows.get(v, 0) + r.rows
+                if set(rows) != {None}:
+                    srv._batch_versions[batch.id] = rows
 
     def reported(self, rep: StageReport) -> None:
         if rep.kind != "stage":
@@ -522,7 +533,14 @@ class _Observed(Recording):
             m.of(m.energy, rep.worker, "model").inc(joules)
         if rep.requests:
             first = rep.blocks is not None and rep.blocks[0] == 0
-            srv.stats.executed(rep.model, sum(r.rows for r in rep.requests), dur, first)
+            by_version = srv._batch_versions.get(rep.batch_id)
+            if by_version is None:
+                srv.stats.executed(rep.model, sum(r.rows for r in rep.requests), dur, first)
+            else:
+                for v, rows in by_version.items():
+                    srv.stats.executed(rep.model, rows, dur, first, v)
+        if rep.last:
+            srv._batch_versions.pop(rep.batch_id, None)
         if srv.watch is not None:
             srv.watch.observe(rep)
 
