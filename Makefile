@@ -53,6 +53,8 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_replan.py
 	$(VENV)/bin/python benchmarks/bench_switch_live.py
 	$(VENV)/bin/python benchmarks/bench_switch_ray.py
+	$(VENV)/bin/python benchmarks/bench_loadtool.py
+	$(VENV)/bin/python benchmarks/ray_path.py
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

@@ -96,7 +96,7 @@ def overhead(batches=(1, 4, 8), seconds: float = 15.0) -> dict:
 FRONTEND = {"bert-base": 240, "resnet50": 12}  # model -> emulated V100s
 
 
-def _serve_emulated(port: int, model: str = "bert-base") -> None:
+def serve_emulated(port: int, model: str = "bert-base") -> None:
     """The front-end benchmark's server (a process of its own, as a deployment has)."""
     import uvicorn
 
@@ -134,7 +134,7 @@ def frontend(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = multiprocessing.get_context("spawn").Process(
-        target=_serve_emulated, args=(port, model), daemon=True
+        target=serve_emulated, args=(port, model), daemon=True
     )
     proc.start()
     ping = http_request(url, "/v2/health/ready", b"", {}).replace(b"POST", b"GET", 1)

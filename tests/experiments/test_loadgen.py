@@ -62,6 +62,28 @@ def test_open_loop_keeps_the_schedule_with_enough_connections():
     assert np.all(shots.latency_s >= 0.018) and np.median(shots.latency_s) < 0.2
 
 
+def test_the_pool_grows_when_every_connection_is_busy():
+    """An open loop with one connection and 30 requests at once to a server that answers
+    in 0.2 s: without growth the last would leave 5.8 s late; with ``grow_to`` each
+    request that finds the pool busy opens a connection, and all leave at once."""
+    with serve_in_thread(_slow_app(0.2)) as url:
+        shots = open_loop(url, [http_request(url, "/", b"x", {})], np.zeros(30),
+                          connections=1, grow_to=40)  # fmt: skip
+    assert (shots.status == 200).all()
+    assert shots.lag_s.max() < 0.15 and shots.latency_s.max() < 1.0
+
+
+def test_a_spinning_sender_leaves_on_time():
+    """``spin_s``: the sender wakes early and yields until a request is due (the loop's
+    timers are about a millisecond coarse)."""
+    arrivals = 0.05 + np.arange(60) * 0.0037
+    with serve_in_thread(_slow_app(0.0)) as url:
+        shots = open_loop(url, [http_request(url, "/", b"", {})], arrivals, connections=8,
+                          spin_s=0.002)  # fmt: skip
+    assert (shots.status == 200).all()
+    assert np.median(shots.lag_s) < 0.0002  # (without the spin: about 0.5 ms)
+
+
 def test_connections_the_server_closes_are_replaced():
     """uvicorn closes idle keep-alive connections (here after 1 s): requests after a longer
     pause go out on new ones."""

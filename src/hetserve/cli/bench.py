@@ -118,7 +118,15 @@ def _dims(items: tuple[str, ...], models: list[str]) -> dict[str, dict[str, list
               help="Send each request's SLO as parameters.deadline_ms (hetserve's; other "
               "servers ignore it).")  # fmt: skip
 @click.option("--connections", default=64, show_default=True, type=click.IntRange(1, 4096),
-              help="Keep-alive connections of the open loop.")  # fmt: skip
+              help="Keep-alive connections the open loop starts with.")  # fmt: skip
+@click.option("--max-connections", default=1024, show_default=True,
+              type=click.IntRange(1, 65536),
+              help="More are opened when a request finds every one busy, up to this many "
+              "(rate x latency are needed: a full pool would delay the sender).")  # fmt: skip
+@click.option("--spin-ms", default=1.0, show_default=True,
+              help="Wake this long before each send and yield until it is due: the event "
+              "loop's timers are ~1 ms coarse; 0 saves the CPU and sends up to ~1 ms "
+              "late.")  # fmt: skip
 @click.option("--timeout", "timeout_s", default=30.0, show_default=True,
               help="Seconds to wait after the last request for the answers.")  # fmt: skip
 @click.option("--max-requests", default=200_000, show_default=True,
@@ -150,7 +158,8 @@ def bench(
     url: str, models: str, rate: str | None, slo: str | None, workload: str, duration_s: float,
     seed: int, concurrency: int | None, encoding: str, inputs_path: str | None,
     shapes: tuple[str, ...], int_range: str, deadline: bool, connections: int,
-    timeout_s: float, max_requests: int, token: str | None, allow_remote: bool,
+    max_connections: int, spin_ms: float, timeout_s: float, max_requests: int,
+    token: str | None, allow_remote: bool,
     out: str | None, predict: bool, cluster_name: str | None, plan_path: str | None,
     profiles: str | None, scheduler: str | None, params: tuple[str, ...], max_batch: int,
 ) -> None:  # fmt: skip
@@ -215,7 +224,8 @@ def bench(
         elif ticks[0] % 10 == 0:
             print(line, file=sys.stderr, flush=True)
 
-    opt = B.BenchOptions(connections, timeout_s, token, progress)
+    opt = B.BenchOptions(connections, timeout_s, token, progress, spin_s=spin_ms / 1e3,
+                         max_connections=max(connections, max_connections))  # fmt: skip
     trace = None
     t0 = time.perf_counter()
     if concurrency is not None:

@@ -142,6 +142,7 @@ FLOAT_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "jitter_cv": (0.0, 10.0, False),
     "patience_s": (0.0, 1e6, True),
     "timeout_s": (0.0, 86400.0, True),  # bench: seconds to wait for the last answers
+    "spin_ms": (0.0, 10.0, False),  # bench: how early the sender wakes before a send
     "solve_s": (0.0, 3600.0, False),
     "headroom": (0.0, 10.0, False),
     "hour_s": (0.0, 86400.0, True),

@@ -299,6 +299,8 @@ class BenchOptions:
     timeout_s: float = 30.0
     token: str | None = None
     progress: Callable[[int, int, int], None] | None = None  # (sent, answered, total)
+    spin_s: float = 0.001  # wake this early and yield until a request is due (loadgen)
+    max_connections: int = 1024  # opened on demand beyond ``connections``
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -322,7 +324,7 @@ def run_open(url: str, trace: Trace, prepared: Mapping[str, Prepared], opt: Benc
             cb(sent, answered, n)
 
     shots = open_loop(url, payloads, trace.time_s, trace.stream_idx, opt.connections,
-                      opt.timeout_s, progress)  # fmt: skip
+                      opt.timeout_s, progress, opt.spin_s, opt.max_connections)  # fmt: skip
     slo = np.array([s.slo_s for s in trace.streams])[trace.stream_idx]
     models = np.array([s.model for s in trace.streams])[trace.stream_idx]
     outcome = judge(shots.status, shots.latency_s, slo)

@@ -119,6 +119,8 @@ class _Gen:
         self.closing = False
         self.reconnects = 0  # how many more times a lost connection is replaced
         self.sent = 0
+        self.grow_to = 0  # open more connections on demand, up to this many in all
+        self.opening = 0  # connections being opened for requests that wait
 
     async def connect(self) -> None:
         _, conn = await asyncio.get_running_loop().create_connection(
@@ -142,6 +144,16 @@ class _Gen:
             self._send(self.free.pop(), i)
         else:
             self.waiting.append(i)
+            if len(self.conns) + self.opening < self.grow_to:
+                self.opening += 1
+                task = asyncio.get_running_loop().create_task(self._grow())
+                task.add_done_callback(_quiet)
+
+    async def _grow(self) -> None:
+        try:
+            await self.connect()
+        finally:
+            self.opening -= 1
 
     def answered(self, i: int, status: int, headers: dict[bytes, bytes], body: bytes) -> None:
         if i < 0:
@@ -186,6 +198,8 @@ async def _run(
     connections: int,
     timeout_s: float,
     progress: Callable[[int, int], None] | None = None,
+    spin_s: float = 0.0,
+    grow_to: int = 0,
 ) -> Shots:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
@@ -193,6 +207,7 @@ async def _run(
     gen = _Gen(payloads, arrivals, which)
     gen.address = (parts.hostname, parts.port or 80)
     gen.reconnects = 10 * connections
+    gen.grow_to = grow_to
     for _ in range(connections):
         try:
             await gen.connect()
@@ -217,7 +232,11 @@ async def _run(
                 gen.arrive(k)
                 k += 1
             if k < n:
-                await asyncio.sleep(max(0.0, float(arrivals[k]) - now))
+                wait = float(arrivals[k]) - now
+                if wait > spin_s:  # the event loop's timers are ~1 ms coarse: wake early,
+                    await asyncio.sleep(wait - spin_s)
+                else:  # then yield (answers are read meanwhile) until it is time
+                    await asyncio.sleep(0)
         with contextlib.suppress(TimeoutError):  # the unanswered keep status 0
             await asyncio.wait_for(gen.done, timeout_s)
     if ticker is not None:
@@ -237,19 +256,29 @@ def open_loop(
     connections: int = 64,
     timeout_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
+    spin_s: float = 0.0,
+    grow_to: int = 0,
 ) -> Shots:
     """Send request ``i`` (the prepared bytes ``payloads[which[i]]``, see
     :func:`http_request`) at ``arrivals_s[i]`` seconds after the start (sorted), over
     ``connections`` keep-alive connections to ``url``; wait up to ``timeout_s`` after the
     last for the answers. Runs its own event loop (uvloop where installed). ``progress``,
-    where given, is called once a second with the requests sent and answered so far."""
+    where given, is called once a second with the requests sent and answered so far.
+    ``spin_s`` > 0: the sender wakes that long before a request is due and yields to the
+    loop until it is (the loop's timers are about a millisecond coarse: sends land within
+    that of their time, for some CPU). ``grow_to`` > ``connections``: a request that finds
+    every connection busy opens another, up to that many in all (an open loop's sender
+    should not be held back by its own connection pool: Little's law needs rate x latency
+    of them)."""
     arrivals = np.asarray(arrivals_s, dtype=float)
     if len(arrivals) > 1 and np.any(np.diff(arrivals) < 0):
         raise HetserveError("load generator: arrival times must be sorted")
     w = np.zeros(len(arrivals), dtype=np.int64) if which is None else np.asarray(which)
     if connections < 1:
         raise HetserveError(f"load generator: connections must be >= 1, got {connections}")
-    return _loop_run(_run(url, payloads, arrivals, w, connections, timeout_s, progress))
+    return _loop_run(
+        _run(url, payloads, arrivals, w, connections, timeout_s, progress, spin_s, grow_to)
+    )
 
 
 def _loop_run(coro: Any) -> Any:
