@@ -334,6 +334,47 @@ def test_verify_refuses_slices_of_one_planned_gpu_on_two_gpus():
                              "b": WorkerPlace(l4, "h", 1, None, 2)})  # fmt: skip
 
 
+def test_on_a_node_of_two_gpu_types_a_worker_is_found_by_its_gpus_uuid():
+    """A node with an L4 (NVML index 0) and a T4 (NVML index 1). CUDA, ordering devices
+    fastest first, can give Ray's GPU id 0 to the T4: the index says L4 while the worker
+    computes on the T4. By UUID the check sees where it really runs."""
+    from hetserve.runtime.ray_placement import WorkerPlace, verify
+
+    gpus = (FoundGpu(0, "L4", "NVIDIA L4", uuid="GPU-aaaa"),
+            FoundGpu(1, "T4", "Tesla T4", uuid="GPU-bbbb"))  # fmt: skip
+    found = Discovered("h:1", [FoundNode("1" * 56, "h", "n0", 8, gpus, "nvml")])
+    node = found.nodes[0].node_id
+    l4, t4 = DEFAULT_CATALOG.get("L4"), DEFAULT_CATALOG.get("T4")
+    view = SimpleNamespace(workers={
+        "a": SimpleNamespace(gpu=l4, share=1, gpu_id="n0/gpu0"),
+        "b": SimpleNamespace(gpu=t4, share=1, gpu_id="n0/gpu1"),
+    })  # fmt: skip
+    # Ray's ids swapped against NVML's indices, the UUIDs right: where they really are
+    right = {"a": WorkerPlace(node, "h", 1, "NVIDIA L4", 1, "GPU-aaaa"),
+             "b": WorkerPlace(node, "h", 0, "Tesla T4", 2, "GPU-bbbb")}  # fmt: skip
+    verify(view, found, right)
+    # the L4's worker computing on the T4, though Ray's id 0 is the L4's NVML index
+    wrong = {**right, "a": WorkerPlace(node, "h", 0, None, 1, "GPU-bbbb")}
+    with pytest.raises(HetserveError, match=r"worker a \(planned on L4\).*GPU-bbbb: a T4"):
+        verify(view, found, wrong)
+    with pytest.raises(HetserveError, match="no such GPU"):
+        verify(view, found, {**right, "a": WorkerPlace(node, "h", 0, None, 1, "GPU-cccc")})
+
+
+def test_discovery_reads_each_gpus_uuid_and_actors_order_devices_by_bus():
+    from hetserve.runtime.ray_placement import ACTOR_ENV
+
+    class WithUuids(FakeNvml):
+        def nvmlDeviceGetUUID(self, h):
+            return f"GPU-{h:04d}".encode()
+
+    got, _ = dsc.nvml_gpus(WithUuids())
+    assert [g["uuid"] for g in got["gpus"]] == ["GPU-0000", "GPU-0001", "GPU-0002", "GPU-0003"]
+    got, _ = dsc.nvml_gpus(FakeNvml())  # a driver without the call: no UUID, still GPUs
+    assert [g["uuid"] for g in got["gpus"]] == [None] * 4
+    assert ACTOR_ENV == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 def test_profile_measure_names_a_cuda_device_exactly(monkeypatch):
     torch = pytest.importorskip("torch")
     from hetserve.profiling.measure import device_name

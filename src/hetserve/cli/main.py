@@ -7,6 +7,7 @@ and exit status 2 — never a traceback. Every command is documented in ``docs/c
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -43,6 +44,9 @@ add_repository_option(cli)
 
 def main(argv: list[str] | None = None) -> int:
     set_command(["hetserve", *(sys.argv[1:] if argv is None else argv)])
+    # CUDA numbers GPUs by PCI bus, as NVML does, in hetserve and what it starts (unless
+    # the user chose): on a machine with two GPU types "cuda:0" is then NVML's GPU 0
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
         cli.main(args=argv, prog_name="hetserve", standalone_mode=False)
     except HetserveError as e:

@@ -399,7 +399,11 @@ def build_cluster(
             if name in used:
                 raise ConfigError(f"{source}: nodes[{i}]: node name {name!r} is used twice")
             used.add(name)
-            gpus = tuple(Gpu(f"{name}/gpu{k}", name, k, t) for k, t in enumerate(types))
+            # a device is named by what it is: local-cpu's one device is "cpu0", not "gpu0"
+            gpus = tuple(
+                Gpu(f"{name}/{'cpu' if t.name == 'CPU' else 'gpu'}{k}", name, k, t)
+                for k, t in enumerate(types)
+            )
             nodes.append(
                 Node(
                     name=name,

@@ -47,6 +47,7 @@ class FoundGpu:
     memory_mb: float | None = None
     pcie_gen: int | None = None
     pcie_width: int | None = None
+    uuid: str | None = None  # NVML's (``GPU-...``): what identifies a GPU, not its index
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,8 @@ def _gpu_text(g: FoundGpu) -> str:
         parts.append(f"{g.memory_mb:.0f} MiB")
     if g.pcie_gen:
         parts.append(f"PCIe gen{g.pcie_gen} x{g.pcie_width}")
+    if g.uuid:
+        parts.append(g.uuid)
     return ", ".join(parts)
 
 
@@ -322,7 +325,8 @@ def _node_from(
         for g in nvml["gpus"]:
             t = gpu_type(g["name"], catalog, where, g.get("memory_mb"))
             gpus.append(FoundGpu(g["index"], t.name, g["name"], g.get("memory_mb"),
-                                 g.get("pcie_gen"), g.get("pcie_width")))  # fmt: skip
+                                 g.get("pcie_gen"), g.get("pcie_width"),
+                                 g.get("uuid")))  # fmt: skip
         _same_memory(gpus, where)
         return FoundNode(
             gpus=tuple(gpus), source="nvml",

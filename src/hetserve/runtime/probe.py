@@ -67,6 +67,11 @@ def nvml_gpus(nvml: Any = None) -> tuple[dict[str, Any] | None, str]:
             name = name.decode() if isinstance(name, bytes) else str(name)
             g: dict[str, Any] = {"index": i, "name": name}
             g["memory_mb"] = nvml.nvmlDeviceGetMemoryInfo(h).total / 2**20
+            try:  # the GPU's identity: indices differ between NVML and CUDA's order
+                u = nvml.nvmlDeviceGetUUID(h)
+                g["uuid"] = u.decode() if isinstance(u, bytes) else str(u)
+            except Exception:
+                g["uuid"] = None
             for key, fn in (("pcie_gen", "nvmlDeviceGetMaxPcieLinkGeneration"),
                             ("pcie_width", "nvmlDeviceGetMaxPcieLinkWidth")):  # fmt: skip
                 try:

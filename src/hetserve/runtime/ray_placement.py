@@ -22,9 +22,12 @@ read, so it binds exact types where Ray's ``accelerator_type:<T>`` resources are
 whose type comes from NVML, Ray's resource or its label. Ray does the placing; hetserve
 only says what each bundle needs.
 
-At start-up each actor reports where it really is (node, GPU index, the driver's GPU
-name where a driver answers); :func:`verify` compares that with the plan, and a mismatch
-is an error, not a warning.
+At start-up each actor reports where it really is (node, Ray's GPU index, the UUID of the
+device CUDA computes on and the driver's name for it, where a driver answers); :func:`verify`
+finds that GPU among the discovered ones by UUID (by index without a driver) and compares
+it with the plan; a mismatch is an error, not a warning. Actors run with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (:data:`ACTOR_ENV`), so that Ray's GPU ids and NVML's
+indices agree on a node with mixed GPUs.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from hetserve.runtime.discovery import NODE_ID_LABEL, Discovered, gpu_type
 
 # how long Ray may take to reserve the plan's GPUs before it is an error
 RESERVE_TIMEOUT_S = 60.0
+# set in every GPU actor: CUDA numbers devices by PCI bus, as NVML does (its default,
+# fastest first, can put Ray's GPU id 0 on NVML's GPU 1 on a node with two GPU types)
+ACTOR_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class WorkerPlace:
     gpu_index: int | None  # Ray's GPU id on the node (None: a CPU worker)
     gpu_name: str | None  # as the driver says it (None: no driver, e.g. an emulated node)
     pid: int
+    # the UUID of the device the actor computes on, as CUDA sees it (None: no CUDA): what
+    # identifies the GPU, where indices may differ (CUDA's order against NVML's)
+    gpu_uuid: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,14 +73,17 @@ def where_am_i() -> dict[str, Any]:
     ctx = ray.get_runtime_context()
     ids = ray.get_gpu_ids()
     index = int(ids[0]) if ids else None
-    name = None
+    name = uuid = None
     if index is not None:
+        uuid = cuda_uuid()
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            try:
-                raw = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+            try:  # the driver's name of the very device CUDA computes on, where known
+                h = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid
+                     else pynvml.nvmlDeviceGetHandleByIndex(index))  # fmt: skip
+                raw = pynvml.nvmlDeviceGetName(h)
                 name = raw.decode() if isinstance(raw, bytes) else str(raw)
             finally:
                 pynvml.nvmlShutdown()
@@ -83,7 +95,22 @@ def where_am_i() -> dict[str, Any]:
         "gpu_index": index,
         "gpu_name": name,
         "pid": os.getpid(),
+        "gpu_uuid": uuid,
     }
+
+
+def cuda_uuid() -> str | None:
+    """The UUID (``GPU-...``, NVML's form) of CUDA's current device in this process, or
+    None where there is no CUDA device (an emulated node, a CPU worker)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        u = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    except Exception:
+        return None
+    return u if u.startswith("GPU-") else f"GPU-{u}"
 
 
 class RayPlacement:
@@ -213,6 +240,7 @@ class RayPlacement:
             "num_cpus": 0,
             "num_gpus": 0.5 / worker.share,  # (half: a switch's new slices fit beside)
             "scheduling_strategy": self._strategy[worker.id],
+            "runtime_env": {"env_vars": dict(ACTOR_ENV)},
         }
 
     def bundles_to_node(self) -> dict[str, str]:
@@ -249,9 +277,19 @@ def check_shares(workers: list[Any]) -> None:
             )
 
 
+def _the_gpu(gpus: Any, p: WorkerPlace) -> Any:
+    """The discovered GPU a worker runs on: by UUID where both sides know it (indices can
+    differ: CUDA orders devices fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+    NVML by PCI bus), else by Ray's index (nodes without a driver: emulated ones)."""
+    if p.gpu_uuid and any(g.uuid for g in gpus):
+        return next((g for g in gpus if g.uuid == p.gpu_uuid), None)
+    return next((g for g in gpus if g.index == p.gpu_index), None)
+
+
 def verify(view: Any, found: Discovered | None, places: dict[str, WorkerPlace]) -> None:
     """Every worker is where the plan wants it: on a node of the cluster with a GPU of
-    its planned type (by Ray's GPU id and, where a driver answers, by the driver's name);
+    its planned type (the GPU found by its UUID where CUDA and NVML tell it, else by Ray's
+    GPU id; where a driver answers, its name checked too);
     the slices of one planned GPU on one physical GPU, different planned GPUs on different
     ones. A mismatch is a one-line error naming the worker, the plan and what it found."""
     nodes = {n.node_id: n for n in found.nodes} if found is not None else {}
@@ -265,19 +303,20 @@ def verify(view: Any, found: Discovered | None, places: dict[str, WorkerPlace]) 
         node = nodes.get(p.node_id)
         if node is None or p.gpu_index is None:
             raise HetserveError(f"{at}, GPU {p.gpu_index}: not a GPU node discovery found")
-        gpu = next((g for g in node.gpus if g.index == p.gpu_index), None)
+        gpu = _the_gpu(node.gpus, p)
         if gpu is None or gpu.type != planned:
             got = gpu.type if gpu is not None else "no such GPU"
-            raise HetserveError(f"{at} ({node.name}), GPU {p.gpu_index}: a {got}")
+            which = p.gpu_uuid or f"GPU {p.gpu_index}"
+            raise HetserveError(f"{at} ({node.name}), {which}: a {got}")
         if p.gpu_name is not None:
             t = gpu_type(p.gpu_name, found.catalog if found else view.cluster.catalog, at)
             if t.name != planned:
                 raise HetserveError(f"{at}, GPU {p.gpu_index}: the driver says {p.gpu_name!r}")
-        phys.setdefault(w.gpu_id, (p.node_id, p.gpu_index))
-        if phys[w.gpu_id] != (p.node_id, p.gpu_index):
+        here = (p.node_id, p.gpu_uuid or p.gpu_index)
+        phys.setdefault(w.gpu_id, here)
+        if phys[w.gpu_id] != here:
             raise HetserveError(
-                f"the slices of the plan's {w.gpu_id} run on two GPUs: "
-                f"{phys[w.gpu_id]} and {(p.node_id, p.gpu_index)}"
+                f"the slices of the plan's {w.gpu_id} run on two GPUs: {phys[w.gpu_id]} and {here}"
             )
     owners = Counter(phys.values())
     shared = [k for k, n in owners.items() if n > 1]

@@ -79,6 +79,7 @@ def workers(server: Server) -> list[dict[str, Any]]:
             "node_address": p.node_address if p else None,
             "gpu_index": p.gpu_index if p else None,
             "gpu_name": p.gpu_name if p else None,
+            "gpu_uuid": p.gpu_uuid if p else None,
             "state": state, "queue": queue, "batches_served": server.served.get(wid, 0),
             "stage_overhead_ms": round(overhead.get(wid, 0.0) * 1e3, 3),
         })  # fmt: skip
@@ -97,7 +98,8 @@ def log_places(server: Server) -> None:
     for wid, p in places.items():
         w = infos[wid]
         gpu = "CPU" if p.gpu_index is None else f"GPU {p.gpu_index}"
-        said = f" ({p.gpu_name})" if p.gpu_name else ""
+        said = ", ".join(x for x in (p.gpu_name, p.gpu_uuid) if x)
+        said = f" ({said})" if said else ""
         LOG.info(
             "  %s: %s%s on node %s (%s), %s%s; a stage call costs %.1f ms beyond compute",
             wid, w.gpu.name, f"/{w.share}" if w.share > 1 else "", p.node_id[:8],
