@@ -375,6 +375,36 @@ def test_discovery_reads_each_gpus_uuid_and_actors_order_devices_by_bus():
     assert ACTOR_ENV == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
+def test_each_planned_gpu_is_pinned_to_its_physical_gpu_by_uuid():
+    """A discovered node of T4 (NVML 0), L4 (1), T4 (2): its YAML counts 2 T4 and 1 L4,
+    so the plan's n0/gpu0 and n0/gpu1 are the T4s and n0/gpu2 the L4. Each actor is
+    started with CUDA_VISIBLE_DEVICES set to its planned GPU's UUID (Ray told to leave
+    it), whichever GPU id Ray's bundle got; without UUIDs (emulated nodes) nothing is
+    pinned."""
+    from hetserve.runtime.ray_placement import ACTOR_ENV, NOSET_VISIBLE, RayPlacement, planned_uuid
+
+    gpus = (FoundGpu(0, "T4", uuid="GPU-t4a"), FoundGpu(1, "L4", uuid="GPU-l4"),
+            FoundGpu(2, "T4", uuid="GPU-t4b"))  # fmt: skip
+    found = Discovered("h:1", [FoundNode("1" * 56, "h", "n0", 8, gpus, "nvml")])
+    cluster = found.cluster()
+    assert {g.id: g.type.name for g in cluster.gpus} == {
+        "n0/gpu0": "T4", "n0/gpu1": "T4", "n0/gpu2": "L4"}  # fmt: skip
+    assert [planned_uuid(cluster, found, f"n0/gpu{k}") for k in range(3)] == [
+        "GPU-t4a", "GPU-t4b", "GPU-l4"]  # fmt: skip
+    bare = Discovered("h:1", [FoundNode("1" * 56, "h", "n0", 8, tuple(
+        FoundGpu(g.index, g.type) for g in gpus), "resource")])  # fmt: skip
+    assert planned_uuid(bare.cluster(), bare, "n0/gpu0") is None
+    assert planned_uuid(cluster, None, "n0/gpu0") is None
+
+    rp = RayPlacement.__new__(RayPlacement)  # (its options alone: no Ray here)
+    rp.found, rp.cluster, rp._strategy = found, cluster, {"w": "strategy"}
+    w = SimpleNamespace(id="w", gpu=DEFAULT_CATALOG.get("L4"), share=2, gpu_id="n0/gpu2")
+    opts = rp.options(w)
+    assert opts["num_gpus"] == 0.25 and opts["scheduling_strategy"] == "strategy"
+    assert opts["runtime_env"]["env_vars"] == {
+        **ACTOR_ENV, "CUDA_VISIBLE_DEVICES": "GPU-l4", NOSET_VISIBLE: "1"}  # fmt: skip
+
+
 def test_profile_measure_names_a_cuda_device_exactly(monkeypatch):
     torch = pytest.importorskip("torch")
     from hetserve.profiling.measure import device_name

@@ -45,6 +45,9 @@ RESERVE_TIMEOUT_S = 60.0
 # set in every GPU actor: CUDA numbers devices by PCI bus, as NVML does (its default,
 # fastest first, can put Ray's GPU id 0 on NVML's GPU 1 on a node with two GPU types)
 ACTOR_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+# with it, Ray leaves CUDA_VISIBLE_DEVICES as the actor's environment sets it: an actor
+# whose planned GPU has a known UUID sees that GPU alone (``planned_uuid``)
+NOSET_VISIBLE = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class WorkerPlace:
 
     node_id: str
     node_address: str
-    gpu_index: int | None  # Ray's GPU id on the node (None: a CPU worker)
+    gpu_index: int | None  # Ray's GPU id on the node (None: a CPU worker, or one pinned by UUID)
     gpu_name: str | None  # as the driver says it (None: no driver, e.g. an emulated node)
     pid: int
     # the UUID of the device the actor computes on, as CUDA sees it (None: no CUDA): what
@@ -72,9 +75,10 @@ def where_am_i() -> dict[str, Any]:
 
     ctx = ray.get_runtime_context()
     ids = ray.get_gpu_ids()
-    index = int(ids[0]) if ids else None
+    # Ray's id, or (an actor pinned to its GPU by UUID: ``planned_uuid``) that UUID
+    index = int(ids[0]) if ids and str(ids[0]).isdigit() else None
     name = uuid = None
-    if index is not None:
+    if ids:
         uuid = cuda_uuid()
         try:
             import pynvml
@@ -120,6 +124,7 @@ class RayPlacement:
 
     def __init__(self, view: Any, found: Discovered | None) -> None:
         self.found = found
+        self.cluster = view.cluster
         self.groups: list[Any] = []
         self._strategy: dict[str, Any] = {}
         self._gpus_of: dict[int, set[str]] = {}  # id(group) -> the planned GPUs in it
@@ -236,11 +241,15 @@ class RayPlacement:
         """The actor options of one worker slot."""
         if worker.gpu.name == "CPU":
             return {"num_cpus": 0}
+        env = dict(ACTOR_ENV)
+        uuid = planned_uuid(self.cluster, self.found, worker.gpu_id)
+        if uuid is not None:  # the very GPU the plan names, whichever id Ray gives
+            env |= {"CUDA_VISIBLE_DEVICES": uuid, NOSET_VISIBLE: "1"}
         return {
             "num_cpus": 0,
             "num_gpus": 0.5 / worker.share,  # (half: a switch's new slices fit beside)
             "scheduling_strategy": self._strategy[worker.id],
-            "runtime_env": {"env_vars": dict(ACTOR_ENV)},
+            "runtime_env": {"env_vars": env},
         }
 
     def bundles_to_node(self) -> dict[str, str]:
@@ -277,6 +286,27 @@ def check_shares(workers: list[Any]) -> None:
             )
 
 
+def planned_uuid(cluster: Any, found: Discovered | None, gpu_id: str) -> str | None:
+    """The UUID of the physical GPU a planned GPU is, where the plan was made on the
+    discovered cluster (its nodes named as discovery named them) and NVML told the UUIDs:
+    the k-th planned GPU of a type on a node is the k-th of that type in NVML's order
+    there. None otherwise (a node named by type only, an emulated node)."""
+    if found is None:
+        return None
+    try:
+        gpu = cluster.gpu(gpu_id)
+    except HetserveError:
+        return None
+    node = found.node(gpu.node)
+    if node is None:
+        return None
+    planned = [g.id for g in cluster.node(gpu.node).gpus if g.type.name == gpu.type.name]
+    real = [g for g in sorted(node.gpus, key=lambda g: g.index) if g.type == gpu.type.name]
+    if len(real) != len(planned) or not all(g.uuid for g in real):
+        return None
+    return real[planned.index(gpu_id)].uuid
+
+
 def _the_gpu(gpus: Any, p: WorkerPlace) -> Any:
     """The discovered GPU a worker runs on: by UUID where both sides know it (indices can
     differ: CUDA orders devices fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
@@ -301,7 +331,7 @@ def verify(view: Any, found: Discovered | None, places: dict[str, WorkerPlace]) 
             continue
         at = f"worker {wid} (planned on {planned}) runs on node {p.node_id[:8]}"
         node = nodes.get(p.node_id)
-        if node is None or p.gpu_index is None:
+        if node is None or (p.gpu_index is None and p.gpu_uuid is None):
             raise HetserveError(f"{at}, GPU {p.gpu_index}: not a GPU node discovery found")
         gpu = _the_gpu(node.gpus, p)
         if gpu is None or gpu.type != planned:

@@ -97,7 +97,10 @@ def log_places(server: Server) -> None:
     LOG.info("%d workers placed and checked against the plan:", len(places))
     for wid, p in places.items():
         w = infos[wid]
-        gpu = "CPU" if p.gpu_index is None else f"GPU {p.gpu_index}"
+        if p.gpu_index is None and p.gpu_uuid is None:
+            gpu = "CPU"
+        else:
+            gpu = "GPU" if p.gpu_index is None else f"GPU {p.gpu_index}"
         said = ", ".join(x for x in (p.gpu_name, p.gpu_uuid) if x)
         said = f" ({said})" if said else ""
         LOG.info(
