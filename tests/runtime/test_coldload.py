@@ -132,7 +132,11 @@ def test_the_torch_executor_serves_cold_instances_with_lru(resnet18_rows):
 
     names = [f"resnet18@{i}" for i in range(6)]
     plan, lat, pl = _plans(names, "dha")
-    streams = [Stream(m, m, 5.0, Poisson(1.0)) for m in names]
+    # a generous SLO: on the virtual clock a load and a run take their real time, which an
+    # oversubscribed machine stretches; what is checked is the LRU, not the speed. (With
+    # 5 s the test failed once on a 16-core GPU machine running 8 test workers: its
+    # message was cut off, so that this was the cause is a guess, not established.)
+    streams = [Stream(m, m, 120.0, Poisson(1.0)) for m in names]
     tr = generate(streams, 3.0, 2)
     # room for one instance per GPU, six instances on four GPUs: LRU evictions
     sched = make_scheduler("coldstart", {"memory_reserve_gb": 16 - 0.05, "preload": False})
