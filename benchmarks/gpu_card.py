@@ -10,6 +10,10 @@ Parts (each a list of sections, each section under its own time limit, all bound
   (``benchmarks/coldstart_real.py``: baseline, PipeSwitch and DHA cold starts of ResNet-50,
   BERT-Base and GPT-2 against the timeline predicted from the measured ``layers.csv``,
   outputs against the warm model's, and behind another model's queued work).
+- ``3``: ``stage_sync`` (FLEX's per-block synchronisation and stop latency,
+  ``benchmarks/stage_sync.py``), ``peer`` (PyTorch alone behind the same HTTP load beside
+  hetserve, ``benchmarks/peer_torch.py``), ``fp16`` (the profile set in FP16, what the
+  roofline models).
 - ``2``: ``hf`` (the same measurement of a Hugging Face BERT folder in a model repository,
   random weights from its config), ``serve`` (resnet50 served on the card over HTTP with
   binary tensors under Poisson load, measured attainment beside the simulator's for the
@@ -290,13 +294,41 @@ def serve(r: Run, seconds: float) -> None:
     ]
 
 
+def fp16(r: Run) -> None:
+    """The same profile set in FP16 (what the roofline models): ``profiles-fp16``."""
+    batches = "1,2,4,8,16,32,64" if r.cuda else "1,2"
+    models = ZOO_MODELS if r.cuda else "resnet18"
+    argv = hetserve("profile", "measure", "--models", models, "--device", r.device)
+    argv += ["--batches", batches, "--dtype", "fp16" if r.cuda else "bf16", "--no-layers"]
+    r.sh("fp16", [*argv, "--out", str(r.out / "profiles-fp16")], 240)
+
+
+def stage_sync(r: Run) -> None:
+    """FLEX's per-block synchronisation and stop latency (``benchmarks/stage_sync.py``)."""
+    argv = [sys.executable, "benchmarks/stage_sync.py", "--device", r.device]
+    argv += ["--json", str(r.out / "stage_sync.json")]
+    if not r.cuda:
+        argv += ["--models", "resnet18", "--batches", "1", "--repeats", "3"]
+    r.sh("stage_sync", argv, 120)
+
+
+def peer(r: Run) -> None:
+    """PyTorch alone behind the same HTTP load, beside hetserve (``benchmarks/peer_torch.py``;
+    hetserve with the shipped H200 profile set where the card is one)."""
+    argv = [sys.executable, "benchmarks/peer_torch.py", "--device", r.device, "--seconds", "8"]
+    shipped = ROOT / "src" / "hetserve" / "data" / "profiles" / "h200"
+    if r.cuda and "H200" in str(r.summary.get("env", {})):
+        argv += ["--profiles", str(shipped)]
+    r.sh("peer", argv, 200)
+
+
 def main() -> None:
     from hetserve.core.provenance import provenance_line
 
     print(provenance_line(), flush=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--part", choices=("1", "2", "all"), required=True)
+    ap.add_argument("--part", choices=("1", "2", "3", "all"), required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--deadline-s", type=float, default=400)
     ap.add_argument("--serve-seconds", type=float, default=15)
@@ -311,7 +343,10 @@ def main() -> None:
         serve(r, a.serve_seconds)
 
     part2 = [hf, served]
-    sections = {"1": part1, "2": [env, *part2], "all": part1 + part2}[a.part]
+    part3 = [stage_sync, peer, fp16]
+    sections = {"1": part1, "2": [env, *part2], "3": [env, *part3], "all": part1 + part2 + part3}[
+        a.part
+    ]
     for sec in sections:
         try:
             sec(r)

@@ -65,3 +65,27 @@ def test_cli_and_errors(tmp_path, capsys):
     if not torch.cuda.is_available():
         with pytest.raises(HetserveError, match="CUDA is not available"):
             measure_profiles(["resnet18"], "cuda")
+
+
+def test_a_precision_is_measured_as_asked(monkeypatch):
+    """``dtype``: the weights and the floating-point inputs in that precision (token ids
+    stay integers); an unknown one is refused."""
+    import torch
+
+    import hetserve.zoo.registry as registry
+
+    seen = []
+    real = registry.build
+
+    def spy(*args, **kwargs):
+        net = real(*args, **kwargs)
+        seen.append(net)
+        return net
+
+    monkeypatch.setattr(registry, "build", spy)
+    ps, _ = measure_profiles(["resnet18", "bert-base"], "cpu", (1,), n_blocks=3, warmup=0,
+                             repeats=1, dtype="bf16")  # fmt: skip
+    assert {k[0] for k in ps.latency_us} == {"resnet18", "bert-base"}
+    assert all(p.dtype == torch.bfloat16 for net in seen for p in net.parameters())
+    with pytest.raises(HetserveError, match="--dtype 'int4'; expected fp32, fp16, bf16"):
+        measure_profiles(["resnet18"], "cpu", (1,), dtype="int4")

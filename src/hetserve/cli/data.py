@@ -115,6 +115,14 @@ def profile_estimate(
 @click.option("--warmup", default=3, show_default=True, help="Unmeasured runs per block.")
 @click.option("--repeats", default=10, show_default=True, help="Measured runs (median kept).")
 @click.option(
+    "--dtype",
+    type=click.Choice(["fp32", "fp16", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="Precision of the weights and floating-point inputs (the roofline models fp16). "
+    "The profile set does not record it: say it in the folder's name.",
+)
+@click.option(
     "--out",
     required=True,
     type=click.Path(file_okay=False),
@@ -134,6 +142,7 @@ def profile_measure(
     n_blocks: int,
     warmup: int,
     repeats: int,
+    dtype: str,
     out: str,
     layers: bool | None,
 ) -> None:
@@ -154,7 +163,7 @@ def profile_measure(
     with progress_bar("measuring", runs) as tick:
         ps, fits = measure_profiles(
             names, device, b_list, s_list, n_blocks, warmup, repeats, lambda _msg: tick(),
-            note=notes.append, model_catalog=model_catalog(),
+            note=notes.append, model_catalog=model_catalog(), dtype=dtype,
         )  # fmt: skip
     folder = ps.write(out)
     why = notes[0] if notes else "no energy: power is not readable here"

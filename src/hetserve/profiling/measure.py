@@ -54,6 +54,8 @@ RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
 # P = 50 ms and W = 0.5 s (20% at 0.25 s). 0.5 s costs 20 s per model at the default
 # 4 batch sizes x 10 blocks, which we take for a tenth's accuracy.
 MIN_ENERGY_WINDOW_S = 0.5
+# ``--dtype``: torch's name of each precision a profile can be measured in
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -243,12 +245,15 @@ def measure_profiles(
     threads: int = 0,
     note: Callable[[str], None] | None = None,
     model_catalog: ModelCatalog = ZOO,
+    dtype: str = "fp32",
 ) -> tuple[ProfileSet, list[Fit]]:
     """Measure a profile set (module docstring); returns it with the alpha/beta fits.
     ``threads``: torch threads to measure with (0: as set), as the serving workers run.
     ``progress`` is called after each (model, share, batch); ``note`` once, with why there
     is no energy where there is none. ``model_catalog``: where the models come from (the
-    zoo, and a model repository's)."""
+    zoo, and a model repository's). ``dtype``: the precision of the weights and of the
+    floating-point inputs (``fp32``, ``fp16``, ``bf16``; integer inputs stay as they are):
+    the roofline models FP16, as the papers' TensorRT engines ran."""
     import torch
 
     if threads > 0:
@@ -257,7 +262,7 @@ def measure_profiles(
         try:
             return measure_profiles(
                 models, device, batches, shares, n_blocks, warmup, repeats, progress,
-                note=note, model_catalog=model_catalog,
+                note=note, model_catalog=model_catalog, dtype=dtype,
             )  # fmt: skip
         finally:
             torch.set_num_threads(before)
@@ -269,6 +274,9 @@ def measure_profiles(
         raise HetserveError("profile measure: need --warmup >= 0 and --repeats >= 1")
     if not batches or min(batches) < 1 or not shares or min(shares) < 1:
         raise HetserveError("profile measure: batch sizes and shares must be >= 1")
+    if dtype not in DTYPES:
+        raise HetserveError(f"profile measure: --dtype {dtype!r}; expected {', '.join(DTYPES)}")
+    float_dtype = getattr(torch, DTYPES[dtype])
     gpu = device_name(device)
     if device != "cpu" and any(s != 1 for s in shares):
         raise HetserveError(f"--device {device}: only --shares 1 is measured on a GPU")
@@ -296,7 +304,7 @@ def measure_profiles(
 
     try:
         for name in models:
-            net = build(name, model_catalog=model_catalog).to(dev)
+            net = build(name, model_catalog=model_catalog).to(dev, float_dtype)
             blocks = roofline.blocks(net.model_name)
             if blocks.bounds[-1] != len(net.layers):
                 raise HetserveError(
@@ -309,7 +317,7 @@ def measure_profiles(
             for share in shares:
                 torch.set_num_threads(max(1, threads // share) if not cuda else threads)
                 for b in batches:
-                    x: Any = _to(net.input_spec.example(b), dev)
+                    x: Any = _to(net.input_spec.example(b), dev, float_dtype)
                     lat_us, e_mj = [], []
                     with torch.inference_mode():
                         for k in range(n):
@@ -346,6 +354,11 @@ def measure_profiles(
     return ps, fits
 
 
-def _to(x: Any, dev: Any) -> Any:
-    """A tensor, or a tuple of them (several inputs), on ``dev``."""
-    return x.to(dev) if hasattr(x, "to") else tuple(t.to(dev) for t in x)
+def _to(x: Any, dev: Any, float_dtype: Any = None) -> Any:
+    """A tensor, or a tuple of them (several inputs), on ``dev``; floating-point ones in
+    ``float_dtype`` where given (token ids and masks stay integers)."""
+    if not hasattr(x, "to"):
+        return tuple(_to(t, dev, float_dtype) for t in x)
+    if float_dtype is not None and x.is_floating_point():
+        return x.to(dev, float_dtype)
+    return x.to(dev)
