@@ -46,17 +46,10 @@ def _children_cpu_s() -> float:
 
 
 def _wait_ready(url: str) -> None:
-    import urllib.request
+    from hetserve.experiments.bench import wait_ready
 
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(url + "/v2/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the server did not start")
+    if not wait_ready(url, 60.0):
+        raise SystemExit("the server did not start")
 
 
 def ours(url: str, rate: float, seconds: float, spin_ms: float = 1.0) -> dict:

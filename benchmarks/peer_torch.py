@@ -19,8 +19,6 @@ import multiprocessing
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 from hetserve.core.provenance import provenance_line
@@ -112,16 +110,11 @@ def _serve_peer(port: int, model: str, device: str, max_batch: int, wait_ms: flo
                 log_level="error")  # fmt: skip
 
 
-def _ready(url: str, proc: object, seconds: float = 300) -> None:
-    t_end = time.monotonic() + seconds
-    while time.monotonic() < t_end:
-        try:
-            with urllib.request.urlopen(url + "/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"{url} did not become ready")
+def _ready(url: str, seconds: float = 300) -> None:
+    from hetserve.experiments.bench import wait_ready
+
+    if not wait_ready(url, seconds):
+        raise SystemExit(f"{url} did not become ready")
 
 
 def _bench(url: str, model: str, rate: float, seconds: float, slo_ms: float) -> dict:
@@ -162,7 +155,7 @@ def main() -> None:
     )
     peer.start()
     try:
-        _ready(f"http://127.0.0.1:{port}", peer)
+        _ready(f"http://127.0.0.1:{port}")
         for r in rates:
             m = _bench(f"http://127.0.0.1:{port}", model, r, a.seconds, slo)
             rows.append({"system": f"PyTorch alone (batch <= {a.max_batch}, wait "
@@ -184,7 +177,7 @@ def main() -> None:
         argv += ["--profiles", a.profiles]
     srv = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _ready(f"http://127.0.0.1:{port}", srv)
+        _ready(f"http://127.0.0.1:{port}")
         for r in rates:
             m = _bench(f"http://127.0.0.1:{port}", model, r, a.seconds, slo)
             rows.append({"system": "hetserve (flex)", "rate": r, **m})

@@ -125,45 +125,16 @@ def plot(ps: ProfileSet, before: dict, after: dict, erows: list[dict], path: Pat
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    models = sorted({k[0] for k in ps.latency_us})
-    for m in models:
+    lines, energy = {}, {}
+    for m in sorted({k[0] for k in ps.latency_us}):
         keys = sorted(k for k in ps.latency_us if k[0] == m)
-        meas = [sum(ps.latency_us[k]) / 1e3 for k in keys]
-        a1.plot([k[3] for k in keys], meas, "o-", label=f"{m} measured")
-        a1.plot(
-            [k[3] for k in keys],
-            [sum(after[k]) / 1e3 for k in keys],
-            "--",
-            color=a1.lines[-1].get_color(),
-            alpha=0.7,
-        )
-    a1.set_xscale("log", base=2)
-    a1.set_yscale("log")
-    a1.set_xlabel("batch")
-    a1.set_ylabel("whole model, ms (dashed: calibrated roofline)")
-    a1.legend(fontsize=7)
-    for m in models:
+        lines[m] = [(k[3], sum(ps.latency_us[k]) / 1e3, sum(after[k]) / 1e3) for k in keys]
         rs = [r for r in erows if r["model"] == m]
-        if not rs:
-            continue
-        a2.plot(
-            [r["batch"] for r in rs],
-            [r["measured_mj_per_request"] for r in rs],
-            "o-",
-            label=f"{m} measured",
-        )
-        a2.plot(
-            [r["batch"] for r in rs],
-            [r["predicted_mj_per_request"] for r in rs],
-            "--",
-            color=a2.lines[-1].get_color(),
-            alpha=0.7,
-        )
-    a2.set_xscale("log", base=2)
-    a2.set_yscale("log")
-    a2.set_xlabel("batch")
-    a2.set_ylabel("energy per request, mJ (dashed: energy model)")
-    a2.legend(fontsize=7)
+        if rs:
+            energy[m] = [(r["batch"], r["measured_mj_per_request"],
+                          r["predicted_mj_per_request"]) for r in rs]  # fmt: skip
+    _panel(a1, lines, "whole model, ms (dashed: calibrated roofline)")
+    _panel(a2, energy, "energy per request, mJ (dashed: energy model)")
     gpu = next(iter(ps.latency_us))[1]
     fig.suptitle(
         f"{gpu}: measured (NVML, PyTorch eager FP32) against the roofline and energy model"
@@ -171,6 +142,20 @@ def plot(ps: ProfileSet, before: dict, after: dict, erows: list[dict], path: Pat
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def _panel(ax, series, ylabel):  # type: ignore[no-untyped-def]
+    """Per model, measured (dots) and the model's prediction (dashed, same colour)
+    against the batch size, both axes logarithmic."""
+    for m, pts in series.items():
+        xs = [p[0] for p in pts]
+        ax.plot(xs, [p[1] for p in pts], "o-", label=f"{m} measured")
+        ax.plot(xs, [p[2] for p in pts], "--", color=ax.lines[-1].get_color(), alpha=0.7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
 
 
 def main() -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -108,18 +106,10 @@ def kserve_url():
     proc = subprocess.Popen([sys.executable, str(HERE / "kserve_doubler.py"), str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    t_end = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/v2/models/doubler/ready", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > t_end:
-            proc.kill()
-            pytest.fail("the kserve model server did not start")
-        time.sleep(0.2)
+    if not B.wait_ready(url, 60.0, alive=lambda: proc.poll() is None,
+                        path="/v2/models/doubler/ready"):  # fmt: skip
+        proc.kill()
+        pytest.fail("the kserve model server did not start")
     yield url
     proc.terminate()
     proc.wait(timeout=30)

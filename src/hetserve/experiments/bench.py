@@ -112,6 +112,28 @@ def get_json(url: str, path: str, token: str | None, timeout_s: float) -> tuple[
         raise HetserveError(f"bench: cannot reach {url}: {reason}") from None
 
 
+def wait_ready(
+    url: str, timeout_s: float = 60.0, alive: Callable[[], bool] | None = None,
+    path: str = "/v2/health/ready",
+) -> bool:  # fmt: skip
+    """Polls ``url + path`` until it answers 200 (True), ``timeout_s`` passes or ``alive``
+    says the server's process is gone (False): a server started beside a benchmark."""
+    import time
+
+    t_end = time.monotonic() + timeout_s
+    while time.monotonic() < t_end:
+        if alive is not None and not alive():
+            return False
+        try:
+            with urllib.request.urlopen(url + path, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
 def fetch_model(
     url: str, model: str, token: str | None = None, timeout_s: float = 10.0
 ) -> ModelMeta:
