@@ -40,28 +40,45 @@ def sync(device: str) -> None:
 
 def cold_start(
     cm: ColdModel, plan: object, x: torch.Tensor, device: str, busy_s: float = 0.0
-) -> tuple[float, object]:
+) -> tuple[float, object, float]:
     """One cold start: evict, then load by ``plan`` and run one request at once; returns
-    its time and output. ``busy_s`` > 0 first queues about that much of another model's
-    work (matrix products) on the execution stream, unsynchronised, to see whether the
-    load waits for it (issue 43, item 4)."""
+    its time, output and the time until its last row had arrived. ``busy_s`` > 0 first
+    queues about that much of another model's work (matrix products) on the execution
+    stream, unsynchronised, to see whether the load waits for it (issue 43, item 4): the
+    request waits for that work either way (it runs on the same stream), the load need
+    not."""
     if cm.loaded:
         cm.evict()
     sync(device)
     if busy_s > 0:
         _queue_busy(device, busy_s)
     done = threading.Event()
+    arrived: list[float] = []
+
+    def on_done() -> None:
+        arrived.append(time.perf_counter())
+        done.set()
+
     t0 = time.perf_counter()
-    cm.load(plan, done.set)  # type: ignore[arg-type]
+    cm.load(plan, on_done)  # type: ignore[arg-type]
     y = cm.run(x)
     sync(device)
     t = time.perf_counter() - t0
     done.wait()
-    return t, y
+    return t, y, arrived[0] - t0
 
 
 def cold_start_s(cm: ColdModel, plan: object, x: torch.Tensor, device: str) -> float:
     return cold_start(cm, plan, x, device)[0]
+
+
+def busy_alone_s(device: str, seconds: float) -> float:
+    """How long the queued work of ``--busy-ms`` takes alone (queued, then waited for)."""
+    sync(device)
+    t0 = time.perf_counter()
+    _queue_busy(device, seconds)
+    sync(device)
+    return time.perf_counter() - t0
 
 
 _BUSY: dict[str, tuple[torch.Tensor, float]] = {}
@@ -151,23 +168,32 @@ def main() -> None:
             plan = make_load_plan(kind, rows)
             predicted = timeline(rows, plan).latency_s
             cold_start(cm, plan, x, a.device)  # warm the kernels and allocator
-            ts, diff = [], 0.0
+            ts, loads, diff = [], [], 0.0
             for _ in range(a.repeats):
-                t, y = cold_start(cm, plan, x, a.device)
+                t, y, t_load = cold_start(cm, plan, x, a.device)
                 ts.append(t)
+                loads.append(t_load)
                 diff = max(diff, max_rel_diff(list(_tensors(y)), ref))
             measured = statistics.median(ts)
-            busy = None
+            behind: dict[str, float | None] = dict.fromkeys(
+                ("behind_busy_ms", "load_behind_busy_ms", "busy_alone_ms")
+            )
             if a.busy_ms > 0:
-                tb = [cold_start(cm, plan, x, a.device, a.busy_ms / 1e3)[0]
-                      for _ in range(a.repeats)]  # fmt: skip
-                busy = statistics.median(tb) * 1e3
+                runs = [cold_start(cm, plan, x, a.device, a.busy_ms / 1e3)
+                        for _ in range(a.repeats)]  # fmt: skip
+                alone = [busy_alone_s(a.device, a.busy_ms / 1e3) for _ in range(a.repeats)]
+                behind = {
+                    "behind_busy_ms": statistics.median(r[0] for r in runs) * 1e3,
+                    "load_behind_busy_ms": statistics.median(r[2] for r in runs) * 1e3,
+                    "busy_alone_ms": statistics.median(alone) * 1e3,
+                }
             results.append({
                 "model": model, "kind": kind, "rows": len(rows),
                 "dha_rows": len(plan.dha_layers), "predicted_ms": predicted * 1e3,
                 "measured_ms": measured * 1e3, "measured_all_ms": [t * 1e3 for t in ts],
                 "error_pct": 100 * (measured - predicted) / predicted if predicted else None,
-                "max_rel_diff_vs_warm": diff, "behind_busy_ms": busy, "busy_ms": a.busy_ms,
+                "max_rel_diff_vs_warm": diff, "busy_ms": a.busy_ms,
+                "load_alone_ms": statistics.median(loads) * 1e3, **behind,
             })  # fmt: skip
     write_layers_csv(all_rows, out / "layers.csv")
     device_name = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
@@ -177,15 +203,23 @@ def main() -> None:
     print(f"device: {device_name}")
     print(
         "| model | kind | rows (DHA) | predicted ms | measured ms (median) | error "
-        f"| max rel diff vs warm | behind {a.busy_ms:g} ms of queued work |"
+        "| max rel diff vs warm | load alone ms "
+        f"| behind {a.busy_ms:g} ms of queued work: request / load / the work alone, ms |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
     for r in results:
         err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
-        busy = "-" if r["behind_busy_ms"] is None else f"{r['behind_busy_ms']:.2f}"
+        behind_cell = " / ".join(
+            ms(r[k]) for k in ("behind_busy_ms", "load_behind_busy_ms", "busy_alone_ms")
+        )
         print(f"| {r['model']} | {r['kind']} | {r['rows']} ({r['dha_rows']}) | "
               f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | {err} | "
-              f"{r['max_rel_diff_vs_warm']:.2e} | {busy} |")  # fmt: skip
+              f"{r['max_rel_diff_vs_warm']:.2e} | {ms(r['load_alone_ms'])} | "
+              f"{behind_cell} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -10,10 +10,13 @@ Parts (each a list of sections, each section under its own time limit, all bound
   (``benchmarks/coldstart_real.py``: baseline, PipeSwitch and DHA cold starts of ResNet-50,
   BERT-Base and GPT-2 against the timeline predicted from the measured ``layers.csv``,
   outputs against the warm model's, and behind another model's queued work).
-- ``3``: ``stage_sync`` (FLEX's per-block synchronisation and stop latency,
-  ``benchmarks/stage_sync.py``), ``peer`` (PyTorch alone behind the same HTTP load beside
-  hetserve, ``benchmarks/peer_torch.py``), ``fp16`` (the profile set in FP16, what the
-  roofline models).
+- ``3``: ``cold_tests`` (the loader's tests, after the load stopped waiting for the
+  execution stream), ``coldstart`` again (the same, measured), ``stage_sync`` (FLEX's
+  per-block synchronisation and stop latency, ``benchmarks/stage_sync.py``), ``slices``
+  (part 2's ``serve`` on two half-GPU slices, on the shipped H200 profile set where part 1
+  did not run), ``peer`` (PyTorch alone behind the same HTTP load beside hetserve,
+  ``benchmarks/peer_torch.py``), ``fp16`` (the profile set in FP16, what the roofline
+  models).
 - ``2``: ``hf`` (the same measurement of a Hugging Face BERT folder in a model repository,
   random weights from its config), ``serve`` (resnet50 served on the card over HTTP with
   binary tensors under Poisson load, measured attainment beside the simulator's for the
@@ -121,6 +124,14 @@ def coldstart(r: Run) -> None:
     r.sh("coldstart", argv, 120)
 
 
+def cold_tests(r: Run) -> None:
+    """The loader's tests (the load beside queued kernels, evictions under a running
+    batch) and the cold executor's, with each request's outcome printed on a failure."""
+    files = ["tests/runtime/test_streams.py", "tests/runtime/test_coldload.py"]
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+    r.sh("cold_tests", argv + ["-n", "4" if r.cuda else "2", *files], 90)
+
+
 HF_CONFIG = "max_batch_size: 64\nslo_ms: 100\ninputs:\n" + (
     "  - {name: input_ids, shape: [128]}\n  - {name: attention_mask, shape: [128]}\n"
 )
@@ -196,12 +207,13 @@ def _slices(setup, k: int):
     return replace(setup.plan, models=models, shared_pools=False)
 
 
-def _with_share(folder: Path, k: int) -> Path:
-    """A copy of a profile set with share-``k`` rows taken as ``k`` x share 1: ``k``
-    processes time-sharing the card without MPS (an assumption, said where reported)."""
+def _with_share(folder: Path, out: Path, k: int) -> Path:
+    """A copy of a profile set (under ``out``) with share-``k`` rows taken as ``k`` x share
+    1: ``k`` processes time-sharing the card without MPS (an assumption, said where
+    reported)."""
     import csv
 
-    dst = folder.parent / f"{folder.name}-share{k}"
+    dst = out / f"{folder.name}-share{k}"
     dst.mkdir(exist_ok=True)
     for name in ("latency.csv", "blocks.csv", "energy.csv"):
         src = folder / name
@@ -223,7 +235,7 @@ SLO_MS = 25.0  # resnet50 on the card: batch 8 in a few ms; the rest is HTTP and
 CUDA_RPS = {0.5: 150.0, 0.8: 300.0}
 
 
-def serve(r: Run, seconds: float) -> None:
+def serve(r: Run, seconds: float, runs: tuple[str, ...] = ("1 worker", "2 slices")) -> None:
     from hetserve.engine.setup import build_setup
     from hetserve.experiments.live import replay_http, serve_in_thread
     from hetserve.experiments.metrics import summarize
@@ -233,6 +245,9 @@ def serve(r: Run, seconds: float) -> None:
     from hetserve.zoo.registry import build
 
     folder = r.out / "profiles"
+    shipped = ROOT / "src" / "hetserve" / "data" / "profiles" / "h200"
+    if not (folder / "latency.csv").exists() and r.cuda and "H200" in str(r.summary.get("env")):
+        folder = shipped  # measured on an H200 (part 1, the last lease)
     if not (folder / "latency.csv").exists():
         r.summary["serve"] = "skipped: no profiles (part 1's)"
         return
@@ -245,10 +260,12 @@ def serve(r: Run, seconds: float) -> None:
     x = build(model).input_spec.example(1)[0].numpy()
     rows = []
     for label, engine, k in (("1 worker", "ray", 1), ("2 slices", "ray", 2)):
+        if label not in runs:
+            continue
         if r.left_s() < 3 * seconds + 30:
             rows.append({"run": label, "skipped": "no time left"})
             continue
-        prof = folder if k == 1 else _with_share(folder, k)
+        prof = folder if k == 1 else _with_share(folder, r.out, k)
         slo = {model: SLO_MS} if r.cuda else None
         setup = build_setup(cluster, [model], profiles=str(prof), max_batch=8, slo_ms=slo)
         if k > 1:
@@ -342,8 +359,11 @@ def main() -> None:
     def served(r: Run) -> None:
         serve(r, a.serve_seconds)
 
+    def slices(r: Run) -> None:
+        serve(r, a.serve_seconds, runs=("2 slices",))
+
     part2 = [hf, served]
-    part3 = [stage_sync, peer, fp16]
+    part3 = [cold_tests, coldstart, stage_sync, slices, peer, fp16]
     sections = {"1": part1, "2": [env, *part2], "3": [env, *part3], "all": part1 + part2 + part3}[
         a.part
     ]

@@ -111,7 +111,9 @@ def _plan(kind, rows):
     return make_load_plan(kind, rows, 2, 300.0)
 
 
-def _cold(resnet18, ops, secondaries=(1,), aliases=None):
+def _cold(resnet18, ops, secondaries=(1,), aliases=None, backend=None):
+    """A cold ResNet-18 on ``backend`` (shared between models, as the executor shares one
+    per device), else on a new one."""
     _, _, _, build, leaf_rows = resnet18
 
     def alias(host, dev):
@@ -120,7 +122,9 @@ def _cold(resnet18, ops, secondaries=(1,), aliases=None):
         return host
 
     net = build("resnet18")
-    return ColdModel(net, CudaBackend(alias, "cuda:0", secondaries, ops=ops), leaf_rows(net))
+    if backend is None:
+        backend = CudaBackend(alias, "cuda:0", secondaries, ops=ops)
+    return ColdModel(net, backend, leaf_rows(net))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -155,9 +159,10 @@ def test_an_eviction_while_the_batch_still_runs_is_ordered(resnet18, monkeypatch
     rows, x, want, *_ = resnet18
     for fixed in (True, False):
         ops = RecordingOps(n_devices=2)
-        if not fixed:  # the first loader: no wait on the execution stream
-            monkeypatch.setattr(ops, "wait_stream", lambda *a: None)
-        a, b = _cold(resnet18, ops), _cold(resnet18, ops)
+        if not fixed:  # destinations not recorded to the execution stream that reads them
+            monkeypatch.setattr(ops, "record_stream", lambda *a: None)
+        a = _cold(resnet18, ops)
+        b = _cold(resnet18, ops, backend=a.backend)  # one load stream: b may get a's blocks
         a.load(_plan("pipeswitch", rows))
         a.run(x)  # queued, never waited for (no finish)
         ops.settle()
@@ -171,6 +176,28 @@ def test_an_eviction_while_the_batch_still_runs_is_ordered(resnet18, monkeypatch
         else:
             assert any("write by" in h and "read by row" in h for h in ops.hazards)
         monkeypatch.undo()
+
+
+def test_a_load_runs_beside_another_models_queued_kernels(resnet18):
+    """The load stream never waits for the execution stream (measured on an H200: a cold
+    start behind 50 ms of another model's queued work began its copies only after it)."""
+    rows, x, want, *_ = resnet18
+    ops = RecordingOps(n_devices=1)
+    a = _cold(resnet18, ops, secondaries=())
+    b = _cold(resnet18, ops, backend=a.backend)
+    a.load(_plan("pipeswitch", rows))
+    ops.settle()
+    a.run(x)  # a's kernels queued, not waited for
+    exec_ = ops.current(0)
+    queued = exec_.clock[exec_.sid]
+    b.load(_plan("pipeswitch", rows))
+    loads = {s for op, s, _ in ops.log if op == "copy"}
+    assert not any(op == "wait_stream" for op, *_ in ops.log)
+    load = b.backend._load
+    assert load.name in loads and load.clock.get(exec_.sid, 0) < queued
+    got = b.run(x)
+    ops.settle()
+    assert torch.equal(got, want) and ops.hazards == []
 
 
 def test_cuda_alone_is_the_current_device_for_host_aliases(resnet18):
@@ -276,8 +303,9 @@ def test_on_cuda_an_eviction_while_the_batch_runs_leaves_the_next_model_right(re
     with torch.inference_mode():
         want = warm(xs)
     a_net, b_net = build("resnet18"), build("resnet18")
-    a = ColdModel(a_net, CudaBackend(host_alias, "cuda:0"), leaf_rows(a_net))
-    b = ColdModel(b_net, CudaBackend(host_alias, "cuda:0"), leaf_rows(b_net))
+    backend = CudaBackend(host_alias, "cuda:0")  # shared, as the executor shares it
+    a = ColdModel(a_net, backend, leaf_rows(a_net))
+    b = ColdModel(b_net, backend, leaf_rows(b_net))
     a_in, b_in = threading.Event(), threading.Event()
     a.load(_plan("pipeswitch", rows), a_in.set)
     assert a_in.wait(60)

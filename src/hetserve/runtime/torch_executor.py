@@ -83,6 +83,7 @@ class TorchExecutor(BaseExecutor):
         self._versioned: dict[tuple[str, int], Any] = {}  # (model, version) -> model
         self._roofline = RooflineModel(graphs, n_blocks=n_blocks)
         self._cold: dict[tuple[str, str], Any] = {}  # (worker, model) -> ColdModel
+        self._backends: dict[tuple[int, ...], Any] = {}  # secondaries -> CudaBackend
 
     # ------------------------------------------------------------------ cold starts
     @staticmethod
@@ -95,13 +96,19 @@ class TorchExecutor(BaseExecutor):
 
     def _backend(self, secondaries: list[int] | None = None) -> Any:
         """The loader's backend: CUDA streams on this executor's device (``secondaries``:
-        the GPUs, by index, whose host links PT's parts 1.. come over), else a thread."""
+        the GPUs, by index, whose host links PT's parts 1.. come over), else a thread.
+        One CUDA backend per set of secondaries, shared by every model it loads: their
+        destination blocks come from one load stream's pool, so the blocks an eviction
+        frees go to the next model's load (a backend per model would keep them apart)."""
         from hetserve.runtime.coldload import CudaBackend, ThreadBackend
 
         if self.device.startswith("cuda"):
             if self.host_alias is None:
                 raise RuntimeError("cold loading on CUDA needs host_alias")
-            return CudaBackend(self.host_alias, self.device, secondaries or [])
+            key = tuple(secondaries or ())
+            if key not in self._backends:
+                self._backends[key] = CudaBackend(self.host_alias, self.device, list(key))
+            return self._backends[key]
         return ThreadBackend()
 
     @staticmethod
