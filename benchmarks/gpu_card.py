@@ -129,7 +129,7 @@ def cold_tests(r: Run) -> None:
     batch) and the cold executor's, with each request's outcome printed on a failure."""
     files = ["tests/runtime/test_streams.py", "tests/runtime/test_coldload.py"]
     argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
-    r.sh("cold_tests", argv + ["-n", "4" if r.cuda else "2", *files], 90)
+    r.sh("cold_tests", [*argv, "-n", "4" if r.cuda else "2", *files], 90)
 
 
 HF_CONFIG = "max_batch_size: 64\nslo_ms: 100\ninputs:\n" + (
