@@ -36,24 +36,45 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _stop_once(runner: object, x: object, after_s: float, device: str) -> float:
-    """The stage started on a thread, a stop asked ``after_s`` into it: seconds from the
-    ask until ``run`` returned."""
-    flag = [False]
-    ended = [0.0]
+class _StageThread:
+    """One long-lived thread that runs the stage when asked, as a server's worker thread
+    does. (The first version started a new thread for each stop: on the H200, ResNet-50's
+    stops then took longer than its whole stage, BERT's did not; a fresh thread's first
+    cuDNN call is the suspect, not established.)"""
 
-    def go() -> None:
-        runner.run(x, lambda: flag[0])  # type: ignore[attr-defined]
-        ended[0] = time.perf_counter()
+    def __init__(self, runner: object, x: object, device: str) -> None:
+        import queue
 
-    th = threading.Thread(target=go)
-    _sync(device)
-    th.start()
-    time.sleep(after_s)
-    t_ask = time.perf_counter()
-    flag[0] = True
-    th.join()
-    return max(0.0, ended[0] - t_ask)
+        self.runner, self.x, self.device = runner, x, device
+        self.flag = [False]
+        self.jobs: queue.Queue[bool] = queue.Queue()
+        self.ended: queue.Queue[float] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+        for _ in range(3):  # warm: this thread's own handles and first calls
+            self.jobs.put(True)
+            self.ended.get()
+
+    def _loop(self) -> None:
+        while self.jobs.get():
+            self.runner.run(self.x, lambda: self.flag[0])  # type: ignore[attr-defined]
+            _sync(self.device)
+            self.ended.put(time.perf_counter())
+
+    def stop_once(self, after_s: float) -> float:
+        """The stage started on the thread, a stop asked ``after_s`` into it: seconds from
+        the ask until ``run`` returned and its queued work was done."""
+        _sync(self.device)
+        self.flag[0] = False
+        self.jobs.put(True)
+        time.sleep(after_s)
+        t_ask = time.perf_counter()
+        self.flag[0] = True
+        return max(0.0, self.ended.get() - t_ask)
+
+    def close(self) -> None:
+        self.jobs.put(False)
+        self.thread.join()
 
 
 def measure(model_name: str, device: str, batch: int, repeats: int, seed: int) -> dict:
@@ -94,8 +115,9 @@ def measure(model_name: str, device: str, batch: int, repeats: int, seed: int) -
             per_block.append(time.perf_counter() - t0)
             mid = out.output
     rng = np.random.default_rng(seed)
-    lat = [_stop_once(runner, x, float(rng.uniform(0.2, 0.8)) * plain, device)
-           for _ in range(repeats)]  # fmt: skip
+    worker = _StageThread(runner, x, device)
+    lat = [worker.stop_once(float(rng.uniform(0.2, 0.8)) * plain) for _ in range(repeats)]
+    worker.close()
     return {
         "model": model_name, "batch": batch, "device": device,
         "stage_ms": plain * 1e3, "preemptible_stage_ms": preemptible * 1e3,

@@ -136,16 +136,18 @@ def test_table_without_energy(tmp_path):
         tm.energy("m", "V100", 1, 1)
 
 
-def test_the_shipped_h200_set_is_installed_whole_and_plans():
-    """``data/profiles/h200`` (measured on a card, docs/profiles.md): installed with the
-    package, every model at every batch and block with energy, a whole model slower at a
-    larger batch and cheaper per request, and a plan made on it for a one-H200 cluster."""
+@pytest.mark.parametrize("name", ["h200", "h200-fp16"])
+def test_the_shipped_h200_sets_are_installed_whole_and_plan(name):
+    """``data/profiles/h200`` and ``h200-fp16`` (measured on a card, docs/profiles.md):
+    installed with the package, every model at every batch and block with energy, a whole
+    model slower at a larger batch and cheaper per request, and a plan made on it for a
+    one-H200 cluster."""
     from importlib.resources import files
 
     from hetserve.core.cluster import parse_cluster
     from hetserve.engine.setup import build_setup
 
-    folder = files("hetserve") / "data" / "profiles" / "h200"
+    folder = files("hetserve") / "data" / "profiles" / name
     ps = ProfileSet.read(str(folder))
     models = ("resnet50", "bert-base", "efficientnet-b0", "vit-b16", "vgg16")
     batches = (1, 2, 4, 8, 16, 32, 64)
