@@ -35,11 +35,18 @@ def test_the_rayclusters_groups_declare_catalog_gpu_types():
         params = g["rayStartParams"]
         # KubeRay passes rayStartParams values as strings; resources is a quoted JSON object
         resources = json.loads(json.loads(params["resources"]))
-        (key,) = resources
-        assert key.startswith("accelerator_type:")
-        t = key.split(":", 1)[1]
-        assert DEFAULT_CATALOG.get(t).name == t  # a catalog type, exactly
-        types.append(t)
+        if len(resources) == 1:  # one type: Ray's accelerator_type convention
+            (key,) = resources
+            assert key.startswith("accelerator_type:")
+            shape = key.split(":", 1)[1]
+            t = [shape]
+        else:  # several types: hetserve_gpu:<T> with each type's count, summing to num-gpus
+            assert all(k.startswith("hetserve_gpu:") for k in resources)
+            assert sum(resources.values()) == int(params["num-gpus"])
+            t = [k.split(":", 1)[1] for k in resources]
+            shape = "+".join(sorted(t))
+        assert all(DEFAULT_CATALOG.get(x).name == x for x in t)  # catalog types, exactly
+        types.append(shape)
         (container,) = g["template"]["spec"]["containers"]
         assert str(container["resources"]["limits"]["nvidia.com/gpu"]) == params["num-gpus"]
-    assert len(set(types)) == len(types) >= 2  # one group per GPU type
+    assert len(set(types)) == len(types) >= 3  # one group per node shape, a mixed one too

@@ -83,10 +83,17 @@ class LocalRayCluster:
         )  # fmt: skip
         return self.address
 
-    def add_node(self, gpus: int, accelerator: str | None) -> TestNode:
+    def add_node(
+        self, gpus: int, accelerator: str | None, types: dict[str, int] | None = None
+    ) -> TestNode:
+        """A node with ``gpus`` GPUs of type ``accelerator`` (``accelerator_type:<T>``),
+        or of several types: ``types`` (``hetserve_gpu:<T>`` with each type's count)."""
         args = [f"--address={self.address}"]
+        res = {f"hetserve_gpu:{t}": n for t, n in (types or {}).items()}
         if accelerator is not None:
-            args += ["--resources", json.dumps({f"accelerator_type:{accelerator}": 1})]
+            res[f"accelerator_type:{accelerator}"] = 1
+        if res:
+            args += ["--resources", json.dumps(res)]
         return self._start(args, gpus, accelerator)
 
     def kill_raylet(self, node: TestNode) -> None:

@@ -15,6 +15,8 @@ from hetserve.core.gpus import DEFAULT_CATALOG
 from hetserve.runtime import discovery as dsc
 from hetserve.runtime.discovery import Discovered, FoundGpu, FoundNode
 
+BUS = "PCI_BUS_ID"  # what every GPU actor hetserve starts reports (ACTOR_ENV)
+
 
 @pytest.mark.parametrize(
     "driver, catalog_type",
@@ -305,7 +307,7 @@ def test_verify_refuses_a_worker_that_is_not_where_the_plan_wants_it():
     })  # fmt: skip
 
     def place(node, idx, name=None):
-        return WorkerPlace(node, "10.0.0.1", idx, name, 1)
+        return WorkerPlace(node, "10.0.0.1", idx, name, 1, device_order=BUS)
 
     good = {"a": place(l4, 0), "b": place(l4, 0), "c": place(t4, 0), "d": place(t4, 1)}
     verify(view, found, good)
@@ -330,8 +332,8 @@ def test_verify_refuses_slices_of_one_planned_gpu_on_two_gpus():
         "b": SimpleNamespace(gpu=t, share=2, gpu_id="x/gpu0"),
     })  # fmt: skip
     with pytest.raises(HetserveError, match="the slices of the plan's x/gpu0 run on two GPUs"):
-        verify(view, found, {"a": WorkerPlace(l4, "h", 0, None, 1),
-                             "b": WorkerPlace(l4, "h", 1, None, 2)})  # fmt: skip
+        verify(view, found, {"a": WorkerPlace(l4, "h", 0, None, 1, device_order=BUS),
+                             "b": WorkerPlace(l4, "h", 1, None, 2, device_order=BUS)})  # fmt: skip
 
 
 def test_on_a_node_of_two_gpu_types_a_worker_is_found_by_its_gpus_uuid():
@@ -350,15 +352,18 @@ def test_on_a_node_of_two_gpu_types_a_worker_is_found_by_its_gpus_uuid():
         "b": SimpleNamespace(gpu=t4, share=1, gpu_id="n0/gpu1"),
     })  # fmt: skip
     # Ray's ids swapped against NVML's indices, the UUIDs right: where they really are
-    right = {"a": WorkerPlace(node, "h", 1, "NVIDIA L4", 1, "GPU-aaaa"),
-             "b": WorkerPlace(node, "h", 0, "Tesla T4", 2, "GPU-bbbb")}  # fmt: skip
+    right = {
+        "a": WorkerPlace(node, "h", 1, "NVIDIA L4", 1, "GPU-aaaa", device_order=BUS),
+        "b": WorkerPlace(node, "h", 0, "Tesla T4", 2, "GPU-bbbb", device_order=BUS),
+    }
     verify(view, found, right)
     # the L4's worker computing on the T4, though Ray's id 0 is the L4's NVML index
-    wrong = {**right, "a": WorkerPlace(node, "h", 0, None, 1, "GPU-bbbb")}
+    wrong = {**right, "a": WorkerPlace(node, "h", 0, None, 1, "GPU-bbbb", device_order=BUS)}
     with pytest.raises(HetserveError, match=r"worker a \(planned on L4\).*GPU-bbbb: a T4"):
         verify(view, found, wrong)
     with pytest.raises(HetserveError, match="no such GPU"):
-        verify(view, found, {**right, "a": WorkerPlace(node, "h", 0, None, 1, "GPU-cccc")})
+        cccc = WorkerPlace(node, "h", 0, None, 1, "GPU-cccc", device_order=BUS)
+        verify(view, found, {**right, "a": cccc})
 
 
 def test_discovery_reads_each_gpus_uuid_and_actors_order_devices_by_bus():
@@ -397,7 +402,7 @@ def test_each_planned_gpu_is_pinned_to_its_physical_gpu_by_uuid():
     assert planned_uuid(cluster, None, "n0/gpu0") is None
 
     rp = RayPlacement.__new__(RayPlacement)  # (its options alone: no Ray here)
-    rp.found, rp.cluster, rp._strategy = found, cluster, {"w": "strategy"}
+    rp.found, rp.cluster, rp._strategy, rp._typed = found, cluster, {"w": "strategy"}, {}
     w = SimpleNamespace(id="w", gpu=DEFAULT_CATALOG.get("L4"), share=2, gpu_id="n0/gpu2")
     opts = rp.options(w)
     assert opts["num_gpus"] == 0.25 and opts["scheduling_strategy"] == "strategy"
@@ -437,3 +442,81 @@ def test_cluster_discover_on_this_machine_and_at_a_dead_address(tmp_path, capsys
     assert main(["cluster", "discover", "--address", f"127.0.0.1:{free_port()}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nothing answers there" in err, err
+
+
+def test_a_node_of_several_types_declares_one_resource_per_type():
+    """``hetserve_gpu:<T>`` with each type's count names a node's GPUs where Ray's
+    ``accelerator_type`` holds one type; with NVML it must agree with NVML; mistakes are
+    one line each."""
+
+    def node(resources, probe=None):
+        return dsc._node_from("c" * 56, "10.0.0.7", 4, resources, {}, probe or {},
+                              DEFAULT_CATALOG, "n7")  # fmt: skip
+
+    mixed = node({"GPU": 3.0, "hetserve_gpu:L4": 1.0, "hetserve_gpu:T4": 2.0})
+    assert mixed.gpu_counts() == {"L4": 1, "T4": 2} and mixed.typed
+    assert mixed.source == "resources hetserve_gpu:L4=1, hetserve_gpu:T4=2"
+    assert Discovered("h:1", [mixed]).cluster().gpu_counts() == {"L4": 1, "T4": 2}
+    # (the accelerator_type convention alone cannot say it)
+    with pytest.raises(HetserveError, match="several"):
+        node({"GPU": 2.0, "accelerator_type:T4": 1.0, "accelerator_type:L4": 1.0})
+    for resources, msg in (
+        ({"GPU": 2.0, "hetserve_gpu:L4": 1.0}, r"Ray offers 2 GPUs but its hetserve_gpu:<T> "
+         r"resources count 1 \(1x L4\)"),
+        ({"GPU": 2.0, "hetserve_gpu:L4": 1.5, "hetserve_gpu:T4": 0.5}, "whole GPU count"),
+        ({"hetserve_gpu:L4": 1.0}, "no GPU resource; start it with --num-gpus 1"),
+        ({"GPU": 1.0, "hetserve_gpu:Z9": 1.0}, "unknown GPU 'Z9'"),
+    ):  # fmt: skip
+        with pytest.raises(HetserveError, match=msg) as e:
+            node(resources)
+        assert "\n" not in str(e.value)
+    got, _ = dsc.nvml_gpus(FakeNvml(["NVIDIA L4", "Tesla T4"], [23034, 15360]))
+    ok = node({"GPU": 2.0, "hetserve_gpu:L4": 1.0, "hetserve_gpu:T4": 1.0}, {"nvml": got})
+    assert ok.source == "nvml" and ok.typed and ok.gpu_counts() == {"L4": 1, "T4": 1}
+    assert not node({"GPU": 2.0}, {"nvml": got}).typed
+    with pytest.raises(HetserveError, match="resources say 2x T4 but NVML sees 1x L4, 1x T4"):
+        node({"GPU": 2.0, "hetserve_gpu:T4": 2.0}, {"nvml": got})
+
+
+def test_verify_reads_the_type_ray_gave_on_a_typed_node_without_a_driver():
+    """On a node that declares per-type resources and has no driver, no GPU index is any
+    card's: the check reads the type from the ``hetserve_gpu:<T>`` resource Ray gave the
+    actor. Every GPU actor must order devices by PCI bus."""
+    from hetserve.runtime.ray_placement import WorkerPlace, verify
+
+    gpus = (FoundGpu(0, "L4"), FoundGpu(1, "T4"))
+    found = Discovered("h:1", [FoundNode("1" * 56, "h", "n0", 8, gpus, "resources", typed=True)])
+    node = found.nodes[0].node_id
+    l4, t4 = DEFAULT_CATALOG.get("L4"), DEFAULT_CATALOG.get("T4")
+    view = SimpleNamespace(workers={
+        "a": SimpleNamespace(gpu=l4, share=1, gpu_id="n0/gpu0"),
+        "b": SimpleNamespace(gpu=t4, share=1, gpu_id="n0/gpu1"),
+    })  # fmt: skip
+    # Ray's GPU ids the other way round from the types' order: what counts is the resource
+    right = {"a": WorkerPlace(node, "h", 1, None, 1, typed_as="L4", device_order=BUS),
+             "b": WorkerPlace(node, "h", 0, None, 2, typed_as="T4", device_order=BUS)}  # fmt: skip
+    verify(view, found, right)
+    for bad, msg in (
+        (WorkerPlace(node, "h", 1, None, 1, typed_as="T4", device_order=BUS),
+         r"worker a \(planned on L4\).*Ray gave it hetserve_gpu:T4, not hetserve_gpu:L4"),
+        (WorkerPlace(node, "h", 1, None, 1, device_order=BUS), "holds none of them"),
+        (WorkerPlace(node, "h", 1, None, 1, typed_as="L4", device_order=None),
+         "CUDA_DEVICE_ORDER is None, not PCI_BUS_ID"),
+        (WorkerPlace(node, "h", 0, None, 1, typed_as="L4", device_order=BUS),
+         "run on one physical GPU"),
+    ):  # fmt: skip
+        with pytest.raises(HetserveError, match=msg):
+            verify(view, found, {**right, "a": bad})
+
+
+def test_a_typed_gpus_actor_asks_ray_for_its_type():
+    from hetserve.runtime.ray_placement import RayPlacement
+
+    found = _found(("L4", 1))
+    rp = RayPlacement.__new__(RayPlacement)  # (its options alone: no Ray here)
+    rp.found, rp.cluster = found, found.cluster()
+    rp._strategy, rp._typed = {"w": "s", "v": "s"}, {"n0/gpu0": "hetserve_gpu:L4"}
+    w = SimpleNamespace(id="w", gpu=DEFAULT_CATALOG.get("L4"), gpu_id="n0/gpu0", share=2)
+    assert rp.options(w)["resources"] == {"hetserve_gpu:L4": 0.25}
+    v = SimpleNamespace(id="v", gpu=DEFAULT_CATALOG.get("L4"), gpu_id="n0/gpu1", share=1)
+    assert "resources" not in rp.options(v)

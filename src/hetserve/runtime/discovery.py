@@ -9,6 +9,13 @@ nodes (or the ``ray.io/accelerator-type`` node label) with the node's GPU count 
 GPU-less node started with ``ray start --num-gpus 2 --resources
 '{"accelerator_type:T4": 1}'`` is a node with two T4s.
 
+A node with GPUs of several types declares one *per-type resource* per type at its start,
+``hetserve_gpu:<T>`` with that type's GPU count (``ray start --num-gpus 2 --resources
+'{"hetserve_gpu:L4": 1, "hetserve_gpu:T4": 1}'``): without NVML it is what names the node's
+GPUs (Ray's ``accelerator_type`` holds one type); with NVML it must agree with NVML's
+counts. Placement then asks each bundle for its type's resource
+(``runtime.ray_placement``), so Ray reserves a GPU of the planned type there.
+
 GPU names map to catalog types exactly (``GpuCatalog.get``: the name or an alias, case and
 ``_``/space insensitive; the catalog carries the drivers' strings such as
 ``NVIDIA A100-SXM4-80GB`` as aliases), never by substring. The probe also reports the
@@ -33,6 +40,7 @@ from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType, gpu_type
 from hetserve.runtime.probe import by_value, nvml_gpus, probe_node
 
 ACCEL_RESOURCE = "accelerator_type:"
+TYPE_RESOURCE = "hetserve_gpu:"  # per GPU type, its count: a node with several types
 ACCEL_LABEL = "ray.io/accelerator-type"
 NODE_ID_LABEL = "ray.io/node-id"
 # what a cluster YAML needs and discovery cannot read where /sys gives no NIC speed
@@ -62,6 +70,8 @@ class FoundNode:
     pcie_switches: tuple[tuple[int, ...], ...] = ()
     nic_gbps: float | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    # the node declares ``hetserve_gpu:<T>`` resources: Ray can be asked for a type there
+    typed: bool = False
 
     def gpu_counts(self) -> dict[str, int]:
         return dict(Counter(g.type for g in self.gpus))
@@ -148,6 +158,9 @@ class Discovered:
 
     def node_ids_with(self, gpu_type: str) -> list[str]:
         return [n.node_id for n in self.nodes if any(g.type == gpu_type for g in n.gpus)]
+
+    def by_id(self, node_id: str) -> FoundNode | None:
+        return next((n for n in self.nodes if n.node_id == node_id), None)
 
 
 @contextlib.contextmanager
@@ -314,6 +327,7 @@ def _node_from(
         "node_id": node_id, "address": address, "name": name, "cpus": cpus,
         "nic_gbps": probe.get("nic_gbps"), "versions": dict(probe.get("versions", {})),
     }  # fmt: skip
+    declared = _type_resources(resources, catalog, where)
     if nvml is not None and nvml["gpus"]:
         if node_id and int(n_ray) != len(nvml["gpus"]):
             raise HetserveError(
@@ -328,8 +342,14 @@ def _node_from(
                                  g.get("pcie_gen"), g.get("pcie_width"),
                                  g.get("uuid")))  # fmt: skip
         _same_memory(gpus, where)
+        if declared and declared != dict(Counter(g.type for g in gpus)):
+            raise HetserveError(
+                f"{where}: its {TYPE_RESOURCE}<T> resources say {_counts(declared)} but NVML "
+                f"sees {_counts(Counter(g.type for g in gpus))}; start it with one resource per "
+                f"type and that type's GPU count"
+            )
         return FoundNode(
-            gpus=tuple(gpus), source="nvml",
+            gpus=tuple(gpus), source="nvml", typed=bool(declared),
             nvlink=tuple(tuple(p) for p in nvml["nvlink"]),  # type: ignore[misc]
             pcie_switches=tuple(tuple(s) for s in nvml["pcie_switches"]), **common,
         )  # fmt: skip
@@ -337,9 +357,30 @@ def _node_from(
         return FoundNode(gpus=(FoundGpu(0, "CPU"),), source="CPU (no NVIDIA GPU: "
                          f"{probe.get('nvml_error') or 'NVML found none'})", **common)  # fmt: skip
     if n_ray <= 0:
+        if declared:
+            raise HetserveError(
+                f"{where}: {TYPE_RESOURCE}<T> resources ({_counts(declared)}) but no GPU "
+                f"resource; start it with --num-gpus {sum(declared.values())}"
+            )
         return FoundNode(gpus=(), source="no GPU resource", **common)
     if n_ray != int(n_ray):
         raise HetserveError(f"{where}: Ray offers {n_ray:g} GPUs; expected a whole number")
+    if declared:
+        if sum(declared.values()) != int(n_ray):
+            raise HetserveError(
+                f"{where}: Ray offers {n_ray:g} GPUs but its {TYPE_RESOURCE}<T> resources "
+                f"count {sum(declared.values())} ({_counts(declared)}); give each type its "
+                f"GPU count, e.g. --num-gpus 2 --resources "
+                f"'{{\"{TYPE_RESOURCE}L4\": 1, \"{TYPE_RESOURCE}T4\": 1}}'"
+            )
+        # (indices in the types' order: without a driver no index is any card's; the
+        # placement asks Ray for the type, the check reads it from the actor's resources)
+        gpus = tuple(
+            FoundGpu(i, t)
+            for i, t in enumerate(t for t in sorted(declared) for _ in range(declared[t]))
+        )
+        src = ", ".join(f"{TYPE_RESOURCE}{t}={n}" for t, n in sorted(declared.items()))
+        return FoundNode(gpus=gpus, source=f"resources {src}", typed=True, **common)
     names = sorted(k[len(ACCEL_RESOURCE) :] for k in resources if k.startswith(ACCEL_RESOURCE))
     source = f"resource {ACCEL_RESOURCE}{names[0]}" if len(names) == 1 else ""
     if not names and labels.get(ACCEL_LABEL):
@@ -354,6 +395,25 @@ def _node_from(
     t = gpu_type(names[0], catalog, where)
     gpus = tuple(FoundGpu(i, t.name) for i in range(int(n_ray)))
     return FoundNode(gpus=gpus, source=source, **common)
+
+
+def _type_resources(
+    resources: dict[str, float], catalog: GpuCatalog, where: str
+) -> dict[str, int]:
+    """The node's ``hetserve_gpu:<T>`` resources as catalog type -> GPU count."""
+    out: dict[str, int] = {}
+    for k, v in resources.items():
+        if not k.startswith(TYPE_RESOURCE):
+            continue
+        if v != int(v) or v < 1:
+            raise HetserveError(f"{where}: resource {k} is {v:g}; expected a whole GPU count")
+        t = gpu_type(k[len(TYPE_RESOURCE) :], catalog, where)
+        out[t.name] = out.get(t.name, 0) + int(v)
+    return out
+
+
+def _counts(c: Any) -> str:
+    return ", ".join(f"{n}x {t}" for t, n in sorted(dict(c).items()))
 
 
 def _same_memory(gpus: list[FoundGpu], where: str) -> None:

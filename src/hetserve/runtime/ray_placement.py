@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hetserve.core.errors import HetserveError
-from hetserve.runtime.discovery import NODE_ID_LABEL, Discovered, gpu_type
+from hetserve.runtime.discovery import NODE_ID_LABEL, TYPE_RESOURCE, Discovered, gpu_type
 
 # how long Ray may take to reserve the plan's GPUs before it is an error
 RESERVE_TIMEOUT_S = 60.0
@@ -62,6 +62,10 @@ class WorkerPlace:
     # the UUID of the device the actor computes on, as CUDA sees it (None: no CUDA): what
     # identifies the GPU, where indices may differ (CUDA's order against NVML's)
     gpu_uuid: str | None = None
+    # the GPU type of the ``hetserve_gpu:<T>`` resource Ray gave the actor (None: none)
+    typed_as: str | None = None
+    # the actor's CUDA_DEVICE_ORDER (``PCI_BUS_ID`` for every GPU actor hetserve starts)
+    device_order: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,6 +97,8 @@ def where_am_i() -> dict[str, Any]:
                 pynvml.nvmlShutdown()
         except Exception:  # no driver (an emulated node) or no nvidia-ml-py: Ray's word only
             name = None
+    typed = [k[len(TYPE_RESOURCE) :] for k in ctx.get_assigned_resources()
+             if k.startswith(TYPE_RESOURCE)]  # fmt: skip
     return {
         "node_id": ctx.get_node_id(),
         "node_address": ray.util.get_node_ip_address(),
@@ -100,6 +106,8 @@ def where_am_i() -> dict[str, Any]:
         "gpu_name": name,
         "pid": os.getpid(),
         "gpu_uuid": uuid,
+        "typed_as": typed[0] if len(typed) == 1 else None,
+        "device_order": os.environ.get("CUDA_DEVICE_ORDER"),
     }
 
 
@@ -130,6 +138,7 @@ class RayPlacement:
         self._gpus_of: dict[int, set[str]] = {}  # id(group) -> the planned GPUs in it
         self._bundle_of: dict[str, tuple[Any, int]] = {}  # planned GPU -> (group, bundle)
         self._names: dict[str, int] = {}  # group names used, and how often
+        self._typed: dict[str, str] = {}  # planned GPU -> its type's resource, where asked
         self.reserve(list(view.workers.values()))
 
     def reserve(self, workers: list[Any]) -> None:
@@ -175,7 +184,12 @@ class RayPlacement:
                         f"the plan puts {ws[0].gpu.name} workers on {node}, but the cluster "
                         f"at {found.address} has no {ws[0].gpu.name} node"
                     )
-                bundles.append({"GPU": 1.0})
+                bundle = {"GPU": 1.0}
+                if all((n := found.by_id(i)) is not None and n.typed for i in ids):
+                    # nodes of several types: Ray is asked for this type's GPU there
+                    bundle[TYPE_RESOURCE + ws[0].gpu.name] = 1.0
+                    self._typed[ws[0].gpu_id] = TYPE_RESOURCE + ws[0].gpu.name
+                bundles.append(bundle)
                 selectors.append(
                     {NODE_ID_LABEL: ids[0] if len(ids) == 1 else f"in({','.join(ids)})"}
                 )
@@ -245,12 +259,16 @@ class RayPlacement:
         uuid = planned_uuid(self.cluster, self.found, worker.gpu_id)
         if uuid is not None:  # the very GPU the plan names, whichever id Ray gives
             env |= {"CUDA_VISIBLE_DEVICES": uuid, NOSET_VISIBLE: "1"}
-        return {
+        out = {
             "num_cpus": 0,
             "num_gpus": 0.5 / worker.share,  # (half: a switch's new slices fit beside)
             "scheduling_strategy": self._strategy[worker.id],
             "runtime_env": {"env_vars": env},
         }
+        typed = self._typed.get(worker.gpu_id)
+        if typed is not None:  # (so that the actor can say which type Ray gave it)
+            out["resources"] = {typed: 0.5 / worker.share}
+        return out
 
     def bundles_to_node(self) -> dict[str, str]:
         """Per GPU worker, the node Ray reserved its bundle on (Ray's own state)."""
@@ -333,7 +351,26 @@ def verify(view: Any, found: Discovered | None, places: dict[str, WorkerPlace]) 
         node = nodes.get(p.node_id)
         if node is None or (p.gpu_index is None and p.gpu_uuid is None):
             raise HetserveError(f"{at}, GPU {p.gpu_index}: not a GPU node discovery found")
-        gpu = _the_gpu(node.gpus, p)
+        if p.device_order != ACTOR_ENV["CUDA_DEVICE_ORDER"]:
+            raise HetserveError(
+                f"{at}: its CUDA_DEVICE_ORDER is {p.device_order!r}, not PCI_BUS_ID (Ray's "
+                f"GPU ids would not be NVML's; is a runtime_env overriding it?)"
+            )
+        if p.typed_as is not None and p.typed_as != planned:
+            raise HetserveError(
+                f"{at} ({node.name}): Ray gave it {TYPE_RESOURCE}{p.typed_as}, not "
+                f"{TYPE_RESOURCE}{planned}"
+            )
+        if node.typed and not any(g.uuid for g in node.gpus):
+            # (no driver: no index is any card's; the type is the resource Ray gave)
+            if p.typed_as is None:
+                raise HetserveError(
+                    f"{at} ({node.name}): the node declares {TYPE_RESOURCE}<T> resources "
+                    f"but the actor holds none of them"
+                )
+            gpu = next((g for g in node.gpus if g.type == planned), None)
+        else:
+            gpu = _the_gpu(node.gpus, p)
         if gpu is None or gpu.type != planned:
             got = gpu.type if gpu is not None else "no such GPU"
             which = p.gpu_uuid or f"GPU {p.gpu_index}"
