@@ -371,7 +371,7 @@ def _node_from(
                 f"{where}: Ray offers {n_ray:g} GPUs but its {TYPE_RESOURCE}<T> resources "
                 f"count {sum(declared.values())} ({_counts(declared)}); give each type its "
                 f"GPU count, e.g. --num-gpus 2 --resources "
-                f"'{{\"{TYPE_RESOURCE}L4\": 1, \"{TYPE_RESOURCE}T4\": 1}}'"
+                f'\'{{"{TYPE_RESOURCE}L4": 1, "{TYPE_RESOURCE}T4": 1}}\''
             )
         # (indices in the types' order: without a driver no index is any card's; the
         # placement asks Ray for the type, the check reads it from the actor's resources)
@@ -397,9 +397,7 @@ def _node_from(
     return FoundNode(gpus=gpus, source=source, **common)
 
 
-def _type_resources(
-    resources: dict[str, float], catalog: GpuCatalog, where: str
-) -> dict[str, int]:
+def _type_resources(resources: dict[str, float], catalog: GpuCatalog, where: str) -> dict[str, int]:
     """The node's ``hetserve_gpu:<T>`` resources as catalog type -> GPU count."""
     out: dict[str, int] = {}
     for k, v in resources.items():
