@@ -51,8 +51,37 @@ def alternate(rates, plan, placement):  # type: ignore[no-untyped-def]
     return b if plan.models["resnet50"].weight == a.models["resnet50"].weight else a
 
 
-def run(ticks, mode, max_parallel, scheduler, lose):  # type: ignore[no-untyped-def]
+def tight_memory_gb(setup) -> float:  # type: ignore[no-untyped-def]
+    """Memory per worker that holds the largest stage either plan puts on one worker,
+    and little more: a worker that keeps its blocks has no room for others beside them."""
+    from hetserve.control.reconcile import needs
+    from hetserve.core.plan import bind
+    from hetserve.engine.residency import Residency
+
+    res = Residency(setup.cluster, setup.latency)
+    most = 0.0
+    for plan in (plan_for(0.8), plan_for(0.2)):
+        for need in needs(plan, bind(plan, setup.cluster)).values():
+            most = max(most, sum(res.bytes_of(m, mask) for m, mask in need.items()))
+    return most * 1.05 / 1e9
+
+
+def run(ticks, mode, max_parallel, scheduler, lose, tight=False, monkeypatch=None):  # type: ignore[no-untyped-def]
     setup = setup_for(0.8)
+    if tight:  # every worker's memory (the modelled executor's): see tight_memory_gb
+        import hetserve.engine.modelled as modelled
+        from hetserve.engine.residency import Held
+
+        cap = tight_memory_gb(setup) * 1e9
+
+        class Tight(Held):
+            __slots__ = ()
+
+            def __init__(self, info) -> None:  # type: ignore[no-untyped-def]
+                super().__init__(info)
+                self.mem_cap = cap
+
+        monkeypatch.setattr(modelled, "Held", Tight)
     trace = turning_trace(setup, 0.8 * setup.plan.capacity_rps(), 1.0, 1.0, seed=3)
     spec = ControlSpec(
         Scripted(ticks), alternate, {},
@@ -78,16 +107,26 @@ def run(ticks, mode, max_parallel, scheduler, lose):  # type: ignore[no-untyped-
     return trace, res, ended, sim
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     ticks=st.sets(st.integers(1, 39), max_size=6),
     mode=st.sampled_from(["mbb", "flush"]),
     max_parallel=st.integers(1, 4),
     scheduler=st.sampled_from(["reservation", "edf-adaptive"]),
     lose=st.none() | st.tuples(st.integers(0, 100), st.floats(0.1, 1.9)),
-)
-def test_every_request_ends_once_across_switches(ticks, mode, max_parallel, scheduler, lose):
-    trace, res, ended, _ = run(ticks, mode, max_parallel, scheduler, lose)
+    tight=st.booleans(),
+)  # fmt: skip
+def test_every_request_ends_once_across_switches(  # type: ignore[no-untyped-def]
+    ticks, mode, max_parallel, scheduler, lose, tight, monkeypatch
+):
+    """(``tight``: workers with room for one plan's blocks only: make-before-break
+    switches load late on the workers that change.)"""
+    with monkeypatch.context() as mp:
+        trace, res, ended, _ = run(ticks, mode, max_parallel, scheduler, lose, tight, mp)
     assert len(ended) == len(trace)
     assert set(ended.values()) == {1}
     assert not (res.outcome == PENDING).any()
@@ -110,6 +149,29 @@ def test_a_switch_reports_its_steps_and_times():
     assert rec["decided_s"] <= rec["cutover_s"] <= rec["done_s"]
     assert rec["paused_s"] == 0.0 and rec["waited"] == 0  # make-before-break: no pause
     assert sim.control is not None and sim.control.version == 1
+
+
+def test_without_room_beside_the_old_blocks_a_switch_loads_late_and_never_pauses(
+    monkeypatch,
+):  # type: ignore[no-untyped-def]
+    """Workers with room for one plan's blocks only: the make-before-break switch cuts
+    over at once, the workers that change load their new blocks after the old plan has
+    drained (their stages waiting for them, then running each block as it arrives), and
+    ingestion never stops; no request fails. (Before: the switch fell back to PPipe's
+    pause-flush-switch.)"""
+    trace, res, ended, sim = run({10}, "mbb", 4, "reservation", None, True, monkeypatch)
+    (rec,) = res.control
+    assert rec["switched"] and rec["mode"] == "mbb" and rec["fallback"] == ""
+    assert rec["late"], rec  # some workers had no room beside their old blocks
+    assert rec["paused_s"] == 0.0 and rec["waited"] == 0
+    assert rec["decided_s"] <= rec["cutover_s"] < rec["done_s"]
+    assert set(ended.values()) == {1} and len(ended) == len(trace)
+    assert not (res.outcome == FAILED).any(), [res.reasons[i] for i in set(res.reason)]
+    # the late workers hold the new plan's blocks, and nothing waits any more
+    held = sim.executor.held
+    assert all(not held[w].waits and not held[w].streams for w in rec["late"])
+    # the estimate saw them too: the switch was predicted to last their load longer
+    assert rec["predicted_switch_s"] > 0
 
 
 def test_flush_pauses_and_the_waiting_requests_are_served():

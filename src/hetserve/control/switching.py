@@ -23,8 +23,14 @@ control loop (``engine.control``) through :meth:`begin` and :meth:`drained`:
   3. the blocks the target does not need are evicted, loads that did not fit beside the
      old blocks are made now, and the new epoch starts with the requests that waited.
 
-A ``mbb`` switch falls back to ``flush`` when a worker has no memory for its new blocks
-beside the old ones (the switch's ``fallback`` says which).
+A worker with no memory for its new blocks beside its old ones loads them *late* in a
+``mbb`` switch (the switch's ``late`` names it): at the cut-over its load is sent with
+``wait`` (``scheduling.protocol`` rule 8), the new plan's stages on it wait for their
+blocks while it still serves the previous plan's; once that plan has drained, its old
+blocks are evicted, the load starts (stages run each block as it arrives) and a ``Load``
+without ``wait`` says it may not wait longer; the switch ends when every late load has.
+Ingestion never pauses. A load that fails for another reason falls back to ``flush`` (the
+switch's ``fallback`` says which).
 
 Requests, batches and timers find their epoch: each epoch's batch ids are offset by
 ``epoch << EPOCH_SHIFT`` (its scheduler's ``BaseScheduler.new_batch_id`` counts from
@@ -64,7 +70,7 @@ from hetserve.scheduling.protocol import (
 EPOCH_SHIFT = 40  # an epoch's batch ids: [epoch << 40, (epoch + 1) << 40)
 MODES = ("mbb", "flush")
 #: a switch's states, in the order they come (``serving`` between switches)
-STATES = ("serving", "loading", "draining", "paused", "reloading")
+STATES = ("serving", "loading", "draining", "late", "paused", "reloading")
 
 
 class _Token(NamedTuple):
@@ -96,6 +102,7 @@ class Transition:
     pending: set[tuple[str, str, tuple[int, int]]] = field(default_factory=set)
     failed: list[tuple[str, str, tuple[int, int], str]] = field(default_factory=list)
     fallback: str = ""  # why a mbb switch paused after all
+    late: tuple[str, ...] = ()  # workers whose loads waited for the previous plan to drain
     mark_s: float | None = None  # when the previous epoch stopped taking requests
     events: list[tuple[str, float]] = field(default_factory=list)
     buffered: int = 0  # requests that waited for a paused switch
@@ -241,8 +248,14 @@ class Switching:
         self.draining = None
         self.moved = set()
         acts: list[Action] = [Evict(c.worker, m, b) for c in sw.steps.changes for m, b in c.evict]
-        if self.state == "draining":  # mbb: the switch is done
-            self._done(now)
+        if self.state == "draining":  # mbb: the switch is done, or its late loads start
+            if not sw.pending:
+                self._done(now)
+                return acts
+            self._set_state("late")
+            # (after the evictions: a waiting load starts now, or fails)
+            return acts + [Load(w, m, b) for w, m, b in sorted(sw.pending)]
+        if self.state == "late":
             return acts
         # paused: the loads that did not fit beside the old blocks, now; then cut over
         retry, sw.failed = sw.failed, []
@@ -310,6 +323,11 @@ class Switching:
                 return NO_ACTIONS
             if self.state == "reloading":
                 return self._cutover(now)
+            if self.state == "late":
+                self._done(now)
+                return NO_ACTIONS
+            if self.state == "draining":
+                return NO_ACTIONS  # (late loads done before the drain: ``drained`` ends it)
             return self._next_wave(now)
         owner = self._loads.pop(key, 0)
         e = self.epochs.get(owner) or self.cur
@@ -329,6 +347,16 @@ class Switching:
         sw.events.append(("loaded", now))
         if sw.mode == "mbb" and not sw.failed:
             return self._cutover(now)
+        if sw.mode == "mbb" and all(r == "out of memory" for *_, r in sw.failed):
+            # no room beside the old blocks: those loads wait until the old plan drains
+            late = [(w, m, b) for w, m, b, _ in sw.failed]
+            sw.failed = []
+            sw.late = tuple(sorted({w for w, _, _ in late}))
+            sw.events.append(("late", now))
+            sw.pending = set(late)
+            # (first: the new plan's stages on these workers find their blocks loading)
+            loads: list[Action] = [Load(w, m, b, wait=True) for w, m, b in late]
+            return loads + self._cutover(now)
         if sw.failed:
             sw.fallback = "no memory beside the old blocks on " + ", ".join(
                 sorted({w for w, _, _, _ in sw.failed})

@@ -110,6 +110,7 @@ class SwitchRecord:
     load_gpu_s: float = 0.0
     mode: str = ""
     fallback: str = ""
+    late: tuple[str, ...] = ()  # workers whose loads waited for the old plan to drain (mbb)
     cutover_s: float = math.nan
     done_s: float = math.nan
     paused_s: float = 0.0  # how long ingestion stopped (flush)
@@ -457,6 +458,7 @@ class ControlLoop:
         rec.cutover_s = ev.get("cutover", math.nan)
         rec.done_s = ev.get("done", now)
         rec.fallback = tr.fallback
+        rec.late = tr.late
         rec.waited = tr.buffered
         if "paused" in ev:
             rec.paused_s = ev.get("cutover", now) - ev["paused"]
@@ -477,7 +479,9 @@ class ControlLoop:
             "re-plan at %.1f s (%s): %s%s", rec.asked_s, rec.reason, rec.decision,
             f"; switched to plan version {rec.version} in {rec.done_s - rec.decided_s:.3f} s "
             f"(predicted {rec.predicted_switch_s:.3f} s; {rec.steps}; {rec.waited} requests "
-            f"waited; {rec.gpus} GPUs)" if rec.switched else "",
+            f"waited; {rec.gpus} GPUs"
+            + (f"; loaded late on {', '.join(rec.late)}" if rec.late else "") + ")"
+            if rec.switched else "",
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the estimate
@@ -496,8 +500,13 @@ class ControlLoop:
         - ``mbb``: the requests that reach a changing worker while it serves both plans
           (its share of each model's rate, over ``drain_s``) may wait behind the other
           plan's batches: they count as delayed;
-        - ``flush`` (or a fallback to it, where a worker cannot hold both): every request
-          that arrives during the pause (drain, then the loads that did not fit) waits;
+        - ``mbb`` where a worker cannot hold both plans' blocks: it loads late (after the
+          old plan drains, ``control.switching``): the requests the new plan routes
+          through it (its share of each model's rate) over the drain and its load wait,
+          beside the above for the other changing workers; the switch lasts that load
+          longer;
+        - ``flush``: every request that arrives during the pause (drain, then the loads
+          that did not fit beside the old blocks) waits;
         - workers the run does not have are started first (``Executor.start_s``: Ray's
           actors), while the current plan serves: the switch takes that much longer.
         """
@@ -523,6 +532,7 @@ class ControlLoop:
         changes = {c.worker: c for c in steps.changes}
         why_not = ""
         beside_fits = True
+        late: set[str] = set()
         per_worker: dict[str, float] = {}
         for wid, c in changes.items():
             if not c.load:
@@ -536,19 +546,33 @@ class ControlLoop:
                 why_not = f"worker {wid} cannot hold the new plan's blocks"
             elif nbytes(old_need.get(wid, {})) + b_new > cap_b(wid) * (1 + 1e-9):
                 beside_fits = False
-        waves_s = sum(max(per_worker.get(w, 0.0) for w in wave) for wave in steps.waves)
+                late.add(wid)
+        mbb = self.config.switch == "mbb"
+        waves_s = sum(  # (a late load fails at once in its wave: it loads after the drain)
+            max((per_worker.get(w, 0.0) for w in wave if not (mbb and w in late)), default=0.0)
+            for wave in steps.waves
+        )
         load_gpu_s = sum(per_worker.values())
         drain_s = max((m.slo_s for m in self.plan.models.values()), default=0.0)
         total = sum(rates.values())
-        if self.config.switch == "mbb" and beside_fits:
-            through = 0.0
-            for (m, pi, _), ws in self.placement.stages.items():
-                mp = self.plan.models[m]
+
+        def through(p: Plan, pl: Placement, which: Callable[[str], bool]) -> float:
+            """Requests/s that plan ``p`` routes through the workers ``which`` picks."""
+            out = 0.0
+            for (m, pi, _), ws in pl.stages.items():
+                mp = p.models[m]
                 tp = mp.throughput_rps or 1.0
                 part = rates.get(m, 0.0) * (mp.pipelines[pi].throughput_rps or tp) / tp
-                through += part * sum(changes[w].kind == "change" for w in ws) / len(ws)
-            delayed = through * drain_s
-            switch_s = waves_s + drain_s
+                out += part * sum(which(w) for w in ws) / len(ws)
+            return out
+
+        if mbb:
+            changing = through(self.plan, self.placement,
+                               lambda w: changes[w].kind == "change" and w not in late)  # fmt: skip
+            reload_s = max((per_worker[w] for w in late), default=0.0)
+            waiting = through(plan, placement, lambda w: w in late)
+            delayed = changing * drain_s + waiting * (drain_s + reload_s)
+            switch_s = waves_s + drain_s + reload_s
         else:
             reload_s = 0.0 if beside_fits else max(per_worker.values(), default=0.0)
             delayed = total * (drain_s + reload_s)

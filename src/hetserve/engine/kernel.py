@@ -634,8 +634,17 @@ class Kernel:
     ) -> None:
         """A load ended (``ok=False``: it failed, ``reason`` says why): the scheduler
         hears of it; after a load that ended well, the worker's deferred tasks are
-        queued again."""
+        queued again; after one that failed, the deferred tasks that needed its blocks
+        fail with it (nothing else would bring their weights)."""
         w = self.workers[a.worker]
+        if not ok and w.waiting:
+            lo, hi = a.blocks
+            hit = [t for t in w.waiting if t.batch.model == a.model
+                   and t.step.blocks[0] < hi and lo < t.step.blocks[1]]  # fmt: skip
+            if hit:
+                w.waiting = [t for t in w.waiting if t not in hit]
+                for t in hit:
+                    self.stage_failed(t, f"its weights did not load: {reason}", now)
         if ok and w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
@@ -643,6 +652,17 @@ class Kernel:
         self._report(load_report(a.worker, a.model, a.blocks, start_s, now, ok, reason), now)
         if ok and w.running is None and w.ready:
             self._try_start(w, now)
+
+    def resume(self, worker: str, now: float) -> None:
+        """A load on ``worker`` now streams (its stages may run each block as it
+        arrives): the worker's deferred tasks are queued again."""
+        w = self.workers[worker]
+        if w.waiting:
+            waiting, w.waiting = w.waiting, []
+            for t in waiting:
+                heapq.heappush(w.ready, (t.step.planned_start_s, next(self._seq), t))
+            if w.running is None:
+                self._try_start(w, now)
 
     # ------------------------------------------------------------------ the scheduler
     def _ask_strict(self, fn: Any, arg: Any, now: float) -> None:

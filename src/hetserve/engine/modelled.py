@@ -178,13 +178,16 @@ class ModelledExecutor(BaseExecutor):
             if not h.loading.get(model, 0) & m:
                 self.kernel.stage_failed(task, NOT_RESIDENT, now)
                 return
-            if model not in h.cold:
+            streamed = self._streamed(h, model, blocks, cum, now) if h.streams else None
+            if streamed is not None:  # a late load under way: each block as it arrives
+                cum = streamed
+            elif model not in h.cold:
                 self.kernel.defer(task)  # its weights arrive by a plain load: wait for it
                 return
-            # a planned cold start under way: layer by layer, each as its weights arrive
-            dur = self.residency.cold_run_s(h, w.info, model, n, now)
-            energy *= dur / max(cum[-1], 1e-12)
-            cum = (dur,)
+            else:  # a planned cold start under way: layer by layer, as its weights arrive
+                dur = self.residency.cold_run_s(h, w.info, model, n, now)
+                energy *= dur / max(cum[-1], 1e-12)
+                cum = (dur,)
         if self._overhead_s and task.index == 0:
             extra = self._overhead_s * n
             cum = tuple(c + extra for c in cum)
@@ -211,33 +214,93 @@ class ModelledExecutor(BaseExecutor):
         task.version += 1  # the stage's end is stale: it stops at block k + 1
         self.kernel.clock.call_at(task.start_s + cum[k], self.kernel.stage_stopped, task, k + 1)
 
+    def _streamed(
+        self, h: Held, model: str, blocks: tuple[int, int], cum: tuple[float, ...], now: float
+    ) -> tuple[float, ...] | None:
+        """A stage's block end times where its missing blocks arrive by a late load under
+        way (``Load.wait``): each block starts once it has arrived; None if some missing
+        block is in no such load (a waiting one, or a plain load: the task waits)."""
+        arrive: dict[int, float] = {}
+        for (m_, _), (_, at) in h.streams.items():
+            if m_ == model:
+                arrive.update(at)
+        res = h.resident.get(model, 0)
+        t, out, prev = now, [], 0.0
+        for i, k in enumerate(range(*blocks)):
+            if not res >> k & 1:
+                if k not in arrive:
+                    return None
+                t = max(t, arrive[k])
+            t += cum[i] - prev
+            prev = cum[i]
+            out.append(t - now)
+        return tuple(out)
+
     # ------------------------------------------------------------------ loads
     def load(self, a: Load, now: float) -> None:
         h = self.held[a.worker]
         res = self.residency
+        key = (a.model, a.blocks)
+        if key in h.waits and not a.wait:  # the last word on a waiting load: now, or never
+            wa, new = h.waits.pop(key)
+            if h.mem_used + res.bytes_of(a.model, new) > h.mem_cap * (1 + 1e-9):
+                h.loading[a.model] = h.loading.get(a.model, 0) & ~new
+                self.kernel.load_finished(wa, now, now, False, "out of memory")
+                return
+            self._begin(wa, new, now)
+            return
+        if key in h.streams and not a.wait:
+            return  # (a waiting load under way already: it reports once, when it ends)
         m = block_mask(a.blocks)
         new = m & ~h.resident.get(a.model, 0) & ~h.loading.get(a.model, 0)
         nbytes = res.bytes_of(a.model, new)
         if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
+            if a.wait:  # until an eviction makes room; its stages wait for it
+                h.loading[a.model] = h.loading.get(a.model, 0) | new
+                h.waits[key] = (a, new)
+                return
             self.kernel.load_finished(a, now, now, False, "out of memory")
             return
+        self._begin(a, new, now)
+
+    def _begin(self, a: Load, new: int, now: float) -> None:
+        h = self.held[a.worker]
+        res = self.residency
+        nbytes = res.bytes_of(a.model, new)
         h.mem_used += nbytes
         h.loading[a.model] = h.loading.get(a.model, 0) | new
         info = self.infos[a.worker]
         if new and res.cold_model is not None:
             end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
             self.kernel.clock.call_at(end, self._loaded, a, (new, now))
+            if a.wait:
+                self.kernel.resume(a.worker, now)  # its stages run layer by layer now
             return
         cluster = self.view.cluster
         path = tuple(cluster.host_path(info.gpu_id))
         bw = min(cluster.links[x].bw_gbps for x in path)
         t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
+        if a.wait:  # a late load streams: its blocks arrive in order, over [t0, t1]
+            at, done = {}, 0.0
+            for k in range(*a.blocks):
+                if new >> k & 1:
+                    done += res.bytes_of(a.model, 1 << k)
+                    at[k] = t0 + (t1 - t0) * (done / nbytes if nbytes > 0 else 1.0)
+            h.streams[(a.model, a.blocks)] = (new, at)
+            self.kernel.resume(a.worker, now)
         self.kernel.clock.call_at(t1, self._loaded, a, (new, t0))
 
     def _loaded(self, a: Load, info: tuple[int, float], now: float) -> None:
         new, t0 = info
-        self.residency.loaded(self.held[a.worker], a.model, new)
+        h = self.held[a.worker]
+        h.streams.pop((a.model, a.blocks), None)
+        self.residency.loaded(h, a.model, new)
         self.kernel.load_finished(a, t0, now)
 
     def evict(self, a: Evict, now: float) -> None:
-        self.residency.evict(self.held[a.worker], a.model, a.blocks)
+        h = self.held[a.worker]
+        self.residency.evict(h, a.model, a.blocks)
+        for key, (wa, new) in list(h.waits.items()):  # loads waiting for this room
+            if h.mem_used + self.residency.bytes_of(wa.model, new) <= h.mem_cap * (1 + 1e-9):
+                del h.waits[key]
+                self._begin(wa, new, now)

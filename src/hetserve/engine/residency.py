@@ -49,7 +49,7 @@ class Held:
     """One worker's memory as modelled: resident and loading blocks per model (bit
     masks), the planned loads under way, the bytes in use and the capacity."""
 
-    __slots__ = ("cold", "loading", "mem_cap", "mem_used", "resident")
+    __slots__ = ("cold", "loading", "mem_cap", "mem_used", "resident", "streams", "waits")
 
     def __init__(self, info: WorkerInfo) -> None:
         self.mem_cap = info.gpu.memory_gb * 1e9 / info.share
@@ -59,6 +59,10 @@ class Held:
         # model -> (load start, its timeline, host links it holds): a load that follows a
         # load plan, whose batches may start before it ends
         self.cold: dict[str, tuple[float, Any, tuple[str, ...]]] = {}
+        # loads that wait for room (``Load.wait``): (model, blocks) -> (the load, its mask);
+        # once started they stream: (model, blocks) -> (mask, arrival time per block)
+        self.waits: dict[tuple[str, tuple[int, int]], tuple[Any, int]] = {}
+        self.streams: dict[tuple[str, tuple[int, int]], tuple[int, dict[int, float]]] = {}
 
 
 class Residency:

@@ -52,8 +52,14 @@ Rules every scheduler follows, and every engine relies on:
    its stage has not started); the requests come back in a ``StageReport``.
 8. ``Load(worker, model, blocks)`` moves weights over the host link before they can run;
    ``Evict`` frees them. A stage whose blocks are not resident (nor loading) on its worker
-   fails. An ``Evict`` of blocks a stage is running on that worker is an error: a
-   scheduler counts its running batches' models as busy.
+   fails. ``Load(..., wait=True)``: where the blocks do not fit beside what the worker
+   holds, the load waits (instead of failing at once) and starts when an ``Evict`` on the
+   worker makes room; stages that need its blocks wait for it meanwhile, and run each
+   block as it arrives once it streams. A later ``Load`` of the same blocks without
+   ``wait`` is the last word: a waiting load starts then or fails (with the stages that
+   waited for it); one under way goes on (no second report). A make-before-break
+   switch's late loads (``control.switching``). An ``Evict`` of blocks a stage is running
+   on that worker is an error: a scheduler counts its running batches' models as busy.
 9. ``on_worker_lost``: the worker is gone (a dead actor, a lost node); the engine never
    starts anything on it again. It is called *before* the reports of the batches it hit,
    so that the scheduler re-dispatches their requests elsewhere: a batch whose route
@@ -123,6 +129,7 @@ class Load(NamedTuple):
     worker: WorkerId
     model: str
     blocks: tuple[int, int]
+    wait: bool = False  # no room beside what the worker holds: wait for an Evict (rule 8)
 
 
 class Evict(NamedTuple):
