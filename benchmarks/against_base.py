@@ -13,8 +13,12 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   each; the ratio this tree / base.
 
 Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [--base REV]
-[--rounds N] [--only NAME,...]`` (default: both, base ``HEAD``, so uncommitted changes
-are compared with the last commit).
+[--rounds N] [--only NAME,...] [--ppipe CHECKOUT [--seconds S]]`` (default: both, base
+``HEAD``, so uncommitted changes are compared with the last commit). ``--ppipe``: a checkout
+of the PPipe artifact (``github.com/JonnyKong/PPipe``, nothing is downloaded) adds issue
+41's instance: the authors' MAF19 group (efficientnet-b8, encnet, rtmdet) on ``hc1-l``
+with their TensorRT block profiles, their PPipe and NP plans at capacity, ``--seconds``
+of Poisson arrivals.
 """
 
 from __future__ import annotations
@@ -73,6 +77,29 @@ def ppipe_setup(models, planner="ppipe"):
 
 PPIPE3 = ["efficientnet-b8", "resnet152", "convnext-t"]  # bench_reservation's
 
+# issue 41's instance: the PPipe authors' MAF19 group on hc1-l with their TensorRT block
+# profiles (``--ppipe CHECKOUT``: written as a profile set, ``HETSERVE_PPIPE_PROFILES``),
+# at their plans' capacity, ``--seconds`` of Poisson arrivals (the issue: 300)
+MAF19_TRIO = [
+    "efficientnet-b8_3rdparty_8xb32-aa-advprop_in1k",
+    "encnet_r101-d8_4xb2-40k_cityscapes-512x1024",
+    "rtmdet_x_8xb32-300e_coco",
+]
+ISSUE41 = """
+import os
+from hetserve.core.plan import slos_from_scale
+from hetserve.planning.ppipe import PlanOptions, plan_models
+models = {models!r}
+prof = os.environ["HETSERVE_PPIPE_PROFILES"]
+base = build_setup("hc1-l", models, profiles=prof)
+slos = slos_from_scale(base.cluster, base.latency, models, 5.0, "L4")
+plan = plan_models(base.cluster, base.latency, slos, options=PlanOptions(planner={planner!r},
+                   cut_bytes_factor=1.0))
+s = build_setup("hc1-l", models, profiles=prof, plan=plan)
+run(s, "reservation", build_trace(s, "poisson", s.plan.rates_at(1.0),
+                                   float(os.environ["ISSUE41_SECONDS"]), seed=0))
+"""
+
 SCENARIOS: dict[str, str] = {
     "edf-adaptive hc1-l resnet50 (bench_sim)": """
 s = build_setup("hc1-l", ["resnet50"], max_batch=8)
@@ -126,6 +153,12 @@ s = group_setup(3, dict.fromkeys(models, 0.1))
 run(s, "edf-adaptive", maf_trace("maf-bursty", models, 40, 300.0, 4.0, 0.1, seed=4),
     fail=(s.placement.workers[1].id, 0.777))
 """,
+    "issue41: reservation, PPipe plan, MAF19 trio (their profiles)": ISSUE41.format(
+        models=MAF19_TRIO, planner="ppipe"
+    ),
+    "issue41: reservation, NP plan, MAF19 trio (their profiles)": ISSUE41.format(
+        models=MAF19_TRIO, planner="np"
+    ),
     "coldstart DeepPlan, 180 BERT-Base (bench_deepplan)": """
 from hetserve.core.layerlatency import LayerLatency
 from hetserve.core.plan import bind
@@ -188,8 +221,25 @@ def main() -> None:
     ap.add_argument("--base", default="HEAD")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="")
+    ap.add_argument(
+        "--ppipe",
+        default=None,
+        help="a checkout of github.com/JonnyKong/PPipe: issue 41's scenarios",
+    )
+    ap.add_argument("--seconds", type=float, default=300.0,
+                    help="issue 41's scenarios: seconds of arrivals [300]")  # fmt: skip
     args = ap.parse_args()
     names = [n for n in SCENARIOS if not args.only or any(k in n for k in args.only.split(","))]
+    if args.ppipe is None:
+        names = [n for n in names if not n.startswith("issue41")]
+    else:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_replan_maf19 import profile_set
+
+        folder = Path(tempfile.mkdtemp(prefix="hetserve-ppipe-"))
+        profile_set(Path(args.ppipe), MAF19_TRIO).write(folder)
+        os.environ["HETSERVE_PPIPE_PROFILES"] = str(folder)
+        os.environ["ISSUE41_SECONDS"] = repr(args.seconds)
     rev = subprocess.run(
         ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True,
         check=True,
