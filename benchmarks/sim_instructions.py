@@ -1,0 +1,88 @@
+"""Instructions per simulated request (issue 41), counted by callgrind, which does not
+drift with the machine's speed: issue 41's instance (``benchmarks/against_base.py``: the
+PPipe authors' MAF19 trio on ``hc1-l`` with their TensorRT profiles, a plan at its
+capacity, the reservation scheduler) run under ``valgrind --tool=callgrind`` for two
+durations of arrivals; the difference in instructions over the difference in requests, so
+that imports, planning and setup cancel.
+
+Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT [--planner ppipe|np]
+[--seconds 1,4]`` (needs ``valgrind``; a few minutes). Nothing is downloaded: the checkout
+is a local copy of ``github.com/JonnyKong/PPipe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def inner(ppipe: str, planner: str, seconds: float) -> None:
+    """One run (the valgrind child): setup, then the simulation; prints the requests."""
+    sys.path.insert(0, str(HERE))
+    from against_base import MAF19_TRIO
+    from bench_replan_maf19 import profile_set
+
+    from hetserve.core.plan import slos_from_scale
+    from hetserve.engine.setup import build_setup
+    from hetserve.experiments.setup import build_trace
+    from hetserve.planning.ppipe import PlanOptions, plan_models
+    from hetserve.scheduling import make_scheduler
+    from hetserve.sim.engine import SimConfig, Simulator
+
+    folder = tempfile.mkdtemp(prefix="hetserve-ppipe-")
+    profile_set(Path(ppipe), MAF19_TRIO).write(folder)
+    base = build_setup("hc1-l", MAF19_TRIO, profiles=folder)
+    slos = slos_from_scale(base.cluster, base.latency, MAF19_TRIO, 5.0, "L4")
+    opts = PlanOptions(planner=planner, cut_bytes_factor=1.0)
+    s = build_setup("hc1-l", MAF19_TRIO, profiles=folder,
+                    plan=plan_models(base.cluster, base.latency, slos, options=opts))  # fmt: skip
+    tr = build_trace(s, "poisson", s.plan.rates_at(1.0), seconds, seed=0)
+    Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"), tr,
+              SimConfig()).run()  # fmt: skip
+    shutil.rmtree(folder, ignore_errors=True)
+    print(f"requests {len(tr)}")
+
+
+def main() -> None:
+    from hetserve.core.provenance import provenance_line
+
+    print(provenance_line(), flush=True)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ppipe")
+    ap.add_argument("--planner", choices=("ppipe", "np"), default="ppipe")
+    ap.add_argument("--seconds", default="1,4", help="the two durations of arrivals")
+    ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.inner is not None:
+        inner(a.ppipe, a.planner, a.inner)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed")
+    got = []
+    for d in (float(x) for x in a.seconds.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+                 sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d)],
+                capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+            )  # fmt: skip
+        ins = re.search(r"Collected : (\d+)", run.stderr)
+        req = re.search(r"requests (\d+)", run.stdout)
+        if run.returncode != 0 or ins is None or req is None:
+            raise SystemExit(f"the run of {d:g} s failed:\n{run.stderr[-2000:]}")
+        got.append((int(req.group(1)), int(ins.group(1))))
+        print(f"{d:g} s of arrivals: {got[-1][0]:,} requests, {got[-1][1]:,} instructions")
+    (n0, i0), (n1, i1) = got[0], got[-1]
+    print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request")
+
+
+if __name__ == "__main__":
+    main()
