@@ -1,13 +1,15 @@
 """Instructions per simulated request (issue 41), counted by callgrind, which does not
 drift with the machine's speed: issue 41's instance (``benchmarks/against_base.py``: the
 PPipe authors' MAF19 trio on ``hc1-l`` with their TensorRT profiles, a plan at its
-capacity, the reservation scheduler) run under ``valgrind --tool=callgrind`` for two
-durations of arrivals; the difference in instructions over the difference in requests, so
-that imports, planning and setup cancel.
+capacity, the reservation scheduler) run under ``valgrind --tool=callgrind``. The process
+sets everything up (imports, profiles, the plan's MILP, the trace), says so, and waits;
+``callgrind_control --dump`` then closes the setup's counts, and the counts of the final
+dump are the simulation's alone (and the process's exit). Two durations of arrivals: the
+instructions per request of each, and of their difference (which also cancels the exit).
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT [--planner ppipe|np]
-[--seconds 1,4]`` (needs ``valgrind``; a few minutes). Nothing is downloaded: the checkout
-is a local copy of ``github.com/JonnyKong/PPipe``.
+[--seconds 1,4]`` (needs ``valgrind`` and ``callgrind_control``; a few minutes). Nothing is
+downloaded: the checkout is a local copy of ``github.com/JonnyKong/PPipe``.
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ def inner(ppipe: str, planner: str, seconds: float) -> None:
     s = build_setup("hc1-l", MAF19_TRIO, profiles=folder,
                     plan=plan_models(base.cluster, base.latency, slos, options=opts))  # fmt: skip
     tr = build_trace(s, "poisson", s.plan.rates_at(1.0), seconds, seed=0)
-    Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"), tr,
-              SimConfig()).run()  # fmt: skip
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                    tr, SimConfig())  # fmt: skip
     shutil.rmtree(folder, ignore_errors=True)
-    print(f"requests {len(tr)}")
+    print("ready", flush=True)  # (the parent dumps the setup's counts, then says go)
+    sys.stdin.readline()
+    sim.run()
+    print(f"requests {len(tr)}", flush=True)
 
 
 def main() -> None:
@@ -69,19 +74,33 @@ def main() -> None:
     got = []
     for d in (float(x) for x in a.seconds.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
-            run = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+            out = f"{tmp}/cg.out"
+            proc = subprocess.Popen(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                  sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d)],
-                capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
             )  # fmt: skip
-        ins = re.search(r"Collected : (\d+)", run.stderr)
-        req = re.search(r"requests (\d+)", run.stdout)
-        if run.returncode != 0 or ins is None or req is None:
-            raise SystemExit(f"the run of {d:g} s failed:\n{run.stderr[-2000:]}")
-        got.append((int(req.group(1)), int(ins.group(1))))
-        print(f"{d:g} s of arrivals: {got[-1][0]:,} requests, {got[-1][1]:,} instructions")
+            assert proc.stdout is not None and proc.stdin is not None
+            for line in proc.stdout:
+                if line.strip() == "ready":
+                    break
+            else:
+                raise SystemExit(f"the run of {d:g} s ended early:\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            subprocess.run(["callgrind_control", "--dump=setup", str(proc.pid)], check=True,
+                           capture_output=True)  # fmt: skip
+            rest, err = proc.communicate("go\n")
+            req = re.search(r"requests (\d+)", rest)
+            total = re.search(r"^summary: (\d+)", Path(out).read_text(), re.M)
+            if proc.returncode != 0 or req is None or total is None:
+                raise SystemExit(f"the run of {d:g} s failed:\n{err[-2000:]}")
+        got.append((int(req.group(1)), int(total.group(1))))
+        n, ins = got[-1]
+        print(f"{d:g} s of arrivals: {n:,} requests, {ins:,} instructions after the setup "
+              f"({ins / n:,.0f} per request)")  # fmt: skip
     (n0, i0), (n1, i1) = got[0], got[-1]
-    print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request")
+    print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request "
+          f"(the difference of the two runs)")  # fmt: skip
 
 
 if __name__ == "__main__":
