@@ -17,6 +17,11 @@ Parts (each a list of sections, each section under its own time limit, all bound
   did not run), ``peer`` (PyTorch alone behind the same HTTP load beside hetserve,
   ``benchmarks/peer_torch.py``), ``fp16`` (the profile set in FP16, what the roofline
   models).
+- ``4``: ``threads_tests`` (the threads engine serving on this machine's GPU, and the
+  stage and cold executor tests), ``stage_sync`` again (every stop on one warm thread),
+  ``peers`` (the peer beside hetserve on both engines: threads, then Ray),
+  ``threads_served`` (part 2's one-worker ``serve`` on the threads engine, beside the
+  simulator), ``coldstart`` a third time (the leases' cold starts differed).
 - ``2``: ``hf`` (the same measurement of a Hugging Face BERT folder in a model repository,
   random weights from its config), ``serve`` (resnet50 served on the card over HTTP with
   binary tensors under Poisson load, measured attainment beside the simulator's for the
@@ -26,7 +31,7 @@ Parts (each a list of sections, each section under its own time limit, all bound
 nothing about a GPU). Writes everything under ``OUT`` and packs it into
 ``OUT/results.tgz``; prints a summary last.
 
-Run: ``python benchmarks/gpu_card.py OUT --part 1|2|all [--device cuda] [--deadline-s 400]``.
+Run: ``python benchmarks/gpu_card.py OUT --part 1|2|3|4|all [--device cuda] [--deadline-s 400]``.
 """
 
 from __future__ import annotations
@@ -259,7 +264,8 @@ def serve(r: Run, seconds: float, runs: tuple[str, ...] = ("1 worker", "2 slices
     model = "resnet50"
     x = build(model).input_spec.example(1)[0].numpy()
     rows = []
-    for label, engine, k in (("1 worker", "ray", 1), ("2 slices", "ray", 2)):
+    kinds = (("1 worker", "ray", 1), ("2 slices", "ray", 2), ("1 worker, threads", "threads", 1))
+    for label, engine, k in kinds:
         if label not in runs:
             continue
         if r.left_s() < 3 * seconds + 30:
@@ -329,14 +335,24 @@ def stage_sync(r: Run) -> None:
     r.sh("stage_sync", argv, 120)
 
 
-def peer(r: Run) -> None:
+def threads_tests(r: Run) -> None:
+    """The threads engine on this machine's GPU (``tests/runtime/test_threads_gpu.py``), the
+    stage runner's tests, and the cold executor's LRU test on a virtual clock."""
+    files = ["tests/runtime/test_threads_gpu.py", "tests/runtime/test_stage.py",
+             "tests/runtime/test_coldload.py"]  # fmt: skip
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+    r.sh("threads_tests", [*argv, "-n", "4" if r.cuda else "2", *files], 100)
+
+
+def peer(r: Run, engines: str = "ray", rates: str | None = None) -> None:
     """PyTorch alone behind the same HTTP load, beside hetserve (``benchmarks/peer_torch.py``;
     hetserve with the shipped H200 profile set where the card is one)."""
     argv = [sys.executable, "benchmarks/peer_torch.py", "--device", r.device, "--seconds", "8"]
+    argv += ["--engines", engines] + (["--rates", rates] if rates and r.cuda else [])
     shipped = ROOT / "src" / "hetserve" / "data" / "profiles" / "h200"
     if r.cuda and "H200" in str(r.summary.get("env", {})):
         argv += ["--profiles", str(shipped)]
-    r.sh("peer", argv, 200)
+    r.sh("peer", argv, 240)
 
 
 def main() -> None:
@@ -345,7 +361,7 @@ def main() -> None:
     print(provenance_line(), flush=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--part", choices=("1", "2", "3", "all"), required=True)
+    ap.add_argument("--part", choices=("1", "2", "3", "4", "all"), required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--deadline-s", type=float, default=400)
     ap.add_argument("--serve-seconds", type=float, default=15)
@@ -362,11 +378,17 @@ def main() -> None:
     def slices(r: Run) -> None:
         serve(r, a.serve_seconds, runs=("2 slices",))
 
+    def threads_served(r: Run) -> None:
+        serve(r, a.serve_seconds, runs=("1 worker, threads",))
+
+    def peers(r: Run) -> None:  # the peer, then hetserve's two engines (at 1,000 req/s
+        peer(r, "threads,ray", "100,300,600")  # the sender fell behind: left out)
+
     part2 = [hf, served]
     part3 = [cold_tests, coldstart, stage_sync, slices, peer, fp16]
-    sections = {"1": part1, "2": [env, *part2], "3": [env, *part3], "all": part1 + part2 + part3}[
-        a.part
-    ]
+    part4 = [threads_tests, stage_sync, peers, threads_served, coldstart]
+    sections = {"1": part1, "2": [env, *part2], "3": [env, *part3], "4": [env, *part4],
+                "all": part1 + part2 + part3 + part4}[a.part]  # fmt: skip
     for sec in sections:
         try:
             sec(r)

@@ -6,7 +6,8 @@ same model, device, SLO and trace: goodput within the SLO and p99 side by side.
 
 The peer knows no deadlines and never refuses: it is what a team writes first. Run:
 ``.venv/bin/python benchmarks/peer_torch.py --device cuda --model resnet50 --slo-ms 25
---rates 100,300,1000 [--seconds 10]``; ``--device cpu`` dry-runs it (resnet18).
+--rates 100,300,1000 [--seconds 10] [--engines threads,ray]``; ``--device cpu`` dry-runs it
+(resnet18).
 """
 
 from __future__ import annotations
@@ -141,7 +142,15 @@ def main() -> None:
     ap.add_argument("--wait-ms", type=float, default=2.0)
     ap.add_argument("--cluster", default=None, help="hetserve's cluster (default: discovered)")
     ap.add_argument("--profiles", default=None, help="hetserve's profile set (a folder)")
+    ap.add_argument(
+        "--engines",
+        default="ray",
+        help="hetserve's engines to run, in order: threads, ray [default: ray]",
+    )
     a = ap.parse_args()
+    engines = [e for e in a.engines.split(",") if e]
+    if not engines or set(engines) - {"threads", "ray"}:
+        ap.error(f"--engines: expected threads and/or ray, got {a.engines!r}")
     cuda = a.device.startswith("cuda")
     model = a.model or ("resnet50" if cuda else "resnet18")
     slo = a.slo_ms or (25.0 if cuda else 400.0)
@@ -163,28 +172,39 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     finally:
         peer.kill()
-    port = free_port()
-    argv = [sys.executable, "-m", "hetserve", "serve", "--models", model, "--port", str(port),
-            "--slo", f"{model}={slo}", "--max-batch", str(a.max_batch)]  # fmt: skip
-    if cuda:
+    cluster = a.cluster
+    if cuda and cluster is None:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             subprocess.run([sys.executable, "-m", "hetserve", "cluster", "discover", "--output",
                             f.name], check=True)  # fmt: skip
-        argv += ["--cluster", a.cluster or f.name, "--engine", "ray"]
-    else:
-        argv += ["--engine", "threads", "--cpu-threads", "1"]
-    if a.profiles:
-        argv += ["--profiles", a.profiles]
-    srv = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _ready(f"http://127.0.0.1:{port}")
-        for r in rates:
-            m = _bench(f"http://127.0.0.1:{port}", model, r, a.seconds, slo)
-            rows.append({"system": "hetserve (flex)", "rate": r, **m})
-            print(json.dumps(rows[-1]), flush=True)
-    finally:
-        srv.terminate()
-        srv.wait(timeout=60)
+        cluster = f.name
+    for engine in engines:
+        port = free_port()
+        argv = [sys.executable, "-m", "hetserve", "serve", "--models", model, "--port",
+                str(port), "--slo", f"{model}={slo}", "--max-batch", str(a.max_batch),
+                "--engine", engine]  # fmt: skip
+        argv += ["--cluster", cluster] if cuda else ["--cpu-threads", "1"]
+        if a.profiles:
+            argv += ["--profiles", a.profiles]
+        if engine == "ray" and not cuda:  # (a CPU plan on Ray: emulated actors)
+            argv += ["--emulate"]
+        log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        srv = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            try:
+                _ready(f"http://127.0.0.1:{port}", 150)
+            except SystemExit as e:  # said, with the server's last words; the next goes on
+                log.seek(0)
+                print(f"hetserve --engine {engine}: {e}\n{log.read()[-3000:]}", flush=True)
+                continue
+            for r in rates:
+                m = _bench(f"http://127.0.0.1:{port}", model, r, a.seconds, slo)
+                rows.append({"system": f"hetserve (flex, {engine})", "rate": r, **m})
+                print(json.dumps(rows[-1]), flush=True)
+        finally:
+            srv.terminate()
+            srv.wait(timeout=60)
+            log.close()
     print(f"\n{model} on {a.device}, SLO {slo:g} ms, Poisson, {a.seconds:g} s per point")
     print("| system | offered req/s | goodput req/s | attainment | p50 / p99 ms |")
     print("|---|---:|---:|---:|---:|")

@@ -107,12 +107,12 @@ def test_token_and_overload_in_emulation():
         assert r.status_code == 429
 
 
-def test_the_in_process_engine_refuses_gpu_workers():
+def test_the_in_process_engine_refuses_gpu_workers_it_cannot_reach():
     from hetserve.core.errors import HetserveError
 
-    s = group_setup(1, {"resnet50": 1.0})  # one V100
+    s = group_setup(2, {"resnet50": 1.0})  # two V100 nodes
     srv = Server(s, ServerConfig(scheduler="flex", build=build, engine="threads"))
-    with pytest.raises(HetserveError, match="runs on this CPU only, but the plan has V100"):
+    with pytest.raises(HetserveError, match="GPU workers on nodes p3-0, p3-1; use --engine ray"):
         srv.check()
 
 

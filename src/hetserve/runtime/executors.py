@@ -54,7 +54,7 @@ def _modelled(r: ExecutorRequest) -> Executor:
 
 @EXECUTORS.register("threads")
 def _threads(r: ExecutorRequest) -> Executor:
-    from hetserve.runtime.torch_executor import TorchExecutor
+    from hetserve.runtime.torch_executor import TorchExecutor, local_devices
 
     cfg, st = r.cfg, r.setup
     if cfg.build is None:
@@ -63,14 +63,15 @@ def _threads(r: ExecutorRequest) -> Executor:
         import torch
 
         torch.set_num_threads(cfg.cpu_threads)
+    devices = local_devices(r.view, cfg.gpu_device)  # GPU workers on this machine's GPUs
     if st.plan.load_plans:  # cold starts: models load on demand, whole
         return TorchExecutor(
             cfg.build, n_blocks=1, leaf_rows=cfg.leaf_rows, host_alias=cfg.host_alias,
-            graphs=st.model_catalog.graph,
+            graphs=st.model_catalog.graph, devices=devices,
         )  # fmt: skip
     ex = TorchExecutor(
         cfg.build, n_blocks=cfg.n_blocks, version_of=r.version_of, preemptive=r.preemptive,
-        cut_fp16=st.cut_fp16, graphs=st.model_catalog.graph,
+        cut_fp16=st.cut_fp16, graphs=st.model_catalog.graph, devices=devices,
     )  # fmt: skip
     ex.prepare(st.plan, st.placement, cfg.versions.others())
     return ex

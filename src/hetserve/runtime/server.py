@@ -179,8 +179,9 @@ class Server:
         return ClusterView.build(st.cluster, st.latency, st.placement, st.cut_bytes_factor)
 
     def _check_engine(self, view: ClusterView) -> None:
-        """The in-process engine runs every stage on this process's CPU: a plan with GPU
-        workers needs the Ray engine (whose actors are placed on GPUs) or ``--emulate``.
+        """The in-process engine runs CPU workers on this process's CPU and GPU workers on
+        this machine's GPUs (``torch_executor.local_devices``: all on one node, each GPU
+        here and of its planned type); other plans need the Ray engine or ``--emulate``.
         Cold-start plans (load plans) run emulated in this process, or for real on either
         engine (the Ray engine's GPU workers load on their GPU by CUDA streams), except
         PT plans on Ray: an actor sees only its own GPU, not the secondaries' host links."""
@@ -210,12 +211,9 @@ class Server:
             )
         if self.cfg.emulate or self.cfg.engine != "threads":
             return
-        gpus = sorted({w.gpu.name for w in view.workers.values() if w.gpu.name != "CPU"})
-        if gpus:
-            raise HetserveError(
-                f"--engine threads runs on this CPU only, but the plan has {', '.join(gpus)} "
-                f"workers; use --engine ray (or --emulate)"
-            )
+        from hetserve.runtime.torch_executor import local_devices
+
+        local_devices(view, self.cfg.gpu_device)  # GPU workers: this machine's GPUs
 
     def start(self) -> None:
         """Start on the running loop (call from inside it)."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from hetserve.core.errors import HetserveError
 from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import RooflineModel, cold_start_model
 from hetserve.engine.entities import Task
@@ -38,6 +40,11 @@ class TorchExecutor(BaseExecutor):
     it runs on the loop's default thread pool and reports back on the loop.
     ``stop`` (preemption) is checked at every block boundary.
 
+    Devices: a worker computes on ``devices[worker]`` (``local_devices``: a GPU worker on
+    ``cuda:<its index>`` of this machine), else on ``device``. Activations crossing to a
+    worker on another device move there at the next stage's start; a model's output comes
+    back to host memory on the worker's thread, where the server encodes it.
+
     Cold starts: a ``Load`` of a model that has a load plan (the plan's ``load_plans``, or
     the latency model's) makes a :class:`~hetserve.runtime.coldload.ColdModel` for that
     worker (weights in host memory, pinned on CUDA) and loads it by the plan on a loader
@@ -62,6 +69,7 @@ class TorchExecutor(BaseExecutor):
         version_of: Callable[[int], int | None] | None = None,
         preemptive: bool = True,
         graphs: Callable[[str], ModelGraph] = get_graph,
+        devices: Mapping[str, str] | None = None,
     ) -> None:
         """``preemptive``: stages may be stopped at block boundaries (a scheduler that
         preempts); on CUDA each boundary then waits for its block's kernels.
@@ -77,13 +85,14 @@ class TorchExecutor(BaseExecutor):
         self.build = build
         self.n_blocks = n_blocks
         self.device = device
+        self.devices = dict(devices or {})
         self.cut_dtype = torch.float16 if cut_fp16 else None
         self._models: dict[str, Any] = {}
         self._runners: dict[tuple[str, str, tuple[int, int], int | None], StageRunner] = {}
         self._versioned: dict[tuple[str, int], Any] = {}  # (model, version) -> model
         self._roofline = RooflineModel(graphs, n_blocks=n_blocks)
         self._cold: dict[tuple[str, str], Any] = {}  # (worker, model) -> ColdModel
-        self._backends: dict[tuple[int, ...], Any] = {}  # secondaries -> CudaBackend
+        self._backends: dict[tuple[Any, ...], Any] = {}  # (device, *secondaries) -> backend
 
     # ------------------------------------------------------------------ cold starts
     @staticmethod
@@ -94,7 +103,11 @@ class TorchExecutor(BaseExecutor):
             lp = cold.model_load_plan(model)
         return lp
 
-    def _backend(self, secondaries: list[int] | None = None) -> Any:
+    def device_of(self, worker: str) -> str:
+        """What ``worker`` computes on."""
+        return self.devices.get(worker, self.device)
+
+    def _backend(self, device: str, secondaries: list[int] | None = None) -> Any:
         """The loader's backend: CUDA streams on this executor's device (``secondaries``:
         the GPUs, by index, whose host links PT's parts 1.. come over), else a thread.
         One CUDA backend per set of secondaries, shared by every model it loads: their
@@ -102,12 +115,12 @@ class TorchExecutor(BaseExecutor):
         frees go to the next model's load (a backend per model would keep them apart)."""
         from hetserve.runtime.coldload import CudaBackend, ThreadBackend
 
-        if self.device.startswith("cuda"):
+        if device.startswith("cuda"):
             if self.host_alias is None:
                 raise RuntimeError("cold loading on CUDA needs host_alias")
-            key = tuple(secondaries or ())
+            key = (device, *(secondaries or ()))
             if key not in self._backends:
-                self._backends[key] = CudaBackend(self.host_alias, self.device, list(key))
+                self._backends[key] = CudaBackend(self.host_alias, device, list(key[1:]))
             return self._backends[key]
         return ThreadBackend()
 
@@ -200,7 +213,8 @@ class TorchExecutor(BaseExecutor):
             if self.leaf_rows is None:
                 raise RuntimeError("cold loading needs leaf_rows (hetserve.profiling.layers)")
             net = self.build(base_model(model))
-            cm = self._cold[key] = ColdModel(net, self._backend(secondaries), self.leaf_rows(net))
+            backend = self._backend(self.device_of(worker), secondaries)
+            cm = self._cold[key] = ColdModel(net, backend, self.leaf_rows(net))
         return cm
 
     def run_cold(self, worker: str, model: str, x: Any) -> Any:
@@ -210,7 +224,7 @@ class TorchExecutor(BaseExecutor):
         cm = self._cold.get((worker, model))
         if cm is None:
             raise RuntimeError(f"{model} was never loaded on {worker}")
-        dev = "cpu" if cm.backend.name == "cpu" else self.device
+        dev = "cpu" if cm.backend.name == "cpu" else self.device_of(worker)
         out = cm.run(map_tensors(x, lambda t: t.to(dev)))
         cm.finish()
         return out
@@ -257,7 +271,7 @@ class TorchExecutor(BaseExecutor):
         if r is None:
             net = self.net(model, version)
             cut = self._roofline.blocks(net.model_name)
-            r = StageRunner(net, cut, blocks, self.device, self.cut_dtype)
+            r = StageRunner(net, cut, blocks, self.device_of(worker), self.cut_dtype)
             self._runners[key] = r
         return r
 
@@ -323,7 +337,7 @@ class TorchExecutor(BaseExecutor):
         b = task.batch
         if cm is None or task.index > 0 or b.d.route[0].blocks[0] > 0:
             raise RuntimeError("a cold-loaded model runs whole, from its first block")
-        dev = "cpu" if cm.backend.name == "cpu" else self.device
+        dev = "cpu" if cm.backend.name == "cpu" else self.device_of(task.step.worker)
         return map_tensors(batch_input(cm.net, b.requests, b.payload), lambda t: t.to(dev))
 
     def split(self, task: Task, output: Any) -> list[Any]:
@@ -343,17 +357,19 @@ class TorchExecutor(BaseExecutor):
                 t0 = time.perf_counter()
                 out = cm.run(x)
                 cm.finish()  # (CUDA: finished when its kernels are)
+                out = to_host(out)
                 return out, step.blocks[1] - step.blocks[0], True, time.perf_counter() - t0
 
         else:
             versions = row_versions(self.version_of, d.requests)
-            self.runner(step.worker, d.model, step.blocks)  # built here, not on the thread
+            last = self.runner(step.worker, d.model, step.blocks).last  # built here
             stop = (lambda: task.stop) if self.preemptive else None
 
             def work() -> tuple[Any, int, bool, float]:
                 t0 = time.perf_counter()
                 res = self.run_stage(step.worker, d.model, step.blocks, x, versions, stop)
-                return res.output, res.blocks_done, res.completed, time.perf_counter() - t0
+                out = to_host(res.output) if last else res.output
+                return out, res.blocks_done, res.completed, time.perf_counter() - t0
 
         clock = kernel.clock
         if not isinstance(clock, LoopClock):  # a virtual clock: run now, end after as long
@@ -389,6 +405,55 @@ class TorchExecutor(BaseExecutor):
 
     def _failed(self, task: Task, reason: str, now: float) -> None:
         self.kernel.stage_failed(task, reason, now)
+
+
+def to_host(x: Any) -> Any:
+    """A model's output in host memory (where the server encodes answers)."""
+    return map_tensors(x, lambda t: t if t.device.type == "cpu" else t.cpu())
+
+
+def local_devices(view: ClusterView, gpu_device: str = "cuda") -> dict[str, str]:
+    """Where the threads engine runs each GPU worker of ``view``: ``cuda:<index>``, the
+    GPU of that index on this machine (``gpu_device="cuda"``), else ``gpu_device``
+    (tests: ``cpu``). CPU workers are not named (they compute on the CPU). With CUDA, the
+    GPU workers must all be on one node of the cluster (this machine's) and each GPU of
+    that index must be here and of the planned type (its name, or the catalog's alias for
+    it, from ``torch.cuda.get_device_name``): a one-line error otherwise."""
+    gpus = {w: info for w, info in view.workers.items() if info.gpu.name != "CPU"}
+    if not gpus:
+        return {}
+    if not gpu_device.startswith("cuda"):
+        return {w: gpu_device for w in gpus}
+    # NVML's (and `cluster discover`'s) order, not CUDA's default fastest-first; in
+    # effect where CUDA is not yet initialised in this process (the name check is the guard)
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    nodes = sorted({info.node for info in gpus.values()})
+    if len(nodes) > 1:
+        raise HetserveError(
+            f"--engine threads runs in one process on one machine, but the plan has GPU "
+            f"workers on nodes {', '.join(nodes)}; use --engine ray"
+        )
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    catalog = view.cluster.catalog
+    out: dict[str, str] = {}
+    for w, info in sorted(gpus.items()):
+        index = view.cluster.gpu(info.gpu_id).index
+        if index >= have:
+            raise HetserveError(
+                f"worker {w}: the plan puts it on {info.gpu_id} ({info.gpu.name}), but this "
+                f"machine has {have} CUDA GPU(s); serve where the cluster file's node "
+                f"{info.node} is, or use --engine ray (or --emulate)"
+            )
+        name = torch.cuda.get_device_name(index)
+        found = catalog.get(name).name if name in catalog else None
+        if found != info.gpu.name:
+            raise HetserveError(
+                f"worker {w}: the plan puts it on an {info.gpu.name} ({info.gpu_id}), but "
+                f"cuda:{index} here is {name!r}; use the cluster from `hetserve cluster "
+                f"discover` on this machine"
+            )
+        out[w] = f"cuda:{index}"
+    return out
 
 
 def _reason(err: BaseException) -> str:
