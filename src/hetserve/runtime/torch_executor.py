@@ -368,7 +368,7 @@ class TorchExecutor(BaseExecutor):
             def work() -> tuple[Any, int, bool, float]:
                 t0 = time.perf_counter()
                 res = self.run_stage(step.worker, d.model, step.blocks, x, versions, stop)
-                out = to_host(res.output) if last else res.output
+                out = to_host(res.output) if last and res.completed else res.output
                 return out, res.blocks_done, res.completed, time.perf_counter() - t0
 
         clock = kernel.clock
