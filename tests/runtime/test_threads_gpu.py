@@ -64,6 +64,23 @@ def test_gpu_workers_run_in_process_and_answer_as_the_model():
     assert float((got - ref).norm() / ref.norm()) < 1e-3  # FP16 at cuts, if any
 
 
+def test_a_stopped_last_stage_has_no_output_to_bring_back():
+    """FLEX stops a running last stage at a block boundary: no output, and bringing it to
+    the host must not fail the batch (on the H200 every preempted batch failed with
+    "TypeError: 'NoneType' object is not iterable" until this held)."""
+    from hetserve.core.latency import RooflineModel
+    from hetserve.runtime.stage import StageRunner
+    from hetserve.runtime.torch_executor import to_host
+
+    net = build("resnet18").eval()
+    runner = StageRunner(net, RooflineModel(n_blocks=10).blocks("resnet18"), (0, 10))
+    res = runner.run(net.input_spec.example(1), should_stop=lambda: True)
+    assert runner.last and not res.completed and res.blocks_done == 1
+    assert to_host(res.output) is None
+    done = runner.run(net.input_spec.example(1))
+    assert to_host(done.output).device.type == "cpu"
+
+
 def test_gpu_workers_on_several_nodes_need_ray():
     srv = _server(_cluster({"a": {"L4": 1}, "b": {"L4": 1}}))
     with pytest.raises(HetserveError, match="GPU workers on nodes a, b; use --engine ray"):

@@ -209,7 +209,8 @@ def _setup_logging(level: str, access_log: bool) -> None:
     type=click.Choice(["ray", "threads"]),
     default="ray",
     show_default=True,
-    help="Real workers as Ray actors, or as threads of this process.",
+    help="Real workers as Ray actors, or as threads of this process (GPU workers on this "
+    "machine's GPUs, cuda:<index> of the cluster file; all on one node).",
 )
 @click.option(
     "--address", default=None,

@@ -408,7 +408,10 @@ class TorchExecutor(BaseExecutor):
 
 
 def to_host(x: Any) -> Any:
-    """A model's output in host memory (where the server encodes answers)."""
+    """A model's output in host memory (where the server encodes answers); None (a stage
+    stopped before its end has no output) stays None."""
+    if x is None:
+        return None
     return map_tensors(x, lambda t: t if t.device.type == "cpu" else t.cpu())
 
 
