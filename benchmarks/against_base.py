@@ -100,6 +100,16 @@ run(s, "reservation", build_trace(s, "poisson", s.plan.rates_at(1.0),
                                    float(os.environ["ISSUE41_SECONDS"]), seed=0))
 """
 
+# the scaling run (``benchmarks/sim_scaling.py``, this tree's, in either tree): 1,000 GPUs,
+# 100 models, 100,000 requests/s offered, 1 s of arrivals
+SCALING = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+from sim_scaling import setup_and_trace
+s, tr = setup_and_trace(1000, 1.0)
+run(s, {{sched!r}}, tr)
+"""
+
 SCENARIOS: dict[str, str] = {
     "edf-adaptive hc1-l resnet50 (bench_sim)": """
 s = build_setup("hc1-l", ["resnet50"], max_batch=8)
@@ -159,6 +169,10 @@ run(s, "edf-adaptive", maf_trace("maf-bursty", models, 40, 300.0, 4.0, 0.1, seed
     "issue41: reservation, NP plan, MAF19 trio (their profiles)": ISSUE41.format(
         models=MAF19_TRIO, planner="np"
     ),
+    "scaling: edf-adaptive, 1,000 GPUs, 100 models": SCALING.format(sched="edf-adaptive"),
+    "scaling: fixed-batch, 1,000 GPUs, 100 models": SCALING.format(sched="fixed-batch"),
+    "scaling: reservation, 1,000 GPUs, 100 models": SCALING.format(sched="reservation"),
+    "scaling: flex, 1,000 GPUs, 100 models": SCALING.format(sched="flex"),
     "coldstart DeepPlan, 180 BERT-Base (bench_deepplan)": """
 from hetserve.core.layerlatency import LayerLatency
 from hetserve.core.plan import bind

@@ -84,7 +84,8 @@ def test_preempted_requests_return_first():
     s = _start(max_batch=2)
     s.on_arrival(_req(0, 0.0), 0.0)
     (d,) = s.on_arrival(_req(1, 0.0), 0.0)
-    s.on_arrival(_req(2, 0.001), 0.001)
+    (timer,) = s.on_arrival(_req(2, 0.001), 0.001)
+    assert timer == SetTimer(0.011, ("m", 2))
     st = d.route[0]
     rep = StageReport(
         "stage",
@@ -101,9 +102,9 @@ def test_preempted_requests_return_first():
         st.blocks,
         0,
     )
-    d2, timer = s.on_stage_done(rep, 0.002)
+    (d2,) = s.on_stage_done(rep, 0.002)  # (request 2 is the head again: its timer is armed)
     assert [r.id for r in d2.requests] == [0, 1]
-    assert timer == SetTimer(0.011, ("m", 2))
+    assert s.on_timer(timer.token, 0.011) == []  # (its worker is busy: it waits)
 
 
 def test_bad_parameters():

@@ -50,7 +50,10 @@ _new = tuple.__new__
 class _ModelState:
     """Per-model state, kept in one object so the hot path does few dict lookups."""
 
-    __slots__ = ("blocks", "idle", "lat", "name", "queue", "rank", "rows", "timer_at", "workers")
+    __slots__ = (
+        "blocks", "idle", "kind", "lat", "name", "queue", "rank", "rows", "timer_at", "waiting",
+        "workers",
+    )  # fmt: skip
 
     def __init__(
         self, name: str, workers: list[WorkerId], lat: list[list[float]], blocks: tuple[int, int]
@@ -58,12 +61,22 @@ class _ModelState:
         self.name = name
         self.workers = workers  # fastest first
         self.lat = lat  # by rank: latency at batch 1..max_batch
+        rows: dict[tuple[float, ...], int] = {}  # by rank: which latency row (GPU type)
+        self.kind = [rows.setdefault(tuple(x), len(rows)) for x in lat]
         self.rank = {w: i for i, w in enumerate(workers)}
-        self.idle = list(range(len(workers)))  # sorted ranks of idle workers
+        # the idle workers as a bit set of ranks (bit r: rank r idle): marking a worker
+        # busy or idle is one integer operation, the fastest idle one the lowest set bit
+        self.idle = (1 << len(workers)) - 1
         self.queue: list[tuple[float, int, Request]] = []
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.blocks = blocks
         self.timer_at = -1.0  # the armed timer's time (-1: none)
+        # the latency row (``kind``) of the fastest idle worker when the last try decided to
+        # wait for the timer (-1: it did not, or the queue changed since): while the
+        # fastest idle worker has that row and the queue is the same, a new try waits too
+        # until the head could no longer take a batch larger than the queue
+        # (``EdfAdaptive._still_waits``)
+        self.waiting = -1
 
 
 @register("edf-adaptive")
@@ -83,7 +96,8 @@ class EdfAdaptive(BaseScheduler):
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
         self.models: dict[str, _ModelState] = {}
-        self.served_by: dict[WorkerId, list[_ModelState]] = {}
+        # per worker: the models it serves, each with the worker's bit in its idle set
+        self.served_by: dict[WorkerId, list[tuple[_ModelState, int]]] = {}
         for m, mp in plan.models.items():
             ws = self.pools.whole_model_workers(m)
             mb = self.max_batch_param or max(p.batch for p in mp.pipelines)
@@ -94,22 +108,17 @@ class EdfAdaptive(BaseScheduler):
             )
             self.models[m] = st
             for w in ws:
-                self.served_by.setdefault(w, []).append(st)
+                self.served_by.setdefault(w, []).append((st, 1 << st.rank[w]))
         return []
 
     def _set_busy(self, w: WorkerId) -> None:
-        for st in self.served_by.get(w, ()):
-            idle, r = st.idle, st.rank[w]
-            i = bisect.bisect_left(idle, r)
-            if i < len(idle) and idle[i] == r:
-                del idle[i]
+        for st, bit in self.served_by.get(w, ()):
+            if st.idle & bit:
+                st.idle ^= bit
 
     def _set_idle(self, w: WorkerId) -> None:
-        for st in self.served_by.get(w, ()):
-            idle, r = st.idle, st.rank[w]
-            i = bisect.bisect_left(idle, r)
-            if i == len(idle) or idle[i] != r:
-                idle.insert(i, r)
+        for st, bit in self.served_by.get(w, ()):
+            st.idle |= bit
 
     def max_rows(self, model: str) -> int | None:
         st = self.models.get(model)
@@ -117,9 +126,13 @@ class EdfAdaptive(BaseScheduler):
 
     # ------------------------------------------------------------------ core
     def _try(self, st: _ModelState, now: float, out: list[Action]) -> None:
-        q, idle = st.queue, st.idle
-        while q and idle:
-            rank = idle[0]
+        q = st.queue
+        if not st.idle:  # nothing to decide with (what it waited for still holds)
+            return
+        st.waiting = -1
+        while q and st.idle:
+            idle = st.idle
+            rank = (idle & -idle).bit_length() - 1  # the fastest idle worker
             lat = st.lat[rank]
             head_deadline = q[0][0]
             slack = head_deadline - now
@@ -144,6 +157,7 @@ class EdfAdaptive(BaseScheduler):
                         # latest armed time counts
                         st.timer_at = t_wait
                         out.append(_new(SetTimer, (t_wait, (st, t_wait))))
+                    st.waiting = st.kind[rank]
                     return
                 b = n
             else:
@@ -167,6 +181,7 @@ class EdfAdaptive(BaseScheduler):
             raise HetserveError(f"edf-adaptive: no pipeline serves model {request.model!r}")
         heapq.heappush(st.queue, (request.deadline_s, request.id, request))
         st.rows += request.rows
+        st.waiting = -1
         if not st.idle:
             return []
         out: list[Action] = []
@@ -190,21 +205,43 @@ class EdfAdaptive(BaseScheduler):
             for r in report.requests:
                 heapq.heappush(st.queue, (r.deadline_s, r.id, r))
                 st.rows += r.rows
+            st.waiting = -1
         freed = self.pools.reported(report)
         out: list[Action] = []
-        states: list[_ModelState] = []
+        # the models that may dispatch now: those the freed workers serve with requests
+        # waiting (a model with none has nothing to decide: O(1) each, not a _try call)
+        # (a dict: first-seen order, and membership in O(1) where a worker serves many)
+        seen: dict[_ModelState, None] = {}
         for w in freed:
-            self._set_idle(w)
-            for st in self.served_by.get(w, ()):
-                if st not in states:
-                    states.append(st)
-        if not report.completed and self.models[report.model] not in states:
-            states.append(self.models[report.model])
+            for st, bit in self.served_by.get(w, ()):
+                st.idle |= bit
+                if st.queue:
+                    seen[st] = None
+        st = self.models[report.model]
+        if not report.completed and st.queue:
+            seen[st] = None
+        states = list(seen)
         if len(states) > 1:
-            states.sort(key=lambda st: st.queue[0][0] if st.queue else float("inf"))
-        for st in states:
-            self._try(st, now, out)
+            states.sort(key=lambda st: st.queue[0][0])
+        for st in states:  # (an earlier one's dispatch may have taken the freed worker)
+            if st.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+                self._try(st, now, out)
         return out
+
+    @staticmethod
+    def _still_waits(st: _ModelState, now: float) -> bool:
+        """Whether a try of ``st`` now would decide what its last one did, to wait for its
+        armed timer, and change nothing: the same queue, a fastest idle worker with the
+        same latencies (which worker does not matter to a wait), the timer still ahead,
+        and the head's slack still enough for a batch of one more row than wait
+        (``_try``'s own tests, in its own arithmetic). A worker that serves many models
+        frees them all at each stage end; this spares them a try each."""
+        idle = st.idle
+        rank = (idle & -idle).bit_length() - 1
+        if st.kind[rank] != st.waiting:
+            return False
+        lat, n = st.lat[rank], st.rows
+        return n < len(lat) and lat[n] <= st.queue[0][0] - now and st.timer_at > now + 1e-12
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.pools.lost.add(worker)

@@ -58,6 +58,9 @@ class FixedBatch(BaseScheduler):
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
         self.queues: dict[str, _Queue] = {m: _Queue() for m in plan.models}
+        # per model, the head request whose timer is armed: one timer per head, however
+        # often the model is tried while it waits (at every stage end of its workers)
+        self.armed: dict[str, int] = {}
         # (first-stage worker, its pipeline) in plan order: a dispatch needs both
         self.first_workers = {
             m: [(w, p) for p in self.pools.pipelines[m] for w in p.stages[0][1]]
@@ -71,6 +74,14 @@ class FixedBatch(BaseScheduler):
     # ------------------------------------------------------------------ helpers
     def _due(self, q: _Queue, now: float) -> bool:
         return q.rows >= self.max_batch or q[0].arrival_s + self.delay <= now + 1e-12
+
+    def _needs_try(self, model: str, now: float) -> bool:
+        """Whether a worker freed now gives ``model`` something to decide: requests wait
+        and the head is due. One whose head is not due has its timer armed for that head
+        (a head changes only in a try, which arms it, or by a requeue, which is tried), so
+        a try would change nothing; with many models on a worker this spares a try each."""
+        q = self.queues[model]
+        return bool(q) and self._due(q, now)
 
     def _free_first_worker(self, model: str) -> tuple[WorkerId, PipelinePool] | None:
         idle = self.pools.idle
@@ -116,7 +127,8 @@ class FixedBatch(BaseScheduler):
             if wp is None:
                 return
             out.append(self._dispatch(model, wp[0], wp[1], now))
-        if q and not self._due(q, now):
+        if q and not self._due(q, now) and self.armed.get(model) != q[0].id:
+            self.armed[model] = q[0].id
             out.append(SetTimer(q[0].arrival_s + self.delay, (model, q[0].id)))
 
     # ------------------------------------------------------------------ protocol
@@ -134,6 +146,8 @@ class FixedBatch(BaseScheduler):
 
     def on_timer(self, token: object, now: float) -> list[Action]:
         model, rid = token  # type: ignore[misc]
+        if self.armed.get(model) == rid:
+            del self.armed[model]
         q = self.queues[model]
         if not q or q[0].id != rid:
             return []
@@ -151,8 +165,9 @@ class FixedBatch(BaseScheduler):
         if not freed and report.completed:
             return []
         out: list[Action] = []
-        models = {m for w in freed for m in self.pools.models_of.get(w, [])}
-        if not report.completed:
+        queues, needs = self.queues, self._needs_try
+        models = {m for w in freed for m in self.pools.models_of.get(w, []) if needs(m, now)}
+        if not report.completed and queues[report.model]:  # (a requeue: a new head)
             models.add(report.model)
         for m in sorted(
             models, key=lambda m: self.queues[m][0].arrival_s if self.queues[m] else float("inf")

@@ -1,0 +1,128 @@
+"""The simulator's speed per request as the cluster grows (issue 41: "at 1,000 GPUs and 100
+models at 100,000 requests/s offered, the simulator keeps its speed per request").
+
+Clusters of N GPUs (a quarter L4, the rest P4, one per node at 6 Gbit/s: ``hc1-l``'s
+shape), N/10 models (copies of five zoo models under names of their own, ``resnet50-c0``,
+``efficientnet-b0-c1``, ...: each its own model to the plan and the schedulers, with the
+zoo model's graph and roofline latencies), the default plan for SLOs of 5x the fastest
+batch-1 latency, batches up to 8, Poisson arrivals at 100 requests/s per GPU in all
+(100,000 at 1,000 GPUs), split over the models in proportion to the plan's capacity.
+About ``--requests`` a point (100 s of arrivals at 10 GPUs, 1 s at 1,000). Timed: the
+simulation alone (best of ``--rounds``); the plan and the trace are made once.
+
+Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
+[--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+BASES = ("resnet50", "efficientnet-b0", "bert-base", "vit-b16", "resnet18")
+PER_GPU_RPS = 100.0
+
+
+class Copies:
+    """A model source (``core.models.ModelSource``) of ``n`` copies of the zoo's
+    ``BASES`` under names of their own: the models of a large cluster without a
+    repository."""
+
+    def __init__(self, n: int) -> None:
+        self.of = {f"{BASES[i % len(BASES)]}-c{i}": BASES[i % len(BASES)] for i in range(n)}
+
+    def names(self) -> list[str]:
+        """The copies' names."""
+        return list(self.of)
+
+    def __contains__(self, name: str) -> bool:
+        """Whether ``name`` is a copy."""
+        return name in self.of
+
+    def graph(self, name: str) -> Any:
+        """The zoo model's graph under the copy's name."""
+        from hetserve.core.graph import get_graph
+
+        return replace(get_graph(self.of[name]), name=name)
+
+    def layer_table(self, name: str) -> Any:
+        """None: copies have no layer tables (no cold starts here)."""
+        raise KeyError(name)
+
+    def build(self, name: str, version: int | None = None) -> Any:
+        """None: copies are simulated only."""
+        raise NotImplementedError("copies are simulated only")
+
+
+def cluster(n_gpus: int) -> Any:
+    """``n_gpus`` GPUs, a quarter L4 and the rest P4, one per node at 6 Gbit/s."""
+    from hetserve.core.cluster import parse_cluster
+
+    n_l4 = n_gpus // 4
+    nodes = [{"name": f"l4-{i}", "gpus": {"L4": 1}, "nic_gbps": 6.0} for i in range(n_l4)]
+    nodes += [{"name": f"p4-{i}", "gpus": {"P4": 1}, "nic_gbps": 6.0}
+              for i in range(n_gpus - n_l4)]  # fmt: skip
+    return parse_cluster({"name": f"scale-{n_gpus}", "nodes": nodes}, "sim_scaling")
+
+
+def setup_and_trace(n_gpus: int, seconds: float, seed: int = 0) -> tuple[Any, Any]:
+    """The run's setup and trace at ``n_gpus`` (module docstring)."""
+    from hetserve.core.models import ModelCatalog
+    from hetserve.engine.setup import build_setup
+    from hetserve.experiments.setup import build_trace
+
+    catalog = ModelCatalog(Copies(max(1, n_gpus // 10)))
+    assert catalog.source is not None
+    s = build_setup(cluster(n_gpus), catalog.source.names(), model_catalog=catalog, max_batch=8)
+    cap = s.plan.rates_at(1.0)
+    total = sum(cap.values())
+    rates = {m: r * PER_GPU_RPS * n_gpus / total for m, r in cap.items()}
+    return s, build_trace(s, "poisson", rates, seconds, seed=seed)
+
+
+def main() -> None:
+    from hetserve.core.provenance import provenance_line
+
+    print(provenance_line(), flush=True)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", default="10,100,1000")
+    ap.add_argument("--requests", type=int, default=100_000,
+                    help="about this many requests a point: seconds of arrivals = requests / "
+                    "(100 x GPUs)")  # fmt: skip
+    ap.add_argument("--schedulers", default="edf-adaptive,fixed-batch,reservation,flex")
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    if not 1_000 <= a.requests <= 10_000_000 or not 1 <= a.rounds <= 20:
+        ap.error("--requests: expected 1,000 to 10,000,000; --rounds: 1 to 20")
+    from hetserve.core.outcome import OK
+    from hetserve.experiments.setup import simulate
+
+    rows = []
+    for n in [int(x) for x in a.gpus.split(",")]:
+        s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n))
+        capacity = sum(s.plan.rates_at(1.0).values())
+        for sched in a.schedulers.split(","):
+            best = 0.0
+            for _ in range(a.rounds):
+                t0 = time.perf_counter()
+                res = simulate(s, sched, tr)
+                best = max(best, len(tr) / (time.perf_counter() - t0))
+            rows.append({
+                "gpus": n, "models": len(s.models), "scheduler": sched, "requests": len(tr),
+                "offered_rps": round(PER_GPU_RPS * n), "capacity_rps": round(capacity),
+                "attainment": round(float((res.outcome == OK).mean()), 4),
+                "sim_req_per_s": round(best),
+            })  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
+    print("\n| GPUs | models | scheduler | requests | attainment | simulated req/s |")
+    print("|---:|---:|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['gpus']} | {r['models']} | {r['scheduler']} | {r['requests']:,} | "
+              f"{100 * r['attainment']:.1f}% | {r['sim_req_per_s']:,} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
