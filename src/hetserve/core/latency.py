@@ -41,7 +41,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hetserve.core.errors import ConfigError, HetserveError, unknown
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
@@ -198,6 +198,9 @@ class RooflineModel:
         self.p = params or RooflineParams()
         self._blocks: dict[str, Blocks] = dict(blocks or {})
         self._cache: dict[tuple[str, str, int, int], list[tuple[float, float]]] = {}
+        # latency() and energy() by their arguments: a simulator asks for the same few
+        # thousand at every dispatch, each a sum over the model's layers
+        self._sums: dict[tuple[Any, ...], float] = {}
 
     def graph(self, model: str) -> ModelGraph:
         return self._graphs(model)
@@ -258,13 +261,24 @@ class RooflineModel:
     def latency(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
+        key = ("l", model, gpu if isinstance(gpu, str) else gpu.name, share, batch,
+               None if blocks is None else (blocks.start, blocks.stop, blocks.step))  # fmt: skip
+        hit = self._sums.get(key)
+        if hit is not None:
+            return hit
         rng = check_latency_args(model, share, batch, self.num_blocks(model), blocks)
         times = self.layer_times(model, gpu, share, batch)
-        return sum(times[i][0] for i in self._layer_range(model, rng))
+        out = self._sums[key] = sum(times[i][0] for i in self._layer_range(model, rng))
+        return out
 
     def energy(
         self, model: str, gpu: str | GpuType, share: int, batch: int, blocks: range | None = None
     ) -> float:
+        key = ("e", model, gpu if isinstance(gpu, str) else gpu.name, share, batch,
+               None if blocks is None else (blocks.start, blocks.stop, blocks.step))  # fmt: skip
+        hit = self._sums.get(key)
+        if hit is not None:
+            return hit
         rng = check_latency_args(model, share, batch, self.num_blocks(model), blocks)
         g = self._gpu(gpu)
         times = self.layer_times(model, g, share, batch)
@@ -272,6 +286,7 @@ class RooflineModel:
         for i in self._layer_range(model, rng):
             t, u = times[i]
             joules += t * busy_power_w(g, share, u)
+        self._sums[key] = joules
         return joules
 
 
