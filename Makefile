@@ -41,6 +41,7 @@ test: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_workload.py
 	$(VENV)/bin/python benchmarks/bench_sim.py
+	$(VENV)/bin/python benchmarks/sim_scaling.py
 	$(VENV)/bin/python benchmarks/bench_planner.py
 	$(VENV)/bin/python benchmarks/bench_reservation.py
 	$(VENV)/bin/python benchmarks/bench_serving.py overhead frontend
