@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
-
 from hetserve.core.errors import ConfigError, HetserveError, unknown
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
 from hetserve.core.graph import Blocks, ModelGraph, balanced_partition, get_graph
@@ -203,7 +201,6 @@ class RooflineModel:
         # latency() and energy() by their arguments: a simulator asks for the same few
         # thousand at every dispatch, each a sum over the model's layers
         self._sums: dict[tuple[Any, ...], float] = {}
-        self._layer_arrays: dict[str, tuple[np.ndarray, ...]] = {}
 
     def graph(self, model: str) -> ModelGraph:
         return self._graphs(model)
@@ -214,50 +211,33 @@ class RooflineModel:
     def layer_times(
         self, model: str, gpu: str | GpuType, share: int = 1, batch: int = 1
     ) -> list[tuple[float, float]]:
-        """Per layer: (seconds, achieved fraction of the bounding resource's peak).
-
-        Every layer at once in NumPy, each operation in the order and float64 rounding of
-        the scalar formula (``tests/core/test_roofline_vector.py`` checks it equals the
-        scalar one exactly): a planner or a simulator with many models asks for it at
-        every batch size of every model on every GPU type."""
+        """Per layer: (seconds, achieved fraction of the bounding resource's peak)."""
         g = self._gpu(gpu)
         key = (model, g.name, share, batch)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        flops, param_b, mem_b, n_ops, eff_kind = self._arrays(model)
+        if key in self._cache:
+            return self._cache[key]
+        graph = self.graph(model)
         p = self.p
         peak = g.inference_tflops * 1e12 / share
         bw = g.mem_bw_gbps * 1e9 / share
         s = p.storage_bytes / 4
         fill_half = p.fill_elems_per_tflop * peak / 1e12
-        with np.errstate(divide="ignore", invalid="ignore"):
-            f = batch * flops
-            nbytes = s * (param_b + batch * mem_b)
+        out = []
+        for layer in graph.layers:
+            flops = batch * layer.flops
+            nbytes = s * (layer.param_bytes + batch * layer.mem_bytes)
             # parallel work: the average tensor a kernel of this layer reads or writes
-            work = batch * mem_b / 4 / np.maximum(1.0, 2 * n_ops)
-            fill = np.where(work > 0, work / (work + fill_half), 1.0)
-            eff_c = eff_kind * fill
-            t_c = np.where(f > 0, f / (peak * eff_c), 0.0)
+            work = batch * layer.mem_bytes / 4 / max(1, 2 * layer.n_ops)
+            fill = work / (work + fill_half) if work > 0 else 1.0
+            eff_c = p.eff_kind.get(layer.kind, p.eff_default) * fill
+            t_c = flops / (peak * eff_c) if flops > 0 else 0.0
             t_m = nbytes / (bw * p.eff_mem)
-            t = np.maximum(t_c, t_m) + n_ops * p.launch_s
-            u = np.where(t > 0, np.maximum(f / (peak * t), nbytes / (bw * t)), 0.0)
-        out = list(zip(t.tolist(), np.minimum(1.0, u).tolist(), strict=True))
+            t_roof = max(t_c, t_m)
+            t = t_roof + layer.n_ops * p.launch_s
+            u = max(flops / (peak * t), nbytes / (bw * t)) if t > 0 else 0.0
+            out.append((t, min(1.0, u)))
         self._cache[key] = out
         return out
-
-    def _arrays(self, model: str) -> tuple[np.ndarray, ...]:
-        """The model's layers as float64 arrays: FLOPs, parameter bytes, memory bytes,
-        operators, compute efficiency of the layer's kind."""
-        arr = self._layer_arrays.get(model)
-        if arr is None:
-            layers = self.graph(model).layers
-            p = self.p
-            cols = [[float(x.flops) for x in layers], [float(x.param_bytes) for x in layers],
-                    [float(x.mem_bytes) for x in layers], [float(x.n_ops) for x in layers],
-                    [p.eff_kind.get(x.kind, p.eff_default) for x in layers]]  # fmt: skip
-            arr = self._layer_arrays[model] = tuple(np.array(c, dtype=np.float64) for c in cols)
-        return arr
 
     def blocks(self, model: str) -> Blocks:
         if model not in self._blocks:
