@@ -98,3 +98,30 @@ def test_cost_plans_of_several_stages_are_the_cheapest(data):  # type: ignore[no
 @given(st.data())
 def test_energy_plans_of_several_stages_draw_the_least(data):  # type: ignore[no-untyped-def]
     _check(data, "energy")
+
+
+def test_a_second_gpu_that_serves_for_fewer_joules_is_worth_its_idle_draw():
+    """Found by the test above (2026-11-26): one P4 alone serves the demand, but adding an
+    L4 that serves most of it for fewer joules a request draws less in all. The brute force
+    stopped adding pipelines once the demand was met, and so missed it; the planner did
+    not."""
+    nodes = [{"name": f"{t}-", "gpus": {t: 1}, "nic_gbps": 1.0} for t in ("L4", "P4")]
+    cluster = parse_cluster({"name": "tiny", "nodes": nodes}, "tiny")
+    ps = ProfileSet(energy_mj={})
+    ps.out_bytes["m0"] = [1e4]
+    for t, speed in (("L4", 1.0), ("P4", 1.5)):
+        for k in (1, 2):
+            for b in (1, 2):
+                grow = 2.0 if (t, b) == ("L4", 2) else 1.0
+                watts = 48.0 if (t, k, b) == ("P4", 1, 2) else 30.0
+                lat = [speed * k**0.7 * grow * 1e3]
+                ps.latency_us[("m0", t, k, b)] = lat
+                ps.energy_mj[("m0", t, k, b)] = [x * watts / 1e3 for x in lat]  # type: ignore[index]
+    lat_model = TableModel(ps)
+    slos, demand = {"m0": 0.03125}, {"m0": 1001.0}
+    want = brute_force_min_watts(cluster, lat_model, slos, demand, **GRID)  # type: ignore[arg-type]
+    opt = PlanOptions(objective="energy", rates_rps=tuple(demand.items()), headroom=0.0,
+                      mip_rel_gap=1e-9, **GRID)  # type: ignore[arg-type]  # fmt: skip
+    plan = plan_models(cluster, lat_model, slos, None, opt)
+    assert want == pytest.approx(plan.meta["objective"]["watts"], rel=1e-9)
+    assert sorted(p.stages[0].gpu for p in plan.models["m0"].pipelines) == ["L4", "P4"]

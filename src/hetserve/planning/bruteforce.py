@@ -260,7 +260,8 @@ def _least_watts(
             w = sum(i * u for i, u in zip(idle, used, strict=True)) + fill(chosen)
             if w < out.get(used, math.inf):
                 out[used] = w
-            return  # (one more item only adds idle draw and capacity not needed)
+            # (and on: one more item adds its idle draw, but may serve part of the demand
+            # for fewer joules than the items that already reach it)
         for k in range(start, len(items)):
             use = items[k][0]
             nxt = tuple(u + x for u, x in zip(used, use, strict=True))
