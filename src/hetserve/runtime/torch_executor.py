@@ -108,9 +108,10 @@ class TorchExecutor(BaseExecutor):
         return self.devices.get(worker, self.device)
 
     def _backend(self, device: str, secondaries: list[int] | None = None) -> Any:
-        """The loader's backend: CUDA streams on this executor's device (``secondaries``:
+        """The loader's backend: CUDA streams on ``device`` (the worker's; ``secondaries``:
         the GPUs, by index, whose host links PT's parts 1.. come over), else a thread.
-        One CUDA backend per set of secondaries, shared by every model it loads: their
+        One CUDA backend per device and set of secondaries, shared by every model it
+        loads there: their
         destination blocks come from one load stream's pool, so the blocks an eviction
         frees go to the next model's load (a backend per model would keep them apart)."""
         from hetserve.runtime.coldload import CudaBackend, ThreadBackend
