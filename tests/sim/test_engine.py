@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetserve.core.errors import HetserveError
-from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, PENDING
+from hetserve.core.outcome import DROPPED, FAILED, LATE, OK, OUTCOME_NAMES, PENDING
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.requests import Request, Stream
 from hetserve.engine.rules import ProtocolError
@@ -25,6 +25,7 @@ from hetserve.scheduling import (
     make_scheduler,
 )
 from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.sim.result import BATCH_COLUMNS, REQUEST_COLUMNS
 from hetserve.workload import Poisson, generate
 from hetserve.workload.trace import Trace
 from tests.helpers import linear_setup
@@ -150,6 +151,44 @@ def test_determinism_byte_identical(tmp_path):
     )
     res.write_requests_csv(tmp_path / "r2.csv")
     assert not filecmp.cmp(tmp_path / "r0.csv", tmp_path / "r2.csv", shallow=False)
+
+
+def test_csv_cells_are_each_value_exactly(tmp_path):
+    """Every cell of requests.csv and batches.csv is its value written as ``repr`` writes
+    it (so it reads back bit-equal), a missing time (NaN, None) an empty cell; the rows
+    in the result's order. Overloaded so that requests are dropped (no dispatch, start or
+    finish) and stages cross links (transfer times) and some do not (none)."""
+    import csv
+    import math
+
+    def cell(x):  # (the writers' rule, written out independently)
+        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else repr(float(x))
+
+    tr = build_trace(SETUP, "gamma:cv=2", SETUP.plan.rates_at(1.6), 1.0, seed=3)
+    res = simulate(SETUP, "edf-adaptive", tr, None, SimConfig(seed=3))
+    res.write_requests_csv(tmp_path / "r.csv")
+    res.write_batches_csv(tmp_path / "b.csv")
+    with open(tmp_path / "r.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert tuple(rows[0]) == REQUEST_COLUMNS and len(rows) == len(tr) + 1
+    dl = tr.deadlines_s()
+    assert any(math.isnan(x) for x in res.start_s)  # (some never started)
+    for i, row in enumerate(rows[1:]):
+        s = tr.streams[tr.stream_idx[i]]
+        fin = res.finish_s[i]
+        lat = "" if math.isnan(fin) else repr(float((fin - tr.time_s[i]) * 1e3))
+        assert row == [
+            str(i), s.name, s.model, cell(tr.time_s[i]), cell(dl[i]), cell(res.dispatch_s[i]),
+            cell(res.start_s[i]), cell(fin), lat, OUTCOME_NAMES[res.outcome[i]],
+            res.reasons[res.reason[i]], str(int(res.batch[i])),
+        ]  # fmt: skip
+    with open(tmp_path / "b.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert tuple(rows[0]) == BATCH_COLUMNS and len(rows) == len(res.stage_rows) + 1
+    assert any(r[9] is None for r in res.stage_rows)
+    for r, row in zip(res.stage_rows, rows[1:], strict=True):
+        want = [str(x) for x in r[:6]] + [cell(r[6]), cell(r[7]), str(r[8])]
+        assert row == [*want, cell(r[9]), cell(r[10]), cell(r[11])]
 
 
 # ---------------------------------------------------------------- scripted schedulers

@@ -63,6 +63,15 @@ def _f(x: float | None) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else repr(float(x))
 
 
+def _times(values: Sequence[Any] | np.ndarray) -> list[Any]:
+    """A column of times as the CSV writer takes it: each a Python float (which it writes
+    as ``repr`` does, as :func:`_f` would), a missing one (None or NaN) as ``""``. A
+    column at a time: a call per cell cost as much as the rest of the writing."""
+    if isinstance(values, np.ndarray):
+        return ["" if x != x else x for x in values.astype(float).tolist()]
+    return ["" if x is None or x != x else float(x) for x in values]
+
+
 @dataclass
 class SimResult:
     trace: Trace
@@ -94,52 +103,40 @@ class SimResult:
 
     def write_requests_csv(self, path: str | Path) -> None:
         tr = self.trace
+        names = [s.name for s in tr.streams]
+        models = [s.model for s in tr.streams]
+        idx = tr.stream_idx.tolist()
+        lat_ms = (self.finish_s - tr.time_s) * 1e3
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(REQUEST_COLUMNS)
-            dl = tr.deadlines_s()
-            for i in range(len(tr)):
-                s = tr.streams[tr.stream_idx[i]]
-                fin = self.finish_s[i]
-                lat = "" if math.isnan(fin) else repr(float((fin - tr.time_s[i]) * 1e3))
-                w.writerow(
-                    (
-                        i,
-                        s.name,
-                        s.model,
-                        _f(tr.time_s[i]),
-                        _f(dl[i]),
-                        _f(self.dispatch_s[i]),
-                        _f(self.start_s[i]),
-                        _f(fin),
-                        lat,
-                        OUTCOME_NAMES[self.outcome[i]],
-                        self.reasons[self.reason[i]],
-                        int(self.batch[i]),
-                    )
+            w.writerows(
+                zip(
+                    range(len(tr)),
+                    [names[k] for k in idx],
+                    [models[k] for k in idx],
+                    _times(tr.time_s),
+                    _times(tr.deadlines_s()),
+                    _times(self.dispatch_s),
+                    _times(self.start_s),
+                    _times(self.finish_s),
+                    _times(lat_ms),
+                    [OUTCOME_NAMES[k] for k in self.outcome.tolist()],
+                    [self.reasons[k] for k in self.reason.tolist()],
+                    self.batch.astype(int).tolist(),
+                    strict=True,
                 )
+            )
 
     def write_batches_csv(self, path: str | Path) -> None:
+        rows = self.stage_rows
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(BATCH_COLUMNS)
+        for k in (6, 7, 9, 10, 11):  # the times
+            cols[k] = _times(cols[k])
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(BATCH_COLUMNS)
-            for r in self.stage_rows:
-                w.writerow(
-                    (
-                        r[0],
-                        r[1],
-                        r[2],
-                        r[3],
-                        r[4],
-                        r[5],
-                        _f(r[6]),
-                        _f(r[7]),
-                        r[8],
-                        _f(r[9]),
-                        _f(r[10]),
-                        _f(r[11]),
-                    )
-                )
+            w.writerows(zip(*cols, strict=True))
 
     def write_workers_csv(self, path: str | Path) -> None:
         """Per worker (virtual GPU): busy time, utilisation, energy (its slice's share of
