@@ -5,6 +5,8 @@ VENV   := .venv
 PIP    := $(VENV)/bin/pip
 # The CPU build of PyTorch; an unpinned `torch` would pull the CUDA build (gigabytes).
 TORCH  := torch==2.13.0
+# The compiled part (setup.py): installing again rebuilds it when its source changes.
+CORE   := src/hetserve/scheduling/reservation_core.py src/hetserve/scheduling/reservation_core.pxd setup.py
 # Exact versions of everything installed (pip -c): the suite and the shipped results were
 # made with them. `make lock` regenerates the file from pyproject's ranges.
 CONSTRAINTS := constraints.txt
@@ -20,12 +22,12 @@ $(VENV)/bin/python:
 
 # The demo serves a model for real (step 10): PyTorch (CPU build, pinned) and the serving extras,
 # and transformers, so that the Hugging Face folder a newcomer serves next just works.
-$(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
+$(VENV)/.demo-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS) $(CORE)
 	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[torch,serve,transformers]"
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
+$(VENV)/.test-installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS) $(CORE)
 	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[torch,test]"
 	touch $@ $(VENV)/.demo-installed

@@ -134,12 +134,13 @@ def test_probe_picks_the_worker_that_completes_first_and_holds_both_links():
     node_a = s.placement.worker(w_a).node
     sched.table.add(f"{node_a}:down", 0.0, 0.020, 99)
     pr = sched.probe(pipe, 1, 0.0)
-    assert pr.path == [first, w_b]
+    name = sched.table.names  # (the probe numbers resources)
+    assert [name[w] for w in pr.path] == [first, w_b]
     assert pr.finish_s == pytest.approx(0.002 + 0.008 + 0.003)
     assert pr.wait_s == pytest.approx(0.0)
     node_f = s.placement.worker(first).node
     node_b = s.placement.worker(w_b).node
-    res = {r for r, _, _ in pr.resv}
+    res = {name[r] for r, _, _ in pr.resv}
     assert {first, w_b, f"{node_f}:up", f"{node_b}:down"} == res
     # and probe is side-effect free
     assert sched.probe(pipe, 1, 0.0).finish_s == pytest.approx(pr.finish_s)
@@ -206,7 +207,8 @@ def test_probe_with_pool_orders_equals_the_full_scan(reserved, now_ms, batch):
     # greedy, stage by stage: the chosen worker completes no later than any other of its
     # pool given the same earlier path (ties may go either way)
     t, last, busy = now, None, 0.0
-    for (blocks, workers), w in zip(pipe.stages, pr.path, strict=True):
+    name = sched.table.names  # (the probe numbers resources)
+    for (blocks, workers), w in zip(pipe.stages, [name[x] for x in pr.path], strict=True):
         opts = _stage_options(sched, pipe, batch, t, last, blocks, workers)
         assert opts[w][0] == pytest.approx(min(c for c, _ in opts.values()), abs=1e-9)
         t, last, busy = opts[w][0], w, busy + opts[w][1]
@@ -214,7 +216,7 @@ def test_probe_with_pool_orders_equals_the_full_scan(reserved, now_ms, batch):
     assert pr.wait_s == pytest.approx(t - now - busy, abs=1e-9)
     # the path it returns is feasible: every reservation fits the table as it is
     for res, start, dur in pr.resv:
-        assert sched.table.earliest_slot([res], start, dur) == pytest.approx(start)
+        assert sched.table.earliest_slot([name[res]], start, dur) == pytest.approx(start)
 
 
 def test_dispatch_reserves_and_waits_like_algorithm_1():

@@ -24,12 +24,10 @@ switched topology: every link of the path): when each is reserved, by which batc
 
 from __future__ import annotations
 
-import bisect
+import functools
 import math
-import operator
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
@@ -52,7 +50,9 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
+from hetserve.scheduling.reservation_core import Xfers
 from hetserve.scheduling.reservation_table import ReservationTable
+from hetserve.scheduling.reservation_table import core as _core
 
 _EPS = 1e-12
 
@@ -61,37 +61,11 @@ _EPS = 1e-12
 class Probe:
     pipeline: PipelinePool
     batch: int
-    path: list[WorkerId]
-    resv: list[tuple[str, float, float]]  # (resource, start, duration)
+    path: list[int]  # a worker per stage, by its number in ``table``
+    resv: list[tuple[int, float, float]]  # (resource number, start, duration)
     finish_s: float
     wait_s: float
     stage_starts: list[float] = field(default_factory=list)
-
-
-# one candidate transfer of a stage: receiving worker, links crossed, s/bit, delay s
-_Xfer = tuple[WorkerId, tuple[str, ...], float, float]
-_first = operator.itemgetter(0)
-
-
-class _PoolOrder:
-    """A pool's workers sorted by where their reservations end (``by_front``) and by where
-    their final gap-free run begins (``by_solid``), kept current by the table's callback.
-    A probe visits the workers with a usable gap first, then the rest by ``front``, and
-    stops as soon as no remaining worker can complete earlier: exact, and it usually
-    looks at a handful of workers instead of the whole pool."""
-
-    __slots__ = ("by_front", "by_solid", "min_gap")
-
-    def __init__(self, workers: Sequence[WorkerId]) -> None:
-        self.by_front = sorted((-math.inf, w) for w in workers)
-        self.by_solid = sorted((-math.inf, w) for w in workers)
-        self.min_gap = 0.0  # the largest min_gap of its workers
-
-
-def _move(lst: list[tuple[float, WorkerId]], old: tuple[float, WorkerId], new_t: float) -> None:
-    i = bisect.bisect_left(lst, old)
-    del lst[i]
-    bisect.insort(lst, (new_t, old[1]))
 
 
 @register("reservation")
@@ -110,32 +84,44 @@ class Reservation(BaseScheduler):
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
+        # resources by number (``reservation_core``): the workers first, by name (the
+        # pool orders break ties by number, as they did by name), then links as met
         self.table = ReservationTable()
+        self.table.name_all(sorted(view.workers))
+        core = self.table.core
         self.queue = DeadlineQueues(plan.models, "reservation")
         self.timer_at: dict[str, float] = {}
         self.links: dict[tuple[WorkerId, WorkerId], tuple[list[str], float, float]] = {}
-        self.batch_resv: dict[int, list[tuple[str, float, float, int]]] = {}  # + stage idx
+        self.batch_resv: dict[int, list[tuple[int, float, float, int]]] = {}  # + stage idx
         self.batch_route: dict[int, tuple[str, tuple[RouteStep, ...]]] = {}
-        self._stages: dict[tuple[str, int, int], list[tuple[float, float, _PoolOrder]]] = {}
-        self._xfers: dict[tuple[str, int, int, WorkerId], tuple[list[_Xfer], float, float]] = {}
+        self._stages: dict[tuple[str, int, int], list[tuple[float, float, Any]]] = {}
+        # per pipeline, per stage: its transfers by the previous stage's worker
+        # (and the call that makes one that is not there yet)
+        self._xfers: dict[tuple[str, int], tuple[list[dict[int, Xfers]], Any]] = {}
+        self._lost: set[int] = set()
         # a worker never runs anything shorter than its shortest stage: gaps shorter than
         # that are as good as taken (what keeps the table's fast path exact)
-        self._orders: dict[tuple[WorkerId, ...], _PoolOrder] = {}
-        self._orders_of: dict[WorkerId, list[_PoolOrder]] = {}
-        min_gap = self.table.min_gap
+        self._orders: dict[tuple[WorkerId, ...], Any] = {}
+        ids = self.table.ids
+        min_gap: dict[WorkerId, float] = {}
         for pipes in self.pools.pipelines.values():
             for p in pipes:
+                self._xfers[(p.model, p.index)] = (
+                    [{} for _ in p.stages],
+                    functools.partial(self._stage_xfers, p),
+                )
                 for blocks, workers in p.stages:
                     if workers not in self._orders:
-                        self._orders[workers] = _PoolOrder(workers)
+                        order = self._orders[workers] = _core.PoolOrder([ids[w] for w in workers])
                         for w in workers:
-                            self._orders_of.setdefault(w, []).append(self._orders[workers])
+                            core.orders_of[ids[w]].append(order)
                     for w in workers:
                         lat = view.latency_table(p.model, w, self._bs(p), blocks)
                         min_gap[w] = min(min_gap.get(w, math.inf), *lat)
+        for w in sorted(min_gap):
+            core.set_min_gap(ids[w], min_gap[w])
         for workers, order in self._orders.items():
             order.min_gap = max(min_gap[w] for w in workers)
-        self.table.on_change = self._moved
         for w, until in view.busy_until_s.items():  # the previous plan's work (a switch)
             if until > now and w in view.workers:
                 self.table.add(w, now, until, ("busy", w))
@@ -143,13 +129,6 @@ class Reservation(BaseScheduler):
             m: [(p, self._bs(p)) for p in pipes] for m, pipes in self.pools.pipelines.items()
         }
         return []
-
-    def _moved(self, res: str, old_f: float, old_s: float, new_f: float, new_s: float) -> None:
-        for order in self._orders_of.get(res, ()):
-            if old_f != new_f:
-                _move(order.by_front, (old_f, res), new_f)
-            if old_s != new_s:
-                _move(order.by_solid, (old_s, res), new_s)
 
     # ------------------------------------------------------------------ probe / reserve
     def _link(self, a: WorkerId, b: WorkerId) -> tuple[list[str], float, float]:
@@ -166,7 +145,7 @@ class Reservation(BaseScheduler):
             self.links[key] = (path, bw, sum(links[x].delay_s for x in path))
         return self.links[key]
 
-    def _stage_info(self, pipe: PipelinePool, batch: int) -> list[tuple[float, float, _PoolOrder]]:
+    def _stage_info(self, pipe: PipelinePool, batch: int) -> list[tuple[float, float, Any]]:
         """Per stage: inference seconds (equal over the pool: one GPU type and share), bits
         crossing the cut into it, the pool's order."""
         key = (pipe.model, pipe.index, batch)
@@ -185,107 +164,39 @@ class Reservation(BaseScheduler):
             self._stages[key] = info
         return info
 
-    def _stage_xfers(
-        self, pipe: PipelinePool, si: int, last: WorkerId
-    ) -> tuple[dict[WorkerId, _Xfer], float, float]:
-        """Transfers from ``last`` into each worker of stage ``si``, with the least s/bit and
-        delay over them (a lower bound on any transfer's time)."""
-        key = (pipe.model, pipe.index, si, last)
-        hit = self._xfers.get(key)
-        if hit is None:
-            xs = {}
-            for w in pipe.stages[si][1]:
-                links, bw, delay = self._link(last, w)
-                xs[w] = (w, tuple(links), 1.0 / (bw * 1e9) if links else 0.0, delay)
-            hit = (
-                xs,
-                min((x[2] for x in xs.values()), default=0.0),
-                min((x[3] for x in xs.values()), default=0.0),
-            )
-            self._xfers[key] = hit
+    def _stage_xfers(self, pipe: PipelinePool, si: int, last: int) -> Xfers:
+        """Transfers from worker ``last`` into each worker of stage ``si``, with the least
+        s/bit and delay over them (a lower bound on any transfer's time)."""
+        table = self.table
+        src = table.names[last]
+        xs = {}
+        for w in pipe.stages[si][1]:
+            links, bw, delay = self._link(src, w)
+            r = table.ids[w]
+            link_ids = tuple(table.id_of(x) for x in links)
+            xs[r] = (r, link_ids, 1.0 / (bw * 1e9) if links else 0.0, delay)
+        hit = (
+            xs,
+            min((x[2] for x in xs.values()), default=0.0),
+            min((x[3] for x in xs.values()), default=0.0),
+        )
+        self._xfers[(pipe.model, pipe.index)][0][si][last] = hit
         return hit
 
     def probe(self, pipe: PipelinePool, batch: int, now: float) -> Probe:
-        """PPipe Algorithm 2: stage by stage, the worker of the pool that completes first
-        (transfer on both link ends at once, then inference); side-effect free."""
-        table = self.table
-        front, solid, min_gap, lost = table.front, table.solid, table.min_gap, self.pools.lost
-        t_g = now
-        last: WorkerId | None = None
-        path: list[WorkerId] = []
-        resv: list[tuple[str, float, float]] = []
-        starts: list[float] = []
-        busy = 0.0
-        no_xfer: _Xfer = ("", (), 0.0, 0.0)
+        """PPipe Algorithm 2 (``reservation_core.probe``): stage by stage, the worker of
+        the pool that completes first (transfer on both link ends at once, then
+        inference); side-effect free."""
         info = self._stages.get((pipe.model, pipe.index, batch)) or self._stage_info(pipe, batch)
-        for si, (l_i, bits, order) in enumerate(info):
-            if last is None:
-                xs: dict[WorkerId, _Xfer] = {}
-                t_lb = t_g
-            else:
-                xs, min_inv, min_delay = self._stage_xfers(pipe, si, last)
-                t_lb = t_g + bits * min_inv + min_delay  # no transfer arrives earlier
-            best_t = math.inf
-            best_w: WorkerId | None = None
-            best_s = best_tl = best_ln = 0.0
-            best_links: tuple[str, ...] = ()
-            # workers with a usable gap after t_lb first (their front says nothing), then
-            # the rest by front: once max(t_lb, front) + l_i cannot beat the best, stop
-            by_solid = order.by_solid
-            cands: Sequence[tuple[float, WorkerId]] = order.by_front
-            if by_solid[-1][0] > t_lb:
-                k = bisect.bisect_right(by_solid, t_lb, key=_first)
-                cands = [(-math.inf, w) for _, w in by_solid[k:]] + order.by_front
-            if l_i < order.min_gap:  # a stage shorter than planned for: look at them all
-                cands = [(-math.inf, w) for _, w in order.by_front]
-            for f_w, w in cands:
-                if (f_w if f_w > t_lb else t_lb) + l_i >= best_t - _EPS:
-                    break
-                if w in lost:
-                    continue
-                _, links, inv_bw, delay = xs.get(w, no_xfer)
-                if links:
-                    l_n = bits * inv_bw + delay
-                    tl = t_g
-                    for x in links:
-                        fx = front.get(x)
-                        if fx is not None and t_g < fx - _EPS:
-                            tl = table.earliest_slot(links, t_g, l_n)
-                            break
-                    arr = tl + l_n
-                else:
-                    l_n, tl, arr = 0.0, t_g, t_g
-                f = front.get(w)
-                if f is None or arr >= f - _EPS:
-                    s = arr
-                elif arr >= solid[w] and l_i >= min_gap.get(w, 0.0):
-                    s = f
-                else:
-                    s = table._scan(w, arr, l_i)
-                if s + l_i < best_t - _EPS:
-                    best_t, best_w, best_s = s + l_i, w, s
-                    best_tl, best_ln, best_links = tl, l_n, links
-            if best_w is None:
-                return Probe(pipe, batch, [], [], math.inf, math.inf)
-            for x in best_links:
-                resv.append((x, best_tl, best_ln))
-            resv.append((best_w, best_s, l_i))
-            busy += best_ln + l_i
-            path.append(best_w)
-            starts.append(best_s)
-            t_g, last = best_t, best_w
-        return Probe(pipe, batch, path, resv, t_g, t_g - now - busy, starts)
+        xfers, miss = self._xfers[(pipe.model, pipe.index)]
+        path, resv, finish, wait, starts = _core.probe(
+            self.table.core, info, xfers, miss, self._lost, now
+        )
+        return Probe(pipe, batch, path, resv, finish, wait, starts)
 
     def reserve(self, bid: int, pr: Probe) -> None:
         """Commit a probe's reservations for batch ``bid`` (PPipe Algorithm 2, reserve)."""
-        entries = []
-        stage = 0
-        for res, start, dur in pr.resv:
-            self.table.add(res, start, start + dur, (bid, stage))
-            entries.append((res, start, dur, stage))
-            if res == pr.path[stage]:
-                stage += 1
-        self.batch_resv[bid] = entries
+        self.batch_resv[bid] = self.table.core.reserve(bid, pr.resv, pr.path)
 
     # ------------------------------------------------------------------ Algorithm 1
     def _try(self, model: str, now: float, out: list[Action]) -> None:
@@ -335,12 +246,13 @@ class Reservation(BaseScheduler):
                 chosen = probe(chosen.pipeline, taken, now)
             bid = self.new_batch_id()
             self.reserve(bid, chosen)
-            route = tuple(
-                RouteStep(si, w, chosen.stage_starts[si], blocks)
-                for si, (w, (blocks, _)) in enumerate(
-                    zip(chosen.path, chosen.pipeline.stages, strict=True)
-                )
-            )
+            names = self.table.names
+            starts = chosen.stage_starts
+            stages = chosen.pipeline.stages
+            route = tuple([
+                RouteStep(si, names[w], starts[si], stages[si][0])
+                for si, w in enumerate(chosen.path)
+            ])  # fmt: skip
             self.batch_route[bid] = (model, route)
             out.append(Dispatch(bid, model, reqs, route))
 
@@ -403,42 +315,20 @@ class Reservation(BaseScheduler):
         entries = self.batch_resv.get(bid)
         if entries is None:
             return False
-        table = self.table
-        delay = 0.0
-        changed = False
-        for res, start, dur, stage in entries:
-            if stage != r.stage:
-                continue
-            if res == r.worker:
-                a, b = r.start_s, r.end_s
-                delay = b - (start + dur)
-            elif r.transfer_start_s is not None and r.transfer_end_s is not None:
-                a, b = r.transfer_start_s, r.transfer_end_s
-            else:
-                continue
-            if abs(a - start) > _EPS or abs(b - start - dur) > _EPS:
-                table.replace(res, (bid, stage), a, b)
-                changed = True
-        if not r.completed or r.last:
-            if not r.completed:  # the rest of the batch will not run
-                for res, _, _, stage in entries:
-                    if stage > r.stage:
-                        table.remove(res, (bid, stage))
-                        changed = True
+        xs, xe = r.transfer_start_s, r.transfer_end_s
+        has_x = xs is not None and xe is not None
+        changed, keep = self.table.core.correct(
+            bid, entries, r.stage, self.table.ids[r.worker], r.start_s, r.end_s,
+            xs if has_x else 0.0, xe if has_x else 0.0, has_x, r.completed, r.last,
+        )  # fmt: skip
+        if keep is None:
             del self.batch_resv[bid]
             self.batch_route.pop(bid, None)
-            return changed
-        if abs(delay) > _EPS:  # later stages move with the overrun (or the gain)
-            shifted = []
-            for res, start, dur, stage in entries:
-                if stage > r.stage:
-                    table.replace(res, (bid, stage), start + delay, start + delay + dur)
-                    start += delay
-                shifted.append((res, start, dur, stage))
-            self.batch_resv[bid] = shifted
-            changed = True
+        elif keep is not entries:
+            self.batch_resv[bid] = keep
         return changed
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.pools.lost.add(worker)
+        self._lost.add(self.table.ids[worker])
         return []

@@ -1,146 +1,106 @@
 """Reservation tables for PPipe's data plane (PPipe appendix A.3, Algorithm 2's
 ``earliestSlot``): when each resource (a worker slot, a link) is reserved, and the earliest
-time a set of them is free for a while. Used by ``scheduling/reservation.py``."""
+time a set of them is free for a while. Used by ``scheduling/reservation.py``.
+
+The table itself is ``reservation_core.SlotTable``, on resources numbered 0..n-1;
+:class:`ReservationTable` names them. ``core`` is the compiled build of
+``reservation_core.py`` where the package was built with Cython, else the Python file
+(``HETSERVE_PURE_PYTHON=1`` asks for the Python file even where both are there;
+``COMPILED`` says which one this process took)."""
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Callable, Hashable, Sequence
+import os
+import warnings
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from types import ModuleType
 
-_EPS = 1e-12
+from hetserve.scheduling import reservation_core as _pure
+
+
+def _core() -> tuple[ModuleType, bool]:
+    """The compiled build where there is one, built from the Python file as it is now (a
+    build older than the file or its ``.pxd`` is left aside, with a warning: it would
+    run code that is no longer there)."""
+    if os.environ.get("HETSERVE_PURE_PYTHON", "") not in ("", "0"):
+        return _pure, False
+    try:
+        from hetserve.scheduling import _reservation_core  # type: ignore[attr-defined]
+    except ImportError:
+        return _pure, False
+    src = Path(_pure.__file__)
+    built = Path(_reservation_core.__file__).stat().st_mtime
+    if any(f.exists() and f.stat().st_mtime > built for f in (src, src.with_suffix(".pxd"))):
+        warnings.warn(
+            f"{_reservation_core.__file__} is older than {src}: running the Python file "
+            f"(rebuild the compiled one with `pip install -e .`, or `make` in a checkout)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return _pure, False
+    return _reservation_core, True
+
+
+core, COMPILED = _core()
 
 
 class ReservationTable:
-    """Reserved intervals ``[start, end)`` per resource, each tagged with a batch id.
-
-    Besides the sorted intervals, each resource keeps two numbers so that most queries are
-    O(1): ``front`` (where its last reservation ends) and ``solid`` (where its final run of
-    reservations begins: from there to ``front`` no gap of at least ``min_gap`` is left).
-    A query for ``duration >= min_gap`` starting at ``t >= solid`` can only go at
-    ``max(t, front)``; anything else scans the intervals. ``min_gap`` is per resource (the
-    reservation scheduler sets a worker's to the shortest stage it ever runs): gaps shorter
-    than that can never be used, so they do not break a run."""
+    """A :class:`reservation_core.SlotTable` whose resources have names (``str``): ids
+    are given in the order names are first seen (:meth:`id_of`, or :meth:`name_all` to
+    fix them up front)."""
 
     def __init__(self) -> None:
-        self._iv: dict[str, list[tuple[float, float, Hashable]]] = {}
-        self.front: dict[str, float] = {}
-        self.solid: dict[str, float] = {}
-        self.min_gap: dict[str, float] = {}
-        self.now = -math.inf  # intervals ending before this are dropped lazily
-        # called as (res, old front, old solid, new front, new solid), -inf for none
-        self.on_change: Callable[[str, float, float, float, float], None] | None = None
+        self.core = core.SlotTable()
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def id_of(self, res: str) -> int:
+        r = self.ids.get(res)
+        if r is None:
+            r = self.ids[res] = len(self.names)
+            self.names.append(res)
+            self.core.grow(len(self.names))
+        return r
+
+    def name_all(self, names: Sequence[str]) -> None:
+        for n in names:
+            self.id_of(n)
+
+    @property
+    def now(self) -> float:
+        return float(self.core.now)
+
+    @now.setter
+    def now(self, t: float) -> None:
+        self.core.now = t
 
     def intervals(self, res: str) -> list[tuple[float, float, Hashable]]:
-        return self._iv.get(res, [])
+        r = self.ids.get(res)
+        return [] if r is None else list(self.core.iv[r])
 
     def set_min_gap(self, res: str, gap_s: float) -> None:
-        self.min_gap[res] = gap_s
-        self._update(res)
-
-    def _update(self, res: str) -> None:
-        iv = self._iv.get(res)
-        if iv and iv[0][1] <= self.now:  # the past can never conflict again: drop it
-            k = 1
-            while k < len(iv) and iv[k][1] <= self.now:
-                k += 1
-            del iv[:k]
-        old = (self.front.get(res, -math.inf), self.solid.get(res, -math.inf))
-        if not iv:
-            self.front.pop(res, None)
-            self.solid.pop(res, None)
-            run_s = run_e = -math.inf
-        else:
-            usable = self.min_gap.get(res, 0.0) - _EPS
-            run_s, run_e = iv[0][0], iv[0][1]
-            for s, e, _ in iv:
-                if s - run_e >= usable:
-                    run_s = s
-                if e > run_e:
-                    run_e = e
-            self.solid[res] = run_s
-            self.front[res] = run_e
-        if self.on_change is not None and old != (run_e, run_s):
-            self.on_change(res, old[0], old[1], run_e, run_s)
+        self.core.set_min_gap(self.id_of(res), gap_s)
 
     def forget_before(self, t: float) -> None:
         """Drop intervals that ended before ``t`` (they can no longer conflict)."""
-        for res, iv in self._iv.items():
-            if iv and iv[0][1] < t:
-                self._iv[res] = [x for x in iv if x[1] >= t]
-                self._update(res)
+        self.core.forget_before(t)
 
     def slot(self, res: str, t: float, duration: float) -> float:
         """Earliest time >= t at which ``res`` is free for ``duration``."""
-        f = self.front.get(res)
-        if f is None or t >= f - _EPS:
-            return t
-        if t >= self.solid[res] and duration >= self.min_gap.get(res, 0.0):
-            return f
-        return self._scan(res, t, duration)
-
-    def _scan(self, res: str, t: float, duration: float) -> float:
-        iv = self._iv[res]
-        if iv[0][1] <= self.now:
-            self._update(res)
-            if not iv:
-                return t
-        # sorted by start, not by end (feedback correction can make them overlap)
-        start = t
-        for s_, e_, _ in iv:
-            if s_ >= start + duration - _EPS:
-                break
-            if e_ > start + _EPS:
-                start = e_
-        return start
+        return float(self.core.slot(self.id_of(res), t, duration))
 
     def earliest_slot(self, resources: Sequence[str], t: float, duration: float) -> float:
         """Earliest time >= t at which every resource is free for ``duration``."""
-        start = t
-        moved = True
-        while moved:
-            moved = False
-            for res in resources:
-                s = self.slot(res, start, duration)
-                if s > start:
-                    start = s
-                    moved = True
-        return start
+        return float(self.core.earliest_slot([self.id_of(r) for r in resources], t, duration))
 
     def add(self, res: str, start: float, end: float, tag: Hashable) -> None:
         """Reserve ``res`` for ``[start, end)``; ``tag`` names the reservation (tags of one
         resource must be unique and mutually comparable)."""
-        iv = self._iv.get(res)
-        if iv is None:
-            iv = self._iv[res] = []
-        elif iv and iv[0][1] <= self.now:
-            # drop the past first; front and solid stay valid (a dropped interval ended
-            # before now, so no later query can start inside it)
-            k = 1
-            while k < len(iv) and iv[k][1] <= self.now:
-                k += 1
-            del iv[:k]
-        f = self.front.get(res)
-        if f is None or not iv or iv[-1][0] <= start:
-            # appended after the others (the usual case): the run extends or starts anew
-            iv.append((start, end, tag))
-            old_s = self.solid.get(res, -math.inf)
-            new_s = (
-                old_s if f is not None and start - f < self.min_gap.get(res, 0.0) - _EPS else start
-            )
-            new_f = end if f is None or end > f else f
-            self.front[res], self.solid[res] = new_f, new_s
-            if self.on_change is not None and (f, old_s) != (new_f, new_s):
-                self.on_change(res, -math.inf if f is None else f, old_s, new_f, new_s)
-            return
-        bisect.insort(iv, (start, end, tag))
-        self._update(res)
+        self.core.add(self.id_of(res), start, end, tag)
 
     def remove(self, res: str, tag: Hashable) -> None:
-        iv = self._iv.get(res)
-        if iv:
-            self._iv[res] = [x for x in iv if x[2] != tag]
-            self._update(res)
+        self.core.remove(self.id_of(res), tag)
 
     def remove_batch(self, tag: Hashable, resources: Sequence[str]) -> None:
         for res in set(resources):
@@ -148,7 +108,4 @@ class ReservationTable:
 
     def replace(self, res: str, tag: Hashable, start: float, end: float) -> None:
         """Move the reservation ``tag`` of ``res`` to ``[start, end)`` (feedback correction)."""
-        iv = [x for x in self._iv.get(res, []) if x[2] != tag]
-        bisect.insort(iv, (start, end, tag))
-        self._iv[res] = iv
-        self._update(res)
+        self.core.replace(self.id_of(res), tag, start, end)

@@ -1,0 +1,75 @@
+# C types for reservation_core.py when Cython compiles it (setup.py); the .py file is the
+# source and runs as plain Python without this. Floats are C doubles, the classes are
+# extension types with typed attributes; lists, dicts and tuples stay Python objects.
+import cython
+
+cdef double _EPS
+cdef double _NEG_INF
+cdef tuple _NO_XFER
+
+
+cdef class PoolOrder:
+    cdef public list by_front
+    cdef public list by_solid
+    cdef public double min_gap
+
+
+@cython.locals(i=Py_ssize_t)
+cdef void _move(list lst, double old_t, Py_ssize_t w, double new_t) except *
+
+
+cdef class SlotTable:
+    cdef public list iv
+    cdef public list front
+    cdef public list solid
+    cdef public list min_gap
+    cdef public list orders_of
+    cdef public double now
+
+    cpdef void set_min_gap(self, Py_ssize_t r, double gap_s) except *
+
+    @cython.locals(order=PoolOrder)
+    cdef void _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
+                     double new_s) except *
+
+    @cython.locals(iv=list, now=double, k=Py_ssize_t, old_f=double, old_s=double,
+                   run_s=double, run_e=double, usable=double, s=double, e=double, x=tuple)
+    cpdef void update(self, Py_ssize_t r) except *
+
+    @cython.locals(f=double)
+    cpdef double slot(self, Py_ssize_t r, double t, double duration) except? -1.0
+
+    @cython.locals(iv=list, start=double, e=double, x=tuple)
+    cpdef double scan(self, Py_ssize_t r, double t, double duration) except? -1.0
+
+    @cython.locals(start=double, s=double, moved=bint, r=Py_ssize_t)
+    cpdef double earliest_slot(self, rs, double t, double duration) except? -1.0
+
+    @cython.locals(iv=list, now=double, k=Py_ssize_t, f=double, old_s=double, new_s=double,
+                   new_f=double)
+    cpdef void add(self, Py_ssize_t r, double start, double end, object tag) except *
+
+    cpdef void remove(self, Py_ssize_t r, object tag) except *
+
+    cpdef void replace(self, Py_ssize_t r, object tag, double start, double end) except *
+
+    @cython.locals(delay=double, changed=bint, x=tuple, r=Py_ssize_t, start=double,
+                   dur=double, a=double, b=double, shifted=list, st=Py_ssize_t)
+    cpdef tuple correct(self, object bid, list entries, Py_ssize_t stage, Py_ssize_t worker,
+                        double start_s, double end_s, double x_start_s, double x_end_s,
+                        bint has_transfer, bint completed, bint last)
+
+    @cython.locals(entries=list, stage=Py_ssize_t, r=Py_ssize_t, start=double, dur=double,
+                   x=tuple)
+    cpdef list reserve(self, object bid, list resv, list path)
+
+
+@cython.locals(front=list, solid=list, min_gap=list, t_g=double, last=Py_ssize_t,
+               path=list, resv=list, starts=list, busy=double, min_inv=double,
+               min_delay=double, xs=dict, si=Py_ssize_t, st=tuple, l_i=double, bits=double,
+               order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
+               best_s=double, best_tl=double, best_ln=double, best_links=tuple,
+               by_solid=list, cands=list, k=Py_ssize_t, c=tuple, f_w=double,
+               w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, tl=double, arr=double,
+               f=double, s=double)
+cpdef tuple probe(SlotTable table, list info, list xfers, object miss, set lost, double now)
