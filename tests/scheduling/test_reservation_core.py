@@ -131,4 +131,3 @@ def test_a_simulation_is_the_same_compiled_and_in_python():
     assert a["compiled"] is True and b["compiled"] is False
     assert a["n"] > 2000 and 0 < a["ok"] < a["n"]
     assert a == {**b, "compiled": True}
-
