@@ -1,5 +1,5 @@
 """The compiled part of hetserve: ``scheduling/reservation_core.py`` compiled by Cython (its
-``.pxd`` declares the C types) as ``hetserve.scheduling._reservation_core``. Everything
+``.pxd`` declares the C types) as ``hetserve.scheduling.reservation_core_c``. Everything
 else is in pyproject.toml. The extension is optional: where it cannot be built (no C
 compiler), hetserve runs the same file as plain Python, with the same results
 (docs/benchmarks.md, "The compiled core")."""
@@ -14,7 +14,7 @@ else:
     ext_modules = cythonize(
         [
             Extension(
-                "hetserve.scheduling._reservation_core",
+                "hetserve.scheduling.reservation_core_c",
                 ["src/hetserve/scheduling/reservation_core.py"],
                 optional=True,
             )

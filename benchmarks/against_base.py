@@ -10,7 +10,9 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   in each tree; a scenario whose hashes differ prints its first differing request.
 - ``speed``: simulated requests per wall second of the timed scenarios (the simulation
   only: setup and trace generation excluded), ``--rounds`` alternations, the best of
-  each; the ratio this tree / base.
+  each; the ratio this tree / base. ``c`` or ``py`` after a speed: the tree ran its
+  compiled core or the Python file (``scheduling/reservation_table.COMPILED``; the base's
+  worktree is never built, so it runs Python; nothing: a tree from before the core).
 
 Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [--base REV]
 [--rounds N] [--only NAME,...] [--ppipe CHECKOUT [--seconds S]]`` (default: both, base
@@ -206,7 +208,12 @@ h["stages"] = hashlib.sha256(json.dumps([list(r) for r in res.stage_rows],
 h["workers"] = hashlib.sha256(json.dumps([sorted(res.worker_busy_s.items()),
                                           sorted(res.worker_energy_j.items())]).encode()
                               ).hexdigest()[:16]
-print(json.dumps({"n": len(res.trace), "wall": wall, "hash": h, "sample": per_req}))
+try:  # whether the tree ran its compiled core (None: a tree from before there was one)
+    from hetserve.scheduling.reservation_table import COMPILED as compiled
+except ImportError:
+    compiled = None
+print(json.dumps({"n": len(res.trace), "wall": wall, "hash": h, "sample": per_req,
+                  "compiled": compiled}))
 """
 
 
@@ -280,14 +287,17 @@ def main() -> None:
                       f"alternating):")  # fmt: skip
                 for name in names:
                     best = {"base": 0.0, "this": 0.0}
+                    core = {"base": "", "this": ""}
                     n = 0
                     for _ in range(args.rounds):
                         for key, tree in (("base", base), ("this", ROOT)):
                             r = _run(tree, SCENARIOS[name])
                             n = r["n"]
                             best[key] = max(best[key], r["n"] / r["wall"])
+                            core[key] = {True: "c", False: "py"}.get(r.get("compiled"), "")
                     print(
-                        f"  {name:<55} base {best['base']:>9,.0f}  this {best['this']:>9,.0f}"
+                        f"  {name:<55} base {best['base']:>9,.0f}{core['base']:>3}"
+                        f"  this {best['this']:>9,.0f}{core['this']:>3}"
                         f"  ratio {best['this'] / best['base']:.3f}  ({n:,} requests)"
                     )
         finally:

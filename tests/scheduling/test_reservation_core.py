@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hetserve.scheduling import reservation_core as pure
 
 try:
-    from hetserve.scheduling import _reservation_core as compiled
+    from hetserve.scheduling import reservation_core_c as compiled
 except ImportError:  # (no compiled build: nothing to compare with)
     compiled = None
 

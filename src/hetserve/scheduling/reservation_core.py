@@ -5,7 +5,7 @@ numbered 0..n-1: the reservation table (PPipe appendix A.3, Algorithm 2's
 
 This file is plain Python and runs as it is. Where the package was built with Cython
 (``setup.py``; ``reservation_core.pxd`` beside it declares the C types), the same file is
-also compiled as ``hetserve.scheduling._reservation_core`` and the scheduler takes that one
+also compiled as ``hetserve.scheduling.reservation_core_c`` and the scheduler takes that one
 (``reservation_table.py`` chooses; ``HETSERVE_PURE_PYTHON=1`` keeps this one). Both give
 the same results, bit for bit (``tests/scheduling/test_reservation_core.py``).
 

@@ -26,20 +26,20 @@ def _core() -> tuple[ModuleType, bool]:
     if os.environ.get("HETSERVE_PURE_PYTHON", "") not in ("", "0"):
         return _pure, False
     try:
-        from hetserve.scheduling import _reservation_core  # type: ignore[attr-defined]
+        from hetserve.scheduling import reservation_core_c  # type: ignore[attr-defined]
     except ImportError:
         return _pure, False
     src = Path(_pure.__file__)
-    built = Path(_reservation_core.__file__).stat().st_mtime
+    built = Path(reservation_core_c.__file__).stat().st_mtime
     if any(f.exists() and f.stat().st_mtime > built for f in (src, src.with_suffix(".pxd"))):
         warnings.warn(
-            f"{_reservation_core.__file__} is older than {src}: running the Python file "
+            f"{reservation_core_c.__file__} is older than {src}: running the Python file "
             f"(rebuild the compiled one with `pip install -e .`, or `make` in a checkout)",
             RuntimeWarning,
             stacklevel=2,
         )
         return _pure, False
-    return _reservation_core, True
+    return reservation_core_c, True
 
 
 core, COMPILED = _core()
