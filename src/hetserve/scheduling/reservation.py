@@ -205,7 +205,7 @@ class Reservation(BaseScheduler):
             return
         pipes = self._planned[model]
         probe = self.probe
-        self.table.now = now
+        self.table.core.now = now  # (the core itself: no property call on the hot path)
         while q:
             # step 1: the pipeline whose probe at its planned batch size waits least
             firsts = [probe(p, bs, now) for p, bs in pipes]
