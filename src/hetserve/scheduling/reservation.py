@@ -330,5 +330,5 @@ class Reservation(BaseScheduler):
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.pools.lost.add(worker)
-        self._lost.add(self.table.ids[worker])
+        self._lost.add(self.table.id_of(worker))  # (a worker it never reserved: a new number)
         return []
