@@ -176,3 +176,61 @@ def test_a_warm_start_from_the_served_plan_reaches_the_cold_optimum(monkeypatch)
     assert starts[-1] is None  # (infeasible under the caps: left out)
     got = b.meta["objective"]["normalized_rps"]
     assert got == pytest.approx(a.meta["objective"]["normalized_rps"], rel=2e-4)
+
+
+def _two(gpus, pricing=None):  # type: ignore[no-untyped-def]
+    spec = {"name": "two", "nodes": [{"gpus": gpus, "nic_gbps": 10}]}
+    if pricing is not None:
+        spec["pricing"] = pricing
+    return parse_cluster(spec, "c.yaml")
+
+
+def test_the_catalog_prices_are_the_defaults_and_the_file_overrides_them():
+    """No pricing: the catalog's dollars per GPU-hour (Google Cloud us-central1); a cluster
+    file's price replaces the catalog's for its type only; a cap alone keeps the price."""
+    from hetserve.core.gpus import CATALOG_PRICE_PER_HOUR
+
+    c = _two({"L4": 2, "T4": 2})
+    assert c.prices() == {"L4": CATALOG_PRICE_PER_HOUR["L4"], "T4": CATALOG_PRICE_PER_HOUR["T4"]}
+    assert c.priced and c.price_per_hour("nvidia l4") == CATALOG_PRICE_PER_HOUR["L4"]
+    c = _two({"L4": 2, "T4": 2}, {"T4": {"price_per_hour": 0.2}, "L4": {"cap": 1}})
+    assert c.prices() == {"L4": CATALOG_PRICE_PER_HOUR["L4"], "T4": 0.2}
+    assert c.usable() == {"L4": 1, "T4": 2}
+
+
+def test_types_the_catalog_does_not_price_count_gpu_hours():
+    """No type with a price anywhere: every price is 1.0 and the objective is GPU-hours."""
+    c = _two({"A30": 2, "V100-32GB": 1})
+    assert c.prices() == {"A30": 1.0, "V100-32GB": 1.0} and not c.priced
+
+
+def test_a_price_for_some_types_and_none_for_others_is_a_one_line_error():
+    """L4 has a catalog price and A30 none: adding dollars to GPU-hours is refused, naming
+    the type and the field that fixes it; a price for A30 in the file fixes it."""
+    c = _two({"L4": 2, "A30": 2})
+    with pytest.raises(
+        HetserveError, match=r"no price for A30 .*pricing\.A30\.price_per_hour"
+    ) as e:
+        c.price_per_hour("L4")
+    assert "\n" not in str(e.value) and str(e.value).startswith("c.yaml")
+    assert _two({"L4": 2, "A30": 2}, {"A30": {"price_per_hour": 1.1}}).prices()["A30"] == 1.1
+
+
+def test_the_cost_objective_takes_the_cheaper_type_by_the_catalog():
+    """With the catalog's prices (T4 0.35 < L4 0.56 per GPU-hour) and a rate a few T4
+    serve, the cheapest plan is all T4, and its cost is the catalog's price times its GPUs;
+    priced the other way round in the file, it is all L4."""
+    c = _two({"L4": 4, "T4": 4})
+    lat, names = latency_source(c, ["resnet50"], None)
+    slos = slos_from_scale(c, lat, names, 5.0)
+    opts = PlanOptions(
+        planner="np", objective="cost", rates_rps=(("resnet50", 100.0),), headroom=0.0
+    )
+    p = plan_models(c, lat, slos, None, opts)
+    took = gpus_needed(p, c.catalog)
+    assert set(took) == {"T4"}
+    assert p.meta["objective"]["cost_unit"] == "USD"
+    assert math.isclose(p.meta["objective"]["cost_per_hour"], 0.35 * took["T4"], rel_tol=1e-3)
+    c = _two({"L4": 4, "T4": 4}, {"L4": {"price_per_hour": 0.1}})
+    p = plan_models(c, lat, slos, None, opts)
+    assert set(gpus_needed(p, c.catalog)) == {"L4"}

@@ -85,9 +85,9 @@ def _weights(text: str | None, models: list[str]) -> dict[str, float] | None:
     default="throughput",
     show_default=True,
     help="ppipe, np, dart-r: the most normalised throughput on every GPU (PPipe), the "
-    "cheapest GPUs that serve --rate x (1 + --headroom) (prices and caps per GPU type from "
-    "the cluster file's pricing), or the least power that serves it (idle power of the GPUs "
-    "taken plus each request's energy; docs/control.md).",
+    "cheapest GPUs that serve --rate x (1 + --headroom) (prices per GPU type from the "
+    "catalog or the cluster file's pricing, caps from it), or the least power that serves "
+    "it (idle power of the GPUs taken plus each request's energy; docs/control.md).",
 )
 @click.option(
     "--headroom",

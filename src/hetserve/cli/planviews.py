@@ -44,7 +44,11 @@ def print_plan_result(res: Any, cluster: Any, output: str) -> None:
 
             took = gpus_needed(p, cluster.catalog)
             bits.append(
-                f"cost {obj['cost_per_hour']:.2f} per hour for "
+                (
+                    f"cost ${obj['cost_per_hour']:.2f} per hour for "
+                    if obj.get("cost_unit") == "USD"
+                    else f"cost {obj['cost_per_hour']:.2f} GPU-hours per hour for "
+                )
                 + ", ".join(f"{n} {t}" for t, n in took.items())
                 + f" (rates + {100 * obj.get('headroom', 0):.0f}% headroom)"
             )

@@ -217,7 +217,8 @@ def _sim_config(
     show_default=True,
     help="With --replan: each new plan takes every usable GPU for the observed mix "
     "(throughput), the cheapest GPUs that serve the observed rates with 25%% headroom "
-    "(cost: GPUs it does not need are let go; prices and caps from the cluster file), or "
+    "(cost: GPUs it does not need are let go; prices from the catalog or the cluster file, "
+    "caps from the cluster file), or "
     "the least power that serves them (energy).",
 )
 @click.option("--seed", default=0, show_default=True)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from hetserve.core.errors import ConfigError, HetserveError
 from hetserve.core.files import read_yaml
 from hetserve.core.gpus import (
+    CATALOG_PRICE_PER_HOUR,
     DEFAULT_CATALOG,
     GpuCatalog,
     GpuType,
@@ -123,7 +124,9 @@ class TopologySpec(_Strict):
 class PricingSpec(_Strict):
     """What one GPU type costs and how many of it a plan may take (``docs/control.md``)."""
 
-    price_per_hour: float = Field(default=1.0, gt=0, description="per GPU-hour")
+    price_per_hour: float | None = Field(
+        default=None, gt=0, description="per GPU-hour (default: the catalog's price)"
+    )
     cap: int | None = Field(default=None, ge=0, description="at most this many GPUs")
 
 
@@ -192,20 +195,44 @@ class Cluster:
     description: str = ""
     source: str = "<memory>"
     park_idle_gpus: bool = False  # GPUs that serve nothing are parked: they draw no power
-    # per GPU type (catalog name): (price per GPU-hour, cap or None); types absent: (1.0, None)
-    pricing: dict[str, tuple[float, int | None]] = field(default_factory=dict)
+    # per GPU type (catalog name): (price per GPU-hour or None: the catalog's, cap or None)
+    pricing: dict[str, tuple[float | None, int | None]] = field(default_factory=dict)
     preference: tuple[str, ...] = ()  # GPU types (catalog names), most preferred first
 
     def price_per_hour(self, gpu_type: str) -> float:
-        """A GPU type's price per GPU-hour (1.0 where the cluster file names none: the
-        cost objective then counts GPU-hours)."""
-        return self.pricing.get(self.catalog.get(gpu_type).name, (1.0, None))[0]
+        """A GPU type's price per GPU-hour (:meth:`prices`)."""
+        return self.prices()[self.catalog.get(gpu_type).name]
+
+    def prices(self) -> dict[str, float]:
+        """Per GPU type of the cluster its price per GPU-hour: the cluster file's, else the
+        catalog's (``core.gpus.CATALOG_PRICE_PER_HOUR``, US dollars). Where no type has
+        either, every price is 1.0: the cost objective then counts GPU-hours. Prices for
+        some types and none for others would add dollars to GPU-hours: a one-line error."""
+        have = sorted({g.type.name for n in self.nodes for g in n.gpus})
+        own = {t: p for t, (p, _) in self.pricing.items() if p is not None}
+        got = {t: own.get(t, CATALOG_PRICE_PER_HOUR.get(t)) for t in have}
+        missing = [t for t, p in got.items() if p is None]
+        if len(missing) == len(have):
+            return dict.fromkeys(have, 1.0)
+        if missing:
+            raise ConfigError(
+                f"{self.source}: no price for {', '.join(missing)} (the catalog prices "
+                f"{', '.join(CATALOG_PRICE_PER_HOUR)}): give pricing.{missing[0]}."
+                f"price_per_hour in the cluster file (docs/control.md)"
+            )
+        return {t: float(p) for t, p in got.items() if p is not None}
+
+    @property
+    def priced(self) -> bool:
+        """Whether :meth:`prices` are money (US dollars per GPU-hour), not GPU-hours."""
+        own = any(p is not None for p, _ in self.pricing.values())
+        return own or any(g.type.name in CATALOG_PRICE_PER_HOUR for n in self.nodes for g in n.gpus)
 
     def usable(self) -> dict[str, int]:
         """GPUs per type a plan may take: the cluster's, at most each type's cap."""
         out = {}
         for t, n in self.gpu_counts().items():
-            cap = self.pricing.get(t, (1.0, None))[1]
+            cap = self.pricing.get(t, (None, None))[1]
             out[t] = n if cap is None else min(n, cap)
         return out
 
@@ -427,7 +454,7 @@ def build_cluster(
         links = [
             (lk.a, lk.b, lk.bw_gbps, lk.delay_us * 1e-6, lk.lanes) for lk in spec.topology.links
         ]
-    pricing: dict[str, tuple[float, int | None]] = {}
+    pricing: dict[str, tuple[float | None, int | None]] = {}
     have = {g.type.name for n in nodes for g in n.gpus}
     for tname, ps in spec.pricing.items():
         try:

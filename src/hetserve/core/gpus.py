@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -31,6 +32,25 @@ from hetserve.core.errors import ConfigError, unknown
 from hetserve.core.files import read_yaml
 
 PCIE_GBPS = {3: 15.75, 4: 31.5, 5: 63.0}
+
+# The catalog's prices (the cost objective's defaults; a cluster file's ``pricing``
+# overrides them): on-demand US dollars per GPU-hour for the GPU alone (a VM's vCPUs and
+# memory are billed apart), Google Cloud, region us-central1, as Google's Cloud Billing
+# catalog lists them and SkyPilot's catalog records them: github.com/skypilot-org/
+# skypilot-catalog, catalogs/v7/gcp/vms.csv at commit 017e2502fb63c7a28757acd94002b2d6099d3e3d
+# (the rows with an AcceleratorName and no InstanceType; L4: its 8-GPU row / 8; V100:
+# the 16 GB part, A100: the 40 GB part, by the rows' memory). Types Google does not rent
+# there have no catalog price.
+CATALOG_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
+    {
+        "P4": 0.60,
+        "T4": 0.35,
+        "P100": 1.46,
+        "V100-16GB": 2.48,
+        "L4": 0.56004,
+        "A100-40GB": 2.93391,
+    }
+)
 
 
 class GpuType(BaseModel):

@@ -199,7 +199,8 @@ def plan_models(
         objective = {"watts": res.objective, "demand_rps": demand, "headroom": opt.headroom,
                      "joules_per_request": res.objective / total if total > 0 else 0.0}  # fmt: skip
     elif demand is not None:
-        objective = {"cost_per_hour": res.objective, "demand_rps": demand}
+        objective = {"cost_per_hour": res.objective, "demand_rps": demand,
+                     "cost_unit": "USD" if cluster.priced else "GPU-hours"}  # fmt: skip
         objective["headroom"] = opt.headroom
     plan = Plan(
         mplans,

@@ -71,7 +71,8 @@ def summary(results: dict[str, Any], cfg: Any) -> list[SummaryTable]:
         f"{results['requests']:,} requests; an hour of the day lasts "
         f"{results['config']['hour_s']:g} s; hours of the day in GPU-hours and cost",
     ]
-    cols = ("run", "attainment", "GPU-hours", "per type", "cost", "energy kWh", "switches",
+    unit = next(iter(results["runs"].values()), {}).get("cost_unit", "GPU-hours")
+    cols = ("run", "attainment", "GPU-hours", "per type", f"cost {unit}", "energy kWh", "switches",
             "paused s", "missed/arrived in switches")  # fmt: skip
     return [SummaryTable("The control loop over a day (issue 40)", cols, rows, notes)]
 

@@ -65,6 +65,7 @@ def write_control_report(results: dict[str, Any], out_dir: str | Path) -> Path:
     h = results["headline"]
     checks = [[k, "yes" if v else "no"] for k, v in h["checks"].items()]
     cfg = results["config"]
+    unit = next(iter(results["runs"].values()), {}).get("cost_unit", "GPU-hours")
     parts = [
         "<h1>The control loop over a day</h1>",
         f"<p>{results['requests']:,} requests on {cfg['cluster']} ({', '.join(cfg['models'])}), "
@@ -72,7 +73,7 @@ def write_control_report(results: dict[str, Any], out_dir: str | Path) -> Path:
         f"{'the trace ' + cfg['trace'] if cfg['trace'] else 'the synthetic Azure 2019 twin'}."
         "</p>",
         img_tag(plot_day(results)),
-        table_html(["run", "attainment", "GPU-hours", "cost", "energy kWh", "switches",
+        table_html(["run", "attainment", "GPU-hours", f"cost {unit}", "energy kWh", "switches",
                     "mean switch s", "paused s", "missed/arrived in switches"], rows),
         "<h2>The headline</h2>",
         f"<p>mbb-auto holds {h['gpu_hours_share']:.0%} of static-peak's GPU-hours.</p>",

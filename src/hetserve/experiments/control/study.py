@@ -213,6 +213,7 @@ def _collect(res: Any, cfg: ControlConfig, setup: Any, wall_s: float) -> dict[st
         "gpu_hours": gpu_h,
         "gpu_hours_total": float(sum(gpu_h.values())),
         "cost": float(sum(price(t) * h for t, h in gpu_h.items())),
+        "cost_unit": "USD" if setup.cluster.priced else "GPU-hours",
         "energy_kwh": float(sum(res.gpu_energy_j.values())) * scale / 3.6e6,
         "switches": len(switched),
         "decisions": len(res.control),
