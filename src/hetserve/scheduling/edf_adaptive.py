@@ -14,6 +14,14 @@ pool is idle, the head request (earliest deadline) decides:
 
 All requests of a batch have deadlines no earlier than the head's, so the batch meets all
 of them.
+
+Where many models share workers (issue 41's 1,000 GPUs and 100 models), a freed worker
+does not look at every model it serves: models with the same workers in the same order
+share one bit set of idle workers (``_Group``), and a stage end tries only the models whose
+decision may change: those not waiting for a timer, and those whose wait may have ended
+(its time passed, or the fastest idle worker is now of another GPU type). Which are tried,
+and in what order, is exactly what trying them all gives (``EdfAdaptive.spare``,
+``tests/scheduling/test_spared_tries.py``).
 """
 
 from __future__ import annotations
@@ -47,26 +55,56 @@ from hetserve.scheduling.rows import pop_edf
 _new = tuple.__new__
 
 
+class _Group:
+    """Models whose workers are the same, in the same order (fastest first): they share
+    one bit set of idle workers (bit r: the worker of rank r is idle), so that marking a
+    worker busy or idle is one integer operation however many models it serves, and an
+    index of the models that wait for a timer, so that a stage end tries only the models
+    whose decision to wait may have changed (``EdfAdaptive.on_stage_done``)."""
+
+    __slots__ = ("heaps", "idle", "models", "p0", "part", "unsettled")
+
+    def __init__(self, n: int) -> None:
+        self.idle = (1 << n) - 1
+        self.models: list[_ModelState] = []  # in plan order
+        # per rank: a partition id, equal for two ranks where every model of the group
+        # has the same latency row (``_ModelState.kind``) on both
+        self.part: list[int] = []
+        # per partition: the models that decided to wait for their timer while the
+        # fastest idle worker was of that partition, as a heap of (the last time the
+        # wait still holds, plan index, stamp, state); an entry whose stamp is not its
+        # state's any more is stale (the state tried, or its queue changed, since)
+        self.heaps: dict[int, list[tuple[float, int, int, _ModelState]]] = {}
+        # models that may have to try at the next stage end (the rest are in ``heaps``)
+        self.unsettled: dict[_ModelState, None] = {}
+        self.p0 = -1  # the fastest idle worker's partition at the last look (-1: none)
+
+
 class _ModelState:
     """Per-model state, kept in one object so the hot path does few dict lookups."""
 
     __slots__ = (
-        "blocks", "idle", "kind", "lat", "name", "queue", "rank", "rows", "timer_at", "waiting",
-        "workers",
+        "blocks", "group", "index", "kind", "lat", "name", "queue", "rank", "rows", "stamp",
+        "timer_at", "waiting", "workers",
     )  # fmt: skip
 
     def __init__(
-        self, name: str, workers: list[WorkerId], lat: list[list[float]], blocks: tuple[int, int]
+        self,
+        name: str,
+        workers: list[WorkerId],
+        lat: list[list[float]],
+        blocks: tuple[int, int],
+        group: _Group,
+        index: int,
     ) -> None:
         self.name = name
+        self.index = index  # in plan order
+        self.group = group  # its workers' idle bit set (``_Group``)
         self.workers = workers  # fastest first
         self.lat = lat  # by rank: latency at batch 1..max_batch
         rows: dict[tuple[float, ...], int] = {}  # by rank: which latency row (GPU type)
         self.kind = [rows.setdefault(tuple(x), len(rows)) for x in lat]
         self.rank = {w: i for i, w in enumerate(workers)}
-        # the idle workers as a bit set of ranks (bit r: rank r idle): marking a worker
-        # busy or idle is one integer operation, the fastest idle one the lowest set bit
-        self.idle = (1 << len(workers)) - 1
         self.queue: list[tuple[float, int, Request]] = []
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.blocks = blocks
@@ -77,10 +115,16 @@ class _ModelState:
         # until the head could no longer take a batch larger than the queue
         # (``EdfAdaptive._still_waits``)
         self.waiting = -1
+        self.stamp = 0  # moves on whenever ``waiting`` is set or cleared (``_Group.heaps``)
 
 
 @register("edf-adaptive")
 class EdfAdaptive(BaseScheduler):
+    # a stage end looks only at the models whose wait may have ended (``_Group``); False:
+    # at every model the freed workers serve with requests waiting (the plain rule, which
+    # ``tests/scheduling/test_spared_tries.py`` holds the index to)
+    spare = True
+
     def __init__(
         self,
         max_batch: Annotated[int | None, Range(1)] = None,
@@ -96,29 +140,37 @@ class EdfAdaptive(BaseScheduler):
         super().start(view, plan, now)
         self.pools = Pools(view, plan)
         self.models: dict[str, _ModelState] = {}
-        # per worker: the models it serves, each with the worker's bit in its idle set
-        self.served_by: dict[WorkerId, list[tuple[_ModelState, int]]] = {}
-        for m, mp in plan.models.items():
+        groups: dict[tuple[WorkerId, ...], _Group] = {}
+        for index, (m, mp) in enumerate(plan.models.items()):
             ws = self.pools.whole_model_workers(m)
             mb = self.max_batch_param or max(p.batch for p in mp.pipelines)
             # fastest first (batch-1 latency), ties by plan order
             ws.sort(key=lambda w, m=m: view.stage_latency_s(m, w, 1))
+            g = groups.get(tuple(ws))
+            if g is None:
+                g = groups[tuple(ws)] = _Group(len(ws))
             st = _ModelState(
-                m, ws, [view.latency_table(m, w, mb) for w in ws], mp.pipelines[0].stages[0].blocks
-            )
+                m, ws, [view.latency_table(m, w, mb) for w in ws], mp.pipelines[0].stages[0].blocks,
+                g, index,
+            )  # fmt: skip
+            g.models.append(st)
             self.models[m] = st
-            for w in ws:
-                self.served_by.setdefault(w, []).append((st, 1 << st.rank[w]))
+        # per worker: the groups it is in, each with the worker's bit in its idle set
+        self.served_by: dict[WorkerId, list[tuple[_Group, int]]] = {}
+        for ws, g in groups.items():
+            parts: dict[tuple[int, ...], int] = {}
+            g.part = [
+                parts.setdefault(tuple(st.kind[r] for st in g.models), len(parts))
+                for r in range(len(ws))
+            ]
+            for r, w in enumerate(ws):
+                self.served_by.setdefault(w, []).append((g, 1 << r))
         return []
 
     def _set_busy(self, w: WorkerId) -> None:
-        for st, bit in self.served_by.get(w, ()):
-            if st.idle & bit:
-                st.idle ^= bit
-
-    def _set_idle(self, w: WorkerId) -> None:
-        for st, bit in self.served_by.get(w, ()):
-            st.idle |= bit
+        for g, bit in self.served_by.get(w, ()):
+            if g.idle & bit:
+                g.idle ^= bit
 
     def max_rows(self, model: str) -> int | None:
         st = self.models.get(model)
@@ -127,11 +179,14 @@ class EdfAdaptive(BaseScheduler):
     # ------------------------------------------------------------------ core
     def _try(self, st: _ModelState, now: float, out: list[Action]) -> None:
         q = st.queue
-        if not st.idle:  # nothing to decide with (what it waited for still holds)
+        g = st.group
+        if not g.idle:  # nothing to decide with (what it waited for still holds)
             return
         st.waiting = -1
-        while q and st.idle:
-            idle = st.idle
+        st.stamp += 1
+        g.unsettled[st] = None
+        while q and g.idle:
+            idle = g.idle
             rank = (idle & -idle).bit_length() - 1  # the fastest idle worker
             lat = st.lat[rank]
             head_deadline = q[0][0]
@@ -158,6 +213,14 @@ class EdfAdaptive(BaseScheduler):
                         st.timer_at = t_wait
                         out.append(_new(SetTimer, (t_wait, (st, t_wait))))
                     st.waiting = st.kind[rank]
+                    if n < len(lat):  # (else ``_still_waits`` never holds: it stays unsettled)
+                        # the wait holds while now <= head's deadline - latency(n + 1)
+                        # and the timer is ahead
+                        heapq.heappush(
+                            g.heaps.setdefault(g.part[rank], []),
+                            (min(head_deadline - lat[n], t_wait), st.index, st.stamp, st),
+                        )
+                        del g.unsettled[st]
                     return
                 b = n
             else:
@@ -181,8 +244,12 @@ class EdfAdaptive(BaseScheduler):
             raise HetserveError(f"edf-adaptive: no pipeline serves model {request.model!r}")
         heapq.heappush(st.queue, (request.deadline_s, request.id, request))
         st.rows += request.rows
-        st.waiting = -1
-        if not st.idle:
+        if st.waiting >= 0:
+            st.waiting = -1
+            st.stamp += 1
+            st.group.unsettled[st] = None
+        if not st.group.idle:
+            st.group.unsettled[st] = None
             return []
         out: list[Action] = []
         self._try(st, now, out)
@@ -206,27 +273,107 @@ class EdfAdaptive(BaseScheduler):
                 heapq.heappush(st.queue, (r.deadline_s, r.id, r))
                 st.rows += r.rows
             st.waiting = -1
+            st.stamp += 1
+            st.group.unsettled[st] = None
         freed = self.pools.reported(report)
         out: list[Action] = []
-        # the models that may dispatch now: those the freed workers serve with requests
-        # waiting (a model with none has nothing to decide: O(1) each, not a _try call)
-        # (a dict: first-seen order, and membership in O(1) where a worker serves many)
-        seen: dict[_ModelState, None] = {}
-        for w in freed:
-            for st, bit in self.served_by.get(w, ()):
-                st.idle |= bit
-                if st.queue:
-                    seen[st] = None
+        # The models that may dispatch now: those the freed workers serve with requests
+        # waiting, in order of their heads' deadlines (ties: the order a freed worker
+        # first serves them, then plan order), each tried unless a try would only decide
+        # again to wait for its armed timer (``_still_waits``). With ``spare``, the
+        # models that wait are not looked at one by one: only those whose wait may have
+        # ended (its time passed, or the fastest idle worker is of another partition than
+        # when they decided; see ``_Group``) join the others that may have to try.
+        first: dict[_Group, int] = {}
+        for k, w in enumerate(freed):
+            for g, bit in self.served_by.get(w, ()):
+                g.idle |= bit
+                first.setdefault(g, k)
+        cands: dict[_ModelState, tuple[float, int, int]] = {}
+        for g, k in first.items():
+            self._candidates(g, k, now, cands)
         st = self.models[report.model]
-        if not report.completed and st.queue:
-            seen[st] = None
-        states = list(seen)
-        if len(states) > 1:
-            states.sort(key=lambda st: st.queue[0][0])
-        for st in states:  # (an earlier one's dispatch may have taken the freed worker)
-            if st.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+        if not report.completed and st.queue and st not in cands:
+            cands[st] = (st.queue[0][0], len(freed), st.index)
+        if not cands:
+            return out
+        heap = [(key, st) for st, key in cands.items()]
+        heapq.heapify(heap)
+        while heap:  # (an earlier one's dispatch may have taken the freed worker)
+            key, st = heapq.heappop(heap)
+            g = st.group
+            if g.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+                n0 = len(out)
                 self._try(st, now, out)
+                if self.spare:
+                    for a in out[n0:]:
+                        if type(a) is Dispatch:
+                            # it took a worker: where that changed a group's fastest idle
+                            # partition, the models that wait on the old one may try now
+                            # (in the groups of freed workers: other groups' models
+                            # are not looked at in this call)
+                            for g2, _ in self.served_by[a.route[0].worker]:
+                                if g2 in first:
+                                    self._repartitioned(g2, first[g2], key, cands, heap)
         return out
+
+    def _candidates(
+        self, g: _Group, k: int, now: float, cands: dict[_ModelState, tuple[float, int, int]]
+    ) -> None:
+        """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models
+        of ``g`` that may have to try now."""
+        if not self.spare:
+            for st in g.models:
+                if st.queue:
+                    cands[st] = (st.queue[0][0], k, st.index)
+            return
+        idle = g.idle
+        g.p0 = p0 = g.part[(idle & -idle).bit_length() - 1] if idle else -1
+        for st in list(g.unsettled):
+            if st.queue:
+                cands[st] = (st.queue[0][0], k, st.index)
+            else:
+                del g.unsettled[st]
+        for p, h in g.heaps.items():
+            if p == p0:
+                while h and h[0][0] <= now + 1e-9:  # (the exact test is ``_still_waits``)
+                    e = heapq.heappop(h)
+                    st = e[3]
+                    if e[2] == st.stamp and st.queue:
+                        cands[st] = (st.queue[0][0], k, st.index)
+                        g.unsettled[st] = None  # (out of the heap: looked at until it tries)
+            elif h:
+                live = [e for e in h if e[2] == e[3].stamp]
+                if len(live) != len(h):
+                    h[:] = live
+                    heapq.heapify(h)
+                for e in live:
+                    st = e[3]
+                    if st.queue:
+                        cands[st] = (st.queue[0][0], k, st.index)
+
+    def _repartitioned(
+        self,
+        g: _Group,
+        k: int,
+        key: tuple[float, int, int],
+        cands: dict[_ModelState, tuple[float, int, int]],
+        heap: list,
+    ) -> None:
+        """After a dispatch: if ``g``'s fastest idle worker is now of another partition,
+        the models waiting on the old one that come after ``key`` join the tries."""
+        idle = g.idle
+        p = g.part[(idle & -idle).bit_length() - 1] if idle else -1
+        if p == g.p0:
+            return
+        old, g.p0 = g.p0, p
+        for e in g.heaps.get(old, ()):
+            st = e[3]
+            if e[2] == st.stamp and st.queue and st not in cands:
+                kk = (st.queue[0][0], k, st.index)
+                if kk > key:
+                    cands[st] = kk
+                    heapq.heappush(heap, (kk, st))
 
     @staticmethod
     def _still_waits(st: _ModelState, now: float) -> bool:
@@ -236,7 +383,7 @@ class EdfAdaptive(BaseScheduler):
         and the head's slack still enough for a batch of one more row than wait
         (``_try``'s own tests, in its own arithmetic). A worker that serves many models
         frees them all at each stage end; this spares them a try each."""
-        idle = st.idle
+        idle = st.group.idle
         rank = (idle & -idle).bit_length() - 1
         if st.kind[rank] != st.waiting:
             return False

@@ -52,17 +52,15 @@ class Pools:
 
     def whole_model_workers(self, model: str) -> list[WorkerId]:
         """Workers of the model's single-stage pipelines (deduplicated, in plan order)."""
-        out: list[WorkerId] = []
+        out: dict[WorkerId, None] = {}  # (a dict: plan order, and O(1) membership)
         for p in self.pipelines.get(model, []):
             if len(p.stages) != 1:
                 raise HetserveError(
                     f"{model}: this scheduler runs whole models, but the plan "
                     f"has a {len(p.stages)}-stage pipeline"
                 )
-            for w in p.stages[0][1]:
-                if w not in out:
-                    out.append(w)
-        return out
+            out.update(dict.fromkeys(p.stages[0][1]))
+        return list(out)
 
     def dispatched(self, batch_id: int, workers: tuple[WorkerId, ...]) -> None:
         self._routes[batch_id] = workers
