@@ -25,6 +25,10 @@ class _CountedEdf(EdfAdaptive):
         return super()._try(st, now, out)
 
 
+class _IndexedEdf(_CountedEdf):
+    index_from = 1  # the index of waiting models, kept however few models share workers
+
+
 class _EveryEdf(_CountedEdf):
     spare = False  # no index of the waiting models: every one is looked at,
     _still_waits = staticmethod(lambda st, now: False)  # and tried, as before
@@ -66,11 +70,11 @@ def test_sparing_tries_changes_nothing(n_models, load, seed, lose, jitter):
     trace = build_trace(setup, "gamma:cv=2", setup.plan.rates_at(load), 1.0, seed=seed)
     cfg = SimConfig(seed=seed, jitter="lognormal" if jitter else "none", jitter_cv=0.2)
     fixed = {"max_batch": 8, "max_queue_delay_s": 0.004}
-    for counted, every in (
-        (_CountedEdf(max_batch=8), _EveryEdf(max_batch=8)),
-        (_CountedFixed(**fixed), _EveryFixed(**fixed)),
-    ):
-        assert _run(setup, counted, trace, cfg, lose) == _run(setup, every, trace, cfg, lose)
+    every = _run(setup, _EveryEdf(max_batch=8), trace, cfg, lose)
+    for edf in (_CountedEdf(max_batch=8), _IndexedEdf(max_batch=8)):
+        assert _run(setup, edf, trace, cfg, lose) == every
+    every = _run(setup, _EveryFixed(**fixed), trace, cfg, lose)
+    assert _run(setup, _CountedFixed(**fixed), trace, cfg, lose) == every
 
 
 def test_tries_are_spared_where_workers_serve_many_models():
@@ -78,7 +82,10 @@ def test_tries_are_spared_where_workers_serve_many_models():
     setup = build_setup("hc1-s", MODELS, max_batch=8)
     assert len(setup.plan.models) == 6
     trace = build_trace(setup, "poisson", setup.plan.rates_at(0.5), 1.0, seed=1)
-    edf, every, fixed = _CountedEdf(max_batch=8), _EveryEdf(max_batch=8), _CountedFixed(max_batch=8)
-    for sched in (edf, every, fixed):
+    edf, indexed, every = (_CountedEdf(max_batch=8), _IndexedEdf(max_batch=8),
+                           _EveryEdf(max_batch=8))  # fmt: skip
+    fixed = _CountedFixed(max_batch=8)
+    for sched in (edf, indexed, every, fixed):
         _run(setup, sched, trace, SimConfig(), None)
     assert every.tries > edf.tries + 100 and fixed.spared > 100
+    assert indexed.tries == edf.tries  # (the same tries; the index only finds them sooner)

@@ -62,10 +62,13 @@ class _Group:
     index of the models that wait for a timer, so that a stage end tries only the models
     whose decision to wait may have changed (``EdfAdaptive.on_stage_done``)."""
 
-    __slots__ = ("heaps", "idle", "models", "p0", "part", "unsettled")
+    __slots__ = ("heaps", "idle", "indexed", "models", "p0", "part", "unsettled")
 
     def __init__(self, n: int) -> None:
         self.idle = (1 << n) - 1
+        # whether the index below is kept (``EdfAdaptive.index_from``): for a few models
+        # looking at each costs less than keeping it
+        self.indexed = False
         self.models: list[_ModelState] = []  # in plan order
         # per rank: a partition id, equal for two ranks where every model of the group
         # has the same latency row (``_ModelState.kind``) on both
@@ -120,10 +123,13 @@ class _ModelState:
 
 @register("edf-adaptive")
 class EdfAdaptive(BaseScheduler):
-    # a stage end looks only at the models whose wait may have ended (``_Group``); False:
-    # at every model the freed workers serve with requests waiting (the plain rule, which
-    # ``tests/scheduling/test_spared_tries.py`` holds the index to)
+    # a stage end skips the models whose try would only decide again to wait; False: it
+    # tries every model the freed workers serve with requests waiting (the plain rule,
+    # which ``tests/scheduling/test_spared_tries.py`` holds the skipping to)
     spare = True
+    # groups of at least this many models keep the index of those that wait (``_Group``):
+    # a stage end then does not look at them one by one
+    index_from = 8
 
     def __init__(
         self,
@@ -158,6 +164,7 @@ class EdfAdaptive(BaseScheduler):
         # per worker: the groups it is in, each with the worker's bit in its idle set
         self.served_by: dict[WorkerId, list[tuple[_Group, int]]] = {}
         for ws, g in groups.items():
+            g.indexed = self.spare and len(g.models) >= self.index_from
             parts: dict[tuple[int, ...], int] = {}
             g.part = [
                 parts.setdefault(tuple(st.kind[r] for st in g.models), len(parts))
@@ -183,8 +190,9 @@ class EdfAdaptive(BaseScheduler):
         if not g.idle:  # nothing to decide with (what it waited for still holds)
             return
         st.waiting = -1
-        st.stamp += 1
-        g.unsettled[st] = None
+        if g.indexed:
+            st.stamp += 1
+            g.unsettled[st] = None
         while q and g.idle:
             idle = g.idle
             rank = (idle & -idle).bit_length() - 1  # the fastest idle worker
@@ -213,7 +221,7 @@ class EdfAdaptive(BaseScheduler):
                         st.timer_at = t_wait
                         out.append(_new(SetTimer, (t_wait, (st, t_wait))))
                     st.waiting = st.kind[rank]
-                    if n < len(lat):  # (else ``_still_waits`` never holds: it stays unsettled)
+                    if g.indexed and n < len(lat):  # (else it stays unsettled: it never waits)
                         # the wait holds while now <= head's deadline - latency(n + 1)
                         # and the timer is ahead
                         heapq.heappush(
@@ -244,12 +252,15 @@ class EdfAdaptive(BaseScheduler):
             raise HetserveError(f"edf-adaptive: no pipeline serves model {request.model!r}")
         heapq.heappush(st.queue, (request.deadline_s, request.id, request))
         st.rows += request.rows
+        g = st.group
         if st.waiting >= 0:
             st.waiting = -1
-            st.stamp += 1
-            st.group.unsettled[st] = None
-        if not st.group.idle:
-            st.group.unsettled[st] = None
+            if g.indexed:
+                st.stamp += 1
+                g.unsettled[st] = None
+        if not g.idle:
+            if g.indexed:
+                g.unsettled[st] = None
             return []
         out: list[Action] = []
         self._try(st, now, out)
@@ -273,14 +284,15 @@ class EdfAdaptive(BaseScheduler):
                 heapq.heappush(st.queue, (r.deadline_s, r.id, r))
                 st.rows += r.rows
             st.waiting = -1
-            st.stamp += 1
-            st.group.unsettled[st] = None
+            if st.group.indexed:
+                st.stamp += 1
+                st.group.unsettled[st] = None
         freed = self.pools.reported(report)
         out: list[Action] = []
         # The models that may dispatch now: those the freed workers serve with requests
         # waiting, in order of their heads' deadlines (ties: the order a freed worker
         # first serves them, then plan order), each tried unless a try would only decide
-        # again to wait for its armed timer (``_still_waits``). With ``spare``, the
+        # again to wait for its armed timer (``_still_waits``). In an indexed group the
         # models that wait are not looked at one by one: only those whose wait may have
         # ended (its time passed, or the fastest idle worker is of another partition than
         # when they decided; see ``_Group``) join the others that may have to try.
@@ -290,43 +302,49 @@ class EdfAdaptive(BaseScheduler):
                 g.idle |= bit
                 first.setdefault(g, k)
         cands: dict[_ModelState, tuple[float, int, int]] = {}
+        indexed = False
         for g, k in first.items():
-            self._candidates(g, k, now, cands)
+            if g.indexed:
+                indexed = True
+                self._candidates(g, k, now, cands)
+            else:
+                for st in g.models:
+                    if st.queue:
+                        cands[st] = (st.queue[0][0], k, st.index)
         st = self.models[report.model]
         if not report.completed and st.queue and st not in cands:
             cands[st] = (st.queue[0][0], len(freed), st.index)
-        if not cands:
+        if not indexed:  # (every model with requests waiting is looked at: in order)
+            states = list(cands)
+            if len(states) > 1:
+                states.sort(key=cands.__getitem__)
+            for st in states:  # (an earlier one's dispatch may have taken the freed worker)
+                if st.group.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+                    self._try(st, now, out)
             return out
         heap = [(key, st) for st, key in cands.items()]
         heapq.heapify(heap)
-        while heap:  # (an earlier one's dispatch may have taken the freed worker)
+        while heap:
             key, st = heapq.heappop(heap)
-            g = st.group
-            if g.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+            if st.group.idle and (st.waiting < 0 or not self._still_waits(st, now)):
                 n0 = len(out)
                 self._try(st, now, out)
-                if self.spare:
-                    for a in out[n0:]:
-                        if type(a) is Dispatch:
-                            # it took a worker: where that changed a group's fastest idle
-                            # partition, the models that wait on the old one may try now
-                            # (in the groups of freed workers: other groups' models
-                            # are not looked at in this call)
-                            for g2, _ in self.served_by[a.route[0].worker]:
-                                if g2 in first:
-                                    self._repartitioned(g2, first[g2], key, cands, heap)
+                for a in out[n0:]:
+                    if type(a) is Dispatch:
+                        # it took a worker: where that changed a group's fastest idle
+                        # partition, the models that wait on the old one may try now (in
+                        # the groups of freed workers: other groups' models are not looked
+                        # at in this call)
+                        for g2, _ in self.served_by[a.route[0].worker]:
+                            if g2.indexed and g2 in first:
+                                self._repartitioned(g2, first[g2], key, cands, heap)
         return out
 
     def _candidates(
         self, g: _Group, k: int, now: float, cands: dict[_ModelState, tuple[float, int, int]]
     ) -> None:
         """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models
-        of ``g`` that may have to try now."""
-        if not self.spare:
-            for st in g.models:
-                if st.queue:
-                    cands[st] = (st.queue[0][0], k, st.index)
-            return
+        of the indexed group ``g`` that may have to try now."""
         idle = g.idle
         g.p0 = p0 = g.part[(idle & -idle).bit_length() - 1] if idle else -1
         for st in list(g.unsettled):
