@@ -44,6 +44,8 @@ class _CountedFixed(FixedBatch):
 
 
 class _EveryFixed(FixedBatch):
+    spare = False
+
     def _needs_try(self, model, now):
         return bool(self.queues[model])  # every model with requests waiting, as before
 

@@ -94,7 +94,7 @@ class ModelledExecutor(BaseExecutor):
         self._overhead_s = request_overhead_s
         self.warm = warm
         # (model, worker, batch, blocks) -> (block end times, energy, DHA part)
-        self._runs: dict[tuple[str, str, int, tuple[int, int]], tuple] = {}
+        self._runs: dict[tuple[str, str, int, int, tuple[int, int]], tuple] = {}
         self.held: dict[str, Held] = {}
 
     def attach(self, kernel: Kernel) -> None:
@@ -167,10 +167,13 @@ class ModelledExecutor(BaseExecutor):
         n = b.rows
         blocks = task.step.blocks
         w = task.worker
-        key = (model, w.id, n, blocks)
+        info = w.info
+        # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
+        # workers a key per worker missed for every model and batch size on each)
+        key = (model, info.gpu.name, info.share, n, blocks)
         run = self._runs.get(key)
         if run is None:
-            run = self._runs[key] = self._run_times(model, w.info, n, blocks)
+            run = self._runs[key] = self._run_times(model, info, n, blocks)
         cum, energy, dha = run
         h = self.held[w.id]
         m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)

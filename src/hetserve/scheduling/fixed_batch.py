@@ -10,6 +10,7 @@ are ``late``.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import Annotated
 
@@ -45,6 +46,11 @@ class _Queue(deque[Request]):
 
 @register("fixed-batch")
 class FixedBatch(BaseScheduler):
+    # a stage end looks only at the models that are due (``due``, ``pending``); False: at
+    # every model the freed workers serve (the plain rule, which
+    # ``tests/scheduling/test_spared_tries.py`` holds the index to)
+    spare = True
+
     def __init__(
         self,
         max_batch: Annotated[int, Range(1)] = 8,
@@ -66,6 +72,14 @@ class FixedBatch(BaseScheduler):
             m: [(w, p) for p in self.pools.pipelines[m] for w in p.stages[0][1]]
             for m in plan.models
         }
+        self.index = {m: i for i, m in enumerate(plan.models)}  # plan order: ties
+        self.serves = {w: set(ms) for w, ms in self.pools.models_of.items()}
+        # the models whose head is due and found no free worker (or may: stale entries are
+        # dropped when looked at), and, as a heap of (due time, head id, model), those
+        # whose head's timer is armed: a stage end looks at these, not at every model of
+        # the freed workers (where 100 models share 1,000 GPUs: a few, not 100)
+        self.due: dict[str, None] = {}
+        self.pending: list[tuple[float, int, str]] = []
         return []
 
     def max_rows(self, model: str) -> int | None:
@@ -125,11 +139,13 @@ class FixedBatch(BaseScheduler):
         while q and self._due(q, now):
             wp = self._free_first_worker(model)
             if wp is None:
+                self.due[model] = None
                 return
             out.append(self._dispatch(model, wp[0], wp[1], now))
         if q and not self._due(q, now) and self.armed.get(model) != q[0].id:
             self.armed[model] = q[0].id
             out.append(SetTimer(q[0].arrival_s + self.delay, (model, q[0].id)))
+            heapq.heappush(self.pending, (q[0].arrival_s + self.delay, q[0].id, model))
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
@@ -166,11 +182,25 @@ class FixedBatch(BaseScheduler):
             return []
         out: list[Action] = []
         queues, needs = self.queues, self._needs_try
-        models = {m for w in freed for m in self.pools.models_of.get(w, []) if needs(m, now)}
+        if self.spare:
+            due, pending = self.due, self.pending
+            while pending and pending[0][0] <= now + 1e-12:  # (``_due``'s own test)
+                due[heapq.heappop(pending)[2]] = None
+            serves = [self.serves.get(w, ()) for w in freed]
+            models = set()
+            for m in list(due):
+                if not needs(m, now):
+                    del due[m]  # (nothing waits, or its head is not due: its timer is armed)
+                elif any(m in ms for ms in serves):
+                    models.add(m)
+        else:
+            models = {m for w in freed for m in self.pools.models_of.get(w, []) if needs(m, now)}
         if not report.completed and queues[report.model]:  # (a requeue: a new head)
             models.add(report.model)
+        index = self.index
         for m in sorted(
-            models, key=lambda m: self.queues[m][0].arrival_s if self.queues[m] else float("inf")
+            models,
+            key=lambda m: (queues[m][0].arrival_s if queues[m] else float("inf"), index[m]),
         ):
             self._try(m, now, out)
         return out
