@@ -1,9 +1,10 @@
-"""edf-adaptive and fixed-batch skip the tries that cannot change anything when a worker
-that serves many models frees (issue 41: the simulator's speed at 1,000 GPUs and 100
-models); edf-adaptive does not even look at the models that wait for a timer unless their
-wait may have ended (``_Group``'s index). Skipping must be exact: every run gives the same
-outcomes, batches and times as the same scheduler trying every model the freed worker
-serves, as it did before."""
+"""edf-adaptive, fixed-batch and the group schedulers (flex, flex-np, clockwork) skip
+the tries that cannot change anything where workers serve many models (issue 41: the
+simulator's speed at 1,000 GPUs and 100 models); edf-adaptive does not even look at the
+models that wait for a timer unless their wait may have ended (``_Group``'s index), and
+an arrival in a group scheduler looks only at idle workers when it cannot preempt. Skipping
+must be exact: every run gives the same outcomes, batches and times as the same scheduler
+trying every model (every worker), as it did before."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from hetserve.engine.setup import build_setup
 from hetserve.experiments.setup import build_trace
 from hetserve.scheduling.edf_adaptive import EdfAdaptive
 from hetserve.scheduling.fixed_batch import FixedBatch
+from hetserve.scheduling.flex import Clockwork, Flex, FlexNP
 from hetserve.sim.engine import SimConfig, Simulator
 
 MODELS = ["resnet18", "resnet50", "efficientnet-b0", "vgg16", "bert-base", "vit-b16"]
@@ -50,6 +52,18 @@ class _EveryFixed(FixedBatch):
         return bool(self.queues[model])  # every model with requests waiting, as before
 
 
+class _PlainFlex(Flex):
+    spare = False  # every worker of the model looked at on each arrival (Algorithm 1)
+
+
+class _PlainFlexNP(FlexNP):
+    spare = False
+
+
+class _PlainClockwork(Clockwork):
+    spare = False
+
+
 def _run(setup, sched, trace, cfg, lose):
     sim = Simulator(setup.cluster, setup.latency, setup.plan, setup.placement, sched, trace, cfg)
     if lose is not None:
@@ -77,6 +91,9 @@ def test_sparing_tries_changes_nothing(n_models, load, seed, lose, jitter):
         assert _run(setup, edf, trace, cfg, lose) == every
     every = _run(setup, _EveryFixed(**fixed), trace, cfg, lose)
     assert _run(setup, _CountedFixed(**fixed), trace, cfg, lose) == every
+    for plain, spared in ((_PlainFlex, Flex), (_PlainFlexNP, FlexNP), (_PlainClockwork, Clockwork)):
+        every = _run(setup, plain(max_batch=8), trace, cfg, lose)
+        assert _run(setup, spared(max_batch=8), trace, cfg, lose) == every
 
 
 def test_tries_are_spared_where_workers_serve_many_models():

@@ -62,8 +62,19 @@ from hetserve.scheduling.protocol import (
 from hetserve.scheduling.rows import pop_edf
 
 
+class _Idle:
+    """The idle workers of one list of workers, as a bit set (bit i: the list's i-th worker
+    runs nothing and is not lost), shared by the queues whose workers are that list, in
+    that order: an arrival finds the next idle one in O(1), not by looking at every worker."""
+
+    __slots__ = ("bits",)
+
+    def __init__(self, n: int) -> None:
+        self.bits = (1 << n) - 1
+
+
 class ModelQueue:
-    __slots__ = ("blocks", "fastest_1", "name", "queue", "rows", "workers")
+    __slots__ = ("blocks", "fastest_1", "idle", "name", "queue", "rows", "workers")
 
     def __init__(self, name: str, blocks: tuple[int, int]) -> None:
         self.name = name
@@ -72,6 +83,7 @@ class ModelQueue:
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.workers: list[GroupWorker] = []
         self.fastest_1 = math.inf  # batch-1 latency on the fastest worker
+        self.idle = _Idle(0)  # its workers' (set by ``GroupScheduler._queue``)
 
     def push(self, r: Request) -> None:
         heapq.heappush(self.queue, (r.deadline_s, r.id, r))
@@ -87,7 +99,9 @@ class ModelQueue:
 
 
 class GroupWorker:
-    __slots__ = ("bid", "block_s", "end", "id", "lat", "lost", "models", "size", "start")
+    __slots__ = (
+        "bid", "block_s", "end", "id", "idle_in", "lat", "lost", "models", "size", "start",
+    )  # fmt: skip
 
     def __init__(self, wid: WorkerId) -> None:
         self.id = wid
@@ -98,10 +112,24 @@ class GroupWorker:
         self.start = self.end = 0.0  # when that batch is planned to start and end
         self.block_s = 0.0  # its time between exit points
         self.lost = False
+        self.idle_in: list[tuple[_Idle, int]] = []  # the idle sets it is in, with its bit
+
+    def set_busy(self) -> None:
+        for s, bit in self.idle_in:
+            s.bits &= ~bit
+
+    def set_idle(self) -> None:
+        for s, bit in self.idle_in:
+            s.bits |= bit
 
 
 class GroupScheduler(BaseScheduler):
     """Per-model deadline queues over whole-model workers that may serve several models."""
+
+    # an arrival looks only at the model's idle workers (``_idle_first``), in flex when it
+    # is too small to preempt anything; False: at every worker of the model, as Algorithm
+    # 1 is written (``tests/scheduling/test_spared_tries.py`` holds the first to the second)
+    spare = True
 
     def __init__(
         self,
@@ -121,6 +149,7 @@ class GroupScheduler(BaseScheduler):
         self.workers: dict[WorkerId, GroupWorker] = {}
         self.of_batch: dict[int, GroupWorker] = {}
         self._tables: dict[tuple[str, str, int], list[float]] = {}
+        self._idle_sets: dict[tuple[WorkerId, ...], _Idle] = {}
         split = {m for g in plan.groups if g.streams for m in g.models}
         for m, mp in plan.models.items():
             blocks = mp.pipelines[0].stages[0].blocks
@@ -152,6 +181,13 @@ class GroupScheduler(BaseScheduler):
             w.models.append(st)
             st.workers.append(w)
             st.fastest_1 = min(st.fastest_1, lat[0])
+        key = tuple(worker_ids)
+        idle = self._idle_sets.get(key)
+        if idle is None:
+            idle = self._idle_sets[key] = _Idle(len(st.workers))
+            for i, w in enumerate(st.workers):
+                w.idle_in.append((idle, 1 << i))
+        st.idle = idle
         return st
 
     def max_rows(self, model: str) -> int | None:
@@ -194,6 +230,8 @@ class GroupScheduler(BaseScheduler):
         reqs, b = pop_edf(st.queue, b, st.rows)
         st.rows -= b
         bid = self.new_batch_id()
+        if w.bid == 0:
+            w.set_busy()
         w.bid, w.size = bid, b
         t = w.lat[st.name][b - 1]
         w.start, w.end, w.block_s = now, now + t, t / st.blocks[1]
@@ -211,13 +249,28 @@ class GroupScheduler(BaseScheduler):
             self._run(w, st, b, now, out)
 
     def _arrived(self, st: ModelQueue, now: float, out: list[Action]) -> None:
-        """New requests in ``st``'s queue: idle workers take batches."""
+        """New requests in ``st``'s queue: idle workers take batches, in the model's order
+        of workers (``_idle_first``)."""
         self._prune(st, now, out)
+        if self.spare:
+            self._idle_first(st, now, out)
+            return
         for w in st.workers:
             if not st.queue:
                 return
             if w.bid == 0 and not w.lost:
                 self._on_free(w, now, out)
+
+    def _idle_first(self, st: ModelQueue, now: float, out: list[Action]) -> None:
+        """The idle workers of ``st``, in its order, each runs its ``batch_gen`` while
+        ``st``'s requests wait: what looking at every worker in that order does, where a
+        busy one does nothing."""
+        q, ws = st.queue, st.workers
+        bits = st.idle.bits
+        while bits and q:
+            low = bits & -bits
+            bits ^= low
+            self._on_free(ws[low.bit_length() - 1], now, out)
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
@@ -253,6 +306,7 @@ class GroupScheduler(BaseScheduler):
         if w is not None and w.bid == report.batch_id:
             w.bid = w.size = 0
             if not w.lost:
+                w.set_idle()
                 self._on_free(w, now, out)
         return out
 
@@ -260,6 +314,7 @@ class GroupScheduler(BaseScheduler):
         w = self.workers.get(worker)
         if w is not None:
             w.lost = True
+            w.set_busy()  # (never idle again)
         return []
 
 
@@ -300,6 +355,11 @@ class Flex(GroupScheduler):
         self._prune(st, now, out)
         lam = self.lambda_
         q = st.queue
+        if self.spare and (not self.preempts or st.rows < lam):
+            # no running batch can be preempted (it has at least one row, the candidate at
+            # most the queue's rows, and rows only fall below): only idle workers act
+            self._idle_first(st, now, out)
+            return
         name = st.name
         last_lat: list[float] | None = None  # workers of one GPU type share a table:
         b_now = 0  # their bound is the same until the queue changes
