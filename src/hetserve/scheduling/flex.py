@@ -23,6 +23,10 @@ Per arrival only the arriving model's candidate is computed, for each worker of 
 O(G) (Theorem 5.3). This is Algorithm 1 exactly: another model's candidate on a worker
 cannot have grown since that worker last compared it (its queue only shrank, its slack only
 fell), and it was then below ``lambda x`` a running batch that is at least as large now.
+An arrival whose queue has fewer than ``lambda`` rows can preempt nothing (a running batch
+has at least one row), so it looks only at the idle workers, found in a bit set
+(``_Idle``): the same actions in the same order, without visiting the busy ones (issue 41:
+1,000 workers in one group).
 
 ``flex-np``: the same without preemption (Shepherd's ablation, Fig. 11a).
 ``priority="deadline"``: ``batch_gen`` takes the model whose most urgent request is the most
