@@ -234,3 +234,20 @@ def test_the_cost_objective_takes_the_cheaper_type_by_the_catalog():
     c = _two({"L4": 4, "T4": 4}, {"L4": {"price_per_hour": 0.1}})
     p = plan_models(c, lat, slos, None, opts)
     assert set(gpus_needed(p, c.catalog)) == {"L4"}
+
+
+def test_re_planning_for_cost_without_every_price_is_refused_before_it_starts():
+    """``--replan ... --objective cost`` on a cluster with a type the catalog does not
+    price (rampa-base: A30, V100-32GB): the one-line error comes when the control loop is
+    set up, not from a background re-plan while serving."""
+    from hetserve.engine.setup import build_setup
+    from hetserve.experiments.setup import replanner
+
+    base = build_setup("rampa-base", ["resnet50"])
+    slos = slos_from_scale(base.cluster, base.latency, ["resnet50"], 5.0)
+    plan = plan_models(base.cluster, base.latency, slos, options=PlanOptions(planner="np"))
+    setup = build_setup("rampa-base", ["resnet50"], plan=plan)
+    replanner(setup, objective="throughput")  # (no price needed)
+    with pytest.raises(HetserveError, match=r"no price for A30, V100-32GB") as e:
+        replanner(setup, objective="cost")
+    assert "\n" not in str(e.value)

@@ -304,8 +304,8 @@ def _setup_logging(level: str, access_log: bool) -> None:
     "--objective", type=click.Choice(["throughput", "cost", "energy"]), default="throughput",
     show_default=True,
     help="What a re-plan optimises: the most capacity on every usable GPU, the cheapest "
-    "GPUs that carry the observed rates (the cluster file's pricing), or the least power "
-    "that carries them.",
+    "GPUs that carry the observed rates (the catalog's prices, or the cluster file's), or "
+    "the least power that carries them.",
 )  # fmt: skip
 @click.option(
     "--check", "check_only", is_flag=True,

@@ -220,6 +220,8 @@ def replanner(
 
     if objective not in ("throughput", "cost", "energy"):
         raise HetserveError(f"--objective: expected throughput, cost or energy, got {objective!r}")
+    if objective == "cost":
+        setup.cluster.prices()  # (a price for some types and none for others: said now)
     opts["objective"] = objective
 
     def replan(rates: dict[str, float], plan: Any, placement: Any) -> Any:
