@@ -14,10 +14,11 @@ def run(capsys, *args):
 def test_gpus(capsys):
     code, out, _ = run(capsys, "gpus", "--json")
     assert code == 0
-    names = [g["name"] for g in json.loads(out)]
-    assert "V100-16GB" in names and "H200" in names
+    gpus = {g["name"]: g for g in json.loads(out)}
+    assert "V100-16GB" in gpus and "H200" in gpus
+    assert gpus["L4"]["price_per_hour"] == 0.56004 and gpus["A30"]["price_per_hour"] is None
     code, out, _ = run(capsys, "gpus")
-    assert code == 0 and "RTX-A5000" in out
+    assert code == 0 and "RTX-A5000" in out and "0.56004" in out
 
 
 def test_cluster_commands(capsys, tmp_path):

@@ -15,15 +15,21 @@ from hetserve.cli.common import console, model_catalog, print_json
 
 def show_gpus(types_file: str | None, as_json: bool) -> None:
     """The GPU catalog: spec-sheet facts of every known GPU type."""
-    from hetserve.core.gpus import DEFAULT_CATALOG, load_gpu_types
+    from hetserve.core.gpus import CATALOG_PRICE_PER_HOUR, DEFAULT_CATALOG, load_gpu_types
 
     cat = DEFAULT_CATALOG
     if types_file:
         cat = cat.with_types(load_gpu_types(types_file))
     if as_json:
-        print_json([g.model_dump() for g in cat])
+        # (price_per_hour: the catalog's, US$ per GPU-hour; null: none, docs/control.md)
+        print_json([
+            {**g.model_dump(), "price_per_hour": CATALOG_PRICE_PER_HOUR.get(g.name)} for g in cat
+        ])  # fmt: skip
         return
-    t = Table(title="GPU catalog (dense peak TFLOPS; idle W is a typical reading)")
+    t = Table(
+        title="GPU catalog (dense peak TFLOPS; idle W is a typical reading; $/h: Google "
+        "Cloud us-central1, the GPU alone, docs/control.md)"
+    )
     for col in (
         "name",
         "FP32",
@@ -36,6 +42,7 @@ def show_gpus(types_file: str | None, as_json: bool) -> None:
         "idle W",
         "MPS",
         "year",
+        "$/h",
         "aliases",
     ):
         t.add_column(col, justify="left" if col in ("name", "aliases") else "right")
@@ -52,6 +59,7 @@ def show_gpus(types_file: str | None, as_json: bool) -> None:
             f"{g.idle_w:g}",
             "yes" if g.mps else "no",
             str(g.year),
+            f"{CATALOG_PRICE_PER_HOUR[g.name]:g}" if g.name in CATALOG_PRICE_PER_HOUR else "-",
             ", ".join(g.aliases),
         )
     console.print(t)
