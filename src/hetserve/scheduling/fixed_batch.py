@@ -139,13 +139,15 @@ class FixedBatch(BaseScheduler):
         while q and self._due(q, now):
             wp = self._free_first_worker(model)
             if wp is None:
-                self.due[model] = None
+                if self.spare:
+                    self.due[model] = None
                 return
             out.append(self._dispatch(model, wp[0], wp[1], now))
         if q and not self._due(q, now) and self.armed.get(model) != q[0].id:
             self.armed[model] = q[0].id
             out.append(SetTimer(q[0].arrival_s + self.delay, (model, q[0].id)))
-            heapq.heappush(self.pending, (q[0].arrival_s + self.delay, q[0].id, model))
+            if self.spare:
+                heapq.heappush(self.pending, (q[0].arrival_s + self.delay, q[0].id, model))
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
