@@ -207,7 +207,6 @@ def test_serve_answers_the_awkward_models_and_refuses_the_broken_one(repo, tmp_p
             "--max-batch", "4"]  # fmt: skip
     proc, url, out = start_serve(tmp_path, args, env, timeout_s=300)
     try:
-        out.seek(0)
         log = out.read()
         assert "model stat is UNAVAILABLE (the others serve)" in log and "no batch" in log
         assert "transposed: the batch dimension of output (at 1) is moved to the front" in log

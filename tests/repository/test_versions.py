@@ -125,7 +125,6 @@ def test_serve_answers_each_version_with_its_weights_beside_a_broken_model(vrepo
             "threads", "--max-batch", "8"]  # fmt: skip
     proc, url, out = start_serve(tmp_path, args, env, timeout_s=240)
     try:
-        out.seek(0)
         log = out.read()
         assert "model broken is UNAVAILABLE (the others serve)" in log
         assert "skipnet version 1: UNAVAILABLE" in log

@@ -73,7 +73,6 @@ def _stop(proc, out):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    out.seek(0)
     return out.read()
 
 

@@ -83,7 +83,6 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(tmp_path, engine):
     finally:
         if proc.poll() is None:
             proc.kill()
-    out.seek(0)
     log = out.read()
     assert codes == [200] * n, log
     assert late[0] in (503, "refused"), log
@@ -97,7 +96,6 @@ def test_sigint_stops_an_idle_server_with_status_0(tmp_path):
     )
     proc.send_signal(signal.SIGINT)
     rc = proc.wait(timeout=60)
-    out.seek(0)
     log = out.read()
     assert rc == 0 and "stopped (SIGINT)" in log and "Traceback" not in log, log
 
@@ -125,7 +123,6 @@ def test_a_plan_file_alone_serves_in_a_real_process(tmp_path):
         body, hdr = binary_body(x)
         r = httpx.post(f"{url}/v2/models/resnet50/infer", content=body, headers=hdr, timeout=60)
         assert r.status_code == 200, r.text
-        out.seek(0)
         assert "flex" in out.read()  # the plan's scheduler (HERD's groups are served by FLEX)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
