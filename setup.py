@@ -1,8 +1,13 @@
-"""The compiled part of hetserve: ``scheduling/reservation_core.py`` compiled by Cython (its
-``.pxd`` declares the C types) as ``hetserve.scheduling.reservation_core_c``. Everything
-else is in pyproject.toml. The extension is optional: where it cannot be built (no C
-compiler, no Cython), the install goes on with a warning and hetserve runs the same file
-as plain Python, with the same results (docs/benchmarks.md, "Issue 41, step 1")."""
+"""The compiled parts of hetserve, built by Cython; everything else is in pyproject.toml.
+
+- ``scheduling/reservation_core.py`` (its ``.pxd`` declares the C types) as
+  ``hetserve.scheduling.reservation_core_c``; without it the same file runs as Python.
+- ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``;
+  without it the ``csv`` module writes the same bytes.
+
+Both are optional: where one cannot be built (no C compiler, no Cython), the install goes
+on with a warning and hetserve runs the Python, with the same results (docs/benchmarks.md,
+"Issue 41, step 1")."""
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -19,14 +24,18 @@ class OptionalBuildExt(build_ext):
             try:
                 self.build_extension(ext)
             except Exception as err:  # (a compiler missing or failing: any error of its)
-                self.warn(
-                    f"hetserve: {ext.name} was not built ({err}); the Python file "
-                    f"src/hetserve/scheduling/reservation_core.py runs instead"
-                )
+                self.warn(f"hetserve: {ext.name} was not built ({err}); {FALLBACK[ext.name]}")
                 failed.append(ext)
         for ext in failed:
             self.extensions.remove(ext)
 
+
+FALLBACK = {
+    "hetserve.scheduling.reservation_core_c": (
+        "the Python file src/hetserve/scheduling/reservation_core.py runs instead"
+    ),
+    "hetserve.sim.csv_cells": "the csv module writes the simulator's CSV files instead",
+}
 
 try:
     from Cython.Build import cythonize
@@ -39,7 +48,10 @@ else:
                 "hetserve.scheduling.reservation_core_c",
                 ["src/hetserve/scheduling/reservation_core.py"],
                 optional=True,
-            )
+            ),
+            Extension(
+                "hetserve.sim.csv_cells", ["src/hetserve/sim/csv_cells.pyx"], optional=True
+            ),
         ],
         compiler_directives={"language_level": 3},
         quiet=True,

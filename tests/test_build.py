@@ -18,6 +18,8 @@ FILES = [
     "src/hetserve/scheduling/__init__.py",
     "src/hetserve/scheduling/reservation_core.py",
     "src/hetserve/scheduling/reservation_core.pxd",
+    "src/hetserve/sim/__init__.py",
+    "src/hetserve/sim/csv_cells.pyx",
 ]
 
 
@@ -33,4 +35,5 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "reservation_core_c was not built" in out.stdout + out.stderr
+    assert "csv_cells was not built" in out.stdout + out.stderr
     assert not list((tmp_path / "src").rglob("*.so"))

@@ -10,36 +10,19 @@ The table itself is ``reservation_core.SlotTable``, on resources numbered 0..n-1
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from hetserve.core.compiled import compiled_build
 from hetserve.scheduling import reservation_core as _pure
 
 
 def _core() -> tuple[ModuleType, bool]:
-    """The compiled build where there is one, built from the Python file as it is now (a
-    build older than the file or its ``.pxd`` is left aside, with a warning: it would
-    run code that is no longer there)."""
-    if os.environ.get("HETSERVE_PURE_PYTHON", "") not in ("", "0"):
-        return _pure, False
-    try:
-        from hetserve.scheduling import reservation_core_c  # type: ignore[attr-defined]
-    except ImportError:
-        return _pure, False
+    """The compiled build where there is one, built from the Python file as it is now."""
     src = Path(_pure.__file__)
-    built = Path(reservation_core_c.__file__).stat().st_mtime
-    if any(f.exists() and f.stat().st_mtime > built for f in (src, src.with_suffix(".pxd"))):
-        warnings.warn(
-            f"{reservation_core_c.__file__} is older than {src}: running the Python file "
-            f"(rebuild the compiled one with `pip install -e .`, or `make` in a checkout)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return _pure, False
-    return reservation_core_c, True
+    built = compiled_build("hetserve.scheduling.reservation_core_c", (src, src.with_suffix(".pxd")))
+    return (_pure, False) if built is None else (built, True)
 
 
 core, COMPILED = _core()

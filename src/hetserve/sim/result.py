@@ -4,6 +4,7 @@ part that records it during a run."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hetserve.core.compiled import compiled_build
 from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES, PENDING
 from hetserve.core.requests import Request
 from hetserve.engine.entities import Batch, Slot, Task
@@ -19,6 +21,9 @@ from hetserve.engine.executor import Observer
 from hetserve.engine.links import LinkTable
 from hetserve.sim.energy import Energy
 from hetserve.workload.trace import Trace
+
+# the compiled CSV writer (setup.py), or None: the csv module writes the same bytes
+CSV_CELLS = compiled_build("hetserve.sim.csv_cells", (Path(__file__).with_name("csv_cells.pyx"),))
 
 FINISHED = -1  # (while running: finished, ok or late not yet told apart)
 
@@ -72,6 +77,57 @@ def _times(values: Sequence[Any] | np.ndarray) -> list[Any]:
     return ["" if x is None or x != x else float(x) for x in values]
 
 
+# A CSV file's column, for :func:`write_csv`: (kind, data, cells). Kinds: "F" a float
+# array (NaN an empty cell), "I" an int array, "C" an int array of codes into ``cells``
+# (the strings), "T" a list of times (None or NaN empty), "O" a list of Python objects
+# written as the ``csv`` module writes them.
+Column = tuple[str, Any, Any]
+
+
+def _cells(kind: str, data: Any, cells: Any) -> list[Any]:
+    """A column as the ``csv`` module takes it."""
+    if kind == "F" or kind == "T":
+        return _times(data)
+    if kind == "I":
+        return np.asarray(data).astype(int).tolist()
+    if kind == "C":
+        return [cells[k] for k in np.asarray(data).tolist()]
+    return list(data)
+
+
+def _quote(x: Any) -> bytes:
+    """A cell as the ``csv`` module writes it in a row of several (quoted where it must
+    be), UTF-8."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow((x, ""))
+    return buf.getvalue()[:-3].encode()
+
+
+def write_csv(path: str | Path, header: Sequence[str], columns: list[Column], n: int) -> None:
+    """``n`` rows of ``columns`` under ``header``, in UTF-8 with CRLF line ends (the
+    ``csv`` module's defaults): by ``sim/csv_cells.pyx`` where it was built, else by the
+    ``csv`` module, the same bytes either way (``tests/sim/test_csv_cells.py``)."""
+    if CSV_CELLS is not None:
+        fixed = []
+        for kind, data, cells in columns:
+            if kind in ("F", "I", "C"):
+                dtype = np.float64 if kind == "F" else np.int64
+                data = np.ascontiguousarray(data, dtype)
+            if kind == "C":
+                cells = tuple(_quote(c) for c in cells)
+            fixed.append((kind, data, cells))
+        buf = io.StringIO()
+        csv.writer(buf).writerow(header)
+        head = buf.getvalue().encode()
+        with open(path, "wb") as fb:
+            CSV_CELLS.write_columns(fb, head, fixed, n, _quote)
+        return
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(zip(*(_cells(*c) for c in columns), strict=True))
+
+
 @dataclass
 class SimResult:
     trace: Trace
@@ -103,40 +159,32 @@ class SimResult:
 
     def write_requests_csv(self, path: str | Path) -> None:
         tr = self.trace
-        names = [s.name for s in tr.streams]
-        models = [s.model for s in tr.streams]
-        idx = tr.stream_idx.tolist()
+        idx = np.asarray(tr.stream_idx, np.int64)
         lat_ms = (self.finish_s - tr.time_s) * 1e3
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(REQUEST_COLUMNS)
-            w.writerows(
-                zip(
-                    range(len(tr)),
-                    [names[k] for k in idx],
-                    [models[k] for k in idx],
-                    _times(tr.time_s),
-                    _times(tr.deadlines_s()),
-                    _times(self.dispatch_s),
-                    _times(self.start_s),
-                    _times(self.finish_s),
-                    _times(lat_ms),
-                    [OUTCOME_NAMES[k] for k in self.outcome.tolist()],
-                    [self.reasons[k] for k in self.reason.tolist()],
-                    self.batch.astype(int).tolist(),
-                    strict=True,
-                )
-            )
+        n = len(tr)
+        columns: list[Column] = [
+            ("I", np.arange(n, dtype=np.int64), None),
+            ("C", idx, [s.name for s in tr.streams]),
+            ("C", idx, [s.model for s in tr.streams]),
+            ("F", tr.time_s, None),
+            ("F", tr.deadlines_s(), None),
+            ("F", self.dispatch_s, None),
+            ("F", self.start_s, None),
+            ("F", self.finish_s, None),
+            ("F", lat_ms, None),
+            ("C", self.outcome, OUTCOME_NAMES),
+            ("C", self.reason, self.reasons),
+            ("I", self.batch, None),
+        ]
+        write_csv(path, REQUEST_COLUMNS, columns, n)
 
     def write_batches_csv(self, path: str | Path) -> None:
         rows = self.stage_rows
         cols = list(zip(*rows, strict=True)) if rows else [()] * len(BATCH_COLUMNS)
-        for k in (6, 7, 9, 10, 11):  # the times
-            cols[k] = _times(cols[k])
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(BATCH_COLUMNS)
-            w.writerows(zip(*cols, strict=True))
+        times = (6, 7, 9, 10, 11)
+        columns: list[Column] = [("T" if k in times else "O", list(c), None) for k, c in
+                                 enumerate(cols)]  # fmt: skip
+        write_csv(path, BATCH_COLUMNS, columns, len(rows))
 
     def write_workers_csv(self, path: str | Path) -> None:
         """Per worker (virtual GPU): busy time, utilisation, energy (its slice's share of

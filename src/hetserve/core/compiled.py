@@ -1,0 +1,37 @@
+"""The compiled parts' builds (``setup.py``: Cython, optional): which one a module takes.
+
+A compiled module is used where it was built, from its source as it is now, and the
+environment does not ask for Python (``HETSERVE_PURE_PYTHON=1``); otherwise its caller
+runs the Python it stands in for, with the same results."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+
+def compiled_build(name: str, sources: Sequence[Path]) -> ModuleType | None:
+    """The extension module ``name``, or None: not built, ``HETSERVE_PURE_PYTHON`` set,
+    or older than one of ``sources`` (left aside with a warning: it would run code that
+    is no longer there; a source that is not installed is not compared)."""
+    if os.environ.get("HETSERVE_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        mod = importlib.import_module(name)
+    except ImportError:
+        return None
+    built = Path(mod.__file__ or "").stat().st_mtime
+    stale = [f for f in sources if f.exists() and f.stat().st_mtime > built]
+    if stale:
+        warnings.warn(
+            f"{mod.__file__} is older than {stale[0]}: running the Python instead "
+            f"(rebuild the compiled one with `pip install -e .`, or `make` in a checkout)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return mod
