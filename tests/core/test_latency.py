@@ -57,6 +57,40 @@ def test_prepartition_balances_reference_latency():
         assert RM.out_bytes(model, 9) == RM.blocks(model).out_bytes[9]
 
 
+def _roofline_layer(layer, g, share, batch, p):  # type: ignore[no-untyped-def]
+    """The roofline of one layer as the model defines it (docs/latency.md), written out
+    as scalar arithmetic: the reference for the model's arrays."""
+    peak = g.inference_tflops * 1e12 / share
+    bw = g.mem_bw_gbps * 1e9 / share
+    flops = batch * layer.flops
+    nbytes = p.storage_bytes / 4 * (layer.param_bytes + batch * layer.mem_bytes)
+    work = batch * layer.mem_bytes / 4 / max(1, 2 * layer.n_ops)
+    fill = work / (work + p.fill_elems_per_tflop * peak / 1e12) if work > 0 else 1.0
+    eff_c = p.eff_kind.get(layer.kind, p.eff_default) * fill
+    t_c = flops / (peak * eff_c) if flops > 0 else 0.0
+    t = max(t_c, nbytes / (bw * p.eff_mem)) + layer.n_ops * p.launch_s
+    u = max(flops / (peak * t), nbytes / (bw * t)) if t > 0 else 0.0
+    return t, min(1.0, u)
+
+
+MORE = ["resnet152", "efficientnet-b8", "gpt2", "fcn-resnet101"]
+
+
+@pytest.mark.parametrize("model", [*MODELS, *MORE])
+def test_layer_times_are_the_scalar_rooflines_to_the_last_bit(model):
+    """The model computes its layers as arrays; every time and utilisation is the double
+    the scalar formula gives, at every batch size a scheduler's table asks for."""
+    from hetserve.core.graph import get_graph
+
+    rm = RooflineModel()
+    layers = get_graph(model).layers
+    for gpu, share in (("P4", 1), ("L4", 2), ("V100", 1), ("A100", 7), ("H100", 3)):
+        g = get_gpu(gpu)
+        for batch in (1, 2, 3, 7, 8, 64, 127, 128):
+            want = [_roofline_layer(x, g, share, batch, rm.p) for x in layers]
+            assert rm.layer_times(model, gpu, share, batch) == want, (gpu, share, batch)
+
+
 def test_fig3_latency_ratio_varies_across_layers():
     """PPipe Fig. 3: P4/L4 latency ratio is low (memory-bound) for early EfficientNet
     layers and much higher (compute-bound) for late ones."""

@@ -34,3 +34,19 @@ def test_admission_sees_the_overhead():
     view2 = ClusterView.build(s.cluster, s.latency, s.placement)
     view2.stage_overhead_s[w] = 0.004
     assert Admission(view2, s.plan, 4).best_finish_s("m", 0) == pytest.approx(plain + 0.004)
+
+
+def test_a_latency_table_is_each_stage_time_and_a_list_of_its_own():
+    """The view keeps a table's blocks' part per GPU type and share: what it gives is still
+    ``stage_latency_s`` at each batch size, exactly, overhead included, and the caller's
+    to change."""
+    s = linear_setup(n_gpus=2, alpha_s=0.010, beta_s=0.002, max_batch=4)
+    view = ClusterView.build(s.cluster, s.latency, s.placement)
+    w0, w1 = sorted(view.workers)
+    t = view.latency_table("m", w0, 4)
+    assert t == [view.stage_latency_s("m", w0, b) for b in range(1, 5)]
+    t[0] = -1.0
+    assert view.latency_table("m", w1, 4) == [view.stage_latency_s("m", w1, b) for b in range(1, 5)]
+    view.stage_overhead_s[w1] = 0.003
+    assert view.latency_table("m", w1, 4) == [view.stage_latency_s("m", w1, b) for b in range(1, 5)]
+    assert view.latency_table("m", w0, 4) == [view.stage_latency_s("m", w0, b) for b in range(1, 5)]

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from hetserve.core.errors import ConfigError, HetserveError, unknown
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
 from hetserve.core.graph import Blocks, ModelGraph, balanced_partition, get_graph
@@ -198,6 +200,7 @@ class RooflineModel:
         self.p = params or RooflineParams()
         self._blocks: dict[str, Blocks] = dict(blocks or {})
         self._cache: dict[tuple[str, str, int, int], list[tuple[float, float]]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, ...]] = {}
         # latency() and energy() by their arguments: a simulator asks for the same few
         # thousand at every dispatch, each a sum over the model's layers
         self._sums: dict[tuple[Any, ...], float] = {}
@@ -214,30 +217,61 @@ class RooflineModel:
         """Per layer: (seconds, achieved fraction of the bounding resource's peak)."""
         g = self._gpu(gpu)
         key = (model, g.name, share, batch)
-        if key in self._cache:
-            return self._cache[key]
-        graph = self.graph(model)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        # every batch size up to a power of two at least 32 at once: a scheduler's table
+        # asks for batch 1..max_batch (flex: 128) of every model on every GPU type, and
+        # numpy's cost is per call, not per element (issue 41: 100 models, 1,000 GPUs)
+        top = 32
+        while top < batch:
+            top *= 2
+        for b, times in enumerate(self._rooflines(model, g, share, top), 1):
+            self._cache.setdefault((model, g.name, share, b), times)
+        return self._cache[key]
+
+    def _rooflines(
+        self, model: str, g: GpuType, share: int, top: int
+    ) -> list[list[tuple[float, float]]]:
+        """:meth:`layer_times` at batch 1..``top``: a row per batch, a column per layer.
+        Each element is computed by the operations a loop over the layers would do, in the
+        same order: the same doubles (``tests/core/test_latency.py``)."""
+        flops_1, param_b, mem_b, n_ops, eff_k = self._layer_arrays(model)
         p = self.p
         peak = g.inference_tflops * 1e12 / share
         bw = g.mem_bw_gbps * 1e9 / share
         s = p.storage_bytes / 4
         fill_half = p.fill_elems_per_tflop * peak / 1e12
-        out = []
-        for layer in graph.layers:
-            flops = batch * layer.flops
-            nbytes = s * (layer.param_bytes + batch * layer.mem_bytes)
+        batch = np.arange(1, top + 1, dtype=np.float64)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            flops = batch * flops_1
+            nbytes = s * (param_b + batch * mem_b)
             # parallel work: the average tensor a kernel of this layer reads or writes
-            work = batch * layer.mem_bytes / 4 / max(1, 2 * layer.n_ops)
-            fill = work / (work + fill_half) if work > 0 else 1.0
-            eff_c = p.eff_kind.get(layer.kind, p.eff_default) * fill
-            t_c = flops / (peak * eff_c) if flops > 0 else 0.0
+            work = batch * mem_b / 4 / np.maximum(1.0, 2 * n_ops)
+            fill = np.where(work > 0, work / (work + fill_half), 1.0)
+            eff_c = eff_k * fill
+            t_c = np.where(flops > 0, flops / (peak * eff_c), 0.0)
             t_m = nbytes / (bw * p.eff_mem)
-            t_roof = max(t_c, t_m)
-            t = t_roof + layer.n_ops * p.launch_s
-            u = max(flops / (peak * t), nbytes / (bw * t)) if t > 0 else 0.0
-            out.append((t, min(1.0, u)))
-        self._cache[key] = out
-        return out
+            t = np.maximum(t_c, t_m) + n_ops * p.launch_s
+            u = np.where(t > 0, np.maximum(flops / (peak * t), nbytes / (bw * t)), 0.0)
+        rows = zip(t.tolist(), np.minimum(1.0, u).tolist(), strict=True)
+        return [list(zip(ts, us, strict=True)) for ts, us in rows]
+
+    def _layer_arrays(self, model: str) -> tuple[np.ndarray, ...]:
+        """The model's layers as arrays: FLOPs, parameter bytes and activation bytes at
+        batch 1, kernels, and the compute efficiency of each layer's kind."""
+        got = self._arrays.get(model)
+        if got is None:
+            layers = self.graph(model).layers
+            p = self.p
+            got = self._arrays[model] = (
+                np.array([x.flops for x in layers], np.float64),
+                np.array([x.param_bytes for x in layers], np.float64),
+                np.array([x.mem_bytes for x in layers], np.float64),
+                np.array([x.n_ops for x in layers], np.float64),
+                np.array([p.eff_kind.get(x.kind, p.eff_default) for x in layers], np.float64),
+            )
+        return got
 
     def blocks(self, model: str) -> Blocks:
         if model not in self._blocks:

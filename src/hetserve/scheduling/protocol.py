@@ -193,6 +193,9 @@ class ClusterView:
     _lat_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], float] = field(
         default_factory=dict, repr=False
     )
+    _table_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], list[float]] = field(
+        default_factory=dict, repr=False
+    )
 
     @staticmethod
     def build(
@@ -225,8 +228,22 @@ class ClusterView:
     def latency_table(
         self, model: str, worker: WorkerId, max_batch: int, blocks: tuple[int, int] | None = None
     ) -> list[float]:
-        """Latency at batch sizes 1..max_batch (index b-1)."""
-        return [self.stage_latency_s(model, worker, b, blocks) for b in range(1, max_batch + 1)]
+        """Latency at batch sizes 1..max_batch (index b-1): :meth:`stage_latency_s` of
+        each (a new list; the blocks' part is kept per GPU type and share, which is all
+        it depends on: 1,000 workers of two types make two tables, not 1,000)."""
+        w = self.workers[worker]
+        key = (model, w.gpu.name, w.share, max_batch, blocks)
+        base = self._table_cache.get(key)
+        if base is None:
+            rng = None if blocks is None else range(*blocks)
+            lat = self.latency.latency
+            base = self._table_cache[key] = [
+                lat(model, w.gpu, w.share, b, rng) for b in range(1, max_batch + 1)
+            ]
+        if self.stage_overhead_s:
+            o = self.stage_overhead_s.get(worker, 0.0)
+            return [t + o for t in base]
+        return list(base)
 
 
 @runtime_checkable
