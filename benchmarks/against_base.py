@@ -11,16 +11,18 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
 - ``speed``: simulated requests per wall second of the timed scenarios (the simulation
   only: setup and trace generation excluded), ``--rounds`` alternations, the best of
   each; the ratio this tree / base. ``c`` or ``py`` after a speed: the tree ran its
-  compiled core or the Python file (``scheduling/reservation_table.COMPILED``; the base's
-  worktree is never built, so it runs Python; nothing: a tree from before the core).
+  compiled core or the Python file (``scheduling/reservation_table.COMPILED``; nothing: a
+  tree from before the core). The base's worktree runs its Python files unless
+  ``--build-base`` builds its compiled parts first (``setup.py build_ext --inplace``): then
+  both trees run as installed, and a ratio is this tree's code against the base's alone.
 
 Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [--base REV]
-[--rounds N] [--only NAME,...] [--ppipe CHECKOUT [--seconds S]]`` (default: both, base
-``HEAD``, so uncommitted changes are compared with the last commit). ``--ppipe``: a checkout
-of the PPipe artifact (``github.com/JonnyKong/PPipe``, nothing is downloaded) adds issue
-41's instance: the authors' MAF19 group (efficientnet-b8, encnet, rtmdet) on ``hc1-l``
-with their TensorRT block profiles, their PPipe and NP plans at capacity, ``--seconds``
-of Poisson arrivals.
+[--rounds N] [--only NAME,...] [--build-base] [--ppipe CHECKOUT [--seconds S]]``
+(default: both, base ``HEAD``, so uncommitted changes are compared with the last
+commit). ``--ppipe``: a checkout of the PPipe artifact (``github.com/JonnyKong/PPipe``,
+nothing is downloaded) adds issue 41's instance: the authors' MAF19 group
+(efficientnet-b8, encnet, rtmdet) on ``hc1-l`` with their TensorRT block profiles, their
+PPipe and NP plans at capacity, ``--seconds`` of Poisson arrivals.
 """
 
 from __future__ import annotations
@@ -243,6 +245,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="")
     ap.add_argument(
+        "--build-base",
+        action="store_true",
+        help="build the base's compiled parts too (setup.py build_ext --inplace)",
+    )
+    ap.add_argument(
         "--ppipe",
         default=None,
         help="a checkout of github.com/JonnyKong/PPipe: issue 41's scenarios",
@@ -270,6 +277,10 @@ def main() -> None:
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), rev], cwd=ROOT,
                        check=True)  # fmt: skip
         try:
+            if args.build_base and (base / "setup.py").exists():
+                print(f"building the base's compiled parts ({base / 'setup.py'})", flush=True)
+                subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"],
+                               cwd=base, check=True, capture_output=True)  # fmt: skip
             py = sys.version.split()[0]
             print(f"base {rev} ({base}) against this tree ({ROOT}); python {py}")
             if "results" in args.what:

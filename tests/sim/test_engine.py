@@ -520,3 +520,33 @@ def test_request_overhead_is_added_to_the_first_stage():
     assert row[5] == 3 and row[7] - row[6] == pytest.approx(0.001 * 3 + 0.002 + 3 * 0.0005)
     with pytest.raises(HetserveError, match="request_overhead_s must be >= 0"):
         SimConfig(request_overhead_s=-1)
+
+
+def test_a_run_sets_the_older_objects_aside_and_gives_them_back():
+    """``Simulator.run`` freezes the objects from before it for the collector's sake and
+    unfreezes them after, also when the run fails; a caller's own freeze is left alone."""
+    import gc
+
+    from hetserve.sim.engine import older_objects_frozen
+
+    assert gc.get_freeze_count() == 0
+    seen = []
+    with older_objects_frozen():
+        seen.append(gc.get_freeze_count())
+    assert seen[0] > 0 and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), older_objects_frozen():
+        raise RuntimeError("a failing run")
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's
+    try:
+        mine = gc.get_freeze_count()
+        with older_objects_frozen():
+            assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
+    s = linear_setup(n_gpus=1, alpha_s=0.01, beta_s=0.0, max_batch=2)
+    tr = generate([Stream("s", "m", 0.5, Poisson(20.0))], 2.0, seed=1)
+    res = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("fixed-batch"),
+                    tr, SimConfig()).run()  # fmt: skip
+    assert len(res.outcome) == len(tr) and gc.get_freeze_count() == 0
