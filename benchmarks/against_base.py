@@ -10,11 +10,13 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   in each tree; a scenario whose hashes differ prints its first differing request.
 - ``speed``: simulated requests per wall second of the timed scenarios (the simulation
   only: setup and trace generation excluded), ``--rounds`` alternations, the best of
-  each; the ratio this tree / base. ``c`` or ``py`` after a speed: the tree ran its
-  compiled core or the Python file (``scheduling/reservation_table.COMPILED``; nothing: a
-  tree from before the core). The base's worktree runs its Python files unless
-  ``--build-base`` builds its compiled parts first (``setup.py build_ext --inplace``): then
-  both trees run as installed, and a ratio is this tree's code against the base's alone.
+  each; the ratio this tree / base; and this tree's events (``SimResult.events``: the
+  arrivals and clock callbacks its loop took) and events per wall second. ``c`` or
+  ``py`` after a speed: the tree ran its compiled core or the Python file
+  (``scheduling/reservation_table.COMPILED``; nothing: a tree from before the core).
+  The base's worktree runs its Python files unless ``--build-base`` builds its compiled
+  parts first (``setup.py build_ext --inplace``): then both trees run as installed, and a
+  ratio is this tree's code against the base's alone.
 
 Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [--base REV]
 [--rounds N] [--only NAME,...] [--build-base] [--ppipe CHECKOUT [--seconds S]]``
@@ -215,7 +217,7 @@ try:  # whether the tree ran its compiled core (None: a tree from before there w
 except ImportError:
     compiled = None
 print(json.dumps({"n": len(res.trace), "wall": wall, "hash": h, "sample": per_req,
-                  "compiled": compiled}))
+                  "compiled": compiled, "events": getattr(res, "events", 0)}))
 """
 
 
@@ -299,17 +301,21 @@ def main() -> None:
                 for name in names:
                     best = {"base": 0.0, "this": 0.0}
                     core = {"base": "", "this": ""}
-                    n = 0
+                    n = events = 0
                     for _ in range(args.rounds):
                         for key, tree in (("base", base), ("this", ROOT)):
                             r = _run(tree, SCENARIOS[name])
                             n = r["n"]
+                            if key == "this":
+                                events = r.get("events", 0)
                             best[key] = max(best[key], r["n"] / r["wall"])
                             core[key] = {True: "c", False: "py"}.get(r.get("compiled"), "")
+                    per_s = best["this"] * events / n if n else 0.0
                     print(
                         f"  {name:<55} base {best['base']:>9,.0f}{core['base']:>3}"
                         f"  this {best['this']:>9,.0f}{core['this']:>3}"
-                        f"  ratio {best['this'] / best['base']:.3f}  ({n:,} requests)"
+                        f"  ratio {best['this'] / best['base']:.3f}  ({n:,} requests;"
+                        f" this tree {events:,} events, {per_s:,.0f} events/s)"
                     )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,

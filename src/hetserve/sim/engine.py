@@ -204,10 +204,13 @@ class Simulator:
         horizon = tr.duration_s + drain
         times = tr.time_s.tolist()
         now = kernel.run(_requests(tr, times), times, horizon)
+        # (the clock numbers every callback it is given; those left are past the horizon)
+        events = len(times) + next(clock.seq) - 1 - len(clock.heap)
         end = max(now, tr.duration_s)
         kernel.close(end, RUN_ENDED, UNSERVED)
         kernel.detach()
         result = self.recorder.result(end, kernel.workers, Energy(self.cluster), self.links)
+        result.events = events
         if self.control is not None:
             result.control = [r.to_json() for r in self.control.records]
             result.gpu_seconds = gpu_seconds(self.control.holding, end)

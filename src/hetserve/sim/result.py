@@ -151,6 +151,9 @@ class SimResult:
     control: list[dict[str, Any]] = field(default_factory=list)
     # GPU-seconds per GPU type the plan (the plans, re-planning) held over the run
     gpu_seconds: dict[str, float] = field(default_factory=dict)
+    # the events the run's loop took in turn: arrivals and the clock's callbacks (stage
+    # ends, transfers, timers, deadline checks): what "events per second" counts
+    events: int = 0
 
     @property
     def models(self) -> np.ndarray:
