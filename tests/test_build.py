@@ -17,7 +17,7 @@ FILES = [
     "src/hetserve/__init__.py",
     "src/hetserve/scheduling/__init__.py",
     "src/hetserve/scheduling/reservation_core.py",
-    "src/hetserve/scheduling/reservation_core.pxd",
+    "src/hetserve/scheduling/reservation_core_c.pxd",
     "src/hetserve/sim/__init__.py",
     "src/hetserve/sim/csv_cells.pyx",
 ]

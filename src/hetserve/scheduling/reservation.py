@@ -20,6 +20,11 @@ switched topology: every link of the path): when each is reserved, by which batc
   the waiting requests can still be served together); otherwise reserve and dispatch.
 - Feedback correction: every ``StageReport`` moves the batch's reservation to what really
   happened, and shifts its later stages by any overrun.
+
+This class sets the scheduler up (pools, resources by number, each pipeline's stage
+times and transfers); the table, the probe, Algorithm 1 and the correction are
+``reservation_core`` (``SlotTable``, ``probe``, ``Algorithm1``), one Python file that
+``setup.py`` also compiles with Cython, and every protocol call goes to it whole.
 """
 
 from __future__ import annotations
@@ -38,14 +43,10 @@ from hetserve.scheduling.pools import (
     Pools,
 )
 from hetserve.scheduling.protocol import (
-    RETURNED,
     Action,
     BaseScheduler,
     ClusterView,
-    Dispatch,
-    Drop,
     RouteStep,
-    SetTimer,
     StageReport,
     WorkerId,
     register,
@@ -53,8 +54,6 @@ from hetserve.scheduling.protocol import (
 from hetserve.scheduling.reservation_core import Xfers
 from hetserve.scheduling.reservation_table import ReservationTable
 from hetserve.scheduling.reservation_table import core as _core
-
-_EPS = 1e-12
 
 
 @dataclass(slots=True)
@@ -90,11 +89,7 @@ class Reservation(BaseScheduler):
         self.table.name_all(sorted(view.workers))
         core = self.table.core
         self.queue = DeadlineQueues(plan.models, "reservation")
-        self.timer_at: dict[str, float] = {}
         self.links: dict[tuple[WorkerId, WorkerId], tuple[list[str], float, float]] = {}
-        self.batch_resv: dict[int, list[tuple[int, float, float, int]]] = {}  # + stage idx
-        self.batch_route: dict[int, tuple[str, tuple[RouteStep, ...]]] = {}
-        self._stages: dict[tuple[str, int, int], list[tuple[float, float, Any]]] = {}
         # per pipeline, per stage: its transfers by the previous stage's worker
         # (and the call that makes one that is not there yet)
         self._xfers: dict[tuple[str, int], tuple[list[dict[int, Xfers]], Any]] = {}
@@ -125,9 +120,28 @@ class Reservation(BaseScheduler):
         for w, until in view.busy_until_s.items():  # the previous plan's work (a switch)
             if until > now and w in view.workers:
                 self.table.add(w, now, until, ("busy", w))
-        self._planned = {
-            m: [(p, self._bs(p)) for p in pipes] for m, pipes in self.pools.pipelines.items()
-        }
+        # Algorithm 1 and the feedback correction (``reservation_core.Algorithm1``): the
+        # pipelines it probes, by model, and the queues, shared with ``self.queue``
+        self._pipes: dict[tuple[str, int], Any] = {}
+        pipes: dict[str, list[Any]] = {}
+        for m, pools in self.pools.pipelines.items():
+            pipes[m] = []
+            for p in pools:
+                xfers, miss = self._xfers[(p.model, p.index)]
+                blocks = [b for b, _ in p.stages]
+                info_of = functools.partial(self._stage_info, p)
+                pipe = _core.Pipe(self._bs(p), blocks, info_of, xfers, miss)
+                self._pipes[(p.model, p.index)] = pipe
+                pipes[m].append(pipe)
+        self.algorithm = _core.Algorithm1(
+            core, self.table.names, self.table.ids, self._lost, self.margin_s, pipes,
+            self.queue.heaps, self.queue.rows, self._next_batch,
+        )  # fmt: skip
+        # (the core's own, for a look from outside: model -> timer, batch -> reservations
+        # as (resource, start, duration, stage), batch -> (model, route))
+        self.timer_at: dict[str, float] = self.algorithm.timer_at
+        self.batch_resv: dict[int, list[tuple[int, float, float, int]]] = self.algorithm.batch_resv
+        self.batch_route: dict[int, tuple[str, tuple[RouteStep, ...]]] = self.algorithm.batch_route
         return []
 
     # ------------------------------------------------------------------ probe / reserve
@@ -147,21 +161,18 @@ class Reservation(BaseScheduler):
 
     def _stage_info(self, pipe: PipelinePool, batch: int) -> list[tuple[float, float, Any]]:
         """Per stage: inference seconds (equal over the pool: one GPU type and share), bits
-        crossing the cut into it, the pool's order."""
-        key = (pipe.model, pipe.index, batch)
-        info = self._stages.get(key)
-        if info is None:
-            info = []
-            lat = self.view.latency
-            for blocks, workers in pipe.stages:
-                l_i = self.view.stage_latency_s(pipe.model, workers[0], batch, blocks)
-                bits = (
-                    lat.out_bytes(pipe.model, blocks[0] - 1) * batch * self.view.cut_bytes_factor
-                    if blocks[0] > 0
-                    else 0.0
-                ) * 8
-                info.append((l_i, bits, self._orders[workers]))
-            self._stages[key] = info
+        crossing the cut into it, the pool's order (kept in the pipeline's ``infos``)."""
+        info = []
+        lat = self.view.latency
+        for blocks, workers in pipe.stages:
+            l_i = self.view.stage_latency_s(pipe.model, workers[0], batch, blocks)
+            bits = (
+                lat.out_bytes(pipe.model, blocks[0] - 1) * batch * self.view.cut_bytes_factor
+                if blocks[0] > 0
+                else 0.0
+            ) * 8
+            info.append((l_i, bits, self._orders[workers]))
+        self._pipes[(pipe.model, pipe.index)].infos[batch] = info
         return info
 
     def _stage_xfers(self, pipe: PipelinePool, si: int, last: int) -> Xfers:
@@ -187,146 +198,30 @@ class Reservation(BaseScheduler):
         """PPipe Algorithm 2 (``reservation_core.probe``): stage by stage, the worker of
         the pool that completes first (transfer on both link ends at once, then
         inference); side-effect free."""
-        info = self._stages.get((pipe.model, pipe.index, batch)) or self._stage_info(pipe, batch)
-        xfers, miss = self._xfers[(pipe.model, pipe.index)]
-        path, resv, finish, wait, starts = _core.probe(
-            self.table.core, info, xfers, miss, self._lost, now
-        )
-        return Probe(pipe, batch, path, resv, finish, wait, starts)
-
-    def reserve(self, bid: int, pr: Probe) -> None:
-        """Commit a probe's reservations for batch ``bid`` (PPipe Algorithm 2, reserve)."""
-        self.batch_resv[bid] = self.table.core.reserve(bid, pr.resv, pr.path)
-
-    # ------------------------------------------------------------------ Algorithm 1
-    def _try(self, model: str, now: float, out: list[Action]) -> None:
-        q = self.queue[model]
-        if not q:
-            return
-        pipes = self._planned[model]
-        probe = self.probe
-        self.table.core.now = now  # (the core itself: no property call on the hot path)
-        while q:
-            # step 1: the pipeline whose probe at its planned batch size waits least
-            firsts = [probe(p, bs, now) for p, bs in pipes]
-            best = firsts[0]
-            for pr in firsts:
-                if pr.wait_s < best.wait_s - _EPS:
-                    best = pr
-            # step 2: from there down, the largest batch that meets the head's deadline
-            head = q[0][0] + _EPS
-            least = q[0][2].rows  # (a batch holds the head's rows at least)
-            chosen = self._largest_in_time(best, head, now, least)
-            if chosen is None and len(firsts) > 1:
-                # not even batch 1 makes it there: before dropping the head, the other
-                # pipelines that are free right now (a request that waited for a fuller
-                # batch on one pipeline may still fit another that sits idle)
-                for pr in firsts:
-                    if pr is not best and pr.wait_s <= _EPS:
-                        chosen = self._largest_in_time(pr, head, now, least)
-                        if chosen is not None:
-                            break
-            if chosen is None:
-                out.append(Drop((self.queue.pop_head(model),), "deadline"))
-                continue
-            n = self.queue.rows[model]
-            if n < chosen.batch:
-                pr_n = probe(chosen.pipeline, n, now)
-                slack = q[0][0] - pr_n.finish_s - self.margin_s
-                if slack > _EPS:  # wait till the last moment the n can still make it
-                    at = now + slack
-                    t_at = self.timer_at.get(model)
-                    if t_at is None or t_at > at + _EPS or t_at < now:
-                        self.timer_at[model] = at
-                        out.append(SetTimer(at, ("reservation", model, at)))
-                    return
-                chosen = pr_n
-            reqs, taken = self.queue.pop(model, chosen.batch)
-            if taken < chosen.batch:  # (the next request's rows did not fit)
-                chosen = probe(chosen.pipeline, taken, now)
-            bid = self.new_batch_id()
-            self.reserve(bid, chosen)
-            names = self.table.names
-            starts = chosen.stage_starts
-            stages = chosen.pipeline.stages
-            route = tuple([
-                RouteStep(si, names[w], starts[si], stages[si][0])
-                for si, w in enumerate(chosen.path)
-            ])  # fmt: skip
-            self.batch_route[bid] = (model, route)
-            out.append(Dispatch(bid, model, reqs, route))
-
-    def _largest_in_time(
-        self, first: Probe, head_s: float, now: float, least: int = 1
-    ) -> Probe | None:
-        """Algorithm 1, step 2: from ``first``'s batch size down to ``least`` (the head's
-        rows), the first probe of its pipeline that completes by ``head_s``."""
-        if first.batch < least:  # the head alone is larger than the planned batch
-            pr = self.probe(first.pipeline, least, now)
-            return pr if pr.finish_s <= head_s else None
-        if first.finish_s <= head_s:
-            return first
-        for bs in range(first.batch - 1, least - 1, -1):
-            pr = self.probe(first.pipeline, bs, now)
-            if pr.finish_s <= head_s:
-                return pr
-        return None
+        pr = self.algorithm.probe(self._pipes[(pipe.model, pipe.index)], batch, now)
+        return Probe(pipe, batch, pr.path, pr.resv, pr.finish_s, pr.wait_s, pr.starts)
 
     def _bs(self, p: PipelinePool) -> int:
         return min(p.batch, self.max_batch) if self.max_batch else p.batch
 
+    def new_batch_id(self) -> int:
+        """The next batch id (the core counts them: it dispatches the batches)."""
+        self.algorithm.next_batch += 1
+        return int(self.algorithm.next_batch)
+
     # ------------------------------------------------------------------ protocol
+    # Each call goes to the core whole (``reservation_core.Algorithm1``): Algorithm 1,
+    # the queues and the feedback correction run there, compiled where the package was
+    # built with Cython, with no call back into this class per decision.
+
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        self.queue.push(request)
-        out: list[Action] = []
-        self._try(request.model, now, out)
-        return out
+        return self.algorithm.on_arrival(request, now)
 
     def on_timer(self, token: object, now: float) -> list[Action]:
-        _, model, at = token  # type: ignore[misc]
-        if self.timer_at.get(model) != at:
-            return []
-        del self.timer_at[model]
-        out: list[Action] = []
-        self._try(model, now, out)
-        return out
+        return self.algorithm.on_timer(token, now)
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
-        if report.kind != "stage":
-            return []
-        changed = self._correct(report)  # (the tables say who is busy: no counts kept)
-        if not report.completed and report.reason in RETURNED:
-            self.queue.requeue(report.requests)
-            changed = True
-        if not changed:
-            # everything ran as reserved: nothing a new decision could use (Algorithm 1
-            # runs on arrivals, at the wake-up timer and when resources change)
-            return []
-        out: list[Action] = []
-        self._try(report.model, now, out)
-        return out
-
-    def _correct(self, r: StageReport) -> bool:
-        """Feedback correction: the batch's reservations follow reality. The reported
-        stage's worker and transfer move to when they really ran; later stages move by the
-        stage's overrun (or gain), or are released if the batch stops here. Returns whether
-        any reservation moved."""
-        bid = r.batch_id
-        entries = self.batch_resv.get(bid)
-        if entries is None:
-            return False
-        xs, xe = r.transfer_start_s, r.transfer_end_s
-        has_x = xs is not None and xe is not None
-        changed, keep = self.table.core.correct(
-            bid, entries, r.stage, self.table.ids[r.worker], r.start_s, r.end_s,
-            xs if has_x else 0.0, xe if has_x else 0.0, has_x, r.completed, r.last,
-        )  # fmt: skip
-        if keep is None:
-            del self.batch_resv[bid]
-            self.batch_route.pop(bid, None)
-        elif keep is not entries:
-            self.batch_resv[bid] = keep
-        return changed
+        return self.algorithm.on_stage_done(report, now)
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.pools.lost.add(worker)

@@ -1,10 +1,12 @@
+# cython: annotation_typing=False
 """The reservation scheduler's hot path (``scheduling/reservation.py``) on resources
 numbered 0..n-1: the reservation table (PPipe appendix A.3, Algorithm 2's
-``earliestSlot``), each worker pool's order by where its reservations end, and the probe
-(Algorithm 2) that reads them.
+``earliestSlot``), each worker pool's order by where its reservations end, the probe
+(Algorithm 2) that reads them, and the decisions (Algorithm 1, its queues and the feedback
+correction: :class:`Algorithm1`), which take the protocol's calls whole.
 
 This file is plain Python and runs as it is. Where the package was built with Cython
-(``setup.py``; ``reservation_core.pxd`` beside it declares the C types), the same file is
+(``setup.py``; ``reservation_core_c.pxd`` beside it declares the C types), the same file is
 also compiled as ``hetserve.scheduling.reservation_core_c`` and the scheduler takes that one
 (``reservation_table.py`` chooses; ``HETSERVE_PURE_PYTHON=1`` keeps this one). Both give
 the same results, bit for bit (``tests/scheduling/test_reservation_core.py``).
@@ -16,11 +18,19 @@ one reservation of a resource (tags of one resource are unique and mutually comp
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Sequence
 
+from hetserve.core.errors import HetserveError
+from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, SetTimer
+from hetserve.scheduling.rows import pop_edf
+
 _EPS = 1e-12
 _NEG_INF = -math.inf
+# the protocol's actions made without their Python constructors (NamedTuples: the class's
+# own ``__new__`` is a Python function, a frame per action; this is one C call)
+_new = tuple.__new__
 
 # a stage's transfers from the previous stage's worker: per receiving worker (worker,
 # links crossed, seconds per bit, delay s), and the least s/bit and delay over them
@@ -41,9 +51,33 @@ class PoolOrder:
 
 
 def _move(lst: list[tuple[float, int]], old_t: float, w: int, new_t: float) -> None:
-    i = bisect.bisect_left(lst, (old_t, w))
-    del lst[i]
-    bisect.insort(lst, (new_t, w))
+    """Move worker ``w``'s entry of the sorted ``lst`` from ``(old_t, w)`` to ``(new_t,
+    w)``: ``bisect_left`` and ``insort`` written out, so that compiled they compare C
+    doubles and integers (through ``bisect`` every step compares two tuples)."""
+    lo = 0
+    hi = len(lst)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = lst[mid]
+        t = x[0]
+        v = x[1]
+        if t < old_t or (t == old_t and v < w):
+            lo = mid + 1
+        else:
+            hi = mid
+    del lst[lo]
+    lo = 0
+    hi = len(lst)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = lst[mid]
+        t = x[0]
+        v = x[1]
+        if new_t < t or (new_t == t and w < v):
+            hi = mid
+        else:
+            lo = mid + 1
+    lst.insert(lo, (new_t, w))
 
 
 def _first(x: tuple[float, int]) -> float:
@@ -394,3 +428,241 @@ def probe(
         t_g = best_t
         last = best_w
     return path, resv, t_g, t_g - now - busy, starts
+
+
+# ---------------------------------------------------------------------- Algorithm 1
+class Pipe:
+    """A pipeline as Algorithm 1 probes it: its planned batch size (``bs``), its stages'
+    blocks, per batch size the stages' inference seconds, bits into them and pool orders
+    (``infos``; ``info_of(batch)`` makes one that is not there yet and keeps it there),
+    and per stage its transfers by the previous stage's worker (``xfers``; ``miss(si,
+    last)`` makes one)."""
+
+    def __init__(
+        self,
+        bs: int,
+        blocks: list[tuple[int, int]],
+        info_of: Callable[[int], list[tuple[float, float, PoolOrder]]],
+        xfers: list[dict[int, Xfers]],
+        miss: Callable[[int, int], Xfers],
+    ) -> None:
+        self.bs = bs
+        self.blocks = blocks
+        self.infos: dict[int, list[tuple[float, float, PoolOrder]]] = {}
+        self.info_of = info_of
+        self.xfers = xfers
+        self.miss = miss
+
+
+class Probed:
+    """A probe's result (:func:`probe`) for ``batch`` rows on ``pipe``."""
+
+    def __init__(
+        self,
+        pipe: Pipe,
+        batch: int,
+        path: list[int],
+        resv: list[tuple[int, float, float]],
+        finish_s: float,
+        wait_s: float,
+        starts: list[float],
+    ) -> None:
+        self.pipe = pipe
+        self.batch = batch
+        self.path = path
+        self.resv = resv
+        self.finish_s = finish_s
+        self.wait_s = wait_s
+        self.starts = starts
+
+
+class Algorithm1:
+    """PPipe Algorithm 1 with the feedback correction: the ``reservation`` scheduler's
+    decisions, which ``scheduling/reservation.py`` sets up and hands the protocol's calls
+    to. Per model, a heap of waiting requests by deadline (``queues``, with their
+    ``rows``: the scheduler's ``DeadlineQueues`` own both); the pipelines to probe
+    (``pipes``); the wake-up timer each model waits for (``timer_at``); each batch's
+    reservations (``batch_resv``) and route (``batch_route``); ``next_batch``: the last
+    batch id given (what ``BaseScheduler.new_batch_id`` counts)."""
+
+    def __init__(
+        self,
+        table: SlotTable,
+        names: list[str],
+        ids: dict[str, int],
+        lost: set[int],
+        margin_s: float,
+        pipes: dict[str, list[Pipe]],
+        queues: dict[str, list],
+        rows: dict[str, int],
+        next_batch: int,
+    ) -> None:
+        self.table = table
+        self.names = names  # (resources by number, and the numbers by name)
+        self.ids = ids
+        self.lost = lost
+        self.margin_s = margin_s
+        self.pipes = pipes
+        self.queues = queues
+        self.rows = rows
+        self.timer_at: dict[str, float] = {}
+        self.batch_resv: dict[int, list] = {}
+        self.batch_route: dict[int, tuple] = {}
+        self.next_batch = next_batch
+
+    # ------------------------------------------------------------------ the protocol
+    def on_arrival(self, request: object, now: float) -> list:
+        """A request joins its model's queue (the scheduler checked the model); then
+        Algorithm 1 for that model."""
+        model = request.model  # type: ignore[attr-defined]
+        q = self.queues.get(model)
+        if q is None:
+            raise HetserveError(f"reservation: no pipeline serves model {model!r}")
+        heapq.heappush(q, (request.deadline_s, request.id, request))  # type: ignore[attr-defined]
+        self.rows[model] += request.rows  # type: ignore[attr-defined]
+        out: list = []
+        self.try_model(model, now, out)
+        return out
+
+    def on_timer(self, token: object, now: float) -> list:
+        """The wake-up timer of a model: Algorithm 1 again, if it is still the one the
+        model waits for."""
+        model = token[1]
+        at = token[2]
+        if self.timer_at.get(model) != at:
+            return []
+        del self.timer_at[model]
+        out: list = []
+        self.try_model(model, now, out)
+        return out
+
+    def on_stage_done(self, report: object, now: float) -> list:
+        """The feedback correction; preempted requests back in their queue; Algorithm 1
+        again where anything moved."""
+        if report.kind != "stage":  # type: ignore[attr-defined]
+            return []
+        changed = self.correct(report)  # (the tables say who is busy: no counts kept)
+        if not report.completed and report.reason in RETURNED:  # type: ignore[attr-defined]
+            for r in report.requests:  # type: ignore[attr-defined]
+                heapq.heappush(self.queues[r.model], (r.deadline_s, r.id, r))
+                self.rows[r.model] += r.rows
+            changed = True
+        if not changed:
+            # everything ran as reserved: nothing a new decision could use (Algorithm 1
+            # runs on arrivals, at the wake-up timer and when resources change)
+            return []
+        out: list = []
+        self.try_model(report.model, now, out)  # type: ignore[attr-defined]
+        return out
+
+    # ------------------------------------------------------------------ the steps
+    def probe(self, p: Pipe, batch: int, now: float) -> Probed:
+        """Algorithm 2 (:func:`probe`) for ``batch`` rows on ``p``."""
+        info = p.infos.get(batch)
+        if info is None:
+            info = p.info_of(batch)
+        res = probe(self.table, info, p.xfers, p.miss, self.lost, now)
+        return Probed(p, batch, res[0], res[1], res[2], res[3], res[4])
+
+    def largest_in_time(self, first: Probed, head_s: float, now: float, least: int) -> object:
+        """Step 2: from ``first``'s batch size down to ``least`` (the head's rows), the
+        first probe of its pipeline that completes by ``head_s`` (None: none does)."""
+        if first.batch < least:  # the head alone is larger than the planned batch
+            pr = self.probe(first.pipe, least, now)
+            return pr if pr.finish_s <= head_s else None
+        if first.finish_s <= head_s:
+            return first
+        bs = first.batch - 1
+        while bs >= least:
+            pr = self.probe(first.pipe, bs, now)
+            if pr.finish_s <= head_s:
+                return pr
+            bs -= 1
+        return None
+
+    def try_model(self, model: str, now: float, out: list) -> None:
+        """Algorithm 1 for ``model``'s queue, until it is empty or waits; the actions go
+        to ``out``."""
+        q = self.queues[model]
+        if not q:
+            return
+        pipes = self.pipes[model]
+        table = self.table
+        table.now = now
+        rows = self.rows
+        while q:
+            # step 1: the pipeline whose probe at its planned batch size waits least
+            firsts = []
+            best = None
+            for p in pipes:
+                pr = self.probe(p, p.bs, now)
+                firsts.append(pr)
+                if best is None or pr.wait_s < best.wait_s - _EPS:
+                    best = pr
+            # step 2: from there down, the largest batch that meets the head's deadline
+            head = q[0][0] + _EPS
+            least = q[0][2].rows  # (a batch holds the head's rows at least)
+            chosen = self.largest_in_time(best, head, now, least)
+            if chosen is None and len(firsts) > 1:
+                # not even batch 1 makes it there: before dropping the head, the other
+                # pipelines that are free right now (a request that waited for a fuller
+                # batch on one pipeline may still fit another that sits idle)
+                for pr in firsts:
+                    if pr is not best and pr.wait_s <= _EPS:
+                        chosen = self.largest_in_time(pr, head, now, least)
+                        if chosen is not None:
+                            break
+            if chosen is None:
+                r = heapq.heappop(q)[2]
+                rows[model] -= r.rows
+                out.append(_new(Drop, ((r,), "deadline", ())))
+                continue
+            n = rows[model]
+            if n < chosen.batch:
+                pr = self.probe(chosen.pipe, n, now)
+                slack = q[0][0] - pr.finish_s - self.margin_s
+                if slack > _EPS:  # wait till the last moment the n can still make it
+                    at = now + slack
+                    t_at = self.timer_at.get(model)
+                    if t_at is None or t_at > at + _EPS or t_at < now:
+                        self.timer_at[model] = at
+                        out.append(_new(SetTimer, (at, ("reservation", model, at))))
+                    return
+                chosen = pr
+            reqs, taken = pop_edf(q, chosen.batch, n)
+            rows[model] = n - taken
+            if taken < chosen.batch:  # (the next request's rows did not fit)
+                chosen = self.probe(chosen.pipe, taken, now)
+            self.next_batch += 1
+            bid = self.next_batch
+            self.batch_resv[bid] = table.reserve(bid, chosen.resv, chosen.path)
+            names = self.names
+            starts = chosen.starts
+            blocks = chosen.pipe.blocks
+            route = tuple([
+                _new(RouteStep, (si, names[w], starts[si], blocks[si]))
+                for si, w in enumerate(chosen.path)
+            ])  # fmt: skip
+            self.batch_route[bid] = (model, route)
+            out.append(_new(Dispatch, (bid, model, reqs, route)))
+
+    def correct(self, r: object) -> bool:
+        """Feedback correction: the batch's reservations follow reality
+        (:meth:`SlotTable.correct`). Returns whether any reservation moved."""
+        bid = r.batch_id  # type: ignore[attr-defined]
+        entries = self.batch_resv.get(bid)
+        if entries is None:
+            return False
+        xs = r.transfer_start_s  # type: ignore[attr-defined]
+        xe = r.transfer_end_s  # type: ignore[attr-defined]
+        has_x = xs is not None and xe is not None
+        changed, keep = self.table.correct(
+            bid, entries, r.stage, self.ids[r.worker], r.start_s, r.end_s,  # type: ignore[attr-defined]
+            xs if has_x else 0.0, xe if has_x else 0.0, has_x, r.completed, r.last,  # type: ignore[attr-defined]
+        )  # fmt: skip
+        if keep is None:
+            del self.batch_resv[bid]
+            self.batch_route.pop(bid, None)
+        elif keep is not entries:
+            self.batch_resv[bid] = keep
+        return changed

@@ -21,7 +21,8 @@ from hetserve.scheduling import reservation_core as _pure
 def _core() -> tuple[ModuleType, bool]:
     """The compiled build where there is one, built from the Python file as it is now."""
     src = Path(_pure.__file__)
-    built = compiled_build("hetserve.scheduling.reservation_core_c", (src, src.with_suffix(".pxd")))
+    pxd = src.with_name("reservation_core_c.pxd")  # (named for the module it types)
+    built = compiled_build("hetserve.scheduling.reservation_core_c", (src, pxd))
     return (_pure, False) if built is None else (built, True)
 
 

@@ -1,6 +1,9 @@
-# C types for reservation_core.py when Cython compiles it (setup.py); the .py file is the
-# source and runs as plain Python without this. Floats are C doubles, the classes are
-# extension types with typed attributes; lists, dicts and tuples stay Python objects.
+# C types for reservation_core.py when Cython compiles it (setup.py) as the module
+# reservation_core_c: Cython takes the .pxd named for the module it builds, so this file
+# carries that name. The .py file is the source and runs as plain Python without this
+# (its annotations are for readers and type checkers: ``annotation_typing=False`` at its
+# top leaves the C types to this file). Floats are C doubles, the classes are extension
+# types with typed attributes; lists, dicts and tuples stay Python objects.
 import cython
 
 cdef double _EPS
@@ -14,7 +17,7 @@ cdef class PoolOrder:
     cdef public double min_gap
 
 
-@cython.locals(i=Py_ssize_t)
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, x=tuple, t=double, v=Py_ssize_t)
 cdef void _move(list lst, double old_t, Py_ssize_t w, double new_t) except *
 
 
@@ -73,3 +76,61 @@ cdef class SlotTable:
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, tl=double, arr=double,
                f=double, s=double)
 cpdef tuple probe(SlotTable table, list info, list xfers, object miss, set lost, double now)
+
+
+cdef class Pipe:
+    cdef public Py_ssize_t bs
+    cdef public list blocks
+    cdef public dict infos
+    cdef public object info_of
+    cdef public list xfers
+    cdef public object miss
+
+
+cdef class Probed:
+    cdef public Pipe pipe
+    cdef public Py_ssize_t batch
+    cdef public list path
+    cdef public list resv
+    cdef public double finish_s
+    cdef public double wait_s
+    cdef public list starts
+
+
+cdef class Algorithm1:
+    cdef public SlotTable table
+    cdef public list names
+    cdef public dict ids
+    cdef public set lost
+    cdef public double margin_s
+    cdef public dict pipes
+    cdef public dict queues
+    cdef public dict rows
+    cdef public dict timer_at
+    cdef public dict batch_resv
+    cdef public dict batch_route
+    cdef public object next_batch
+
+    @cython.locals(q=list)
+    cpdef list on_arrival(self, object request, double now)
+
+    cpdef list on_timer(self, object token, double now)
+
+    @cython.locals(changed=bint, out=list)
+    cpdef list on_stage_done(self, object report, double now)
+
+    @cython.locals(info=list, res=tuple)
+    cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
+
+    @cython.locals(pr=Probed, bs=Py_ssize_t)
+    cpdef object largest_in_time(self, Probed first, double head_s, double now,
+                                 Py_ssize_t least)
+
+    @cython.locals(q=list, pipes=list, table=SlotTable, rows=dict, firsts=list, best=Probed,
+                   p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
+                   n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
+                   starts=list, blocks=list, route=tuple)
+    cpdef void try_model(self, object model, double now, list out) except *
+
+    @cython.locals(entries=list, has_x=bint, changed=bint)
+    cpdef bint correct(self, object r) except? -1
