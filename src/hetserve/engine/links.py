@@ -74,9 +74,11 @@ class LinkTable:
             ls = lanes.get(name)
             if ls is None:
                 ls = lanes[name] = [0.0] * links[name].lanes
-            i = min(range(len(ls)), key=ls.__getitem__)
+            free_s = min(ls)
+            i = ls.index(free_s)  # (the first lane that frees earliest)
             chosen.append((ls, i))
-            start = max(start, ls[i])
+            if free_s > start:
+                start = free_s
         end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
         for ls, i in chosen:
             ls[i] = end
