@@ -50,34 +50,29 @@ class PoolOrder:
         self.min_gap = 0.0  # the largest min_gap of its workers
 
 
+def _at(lst: list[tuple[float, int]], t: float, w: int) -> int:
+    """Where ``(t, w)`` goes in the sorted ``lst`` (``bisect_left``, written out so that
+    compiled it compares C doubles and integers: through ``bisect`` every step compares
+    two tuples)."""
+    lo = 0
+    hi = len(lst)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = lst[mid]
+        u = x[0]
+        v = x[1]
+        if u < t or (u == t and v < w):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def _move(lst: list[tuple[float, int]], old_t: float, w: int, new_t: float) -> None:
-    """Move worker ``w``'s entry of the sorted ``lst`` from ``(old_t, w)`` to ``(new_t,
-    w)``: ``bisect_left`` and ``insort`` written out, so that compiled they compare C
-    doubles and integers (through ``bisect`` every step compares two tuples)."""
-    lo = 0
-    hi = len(lst)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        x = lst[mid]
-        t = x[0]
-        v = x[1]
-        if t < old_t or (t == old_t and v < w):
-            lo = mid + 1
-        else:
-            hi = mid
-    del lst[lo]
-    lo = 0
-    hi = len(lst)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        x = lst[mid]
-        t = x[0]
-        v = x[1]
-        if new_t < t or (new_t == t and w < v):
-            hi = mid
-        else:
-            lo = mid + 1
-    lst.insert(lo, (new_t, w))
+    """Move worker ``w``'s entry of ``lst`` from ``(old_t, w)`` to ``(new_t, w)`` (a worker
+    has one entry, so once it is out the left and right places of the new one agree)."""
+    del lst[_at(lst, old_t, w)]
+    lst.insert(_at(lst, new_t, w), (new_t, w))
 
 
 def _first(x: tuple[float, int]) -> float:

@@ -17,7 +17,9 @@ cdef class PoolOrder:
     cdef public double min_gap
 
 
-@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, x=tuple, t=double, v=Py_ssize_t)
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, x=tuple, u=double, v=Py_ssize_t)
+cdef Py_ssize_t _at(list lst, double t, Py_ssize_t w) except -1
+
 cdef void _move(list lst, double old_t, Py_ssize_t w, double new_t) except *
 
 
