@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetserve.core.cluster import parse_cluster
+from hetserve.core.errors import HetserveError
 from hetserve.core.latency import LinearModel, LinearParams
 from hetserve.core.outcome import LATE, OK, PENDING
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
@@ -233,6 +234,16 @@ def test_dispatch_reserves_and_waits_like_algorithm_1():
     # a request that cannot finish in time even alone is dropped
     (drop,) = sched.on_arrival(Request(2, "m", "s", 0.001, 0.005), 0.001)
     assert isinstance(drop, Drop) and drop.reason == "deadline"
+
+
+def test_a_request_for_a_model_no_pipeline_serves_is_refused_in_one_line():
+    s = _fig5()
+    sched = make_scheduler("reservation")
+    sched.start(ClusterView.build(s.cluster, s.latency, s.placement, 1.0), s.plan, 0.0)
+    with pytest.raises(HetserveError, match="reservation: no pipeline serves model 'other'"):
+        sched.on_arrival(Request(0, "other", "s", 0.0, 0.050), 0.0)
+    (d,) = sched.on_arrival(Request(1, "m", "s", 0.0, 0.050), 0.0)  # the others still go
+    assert isinstance(d, Dispatch)
 
 
 def test_waits_for_a_fuller_batch():

@@ -135,7 +135,7 @@ class Reservation(BaseScheduler):
                 pipes[m].append(pipe)
         self.algorithm = _core.Algorithm1(
             core, self.table.names, self.table.ids, self._lost, self.margin_s, pipes,
-            self.queue.heaps, self.queue.rows, self._next_batch,
+            self.queue, self._next_batch,
         )  # fmt: skip
         # (the core's own, for a look from outside: model -> timer, batch -> reservations
         # as (resource, start, duration, stage), batch -> (model, route))

@@ -22,7 +22,6 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 
-from hetserve.core.errors import HetserveError
 from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, SetTimer
 from hetserve.scheduling.rows import pop_edf
 
@@ -475,7 +474,7 @@ class Algorithm1:
     """PPipe Algorithm 1 with the feedback correction: the ``reservation`` scheduler's
     decisions, which ``scheduling/reservation.py`` sets up and hands the protocol's calls
     to. Per model, a heap of waiting requests by deadline (``queues``, with their
-    ``rows``: the scheduler's ``DeadlineQueues`` own both); the pipelines to probe
+    ``rows``: those of the scheduler's ``DeadlineQueues``, ``queue``); the pipelines to probe
     (``pipes``); the wake-up timer each model waits for (``timer_at``); each batch's
     reservations (``batch_resv``) and route (``batch_route``); ``next_batch``: the last
     batch id given (what ``BaseScheduler.new_batch_id`` counts)."""
@@ -488,8 +487,7 @@ class Algorithm1:
         lost: set[int],
         margin_s: float,
         pipes: dict[str, list[Pipe]],
-        queues: dict[str, list],
-        rows: dict[str, int],
+        queue: object,
         next_batch: int,
     ) -> None:
         self.table = table
@@ -498,8 +496,9 @@ class Algorithm1:
         self.lost = lost
         self.margin_s = margin_s
         self.pipes = pipes
-        self.queues = queues
-        self.rows = rows
+        self.queue = queue
+        self.queues: dict[str, list] = queue.heaps  # type: ignore[attr-defined]
+        self.rows: dict[str, int] = queue.rows  # type: ignore[attr-defined]
         self.timer_at: dict[str, float] = {}
         self.batch_resv: dict[int, list] = {}
         self.batch_route: dict[int, tuple] = {}
@@ -507,12 +506,12 @@ class Algorithm1:
 
     # ------------------------------------------------------------------ the protocol
     def on_arrival(self, request: object, now: float) -> list:
-        """A request joins its model's queue (the scheduler checked the model); then
-        Algorithm 1 for that model."""
+        """A request joins its model's queue; then Algorithm 1 for that model."""
         model = request.model  # type: ignore[attr-defined]
         q = self.queues.get(model)
         if q is None:
-            raise HetserveError(f"reservation: no pipeline serves model {model!r}")
+            self.queue.push(request)  # type: ignore[attr-defined]  # (raises: no pipeline serves it)
+        # ``DeadlineQueues.push``, inline (the hot path)
         heapq.heappush(q, (request.deadline_s, request.id, request))  # type: ignore[attr-defined]
         self.rows[model] += request.rows  # type: ignore[attr-defined]
         out: list = []
@@ -538,9 +537,7 @@ class Algorithm1:
             return []
         changed = self.correct(report)  # (the tables say who is busy: no counts kept)
         if not report.completed and report.reason in RETURNED:  # type: ignore[attr-defined]
-            for r in report.requests:  # type: ignore[attr-defined]
-                heapq.heappush(self.queues[r.model], (r.deadline_s, r.id, r))
-                self.rows[r.model] += r.rows
+            self.queue.requeue(report.requests)  # type: ignore[attr-defined]
             changed = True
         if not changed:
             # everything ran as reserved: nothing a new decision could use (Algorithm 1

@@ -106,6 +106,7 @@ cdef class Algorithm1:
     cdef public set lost
     cdef public double margin_s
     cdef public dict pipes
+    cdef public object queue
     cdef public dict queues
     cdef public dict rows
     cdef public dict timer_at
