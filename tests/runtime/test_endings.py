@@ -155,6 +155,13 @@ def test_a_request_still_queued_at_its_timeout_is_answered_then(tmp_path):
     assert r.status_code == 503, r.text
     assert "deadline: after" in r.json()["error"], r.text
     assert re.search(r"request \d+ of resnet18 dropped: deadline: after", log), log
-    # answered at its deadline: not before, and well before the worker was free
-    assert timeout_s <= waited < timeout_s + 0.3, waited
+    # answered at its deadline, well before the worker was free; earlier only where the
+    # scheduler dropped it itself, which edf-adaptive does when even batch 1 cannot meet
+    # the deadline (on a loaded machine: the blocker not yet started, and the time left
+    # at arrival, after HTTP and decoding, shorter than batch 1 needs)
+    assert waited < timeout_s + 0.3, waited
+    if waited < timeout_s:
+        err = r.json()["error"]
+        m = re.search(r"([\d.]+) ms left of its .* it needs at least ([\d.]+) ms", err)
+        assert m and float(m[2]) > float(m[1]), (waited, err)
     assert "Traceback" not in log, log
