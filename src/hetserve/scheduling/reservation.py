@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from hetserve.core.plan import Plan
@@ -54,17 +53,6 @@ from hetserve.scheduling.protocol import (
 from hetserve.scheduling.reservation_core import Xfers
 from hetserve.scheduling.reservation_table import ReservationTable
 from hetserve.scheduling.reservation_table import core as _core
-
-
-@dataclass(slots=True)
-class Probe:
-    pipeline: PipelinePool
-    batch: int
-    path: list[int]  # a worker per stage, by its number in ``table``
-    resv: list[tuple[int, float, float]]  # (resource number, start, duration)
-    finish_s: float
-    wait_s: float
-    stage_starts: list[float] = field(default_factory=list)
 
 
 @register("reservation")
@@ -194,12 +182,12 @@ class Reservation(BaseScheduler):
         self._xfers[(pipe.model, pipe.index)][0][si][last] = hit
         return hit
 
-    def probe(self, pipe: PipelinePool, batch: int, now: float) -> Probe:
+    def probe(self, pipe: PipelinePool, batch: int, now: float) -> Any:
         """PPipe Algorithm 2 (``reservation_core.probe``): stage by stage, the worker of
         the pool that completes first (transfer on both link ends at once, then
-        inference); side-effect free."""
-        pr = self.algorithm.probe(self._pipes[(pipe.model, pipe.index)], batch, now)
-        return Probe(pipe, batch, pr.path, pr.resv, pr.finish_s, pr.wait_s, pr.starts)
+        inference); side-effect free. A ``reservation_core.Probed``: the path (a worker
+        per stage, by number), the reservations, the finish and the time spent waiting."""
+        return self.algorithm.probe(self._pipes[(pipe.model, pipe.index)], batch, now)
 
     def _bs(self, p: PipelinePool) -> int:
         return min(p.batch, self.max_batch) if self.max_batch else p.batch
