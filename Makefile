@@ -6,7 +6,10 @@ PIP    := $(VENV)/bin/pip
 # The CPU build of PyTorch; an unpinned `torch` would pull the CUDA build (gigabytes).
 TORCH  := torch==2.13.0
 # The compiled part (setup.py): installing again rebuilds it when its source changes.
-CORE   := src/hetserve/scheduling/reservation_core.py src/hetserve/scheduling/reservation_core_c.pxd \
+CORE   := src/hetserve/engine/entities_core.py src/hetserve/engine/entities_core_c.pxd \
+          src/hetserve/engine/kernel_core.py src/hetserve/engine/kernel_core_c.pxd \
+          src/hetserve/scheduling/reservation_core.py src/hetserve/scheduling/reservation_core_c.pxd \
+          src/hetserve/sim/recorder_core.py src/hetserve/sim/recorder_core_c.pxd \
           src/hetserve/sim/csv_cells.pyx setup.py
 # Exact versions of everything installed (pip -c): the suite and the shipped results were
 # made with them. `make lock` regenerates the file from pyproject's ranges.

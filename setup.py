@@ -1,13 +1,21 @@
 """The compiled parts of hetserve, built by Cython; everything else is in pyproject.toml.
 
+- ``engine/entities_core.py`` (the kernel's entities and the link table) and
+  ``engine/kernel_core.py`` (the engine kernel), each with a ``.pxd`` that declares its
+  C types, as ``hetserve.engine.entities_core_c`` and ``hetserve.engine.kernel_core_c``;
+  without them the same files run as Python.
 - ``scheduling/reservation_core.py`` (its ``.pxd`` declares the C types) as
   ``hetserve.scheduling.reservation_core_c``; without it the same file runs as Python.
+- ``sim/recorder_core.py`` (the simulator's recorder per event; its ``.pxd`` takes the
+  kernel's entities from the kernel's build) as ``hetserve.sim.recorder_core_c``.
 - ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``;
   without it the ``csv`` module writes the same bytes.
 
 Both are optional: where one cannot be built (no C compiler, no Cython), the install goes
 on with a warning and hetserve runs the Python, with the same results (docs/benchmarks.md,
 "Issue 41, step 1")."""
+
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -31,28 +39,63 @@ class OptionalBuildExt(build_ext):
 
 
 FALLBACK = {
+    "hetserve.engine.entities_core_c": (
+        "the Python file src/hetserve/engine/entities_core.py runs instead"
+    ),
+    "hetserve.engine.kernel_core_c": (
+        "the Python file src/hetserve/engine/kernel_core.py runs instead"
+    ),
     "hetserve.scheduling.reservation_core_c": (
         "the Python file src/hetserve/scheduling/reservation_core.py runs instead"
     ),
+    "hetserve.sim.recorder_core_c": (
+        "the Python file src/hetserve/sim/recorder_core.py runs instead"
+    ),
     "hetserve.sim.csv_cells": "the csv module writes the simulator's CSV files instead",
 }
+
+ENTITIES_PXD = "src/hetserve/engine/entities_core_c.pxd"
+EXTENSIONS = [
+    # (name, source, the .pxd files that type it: its own, named for the module, and those
+    # it cimports: the entities' C layout)
+    ("hetserve.engine.entities_core_c", "src/hetserve/engine/entities_core.py", [ENTITIES_PXD]),
+    (
+        "hetserve.engine.kernel_core_c",
+        "src/hetserve/engine/kernel_core.py",
+        ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD],
+    ),
+    (
+        "hetserve.scheduling.reservation_core_c",
+        "src/hetserve/scheduling/reservation_core.py",
+        ["src/hetserve/scheduling/reservation_core_c.pxd"],
+    ),
+    (
+        "hetserve.sim.recorder_core_c",
+        "src/hetserve/sim/recorder_core.py",
+        ["src/hetserve/sim/recorder_core_c.pxd", ENTITIES_PXD],
+    ),
+    ("hetserve.sim.csv_cells", "src/hetserve/sim/csv_cells.pyx", []),
+]
+
+
+def _stale_c(source: str, pxds: list[str]) -> None:
+    """Cython regenerates a ``.c`` file when its source changes, not when a ``.pxd`` that
+    types a pure-Python source does (it does not follow a ``.pxd`` named for the module):
+    such a ``.c`` file is removed here, so that it is made again."""
+    c = Path(source).with_suffix(".c")
+    if c.exists() and any(Path(p).stat().st_mtime > c.stat().st_mtime for p in pxds):
+        c.unlink()
+
 
 try:
     from Cython.Build import cythonize
 except ImportError:  # (a build without Cython: pure Python)
     ext_modules = []
 else:
+    for _, src, pxds in EXTENSIONS:
+        _stale_c(src, pxds)
     ext_modules = cythonize(
-        [
-            Extension(
-                "hetserve.scheduling.reservation_core_c",
-                ["src/hetserve/scheduling/reservation_core.py"],
-                optional=True,
-            ),
-            Extension(
-                "hetserve.sim.csv_cells", ["src/hetserve/sim/csv_cells.pyx"], optional=True
-            ),
-        ],
+        [Extension(name, [src], depends=pxds, optional=True) for name, src, pxds in EXTENSIONS],
         compiler_directives={"language_level": 3},
         quiet=True,
     )

@@ -12,8 +12,10 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   only: setup and trace generation excluded), ``--rounds`` alternations, the best of
   each; the ratio this tree / base; and this tree's events (``SimResult.events``: the
   arrivals and clock callbacks its loop took) and events per wall second. ``c`` or
-  ``py`` after a speed: the tree ran its compiled core or the Python file
-  (``scheduling/reservation_table.COMPILED``; nothing: a tree from before the core).
+  ``py`` after a speed: the tree ran its compiled parts or the Python files
+  (``scheduling/reservation_table.COMPILED`` and, where the tree has it,
+  ``engine/kernel.COMPILED``; ``py`` where either ran Python; nothing: a tree from before
+  the core).
   The base's worktree runs its Python files unless ``--build-base`` builds its compiled
   parts first (``setup.py build_ext --inplace``): then both trees run as installed, and a
   ratio is this tree's code against the base's alone.
@@ -216,6 +218,11 @@ try:  # whether the tree ran its compiled core (None: a tree from before there w
     from hetserve.scheduling.reservation_table import COMPILED as compiled
 except ImportError:
     compiled = None
+try:  # and its compiled kernel (a tree from before it: the scheduler's core says)
+    from hetserve.engine.kernel import COMPILED as kernel_compiled
+    compiled = compiled and kernel_compiled
+except ImportError:
+    pass
 print(json.dumps({"n": len(res.trace), "wall": wall, "hash": h, "sample": per_req,
                   "compiled": compiled, "events": getattr(res, "events", 0)}))
 """

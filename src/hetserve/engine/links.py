@@ -1,5 +1,7 @@
 """The one link model, below both engines (``docs/design.md``): directed links with lanes,
-FIFO, held end to end; and the host links that planned loads share.
+FIFO, held end to end (:class:`LinkTable`, written in ``engine/entities_core.py`` and
+compiled with the kernel's entities: the kernel takes a lane per activation transfer);
+and the host links that planned loads share.
 
 Every directed link of the cluster (NIC uplinks and downlinks, switch links, PCIe, NVLink)
 has lanes, each free from some time on. A transfer over a path starts when every link on the
@@ -11,100 +13,16 @@ carries two transfers at once.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
+from hetserve.engine import entities
 
-
-class LinkTable:
-    def __init__(
-        self,
-        cluster: Cluster,
-        record: bool = False,
-        pins: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
-    ) -> None:
-        """``pins``: (GPU a, GPU b) -> the links transfers from a to b take (a plan's
-        pinned cut paths, RAMPA's), instead of the cluster's shortest path."""
-        self.cluster = cluster
-        self.record = record
-        self._lanes: dict[str, list[float]] = {}
-        self._paths: dict[tuple[str, str], tuple[tuple[str, ...], float, float]] = {}
-        self.log: dict[str, list[tuple[float, float]]] = {}
-        for (a, b), path in (pins or {}).items():
-            self.pin(a, b, path)
-
-    def path(self, a: str, b: str) -> tuple[tuple[str, ...], float, float]:
-        """Links between two GPUs, the bottleneck Gbit/s and the path's delay (cached)."""
-        key = (a, b)
-        hit = self._paths.get(key)
-        if hit is None:
-            p = self.cluster.transfer_path(a, b) if a != b else []
-            links = self.cluster.links
-            bw = min((links[x].bw_gbps for x in p), default=math.inf)
-            delay = sum(links[x].delay_s for x in p)
-            hit = (tuple(p), bw, delay)
-            self._paths[key] = hit
-        return hit
-
-    def pin(self, a: str, b: str, path: tuple[str, ...]) -> None:
-        """Transfers from GPU ``a`` to GPU ``b`` take ``path`` (a placement's chosen route)
-        instead of the cluster's shortest one."""
-        links = self.cluster.links
-        unknown = [x for x in path if x not in links]
-        if unknown:
-            raise KeyError(f"path {a} -> {b}: unknown links {unknown}")
-        bw = min((links[x].bw_gbps for x in path), default=math.inf)
-        self._paths[(a, b)] = (tuple(path), bw, sum(links[x].delay_s for x in path))
-
-    def transfer(
-        self, path: tuple[str, ...], bw_gbps: float, delay_s: float, n_bytes: float, now: float
-    ) -> tuple[float, float]:
-        """Take a lane on every link of ``path`` for the transfer; returns (start, end)."""
-        if not path or n_bytes <= 0:
-            return now, now
-        lanes = self._lanes
-        links = self.cluster.links
-        chosen = []
-        start = now
-        for name in path:
-            ls = lanes.get(name)
-            if ls is None:
-                ls = lanes[name] = [0.0] * links[name].lanes
-            free_s = min(ls)
-            i = ls.index(free_s)  # (the first lane that frees earliest)
-            chosen.append((ls, i))
-            if free_s > start:
-                start = free_s
-        end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
-        for ls, i in chosen:
-            ls[i] = end
-        if self.record:
-            for name in path:
-                self.log.setdefault(name, []).append((start, end))
-        return start, end
-
-    def send(self, a: str, b: str, n_bytes: float, now: float) -> tuple[float, float]:
-        """A transfer of ``n_bytes`` from GPU ``a`` to GPU ``b`` over their path (pinned, or
-        the cluster's shortest); returns (start, end)."""
-        path, bw, delay = self.path(a, b)
-        return self.transfer(path, bw, delay, n_bytes, now)
-
-    def gather(
-        self, sources: Iterable[tuple[str, int]], dst: str, per_request_bytes: float, now: float
-    ) -> tuple[float, float]:
-        """A continued batch's input (protocol rule 4): from each (GPU, number of parked
-        requests) of ``sources`` (one per worker they are parked on) a transfer of their
-        activations to GPU ``dst``; returns (first start, last end), both ``now`` when
-        nothing moves."""
-        t0, t1 = math.inf, now
-        for src, k in sources:
-            s0, s1 = self.send(src, dst, per_request_bytes * k, now)
-            t0, t1 = min(t0, s0), max(t1, s1)
-        return min(t0, t1), t1
+if TYPE_CHECKING:  # (the same class, as a type checker reads it)
+    from hetserve.engine.entities_core import LinkTable
+else:
+    LinkTable = entities.LinkTable
 
 
 class HostLinks:

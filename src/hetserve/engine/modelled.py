@@ -32,9 +32,9 @@ from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import LatencyModel, busy_power_w
 from hetserve.engine.clock import VirtualClock
 from hetserve.engine.executor import BaseExecutor
+from hetserve.engine.kernel import core
 from hetserve.engine.links import LinkTable
 from hetserve.engine.residency import Held, Residency, block_mask
-from hetserve.engine.rules import NOT_RESIDENT
 
 if TYPE_CHECKING:
     from hetserve.engine.entities import Task
@@ -115,14 +115,16 @@ class ModelledExecutor(BaseExecutor):
         self.infos = dict(view.workers)  # every worker's, those a new plan added too
         # loads cross the host links of the kernel's link model (their own where it has none)
         self.links = kernel.links if kernel.links is not None else LinkTable(view.cluster)
+        self._starter = core.ModelledStart(self)
+        if type(self).start is ModelledExecutor.start:  # (a subclass's own start stays)
+            self.start = self._starter.start  # type: ignore[method-assign]
         if self.warm:
             self.warm_start()
 
     def close(self) -> None:
         """Let go of the kernel (a run's state is freed with its driver)."""
-        self.__dict__.pop("kernel", None)
-        self.__dict__.pop("_stage_done_at", None)
-        self.__dict__.pop("_call_at", None)
+        for name in ("kernel", "_stage_done_at", "_call_at", "_starter", "start"):
+            self.__dict__.pop(name, None)
 
     def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
         """Workers a new plan brings: empty memory, ready for loads (at once)."""
@@ -162,49 +164,10 @@ class ModelledExecutor(BaseExecutor):
         return 1.0
 
     def start(self, task: Task, now: float) -> None:
-        b = task.batch
-        model = b.model
-        n = b.rows
-        blocks = task.step.blocks
-        w = task.worker
-        info = w.info
-        # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
-        # workers a key per worker missed for every model and batch size on each)
-        key = (model, info.gpu.name, info.share, n, blocks)
-        run = self._runs.get(key)
-        if run is None:
-            run = self._runs[key] = self._run_times(model, info, n, blocks)
-        cum, energy, dha = run
-        h = self.held[w.id]
-        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
-        if h.resident.get(model, 0) & m != m:
-            if not h.loading.get(model, 0) & m:
-                self.kernel.stage_failed(task, NOT_RESIDENT, now)
-                return
-            streamed = self._streamed(h, model, blocks, cum, now) if h.streams else None
-            if streamed is not None:  # a late load under way: each block as it arrives
-                cum = streamed
-            elif model not in h.cold:
-                self.kernel.defer(task)  # its weights arrive by a plain load: wait for it
-                return
-            else:  # a planned cold start under way: layer by layer, as its weights arrive
-                dur = self.residency.cold_run_s(h, w.info, model, n, now)
-                energy *= dur / max(cum[-1], 1e-12)
-                cum = (dur,)
-        if self._overhead_s and task.index == 0:
-            extra = self._overhead_s * n
-            cum = tuple(c + extra for c in cum)
-        if self._jitter_on:
-            j = self._jitter()
-            cum = tuple(c * j for c in cum)
-            energy *= j
-        if dha > 0:
-            cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
-        task.run = (cum, energy)
-        if self._push is not None:
-            self._push((now + cum[-1], next(self._seq), self._stage_done_at, task, task.version))
-        else:
-            self._call_at(now + cum[-1], self._stage_done_at, task, task.version)
+        """Rule: a stage takes the latency model's time (module docstring). The body is
+        ``engine.kernel_core.ModelledStart.start``, compiled with the kernel; ``attach``
+        binds it on the executor, so the kernel calls it with no call between."""
+        self._starter.start(task, now)
 
     def stop(self, task: Task, now: float) -> None:
         cum = task.run[0]

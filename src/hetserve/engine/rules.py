@@ -11,7 +11,6 @@ action means.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
-from typing import Any
 
 from hetserve.core.requests import Request
 from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, StageReport
@@ -36,41 +35,8 @@ class ProtocolError(RuntimeError):
 
 
 # ---------------------------------------------------------------------- dispatch (rule 4)
-def check_dispatch(
-    d: Dispatch, nblocks: Mapping[str, int], workers: Container[str], live: Container[int]
-) -> int:
-    """A dispatch's shape: a batch id not in use (``live``: the batches under way), some
-    requests, a route over the model's blocks contiguously with consecutive stage numbers,
-    on known workers, ending at or before the model's last block. Returns the route's
-    first block."""
-    if d.batch_id in live or not d.requests or not d.route:
-        raise ProtocolError(
-            f"Dispatch {d.batch_id}: batch ids must be new; requests and route non-empty"
-        )
-    nb = nblocks.get(d.model)
-    if nb is None:
-        raise ProtocolError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
-    route = d.route
-    if len(route) == 1:  # the common case, checked quickly
-        st = route[0]
-        if st.stage == 0 and st.blocks == (0, nb) and st.worker in workers:
-            return 0
-    pos = route[0].blocks[0]
-    s0 = route[0].stage
-    for k, st in enumerate(route):
-        if st.stage != s0 + k or st.blocks[0] != pos or st.blocks[1] <= pos or s0 < 0:
-            raise ProtocolError(
-                f"Dispatch {d.batch_id}: route must cover blocks contiguously with "
-                f"consecutive stage numbers (step {k}: stage {st.stage}, {st.blocks})"
-            )
-        if st.worker not in workers:
-            raise ProtocolError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
-        pos = st.blocks[1]
-    if pos > nb:
-        raise ProtocolError(f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}")
-    return route[0].blocks[0]
-
-
+# (a dispatch's shape is checked by ``engine.kernel_core.check_dispatch``, compiled with the
+# kernel: it runs for every batch)
 def not_held(d: Dispatch, r: Request) -> ProtocolError:
     """A dispatched request the scheduler does not hold (never arrived, in another batch,
     already ended) or one of another model."""
@@ -97,12 +63,6 @@ def parked_sources(requests: Iterable[Request], where: Callable[[int], str]) -> 
         src = where(r.id)
         counts[src] = counts.get(src, 0) + r.rows
     return counts
-
-
-def cut_bytes(latency: Any, model: str, after_block: int, rows: int, factor: float) -> float:
-    """Activation bytes crossing the cut after ``after_block`` for a batch of ``rows``
-    rows (``factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32 bytes)."""
-    return latency.out_bytes(model, after_block) * rows * factor
 
 
 # ---------------------------------------------------------------------- other actions

@@ -14,18 +14,34 @@ from typing import Any
 import numpy as np
 
 from hetserve.core.compiled import compiled_build
-from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES, PENDING
-from hetserve.core.requests import Request
-from hetserve.engine.entities import Batch, Slot, Task
+from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES
+from hetserve.engine import entities
+from hetserve.engine.entities import Slot
 from hetserve.engine.executor import Observer
 from hetserve.engine.links import LinkTable
+from hetserve.sim import recorder_core as _pure
 from hetserve.sim.energy import Energy
+from hetserve.sim.recorder_core import FINISHED
 from hetserve.workload.trace import Trace
 
 # the compiled CSV writer (setup.py), or None: the csv module writes the same bytes
 CSV_CELLS = compiled_build("hetserve.sim.csv_cells", (Path(__file__).with_name("csv_cells.pyx"),))
 
-FINISHED = -1  # (while running: finished, ok or late not yet told apart)
+
+def _ledger() -> tuple[type[_pure.Ledger], bool]:
+    """The compiled build of ``recorder_core.py`` where there is one, built from the
+    file as it is now, and the kernel's entities are compiled too (it reads them as C
+    structs); else the Python file's."""
+    if not entities.COMPILED:
+        return _pure.Ledger, False
+    src = Path(_pure.__file__)
+    pxd = src.with_name("recorder_core_c.pxd")
+    layout = Path(entities.__file__).with_name("entities_core_c.pxd")  # (their C layout)
+    built = compiled_build("hetserve.sim.recorder_core_c", (src, pxd, layout))
+    return (_pure.Ledger, False) if built is None else (built.Ledger, True)
+
+
+Ledger, LEDGER_COMPILED = _ledger()
 
 REQUEST_COLUMNS = (
     "id",
@@ -209,29 +225,15 @@ class SimResult:
                 )
 
 
-class Recorder(Observer):
-    """The simulator's observer (``engine.executor.Observer``): per request its times,
-    outcome, reason and batch, in lists indexed by request id (element access is much
-    cheaper than NumPy's in the hot path; they become arrays in the result); one row per
-    stage execution as it ends; per worker its busy time and busy energy. At the end of a
-    run it makes the :class:`SimResult`."""
+class Recorder(Ledger, Observer):
+    """The simulator's observer (``engine.executor.Observer``): what each event changes
+    is :class:`~hetserve.sim.recorder_core.Ledger`'s (compiled with the kernel where the
+    package was built with Cython: ``LEDGER_COMPILED``); at the end of a run it makes the
+    :class:`SimResult`."""
 
     def __init__(self, trace: Trace) -> None:
-        n = len(trace)
-        nan = math.nan
+        super().__init__(len(trace))
         self.trace = trace
-        self.rows: list[tuple] = []
-        self.dispatch_s = [nan] * n
-        self.start_s = [nan] * n
-        self.finish_s = [nan] * n
-        self.outcome = [PENDING] * n
-        self.reason = [0] * n
-        self.batch_of = [-1] * n
-        self.reasons: list[str] = [""]
-        self._reason_idx: dict[str, int] = {"": 0}
-        # per worker, by its index (``Slot.index``)
-        self.busy_s: list[float] = []
-        self.busy_energy_j: list[float] = []
 
     def size(self, n_workers: int) -> None:
         """Make room for the workers' busy time and energy (before the run; a new plan's
@@ -240,70 +242,6 @@ class Recorder(Observer):
         if more > 0:
             self.busy_s += [0.0] * more
             self.busy_energy_j += [0.0] * more
-
-    def reason_index(self, text: str) -> int:
-        """The index of a reason text in :attr:`reasons` (added on first use)."""
-        idx = self._reason_idx.get(text)
-        if idx is None:
-            idx = self._reason_idx[text] = len(self.reasons)
-            self.reasons.append(text)
-        return idx
-
-    def dispatched(self, batch: Batch, first_block: int, now: float) -> None:
-        bid, batch_of = batch.id, self.batch_of
-        if first_block == 0:
-            dispatch_s = self.dispatch_s
-            for r in batch.requests:
-                i = r.id
-                dispatch_s[i] = now
-                batch_of[i] = bid
-        else:
-            for r in batch.requests:
-                batch_of[r.id] = bid
-
-    def stage_ended(self, task: Task, now: float, status: str, blocks_done: int) -> None:
-        b = task.batch
-        w = task.worker
-        self.rows.append(
-            (
-                b.id, b.model, task.step.stage, w.id, w.gpu.name, b.rows,
-                task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
-                b.dispatch_s,
-            )
-        )  # fmt: skip
-        if task.ran and task.index == 0 and task.step.blocks[0] == 0:  # service began
-            start_s, t0 = self.start_s, task.start_s
-            for r in b.requests:
-                start_s[r.id] = t0
-        k = w.index
-        self.busy_s[k] += now - task.start_s
-        run = task.run
-        if run is not None and status != "failed":
-            self.busy_energy_j[k] += (
-                run[1] if status == "completed" else run[1] * blocks_done / len(run[0])
-            )
-
-    def ended(
-        self,
-        requests: Sequence[Request],
-        outcomes: Sequence[int] | None,
-        reason: str,
-        now: float,
-        outputs: Sequence[Any] | None,
-    ) -> None:
-        outcome = self.outcome
-        if outcomes is None:  # finished now: ok or late, told apart in ``result``
-            finish_s = self.finish_s
-            for r in requests:
-                i = r.id
-                outcome[i] = FINISHED
-                finish_s[i] = now
-        else:
-            ri = self.reason_index(reason)
-            why = self.reason
-            for r, o in zip(requests, outcomes, strict=True):
-                outcome[r.id] = o
-                why[r.id] = ri
 
     def _outcomes(self, finish_s: np.ndarray) -> np.ndarray:
         """Per request its outcome: a finished one (at ``finish_s``) ok or late by

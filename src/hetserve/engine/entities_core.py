@@ -1,0 +1,211 @@
+# cython: annotation_typing=False
+"""The engine kernel's entities (``engine.kernel``): a worker's slot, a dispatched batch,
+one route step of it; and the link model's lanes (:class:`LinkTable`, ``engine.links``),
+which the kernel takes per activation transfer. Plain objects with fixed attributes, which
+the kernel changes and executors and observers read (an executor also keeps its own
+per-step data in ``Task.run``).
+
+This file is plain Python and runs as it is. Where the package was built with Cython
+(``setup.py``; ``entities_core_c.pxd`` beside it declares the C types: extension types
+with typed attributes, every one readable and writable from Python), the same file is
+also compiled as ``hetserve.engine.entities_core_c``, and ``engine.entities`` exports that
+one's classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). The compiled kernel
+(``engine/kernel_core.py``) and the simulator's compiled recorder read them as C structs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hetserve.core.cluster import Cluster
+from hetserve.scheduling.protocol import Dispatch, WorkerInfo
+
+__all__ = ["Batch", "LinkTable", "Slot", "Task"]
+
+
+class Slot:
+    """A worker as the kernel sees it: what runs, what waits, whether it is lost."""
+
+    __slots__ = ("gpu", "gpu_id", "id", "index", "info", "lost", "ready", "running", "waiting")
+
+    def __init__(self, info: WorkerInfo, index: int) -> None:
+        self.id = info.id
+        self.index = index  # dense, from 0: where per-worker arrays want an integer
+        self.info = info
+        self.gpu = info.gpu
+        self.gpu_id = info.gpu_id
+        self.running: Task | None = None
+        self.ready: list[tuple[float, int, Task]] = []  # heap: (planned start, seq, task)
+        self.waiting: list[Task] = []  # deferred until a load on the worker ends
+        self.lost = False
+
+
+class Batch:
+    """A dispatched batch: its ``Dispatch`` (``d``), the route step it is at, its tasks."""
+
+    __slots__ = (
+        "alive",
+        "d",
+        "dispatch_s",
+        "gone",
+        "id",
+        "model",
+        "payload",
+        "requests",
+        "route",
+        "rows",
+        "stage",
+        "tasks",
+    )
+
+    def __init__(self, d: Dispatch, now: float, rows: int) -> None:
+        self.d = d
+        self.id, self.model, self.requests, self.route = d  # (cheaper than four field reads)
+        self.rows = rows  # its size: the requests' rows together
+        self.stage = 0
+        self.dispatch_s = now
+        self.alive = True
+        self.tasks: list[Task] = []
+        # ids of its requests cancelled while it was under way (None: none): they have
+        # ended; the batch runs on for the others, and the kernel leaves them out at its end
+        self.gone: set[int] | None = None
+        # the stage's input: the requests' inputs (or parked parts) for the first step,
+        # the previous step's output after it
+        self.payload: Any = None
+
+
+class Task:
+    """One route step of a batch on its worker. ``ran``: the executor took it (it did
+    not fail or defer it at once). ``run``, ``version`` and ``stop`` are the
+    executor's: what it needs to end the step (the modelled executor's block times and
+    energy), a counter that makes its pending callbacks stale, and the flag a
+    ``Preempt`` raises (a thread checks it at every block boundary)."""
+
+    __slots__ = (
+        "batch",
+        "dead",
+        "index",
+        "ran",
+        "run",
+        "start_s",
+        "step",
+        "stop",
+        "transfer_end_s",
+        "transfer_start_s",
+        "version",
+        "worker",
+    )
+
+    def __init__(self, batch: Batch, index: int, worker: Slot) -> None:
+        self.batch = batch
+        self.index = index
+        self.step = batch.route[index]
+        self.worker = worker
+        self.version = 0
+        self.dead = False
+        self.ran = False
+        self.stop = False
+        self.start_s = math.nan
+        self.run: Any = None
+        self.transfer_start_s: float | None = None
+        self.transfer_end_s: float | None = None
+
+    @property
+    def last(self) -> bool:
+        """The route's last step."""
+        return self.index == len(self.batch.route) - 1
+
+
+class LinkTable:
+    """Directed links with lanes, FIFO, held end to end (``engine.links``): each link's
+    lanes are free from some time on; a transfer over a path takes a lane on every
+    link of it, from when all are free, for its bytes over the bottleneck bandwidth
+    plus the path's delay."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        record: bool = False,
+        pins: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+    ) -> None:
+        """``pins``: (GPU a, GPU b) -> the links transfers from a to b take (a plan's
+        pinned cut paths, RAMPA's), instead of the cluster's shortest path."""
+        self.cluster = cluster
+        self.record = record
+        self._lanes: dict[str, list[float]] = {}
+        self._paths: dict[tuple[str, str], tuple[tuple[str, ...], float, float]] = {}
+        self.log: dict[str, list[tuple[float, float]]] = {}
+        for (a, b), path in (pins or {}).items():
+            self.pin(a, b, path)
+
+    def path(self, a: str, b: str) -> tuple[tuple[str, ...], float, float]:
+        """Links between two GPUs, the bottleneck Gbit/s and the path's delay (cached)."""
+        hit = self._paths.get((a, b))
+        if hit is None:
+            hit = self._paths[(a, b)] = self._find_path(a, b)
+        return hit
+
+    def _find_path(self, a: str, b: str) -> tuple[tuple[str, ...], float, float]:
+        p = self.cluster.transfer_path(a, b) if a != b else []
+        links = self.cluster.links
+        bw = min((links[x].bw_gbps for x in p), default=math.inf)
+        delay = sum(links[x].delay_s for x in p)
+        return (tuple(p), bw, delay)
+
+    def pin(self, a: str, b: str, path: tuple[str, ...]) -> None:
+        """Transfers from GPU ``a`` to GPU ``b`` take ``path`` (a placement's chosen route)
+        instead of the cluster's shortest one."""
+        links = self.cluster.links
+        unknown = [x for x in path if x not in links]
+        if unknown:
+            raise KeyError(f"path {a} -> {b}: unknown links {unknown}")
+        bw = min((links[x].bw_gbps for x in path), default=math.inf)
+        self._paths[(a, b)] = (tuple(path), bw, sum(links[x].delay_s for x in path))
+
+    def transfer(
+        self, path: tuple[str, ...], bw_gbps: float, delay_s: float, n_bytes: float, now: float
+    ) -> tuple[float, float]:
+        """Take a lane on every link of ``path`` for the transfer; returns (start, end)."""
+        if not path or n_bytes <= 0:
+            return now, now
+        lanes = self._lanes
+        links = self.cluster.links
+        chosen = []
+        start = now
+        for name in path:
+            ls = lanes.get(name)
+            if ls is None:
+                ls = lanes[name] = [0.0] * links[name].lanes
+            free_s = min(ls)
+            i = ls.index(free_s)  # (the first lane that frees earliest)
+            chosen.append((ls, i))
+            if free_s > start:
+                start = free_s
+        end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
+        for ls, i in chosen:
+            ls[i] = end
+        if self.record:
+            for name in path:
+                self.log.setdefault(name, []).append((start, end))
+        return start, end
+
+    def send(self, a: str, b: str, n_bytes: float, now: float) -> tuple[float, float]:
+        """A transfer of ``n_bytes`` from GPU ``a`` to GPU ``b`` over their path (pinned, or
+        the cluster's shortest); returns (start, end)."""
+        path, bw, delay = self.path(a, b)
+        return self.transfer(path, bw, delay, n_bytes, now)
+
+    def gather(
+        self, sources: Iterable[tuple[str, int]], dst: str, per_request_bytes: float, now: float
+    ) -> tuple[float, float]:
+        """A continued batch's input (protocol rule 4): from each (GPU, number of parked
+        requests) of ``sources`` (one per worker they are parked on) a transfer of their
+        activations to GPU ``dst``; returns (first start, last end), both ``now`` when
+        nothing moves."""
+        t0, t1 = math.inf, now
+        for src, k in sources:
+            s0, s1 = self.send(src, dst, per_request_bytes * k, now)
+            t0, t1 = min(t0, s0), max(t1, s1)
+        return min(t0, t1), t1

@@ -1,0 +1,70 @@
+# C types for entities_core.py when Cython compiles it (setup.py) as the module
+# entities_core_c: Cython takes the .pxd named for the module it builds, so this file
+# carries that name. The .py file is the source and runs as plain Python without this (its
+# annotations are for readers and type checkers: ``annotation_typing=False`` at its top
+# leaves the C types to this file). The entities and the link table are extension types
+# with typed attributes (every one readable and writable from Python, as the executors,
+# observers and tests use them); the compiled kernel (kernel_core_c.pxd) and recorder
+# (sim/recorder_core_c.pxd) cimport them and read them as C structs.
+import cython
+
+cdef class Task
+
+
+cdef class LinkTable:
+    cdef public object cluster
+    cdef public bint record
+    cdef public dict _lanes
+    cdef public dict _paths
+    cdef public dict log
+
+    cpdef tuple path(self, object a, object b)
+
+    @cython.locals(lanes=dict, chosen=list, start=double, end=double, ls=list,
+                   free_s=double, i=Py_ssize_t)
+    cpdef tuple transfer(self, object path, double bw_gbps, double delay_s, double n_bytes,
+                         double now)
+
+    cpdef tuple send(self, object a, object b, double n_bytes, double now)
+
+
+cdef class Slot:
+    cdef public object id
+    cdef public Py_ssize_t index
+    cdef public object info
+    cdef public object gpu
+    cdef public object gpu_id
+    cdef public Task running
+    cdef public list ready
+    cdef public list waiting
+    cdef public bint lost
+
+
+cdef class Batch:
+    cdef public object d
+    cdef public object id
+    cdef public object model
+    cdef public object requests
+    cdef public object route
+    cdef public Py_ssize_t rows
+    cdef public Py_ssize_t stage
+    cdef public double dispatch_s
+    cdef public bint alive
+    cdef public list tasks
+    cdef public object gone
+    cdef public object payload
+
+
+cdef class Task:
+    cdef public Batch batch
+    cdef public Py_ssize_t index
+    cdef public object step
+    cdef public Slot worker
+    cdef public Py_ssize_t version
+    cdef public bint dead
+    cdef public bint ran
+    cdef public bint stop
+    cdef public double start_s
+    cdef public object run
+    cdef public object transfer_start_s
+    cdef public object transfer_end_s

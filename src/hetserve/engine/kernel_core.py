@@ -1,0 +1,1170 @@
+# cython: annotation_typing=False
+"""The engine kernel: one state machine for requests, batches and stages, driven by both
+engines (``docs/design.md``, "Engines"), over its entities (``engine/entities_core.py``:
+a worker's slot, a dispatched batch, one route step of it; the link model's lanes).
+
+This file is plain Python and runs as it is. Where the package was built with Cython
+(``setup.py``; ``kernel_core_c.pxd`` beside it declares the C types: the kernel is an
+extension type with typed attributes, the per-request methods C calls, the entities read
+as the C structs of their own build), the same file is also compiled as
+``hetserve.engine.kernel_core_c``, and ``engine.kernel`` exports that one's ``Kernel``
+where the entities are compiled too (``HETSERVE_PURE_PYTHON=1`` keeps this file). Both
+give the same results, bit for bit (``tests/engine/test_kernel_core.py``). Both engines,
+the simulator and the runtime, take the same one.
+
+The kernel owns every request from its arrival to its one ending (ok, late, dropped,
+failed), every batch from its dispatch to its last stage, and every worker's queue. A
+driver owns only time and execution: it gives the kernel a :class:`~.executor.Clock` and
+an :class:`~.executor.Executor`, calls the entry points below with the current time,
+and hears what happened through an :class:`~.executor.Observer`. The simulator is such a
+driver (a virtual clock, the event heap, the modelled executor); so is the runtime (a
+wall clock, threads or Ray actors, or the same modelled executor).
+
+State, and who changes it:
+
+- **Requests** (the ledger, by request id): ``held`` (the scheduler owns them: arrived,
+  returned, or parked after an open route, with ``parked[id] = (next block, worker,
+  activations)``), in a batch, or ended. With ``track`` (the runtime) ``open`` holds
+  every request not yet ended, so ending one twice is a ``ProtocolError``; the
+  simulator leaves it out (its requests end by construction; two dict operations per
+  request are a few percent of its time).
+- **Batches** (:class:`Batch`): a ``Dispatch`` accepted; one :class:`Task` per route
+  step as the batch reaches it; ``alive`` until its last step ends or it is stopped.
+- **Workers** (:class:`Slot`): the running task, the ready queue (a heap by planned
+  start, then arrival: rule 4), tasks deferred until a load ends, lost or not.
+
+Entry points (drivers and executors call them; each takes ``now``): :meth:`start`,
+:meth:`arrive`, :meth:`stage_done`, :meth:`stage_stopped`, :meth:`stage_failed`,
+:meth:`defer`, :meth:`load_finished`, :meth:`worker_lost`, :meth:`close`. The protocol's
+rules are checked by ``engine.rules``, as before: a scheduler that breaks one gets the
+same ``ProtocolError`` from both engines.
+
+Faults. Anything an executor raises, or reports as failed, ends the batch's requests as
+failed with the reason; the worker serves its next task. With ``strict=False`` (serving)
+a scheduler that raises, or whose action breaks a rule, does not stop the engine: the
+error is logged, the action refused, and the requests the scheduler held (whose fate it
+no longer knows) end as failed with the reason: never a hang, never a request that ends
+twice. ``strict=True`` (simulation, tests) raises instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from hetserve.core.outcome import (
+    CANCELLED,
+    DROP_KINDS,
+    DROPPED,
+    FAILED,
+    drop_text,
+    failure_kind,
+)
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.engine import entities
+from hetserve.engine.clock import VirtualClock
+from hetserve.engine.deadlines import Deadlines
+from hetserve.engine.executor import Clock, Executor, Observer
+from hetserve.engine.rules import (
+    ACTIVATIONS_LOST,
+    NOT_RESIDENT,
+    PARKED,
+    PREEMPTED,
+    WITHDRAWN,
+    ProtocolError,
+    check_load,
+    check_timer,
+    drop_not_held,
+    ended_twice,
+    evict_running,
+    load_report,
+    lost_reason,
+    not_held,
+    parked_elsewhere,
+    parked_sources,
+    stage_ended_report,
+    unknown_action,
+    unknown_drop_reason,
+)
+from hetserve.scheduling.protocol import (
+    RETURNED,
+    ClusterView,
+    Dispatch,
+    Drop,
+    Evict,
+    Load,
+    Preempt,
+    Scheduler,
+    SetTimer,
+    StageReport,
+    WorkerInfo,
+)
+
+LOG = logging.getLogger("hetserve.engine")
+_NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
+_new = tuple.__new__  # a NamedTuple made without its Python constructor (the hot path)
+
+
+# ---------------------------------------------------------------------- dispatch (rule 4)
+def check_dispatch(
+    d: Dispatch, nblocks: Mapping[str, int], workers: Container[str], live: Container[int]
+) -> int:
+    """A dispatch's shape: a batch id not in use (``live``: the batches under way), some
+    requests, a route over the model's blocks contiguously with consecutive stage numbers,
+    on known workers, ending at or before the model's last block. Returns the route's
+    first block. (Rule 4's check, with the other rules' in ``engine.rules``; here, beside
+    the kernel, so that it is compiled with it.)"""
+    if d.batch_id in live or not d.requests or not d.route:
+        raise ProtocolError(
+            f"Dispatch {d.batch_id}: batch ids must be new; requests and route non-empty"
+        )
+    nb = nblocks.get(d.model)
+    if nb is None:
+        raise ProtocolError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
+    route = d.route
+    if len(route) == 1:  # the common case, checked quickly
+        st = route[0]
+        if st.stage == 0 and st.blocks == (0, nb) and st.worker in workers:
+            return 0
+    pos = route[0].blocks[0]
+    s0 = route[0].stage
+    for k, st in enumerate(route):
+        if st.stage != s0 + k or st.blocks[0] != pos or st.blocks[1] <= pos or s0 < 0:
+            raise ProtocolError(
+                f"Dispatch {d.batch_id}: route must cover blocks contiguously with "
+                f"consecutive stage numbers (step {k}: stage {st.stage}, {st.blocks})"
+            )
+        if st.worker not in workers:
+            raise ProtocolError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
+        pos = st.blocks[1]
+    if pos > nb:
+        raise ProtocolError(f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}")
+    return route[0].blocks[0]
+
+
+class Kernel:
+    """The state machine (module docstring)."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        plan: Plan,
+        scheduler: Scheduler,
+        executor: Executor,
+        clock: Clock,
+        observer: Observer | None = None,
+        links: entities.LinkTable | None = None,
+        strict: bool = True,
+        track: bool = True,
+    ) -> None:
+        """``links``: the link model activations cross between stages (None: they take
+        no time here, the executor moves them); ``strict``: raise on a scheduler's error
+        (module docstring); ``track``: keep ``open`` (module docstring)."""
+        self.view = view
+        self.plan = plan
+        self.scheduler = scheduler
+        self.executor = executor
+        self.clock = clock
+        self.observer = observer if observer is not None else Observer()
+        self.links = links
+        self.strict = strict
+        self.workers = {
+            wid: entities.Slot(info, k) for k, (wid, info) in enumerate(view.workers.items())
+        }
+        self.retired: set[str] = set()  # workers a switch released (``retire``)
+        self.nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
+        self.batches: dict[int, entities.Batch] = {}
+        self.held: dict[int, Request] = {}
+        self.open: dict[int, Request] | None = {} if track else None
+        self.parked: dict[int, tuple[int, str, Any]] = {}
+        self.payloads: dict[int, Any] = {}
+        # requests the kernel ended while the scheduler held them (their deadline came,
+        # their client cancelled): the scheduler's later Dispatch or Drop of one leaves it out
+        self.gone: set[int] = set()
+        self.deadlines = Deadlines()
+        self._out_bytes: dict[tuple[str, int], float] = {}  # (model, block) -> its bytes out
+        self._expiry_s = math.inf  # the kernel's deadline timer (inf: none set)
+        self._seq = itertools.count(1)
+        self._ask = self._ask_strict if strict else self._ask_guarded
+        self._apply = self._apply_strict if strict else self._apply_guarded
+        self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
+        self._unit = True  # every request so far has one row: a batch's rows are its length
+        self._rebound = False  # :meth:`rebind` was called: :meth:`run` reads the callbacks again
+        # one bound method each: :meth:`run` knows these callbacks by them
+        self._timer_cb = self._timer
+        self._expire_cb = self._expire
+        self._arrived_cb = self._arrived
+        self.stage_done_at_cb = self.stage_done_at
+        self._reported = type(self.observer).reported is not Observer.reported
+        # whether the executor computes outputs to cut per request (the modelled one: no)
+        self._outputs = executor.outputs
+        # timers on the engine's own virtual clock go straight onto its heap
+        self._push = clock.push if type(clock) is VirtualClock else None
+        self._clock_seq = clock.seq if type(clock) is VirtualClock else None
+        executor.attach(self)
+
+    def detach(self) -> None:
+        """After a run: drop the references that make the kernel, its executor and its
+        clock a cycle (bound methods kept for speed), so that a run's state is freed
+        when the driver lets go of it, not at the next full collection (which slows the
+        next run in the same process)."""
+        if type(self.clock) is VirtualClock:
+            self.clock.heap.clear()
+        self._ask = self._apply = self._timer_cb = self._expire_cb = self._arrived_cb = None
+        self.stage_done_at_cb = None
+        self.executor.close()
+
+    # ------------------------------------------------------------------ the ledger
+    def unended(self) -> list[Request]:
+        """Every request that arrived and has not ended, by id (held, or in a batch)."""
+        if self.open is not None:
+            left = dict(self.open)
+        else:
+            left = dict(self.held)
+            for b in self.batches.values():
+                left.update((r.id, r) for r in _live(b))
+        return sorted(left.values(), key=lambda r: r.id)
+
+    # ------------------------------------------------------------------ plans that move
+    def joining(self, view: ClusterView) -> dict[str, WorkerInfo]:
+        """The workers of ``view`` the executor does not serve now: new to the kernel,
+        or retired by an earlier switch (:meth:`retire`). The control loop has the
+        executor make them ready (``Executor.add_workers``) before :meth:`extend`."""
+        return {
+            wid: info for wid, info in view.workers.items()
+            if wid not in self.workers or wid in self.retired
+        }  # fmt: skip
+
+    def extend(self, view: ClusterView, plan: Plan) -> list[str]:
+        """A new plan is coming (``engine.control``; its joining workers made ready by
+        the executor already): the workers of ``view`` the kernel does not have yet
+        become slots, retired ones serve again, and the plan's models become known to
+        the rule checks. Workers already known keep their slots and queues. Returns the
+        ids of the workers added (new slots)."""
+        new = {wid: info for wid, info in view.workers.items() if wid not in self.workers}
+        for wid, info in new.items():
+            self.workers[wid] = entities.Slot(info, len(self.workers))
+        self.retired -= set(view.workers)
+        for m in plan.models:
+            if m not in self.nblocks:
+                self.nblocks[m] = view.latency.num_blocks(m)
+        return list(new)
+
+    def retire(self, ids: Iterable[str]) -> list[str]:
+        """A switch has ended and the plan no longer uses ``ids``: those that run and
+        hold nothing are retired and their executor releases them
+        (``Executor.release_workers``); a later plan may bring them back. Returns the
+        ids retired."""
+        out = []
+        for wid in ids:
+            w = self.workers.get(wid)
+            if w is None or wid in self.retired or w.running is not None or w.ready or w.waiting:
+                continue
+            out.append(wid)
+        if out:
+            self.retired.update(out)
+            self.executor.release_workers(out)
+        return out
+
+    def apply(self, actions: Iterable[object], now: float) -> None:
+        """Actions from outside a scheduler callback (a switch between plans starts or
+        moves on: ``engine.control``), checked and carried out as a scheduler's are."""
+        acts = list(actions)
+        if acts:
+            self._apply(acts, now)
+
+    def rebind(self) -> None:
+        """The scheduler's callbacks changed (``control.switching.Switching`` calls its
+        first plan's scheduler directly until a switch begins): read them again. Called
+        from a clock callback; :meth:`run` refreshes its own copies after it."""
+        self._on_arrival = self.scheduler.on_arrival
+        self._rebound = True
+
+    # ------------------------------------------------------------------ entry points
+    def start(self, now: float) -> None:
+        """Start the scheduler (rule 2)."""
+        self._ask(lambda _, t: self.scheduler.start(self.view, self.plan, t), None, now)
+        # (after its start: a wrapper may bind its inner scheduler's methods then)
+        self._on_arrival = self.scheduler.on_arrival
+
+    def arrive(self, r: Request, now: float, payload: Any = None) -> None:
+        """A request arrives (each once: the driver gives every request a new id); it
+        ends exactly once (``Observer.ended``)."""
+        rid = r.id
+        if self.open is not None:
+            self.open[rid] = r
+        self.held[rid] = r
+        if r.rows != 1:
+            self._unit = False
+        if payload is not None:
+            self.payloads[rid] = self.executor.admit(payload)
+        if self.strict:
+            acts = self._on_arrival(r, now)
+            if acts:
+                self._apply_strict(acts, now)
+        else:
+            self._ask_guarded(self.scheduler.on_arrival, r, now)
+        if self.held.get(rid) is r:
+            self._watch(r)
+
+    def cancel(self, request_id: int, now: float, reason: str) -> bool:
+        """The request's client went away (``reason`` says how): it ends now, as
+        cancelled. Held by the scheduler, it is out of its queue (a later Dispatch or
+        Drop of it leaves it out); in a batch, its result is discarded, and a batch
+        whose every request is cancelled stops before its next stage starts (the
+        scheduler hears ``reason="withdrawn"``). False: it had already ended."""
+        r = self.held.pop(request_id, None)
+        if r is not None:
+            self.gone.add(request_id)
+            self._end((r,), CANCELLED, reason, now)
+            return True
+        if self.open is not None and request_id not in self.open:
+            return False
+        for b in self.batches.values():
+            for r in b.requests:
+                if r.id == request_id:
+                    return self._cancel_in(b, r, reason, now)
+        return False
+
+    def _cancel_in(self, b: entities.Batch, r: Request, reason: str, now: float) -> bool:
+        if b.gone is None:
+            b.gone = set()
+        elif r.id in b.gone:
+            return False
+        b.gone.add(r.id)
+        self._end((r,), CANCELLED, reason, now)
+        task = b.tasks[-1]
+        if len(b.gone) == len(b.requests) and task.worker.running is not task:
+            self._end_batch(b, task, now, WITHDRAWN, 0)  # (not started: it never will)
+        return True
+
+    # ------------------------------------------------------------------ deadlines
+    def _watch(self, r: Request, again: bool = False) -> None:
+        """``r`` is held (arrived; ``again``: returned, or parked): it is dropped at its
+        deadline if still held then."""
+        if again:
+            self.deadlines.again(r)
+        else:
+            self.deadlines.add(r)
+        if r.deadline_s < self._expiry_s:
+            self._expiry_s = t = r.deadline_s
+            self.clock.call_at(t, self._expire_cb, None, t)
+
+    def _expire(self, _: Any, at_s: float, now: float) -> bool:
+        """The deadline timer: every request still held whose deadline has come ends,
+        dropped (``deadline``), as the scheduler would have dropped it had it looked;
+        the timer is set again for the next. Whether any ended."""
+        if at_s != self._expiry_s:
+            return False  # superseded by an earlier one, which set the next
+        t = at_s if now < at_s else now
+        held = self.held
+        due = self.deadlines.due(t, held)
+        if due:
+            for r in due:
+                del held[r.id]
+                self.gone.add(r.id)
+            if self.open is None:
+                self._end(due, DROPPED, "deadline", t)
+            else:  # (serving: the text says how many of its model were still queued)
+                queued: dict[str, int] = {}
+                for q in held.values():
+                    queued[q.model] = queued.get(q.model, 0) + 1
+                for r in due:
+                    figures = (None, queued.get(r.model, 0))
+                    text = drop_text("deadline", figures, r.arrival_s, r.deadline_s, r.rows, t)
+                    self._end((r,), DROPPED, text, t)
+        nxt = self.deadlines.first_s(held)
+        self._expiry_s = nxt
+        if nxt < math.inf:
+            self.clock.call_at(nxt, self._expire_cb, None, nxt)
+        return bool(due)
+
+    def run(self, requests: Iterator[Request], times: Sequence[float], horizon: float) -> float:
+        """Drive the kernel on its own virtual clock (the simulator's loop): the arrivals
+        (``requests``, at ``times``, sorted; the ``i``-th with id ``i`` and one row, a
+        stream's deadlines in order, as the simulator makes them from its trace) merged
+        with the clock's callbacks (an arrival and a callback at the same instant: the
+        callback first), until both are spent or the next callback is past ``horizon``.
+        Returns the time of the last event (a deadline timer that found nothing due does
+        not count: it changes nothing).
+
+        The loop is the kernel's so that its per-request path costs no call beyond the
+        scheduler's: an arrival, a timer and a modelled stage's end are :meth:`arrive`,
+        :meth:`_timer` and :meth:`stage_done_at` written inline (the same steps; an
+        arrival's id is its index, and its one row leaves batches' sizes their lengths)."""
+        clock = self.clock
+        if type(clock) is not VirtualClock:
+            raise TypeError("Kernel.run drives the engine's VirtualClock")
+        if not self.strict or self.open is not None or self.payloads:
+            return self._run_plain(requests, times, horizon)
+        heap = clock.heap
+        pop = heapq.heappop
+        held = self.held
+        on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
+        timer, done_at = self._timer_cb, self.stage_done_at_cb
+        dl = self.deadlines
+        watch, fifo_of, new_head, watched = dl.add, dl.fifo, dl.head, held.get
+        expire = self._expire_cb
+        next_request = requests.__next__
+        n = len(times)
+        i = 0
+        now = 0.0
+        while True:
+            if i < n and (not heap or times[i] < heap[0][0]):
+                now = clock.t = times[i]
+                r = next_request()
+                held[i] = r
+                acts = on_arrival(r, now)
+                if acts:
+                    self._apply_strict(acts, now)
+                if watched(i) is r:  # ``_watch``, inline (a stream's deadlines come in order)
+                    q = fifo_of(r.stream)
+                    t = r.deadline_s
+                    if q is None:
+                        watch(r)
+                    else:
+                        if not q:
+                            new_head(q, t)
+                        q.append(i)
+                    if t < self._expiry_s:
+                        self._expiry_s = t
+                        clock.call_at(t, expire, None, t)
+                i += 1
+                continue
+            if not heap or heap[0][0] > horizon:
+                return now
+            last = now
+            now, _, fn, a, b = pop(heap)
+            clock.t = now
+            if fn is done_at:  # ``stage_done_at``, inline
+                task = a
+                if task.version == b:
+                    self.stage_done(task, now, None)
+            elif fn is timer:  # ``_timer``, inline
+                acts = on_timer(a, b if now < b else now)
+                if acts:
+                    self._apply_strict(acts, b if now < b else now)
+            elif fn is expire:
+                if not self._expire(a, b, now):
+                    now = last  # (it found nothing due: not an event of the run's)
+            else:
+                fn(a, b, now)
+                if self._rebound:  # (a switch between plans began: ``rebind``)
+                    self._rebound = False
+                    on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
+
+    def _run_plain(
+        self, requests: Iterator[Request], times: Sequence[float], horizon: float
+    ) -> float:
+        """:meth:`run` through the entry points (serving's guards, tracked requests)."""
+        clock = self.clock
+        heap = clock.heap  # type: ignore[attr-defined]
+        n, i, now = len(times), 0, 0.0
+        while True:
+            if i < n and (not heap or times[i] < heap[0][0]):
+                now = clock.t = times[i]  # type: ignore[attr-defined]
+                self.arrive(next(requests), now)
+                i += 1
+                continue
+            if not heap or heap[0][0] > horizon:
+                return now
+            last = now
+            now, _, fn, a, b = heapq.heappop(heap)
+            clock.t = now  # type: ignore[attr-defined]
+            if fn is self._expire_cb:
+                if not self._expire(a, b, now):
+                    now = last  # (as in ``run``)
+            else:
+                fn(a, b, now)
+
+    def worker_lost(self, worker: str, now: float) -> None:
+        """The worker is gone (rule 9): nothing starts on it again; the scheduler hears
+        of it first, then of the batches it held (running, queued or deferred)."""
+        w = self.workers.get(worker)
+        if w is None or w.lost:
+            return
+        w.lost = True
+        self._ask(self.scheduler.on_worker_lost, worker, now)
+        victims = []
+        t = w.running
+        if t is not None:
+            w.running = None
+            self.observer.stage_ended(t, now, "failed", 0)
+            victims.append(t)
+        victims += [t for _, _, t in w.ready if not t.dead]
+        victims += [t for t in w.waiting if not t.dead]
+        w.ready.clear()
+        w.waiting.clear()
+        for t in victims:
+            if not t.dead and t.batch.alive:
+                self._end_batch(t.batch, t, now, lost_reason(t.batch.route), 0)
+
+    def close(self, now: float, batch_reason: str, held_reason: str) -> None:
+        """The end of a run: batches under way fail (``batch_reason``; a running stage
+        is cut here), requests the scheduler still holds are dropped (``held_reason``).
+        Nothing is reported to the scheduler."""
+        for b in list(self.batches.values()):
+            task = b.tasks[-1]
+            w = task.worker
+            if w.running is task:
+                w.running = None
+                self.observer.stage_ended(task, now, "failed", 0)
+            b.alive = False
+            for t in b.tasks:
+                t.dead = True
+            live = _live(b)
+            if live:
+                self._end(live, FAILED, batch_reason, now)
+        self.batches.clear()
+        held = sorted(self.held.values(), key=lambda r: r.id)
+        self.held.clear()
+        self.gone.clear()
+        self.deadlines.clear()
+        if held:
+            self._end(held, DROPPED, held_reason, now)
+
+    def fail_all(self, reason: str, now: float) -> None:
+        """After a fault that leaves the state in doubt (a bug in a callback): every
+        request not yet ended fails with ``reason``, batches and queues are forgotten
+        (their executors' late reports are ignored), so nothing hangs and the workers
+        serve what comes next."""
+        left = self.unended()
+        for b in self.batches.values():
+            b.alive = False
+            for t in b.tasks:
+                t.dead = True
+        self.batches.clear()
+        for w in self.workers.values():
+            if w.running is not None:
+                w.running.dead = True
+            w.running = None
+            w.ready.clear()
+            w.waiting.clear()
+        self.held.clear()
+        self.gone.clear()
+        self.deadlines.clear()
+        if left:
+            self._end(left, FAILED, reason, now, check=False)
+
+    # ------------------------------------------------------------------ executors' reports
+    def stage_done(self, task: entities.Task, now: float, output: Any = None) -> None:
+        """Every block of ``task`` ran; ``output`` its result (what the next step takes,
+        or, at the route's end, what ``Executor.split`` cuts per request)."""
+        if task.dead:  # its batch ended meanwhile (worker lost, run closed)
+            return
+        w = task.worker
+        b = task.batch
+        w.running = None
+        step = task.step
+        blocks = step.blocks
+        self.observer.stage_ended(task, now, "completed", blocks[1] - blocks[0])
+        last = task.index == len(b.route) - 1
+        reason = ""
+        withdraw = None
+        if last:
+            parts = self._split(task, output, now) if self._outputs else _NO_PARTS
+            if parts is None:
+                return  # the batch failed
+            b.alive = False
+            del self.batches[b.id]
+            # the batch and its tasks a cycle no more: freed as soon as they are dropped,
+            # not by the garbage collector (which a cycle a batch made run ~8x as often)
+            b.tasks.clear()
+            end_block = blocks[1]
+            reqs = b.requests
+            if b.gone is not None:  # (some were cancelled: their parts are discarded)
+                keep = [k for k, r in enumerate(reqs) if r.id not in b.gone]
+                reqs = tuple([reqs[k] for k in keep])
+                if self._outputs:
+                    parts = [parts[k] for k in keep]  # type: ignore[index]
+            if end_block < self.nblocks[b.model]:
+                # an open route: the requests are parked here, back with the scheduler
+                reason = PARKED
+                held, parked, wid = self.held, self.parked, w.id
+                for r, part in zip(reqs, parts, strict=False):
+                    held[r.id] = r
+                    parked[r.id] = (end_block, wid, part)
+                    self._watch(r, again=True)
+            elif not reqs:
+                pass
+            else:
+                if self.open is not None or self.parked or self.payloads:
+                    self._close(reqs)
+                # finished: ok or late, as ``core.outcome.finished`` says
+                self.observer.ended(reqs, None, "", now, parts if self._outputs else None)
+        elif b.gone is not None and len(b.gone) == len(b.requests):
+            # every request was cancelled while this stage ran: the next does not start
+            reqs = ()
+            withdraw = entities.Task(b, b.stage + 1, self.workers[b.route[b.stage + 1].worker])
+        else:
+            reqs = b.requests if b.gone is None else _live(b)
+            b.stage += 1
+            b.payload = output
+            nw = self.workers[b.route[b.stage].worker]
+            ntask = entities.Task(b, b.stage, nw)
+            b.tasks.append(ntask)
+            span = (now, now)
+            links = self.links
+            if links is not None:
+                nbytes = self._cut_bytes(b.model, blocks[1] - 1, b.rows)
+                span = links.send(w.gpu_id, nw.gpu_id, nbytes, now)
+            self._transfer(ntask, span, now)
+        # (engine.rules.stage_done_report, made without its Python calls: the hot path)
+        rep = _new(StageReport, (
+            "stage", b.id, b.model, step.stage, w.id, task.start_s, now, reqs, True, last,
+            reason, blocks, blocks[1] - blocks[0], task.transfer_start_s, task.transfer_end_s,
+        ))  # fmt: skip
+        if self._reported:
+            self.observer.reported(rep)
+        if self.strict:
+            acts = self.scheduler.on_stage_done(rep, now)
+            if acts:
+                self._apply_strict(acts, now)
+        else:
+            self._ask_guarded(self.scheduler.on_stage_done, rep, now)
+        if withdraw is not None and b.alive:
+            self._end_batch(b, withdraw, now, WITHDRAWN, 0)
+        if w.running is None and w.ready:
+            self._try_start(w, now)
+
+    def stage_done_at(self, task: entities.Task, version: int, now: float) -> None:
+        """:meth:`stage_done` without an output, for an executor that puts the end of a
+        stage on the clock (``clock.call_at(end, kernel.stage_done_at_cb, task,
+        task.version)``): ignored when the task's ``version`` moved on meanwhile (the
+        executor stopped it at a block boundary instead)."""
+        if task.version == version:
+            self.stage_done(task, now, None)
+
+    def stage_stopped(self, task: entities.Task, blocks_done: int, now: float) -> None:
+        """``task`` stopped at a block boundary after a ``Preempt`` (``blocks_done``
+        ran): its requests go back to the scheduler (rule 7)."""
+        w = task.worker
+        if w.running is not task or task.dead:
+            return
+        w.running = None
+        self.observer.stage_ended(task, now, PREEMPTED, blocks_done)
+        self._end_batch(task.batch, task, now, PREEMPTED, blocks_done)
+        self._try_start(w, now)
+
+    def stage_failed(self, task: entities.Task, reason: str, now: float) -> None:
+        """``task`` could not run, or raised (``reason`` says why): its batch's requests
+        end as failed; the worker serves its next task."""
+        if task.dead or not task.batch.alive:
+            return
+        w = task.worker
+        running = w.running is task
+        if running:
+            w.running = None
+        else:
+            task.start_s = now
+        self.observer.stage_ended(task, now, "failed", 0)
+        self._end_batch(task.batch, task, now, reason, 0)
+        if running:
+            self._try_start(w, now)
+
+    def defer(self, task: entities.Task) -> None:
+        """The executor cannot start the running ``task`` until a load on its worker
+        ends: the worker is free meanwhile; the task is queued again when the load ends
+        (:meth:`load_finished`)."""
+        w = task.worker
+        if w.running is task:
+            w.running = None
+        w.waiting.append(task)
+
+    def load_finished(
+        self, a: Load, start_s: float, now: float, ok: bool = True, reason: str = ""
+    ) -> None:
+        """A load ended (``ok=False``: it failed, ``reason`` says why): the scheduler
+        hears of it; after a load that ended well, the worker's deferred tasks are
+        queued again; after one that failed, the deferred tasks that needed its blocks
+        fail with it (nothing else would bring their weights)."""
+        w = self.workers[a.worker]
+        if not ok and w.waiting:
+            lo, hi = a.blocks
+            hit = [t for t in w.waiting if t.batch.model == a.model
+                   and t.step.blocks[0] < hi and lo < t.step.blocks[1]]  # fmt: skip
+            if hit:
+                w.waiting = [t for t in w.waiting if t not in hit]
+                for t in hit:
+                    self.stage_failed(t, f"its weights did not load: {reason}", now)
+        if ok and w.waiting:
+            waiting, w.waiting = w.waiting, []
+            for t in waiting:
+                heapq.heappush(w.ready, (t.step.planned_start_s, next(self._seq), t))
+        self._report(load_report(a.worker, a.model, a.blocks, start_s, now, ok, reason), now)
+        if ok and w.running is None and w.ready:
+            self._try_start(w, now)
+
+    def resume(self, worker: str, now: float) -> None:
+        """A load on ``worker`` now streams (its stages may run each block as it
+        arrives): the worker's deferred tasks are queued again."""
+        w = self.workers[worker]
+        if w.waiting:
+            waiting, w.waiting = w.waiting, []
+            for t in waiting:
+                heapq.heappush(w.ready, (t.step.planned_start_s, next(self._seq), t))
+            if w.running is None:
+                self._try_start(w, now)
+
+    # ------------------------------------------------------------------ the scheduler
+    def _ask_strict(self, fn: Any, arg: Any, now: float) -> None:
+        acts = fn(arg, now)
+        if acts:
+            self._apply(acts, now)
+
+    def _ask_guarded(self, fn: Any, arg: Any, now: float) -> None:
+        try:
+            acts = fn(arg, now)
+        except Exception as err:
+            self._scheduler_failed(err, now)
+            return
+        if acts:
+            self._apply(acts, now)
+
+    def _scheduler_failed(self, err: Exception, now: float) -> None:
+        """A scheduler raised: what it holds may never be dispatched; end it as failed."""
+        held = sorted(self.held.values(), key=lambda r: r.id)
+        self.held.clear()
+        self.gone.clear()
+        LOG.error("the scheduler raised; its %d requests fail", len(held), exc_info=err)
+        if held:
+            self._end(held, FAILED, f"scheduler_error: {type(err).__name__}: {err}", now)
+
+    def _report(self, rep: StageReport, now: float) -> None:
+        if self._reported:
+            self.observer.reported(rep)
+        self._ask(self.scheduler.on_stage_done, rep, now)
+
+    def _timer(self, token: object, at_s: float, now: float) -> None:
+        """Rule 6: a timer never fires before its time (a wall clock may run a callback
+        a hair early: the scheduler is then told its own time)."""
+        if now < at_s:
+            now = at_s
+        if self.strict:
+            acts = self.scheduler.on_timer(token, now)
+            if acts:
+                self._apply_strict(acts, now)
+        else:
+            self._ask_guarded(self.scheduler.on_timer, token, now)
+
+    # ------------------------------------------------------------------ actions
+    def _apply_strict(self, actions: Iterable[object], now: float) -> None:
+        for a in actions:
+            kind = type(a)
+            if kind is Dispatch:  # the common cases, without a call
+                self._dispatch(a, now)  # type: ignore[arg-type]
+            elif kind is SetTimer:
+                at = at_s = a.at_s  # type: ignore[attr-defined]
+                if at < now:
+                    check_timer(at, now)
+                    at = now
+                if self._push is not None:
+                    self._push((at, next(self._clock_seq), self._timer_cb, a.token, at_s))  # type: ignore[arg-type,attr-defined]
+                else:
+                    self.clock.call_at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
+            else:
+                self._act(a, now)
+
+    def _apply_guarded(self, actions: Iterable[object], now: float) -> None:
+        for a in actions:
+            try:
+                self._act(a, now)
+            except Exception as err:
+                self._refused(a, err, now)
+
+    def _refused(self, a: object, err: Exception, now: float) -> None:
+        """Serving: an action that breaks a rule is refused, loudly; what the scheduler
+        believes it did is made true where it can be (a refused load is reported failed)
+        and requests it may have lost track of fail."""
+        LOG.error(
+            "refused %s: %s", type(a).__name__, err, exc_info=not isinstance(err, ProtocolError)
+        )
+        why = f"scheduler_error: {err}"
+        if type(a) is Dispatch or type(a) is Drop:
+            # the scheduler let go of them (it believes them dispatched or dropped): the
+            # ones still held end, as failed
+            lost = [r for r in a.requests if self.held.get(r.id) is r]  # type: ignore[attr-defined]
+            self.gone.difference_update(r.id for r in a.requests)  # type: ignore[attr-defined]
+            for r in lost:
+                del self.held[r.id]
+            if lost:
+                self._end(lost, FAILED, why, now)
+        elif type(a) is Load and a.worker in self.workers:
+            self._report(load_report(a.worker, a.model, a.blocks, now, now, False, why), now)
+
+    def _act(self, a: object, now: float) -> None:
+        kind = type(a)
+        if kind is Dispatch:
+            self._dispatch(a, now)  # type: ignore[arg-type]
+        elif kind is SetTimer:
+            at = a.at_s  # type: ignore[attr-defined]
+            if at < now:
+                check_timer(at, now)
+                at = now
+            self.clock.call_at(at, self._timer_cb, a.token, a.at_s)  # type: ignore[attr-defined]
+        elif kind is Drop:
+            self._drop(a, now)  # type: ignore[arg-type]
+        elif kind is Preempt:
+            self._preempt(a, now)  # type: ignore[arg-type]
+        elif kind is Load:
+            check_load(a, self.nblocks, self.workers)  # type: ignore[arg-type]
+            self.executor.load(a, now)  # type: ignore[arg-type]
+        elif kind is Evict:
+            check_load(a, self.nblocks, self.workers)  # type: ignore[arg-type]
+            t = self.workers[a.worker].running  # type: ignore[attr-defined]
+            if t is not None and t.batch.model == a.model:  # type: ignore[attr-defined]
+                lo, hi = a.blocks  # type: ignore[attr-defined]
+                if lo < t.step.blocks[1] and t.step.blocks[0] < hi:
+                    raise evict_running(a, t.batch.id)  # type: ignore[arg-type]
+            self.executor.evict(a, now)  # type: ignore[arg-type]
+        else:
+            raise unknown_action(a)
+
+    def _drop(self, a: Drop, now: float) -> None:
+        """The scheduler gives up on requests it holds, for a reason of the closed set:
+        the simulator records the kind; a driver that answers clients (``track``) tells
+        each one what happened, with the Drop's figures (``core.outcome.drop_text``)."""
+        held, reqs, why = self.held, a.requests, a.reason
+        if why not in DROP_KINDS:
+            raise unknown_drop_reason(why)
+        if self.gone:  # those the kernel ended already: the scheduler lets go of them
+            gone = self.gone
+            left = [r for r in reqs if r.id not in gone]
+            gone.difference_update(r.id for r in reqs)
+            if not left:
+                return
+            reqs = tuple(left)
+        # (the texts before any request leaves the ledger: bad figures raise here)
+        texts = None
+        if self.open is not None:
+            texts = [
+                drop_text(why, a.figures, r.arrival_s, r.deadline_s, r.rows, now) for r in reqs
+            ]
+        for k, r in enumerate(reqs):
+            if held.pop(r.id, None) is None:
+                self._give_back(reqs[:k])
+                raise drop_not_held(r)
+        if texts is None:
+            self._end(reqs, DROPPED, why, now)
+            return
+        for r, text in zip(reqs, texts, strict=True):
+            self._end((r,), DROPPED, text, now)
+
+    def _dispatch(self, d: Dispatch, now: float) -> None:
+        first = check_dispatch(d, self.nblocks, self.workers, self.batches)
+        held, parked = self.held, self.parked
+        bid, model, reqs, route = d  # (one unpacking: cheaper than reading the fields)
+        pop = held.pop
+        trim = False
+        for k, r in enumerate(reqs):
+            rid = r.id
+            got = pop(rid, None)
+            if got is None or r.model != model:
+                if got is None and rid in self.gone and r.model == model:
+                    trim = True  # ended meanwhile (deadline, cancelled): left out below
+                    continue
+                if got is not None:
+                    held[rid] = got  # (another model's: it stays the scheduler's)
+                self._give_back(reqs[:k])
+                raise not_held(d, r)
+            if parked:
+                at = parked.get(rid)
+                blk = 0 if at is None else at[0]
+                if blk != first:
+                    self._give_back(reqs[: k + 1])
+                    raise parked_elsewhere(d, r, blk)
+            elif first:
+                self._give_back(reqs[: k + 1])
+                raise parked_elsewhere(d, r, 0)
+        if trim:
+            gone = self.gone
+            reqs = tuple([r for r in reqs if r.id not in gone])
+            gone.difference_update([r.id for r in d.requests])
+            if not reqs:  # nothing left to run: the scheduler hears so, after this call
+                self.clock.call_at(now, self._withdrawn, d)
+                return
+            d = d._replace(requests=reqs)
+        b = entities.Batch(d, now, len(reqs) if self._unit else sum([r.rows for r in reqs]))
+        if first > 0:  # a continued batch (rule 4): its input is the parked activations
+            b.payload = [parked[r.id][2] for r in reqs]
+        elif self.payloads:
+            pl = self.payloads
+            b.payload = [pl.get(r.id) for r in reqs]
+        self.batches[bid] = b
+        self.observer.dispatched(b, first, now)
+        task = entities.Task(b, 0, self.workers[route[0].worker])
+        b.tasks.append(task)
+        if first == 0:
+            self._input_arrived(task, now)
+            return
+        self._gather(task, first, now)
+
+    def _withdrawn(self, d: Dispatch, _: Any, now: float) -> None:
+        """A dispatch whose every request had ended (``_dispatch``): reported, not run."""
+        rep = stage_ended_report(d, 0, d.route[0].worker, now, now, WITHDRAWN, 0)
+        self._report(rep._replace(requests=()), now)
+
+    def _give_back(self, taken: Iterable[Request]) -> None:
+        """Requests are the scheduler's again (after a refused action: those it gave;
+        never one the kernel ended meanwhile)."""
+        held, gone = self.held, self.gone
+        for r in taken:
+            if r.id not in gone:
+                held[r.id] = r
+
+    def _gather(self, task: entities.Task, first: int, now: float) -> None:
+        """A continued batch's input: one transfer per worker its requests are parked
+        on, each over the links to the stage's worker; the stage may start when all have
+        arrived. Activations parked on a lost worker are gone."""
+        b = task.batch
+        parked, workers = self.parked, self.workers
+        counts = parked_sources(b.requests, lambda i: parked[i][1])
+        if any(workers[src].lost for src in counts):
+            self.stage_failed(task, ACTIVATIONS_LOST, now)
+            return
+        span = (now, now)
+        if self.links is not None:
+            span = self.links.gather(
+                [(workers[src].gpu_id, k) for src, k in counts.items()],
+                task.worker.gpu_id,
+                self._cut_bytes(b.model, first - 1, 1),
+                now,
+            )
+        self._transfer(task, span, now)
+
+    def _cut_bytes(self, model: str, after_block: int, rows: int) -> float:
+        """Activation bytes crossing the cut after ``after_block`` for a batch of ``rows``
+        rows (the view's ``cut_bytes_factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32
+        bytes); the graph's bytes per cut are read once."""
+        key = (model, after_block)
+        out = self._out_bytes.get(key)
+        if out is None:
+            out = self._out_bytes[key] = self.view.latency.out_bytes(model, after_block)
+        return out * rows * self.view.cut_bytes_factor
+
+    def _transfer(self, task: entities.Task, span: tuple[float, float], now: float) -> None:
+        """A stage's input on its way (``span``: the transfer's start and end)."""
+        task.transfer_start_s, task.transfer_end_s = span
+        if span[1] > now:
+            if self._push is not None:
+                self._push((span[1], next(self._clock_seq), self._arrived_cb, task, None))
+            else:
+                self.clock.call_at(span[1], self._arrived_cb, task)
+        else:
+            self._input_arrived(task, now)
+
+    def _arrived(self, task: entities.Task, _: Any, now: float) -> None:
+        self._input_arrived(task, now)
+
+    def _input_arrived(self, task: entities.Task, now: float) -> None:
+        if task.dead:
+            return
+        w = task.worker
+        if w.running is None and not w.ready and not w.lost:
+            # the common case, an idle worker with nothing queued: ``_start``, inline
+            task.start_s = now
+            w.running = task
+            try:
+                self.executor.start(task, now)
+            except Exception as err:
+                self._start_failed(task, err, now)
+                return
+            if w.running is task:
+                task.ran = True
+            return
+        heapq.heappush(w.ready, (task.step.planned_start_s, next(self._seq), task))
+        if w.running is None:
+            self._try_start(w, now)
+
+    def _try_start(self, w: entities.Slot, now: float) -> None:
+        while w.running is None and w.ready:
+            task = heapq.heappop(w.ready)[2]
+            if task.dead:
+                continue
+            if w.lost:
+                self.stage_failed(task, lost_reason(task.batch.route), now)
+                continue
+            self._start(w, task, now)
+
+    def _start(self, w: entities.Slot, task: entities.Task, now: float) -> None:
+        task.start_s = now
+        w.running = task
+        try:
+            self.executor.start(task, now)
+        except Exception as err:
+            self._start_failed(task, err, now)
+            return
+        if w.running is task:
+            task.ran = True
+
+    def _start_failed(self, task: entities.Task, err: Exception, now: float) -> None:
+        LOG.error("stage %s of batch %d failed to start", task.index, task.batch.id, exc_info=err)
+        self.stage_failed(task, f"stage_error: {type(err).__name__}: {err}", now)
+
+    def _split(self, task: entities.Task, output: Any, now: float) -> list[Any] | None:
+        """The executor's parts of a route's output, one per request; None (the batch
+        failed) when it cannot cut them."""
+        n = len(task.batch.requests)
+        try:
+            parts = self.executor.split(task, output)
+            if len(parts) != n:
+                raise ValueError(f"{len(parts)} parts for {n} requests")
+        except Exception as err:
+            LOG.error("batch %d of %s: its output could not be split", task.batch.id,
+                      task.batch.model, exc_info=err)  # fmt: skip
+            why = f"bad_output: its output could not be cut per request: {type(err).__name__}"
+            why += f": {err}"
+            self._end_batch(task.batch, task, now, why, 0)
+            if task.worker.running is None and task.worker.ready:
+                self._try_start(task.worker, now)
+            return None
+        return parts
+
+    def _preempt(self, p: Preempt, now: float) -> None:
+        b = self.batches.get(p.batch_id)
+        if b is None or not b.alive:
+            return  # finished or gone: nothing to stop (a race a real system has too)
+        task = b.tasks[-1]
+        if task.worker.id != p.worker:
+            return
+        if task.worker.running is task:
+            task.stop = True  # at the next block boundary
+            self.executor.stop(task, now)
+        else:  # queued, deferred or in transfer: it ends here
+            self._end_batch(b, task, now, PREEMPTED, 0)
+
+    # ------------------------------------------------------------------ endings
+    def _end_batch(
+        self, b: entities.Batch, task: entities.Task, now: float, reason: str, blocks_done: int
+    ) -> None:
+        """Stop a batch before its route's end and report it: its requests go back to
+        the scheduler (``reason`` in ``RETURNED``) or fail."""
+        b.alive = False
+        self.batches.pop(b.id, None)
+        for t in b.tasks:
+            t.dead = True
+        b.tasks.clear()  # (see ``stage_done``)
+        live = _live(b)
+        if reason not in RETURNED and reason != WITHDRAWN:
+            # a failure: of the closed set (an executor's own text is a stage's error),
+            # saying where it struck
+            if not failure_kind(reason):
+                reason = f"stage_error: {reason}"
+            reason = f"{reason} (stage {task.step.stage} of batch {b.id} on {task.worker.id})"
+        if reason in RETURNED:
+            self._give_back(live)
+            for r in live:
+                self._watch(r, again=True)
+        elif live:
+            self._end(live, FAILED, reason, now)
+        start = task.start_s if not math.isnan(task.start_s) else now
+        rep = stage_ended_report(
+            b.d, task.index, task.worker.id, start, now, reason, blocks_done,
+            (task.transfer_start_s, task.transfer_end_s),
+        )  # fmt: skip
+        if b.gone is not None:
+            rep = rep._replace(requests=live)
+        self._report(rep, now)
+
+    def _close(self, requests: Sequence[Request], check: bool = True) -> None:
+        """Requests end in the ledger (each once: ``ended_twice`` otherwise, where
+        ``open`` is kept)."""
+        if self.open is not None:
+            pop = self.open.pop
+            for r in requests:
+                if pop(r.id, None) is None and check:
+                    raise ended_twice(r.id)
+        if self.parked or self.payloads:
+            parked, payloads = self.parked, self.payloads
+            for r in requests:
+                parked.pop(r.id, None)
+                payloads.pop(r.id, None)
+
+    def _end(
+        self, requests: Sequence[Request], outcome: int, reason: str, now: float,
+        check: bool = True,
+    ) -> None:  # fmt: skip
+        """Requests end, all with one outcome (dropped or failed) and reason."""
+        self._close(requests, check)
+        self.observer.ended(requests, (outcome,) * len(requests), reason, now, None)
+
+
+# ---------------------------------------------------------------------- the modelled executor
+class ModelledStart:
+    """The modelled executor's stage start (``engine.modelled``, whose module docstring
+    says what a stage takes), here so that it is compiled with the kernel: it runs for
+    every stage. ``ModelledExecutor.attach`` makes one and binds its :meth:`start` on
+    the executor; the rare paths (a stage's first run at a size, a stage waiting for
+    its weights, jitter, DHA) call back into the executor."""
+
+    def __init__(self, ex: Any) -> None:
+        self.ex = ex
+        self.kernel = ex.kernel
+        self.runs = ex._runs  # (the executor's own dicts, shared)
+        self.held = ex.held
+        self.overhead_s = ex._overhead_s
+        self.jitter_on = ex._jitter_on
+        self.push = ex._push
+        self.seq = ex._seq
+        self.call_at = ex._call_at
+        self.done_at = ex._stage_done_at
+
+    def start(self, task: entities.Task, now: float) -> None:
+        """The stage's block end times and energy (``Task.run``), its end on the clock."""
+        ex = self.ex
+        b = task.batch
+        model = b.model
+        n = b.rows
+        blocks = task.step.blocks
+        w = task.worker
+        info = w.info
+        # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
+        # workers a key per worker missed for every model and batch size on each)
+        key = (model, info.gpu.name, info.share, n, blocks)
+        run = self.runs.get(key)
+        if run is None:
+            run = self.runs[key] = ex._run_times(model, info, n, blocks)
+        cum, energy, dha = run
+        h = self.held[w.id]
+        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
+        if h.resident.get(model, 0) & m != m:
+            if not h.loading.get(model, 0) & m:
+                self.kernel.stage_failed(task, NOT_RESIDENT, now)
+                return
+            streamed = ex._streamed(h, model, blocks, cum, now) if h.streams else None
+            if streamed is not None:  # a late load under way: each block as it arrives
+                cum = streamed
+            elif model not in h.cold:
+                self.kernel.defer(task)  # its weights arrive by a plain load: wait for it
+                return
+            else:  # a planned cold start under way: layer by layer, as its weights arrive
+                dur = ex.residency.cold_run_s(h, w.info, model, n, now)
+                energy *= dur / max(cum[-1], 1e-12)
+                cum = (dur,)
+        if self.overhead_s and task.index == 0:
+            extra = self.overhead_s * n
+            cum = tuple([c + extra for c in cum])
+        if self.jitter_on:
+            j = ex._jitter()
+            cum = tuple([c * j for c in cum])
+            energy *= j
+        if dha > 0:
+            cum, energy = ex.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
+        task.run = (cum, energy)
+        if self.push is not None:
+            self.push((now + cum[-1], next(self.seq), self.done_at, task, task.version))
+        else:
+            self.call_at(now + cum[-1], self.done_at, task, task.version)
+
+
+def _live(b: entities.Batch) -> tuple[Request, ...]:
+    """A batch's requests that have not ended (all but those cancelled meanwhile)."""
+    if b.gone is None:
+        return b.requests
+    gone = b.gone
+    return tuple([r for r in b.requests if r.id not in gone])

@@ -1,0 +1,121 @@
+# C types for kernel_core.py when Cython compiles it (setup.py) as the module
+# kernel_core_c: Cython takes the .pxd named for the module it builds, so this file carries
+# that name. The .py file is the source and runs as plain Python without this (its
+# annotations are for readers and type checkers: ``annotation_typing=False`` at its top
+# leaves the C types to this file). The kernel is an extension type with typed attributes
+# (every one readable and writable from Python, as the executors and tests use them); the
+# entities and the link table come typed from their own build (entities_core_c.pxd), so
+# the kernel reads them as C structs and calls the link table in C; the per-request
+# methods are ``cpdef`` (C calls inside the kernel, Python methods outside it); lists,
+# dicts and tuples stay Python objects.
+import cython
+
+from hetserve.engine.entities_core_c cimport Batch, LinkTable, Slot, Task
+
+cdef object _NO_PARTS
+cdef object _new
+
+
+@cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t)
+cpdef Py_ssize_t check_dispatch(object d, object nblocks, object workers,
+                                object live) except -1
+
+
+cdef class Kernel:
+    cdef public object view
+    cdef public object plan
+    cdef public object scheduler
+    cdef public object executor
+    cdef public object clock
+    cdef public object observer
+    cdef public object links
+    cdef public bint strict
+    cdef public dict workers
+    cdef public set retired
+    cdef public dict nblocks
+    cdef public dict batches
+    cdef public dict held
+    cdef public object open
+    cdef public dict parked
+    cdef public dict payloads
+    cdef public set gone
+    cdef public object deadlines
+    cdef public double _expiry_s
+    cdef public object _seq
+    cdef public object _ask
+    cdef public object _apply
+    cdef public object _on_arrival
+    cdef public bint _unit
+    cdef public bint _rebound
+    cdef public object _timer_cb
+    cdef public object _expire_cb
+    cdef public object _arrived_cb
+    cdef public object stage_done_at_cb
+    cdef public bint _reported
+    cdef public bint _outputs
+    cdef public object _push
+    cdef public object _clock_seq
+    cdef public dict _out_bytes
+
+    cpdef double _cut_bytes(self, object model, Py_ssize_t after_block,
+                            Py_ssize_t rows) except? -1.0
+
+    @cython.locals(clock=object, heap=list, held=dict, n=Py_ssize_t, i=Py_ssize_t,
+                   now=double, last=double, t=double, task=Task)
+    cpdef double run(self, requests, times, double horizon) except? -1.0
+
+    @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
+                   parked=dict, end_block=Py_ssize_t, links=LinkTable)
+    cpdef stage_done(self, Task task, double now, object output=*)
+
+    cpdef stage_done_at(self, Task task, object version, double now)
+
+    cpdef _timer(self, object token, double at_s, double now)
+
+    @cython.locals(t=double, held=dict)
+    cpdef bint _expire(self, object _, double at_s, double now) except? -1
+
+    cpdef _watch(self, object r, bint again=*)
+
+    @cython.locals(at=double)
+    cpdef _apply_strict(self, object actions, double now)
+
+    @cython.locals(held=dict, parked=dict, first=Py_ssize_t, k=Py_ssize_t, trim=bint,
+                   b=Batch, task=Task, blk=Py_ssize_t)
+    cpdef _dispatch(self, object d, double now)
+
+    cpdef _transfer(self, Task task, object span, double now)
+
+    cpdef _arrived(self, Task task, object _, double now)
+
+    @cython.locals(w=Slot)
+    cpdef _input_arrived(self, Task task, double now)
+
+    @cython.locals(task=Task)
+    cpdef _try_start(self, Slot w, double now)
+
+    cpdef _start(self, Slot w, Task task, double now)
+
+    cpdef _close(self, object requests, bint check=*)
+
+    cpdef _end(self, object requests, int outcome, object reason, double now, bint check=*)
+
+
+cdef class ModelledStart:
+    cdef public object ex
+    cdef public object kernel
+    cdef public dict runs
+    cdef public dict held
+    cdef public double overhead_s
+    cdef public bint jitter_on
+    cdef public object push
+    cdef public object seq
+    cdef public object call_at
+    cdef public object done_at
+
+    @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=double, dha=double, j=double,
+                   extra=double)
+    cpdef start(self, Task task, double now)
+
+
+cpdef tuple _live(Batch b)

@@ -1,0 +1,109 @@
+# cython: annotation_typing=False
+"""What the simulator's recorder (``sim.result.Recorder``, the kernel's observer) does at
+each event: per request its times, outcome, reason and batch, in lists indexed by
+request id (element access is much cheaper than NumPy's here; they become arrays in the
+result); one row per stage execution as it ends; per worker its busy time and busy
+energy, by the worker's index.
+
+This file is plain Python and runs as it is. Where the package was built with Cython
+(``setup.py``; ``recorder_core_c.pxd`` beside it declares the C types, the kernel's
+entities' among them), the same file is also compiled as ``hetserve.sim.recorder_core_c``,
+and ``sim.result`` takes that one where the kernel's entities are compiled too
+(``HETSERVE_PURE_PYTHON=1`` keeps this file). Both give the same results."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hetserve.core.outcome import PENDING
+
+if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those typed)
+    from hetserve.core.requests import Request
+    from hetserve.engine import entities
+
+FINISHED = -1  # (while running: finished, ok or late not yet told apart)
+
+
+class Ledger:
+    """The per-event part of the recorder (module docstring), for ``n`` requests."""
+
+    def __init__(self, n: int) -> None:
+        nan = math.nan
+        self.rows: list[tuple] = []
+        self.dispatch_s = [nan] * n
+        self.start_s = [nan] * n
+        self.finish_s = [nan] * n
+        self.outcome = [PENDING] * n
+        self.reason = [0] * n
+        self.batch_of = [-1] * n
+        self.reasons: list[str] = [""]
+        self._reason_idx: dict[str, int] = {"": 0}
+        # per worker, by its index (``Slot.index``)
+        self.busy_s: list[float] = []
+        self.busy_energy_j: list[float] = []
+
+    def reason_index(self, text: str) -> int:
+        """The index of a reason text in :attr:`reasons` (added on first use)."""
+        idx = self._reason_idx.get(text)
+        if idx is None:
+            idx = self._reason_idx[text] = len(self.reasons)
+            self.reasons.append(text)
+        return idx
+
+    def dispatched(self, batch: entities.Batch, first_block: int, now: float) -> None:
+        bid, batch_of = batch.id, self.batch_of
+        if first_block == 0:
+            dispatch_s = self.dispatch_s
+            for r in batch.requests:
+                i = r.id
+                dispatch_s[i] = now
+                batch_of[i] = bid
+        else:
+            for r in batch.requests:
+                batch_of[r.id] = bid
+
+    def stage_ended(self, task: entities.Task, now: float, status: str, blocks_done: int) -> None:
+        b = task.batch
+        w = task.worker
+        self.rows.append(
+            (
+                b.id, b.model, task.step.stage, w.id, w.gpu.name, b.rows,
+                task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
+                b.dispatch_s,
+            )
+        )  # fmt: skip
+        if task.ran and task.index == 0 and task.step.blocks[0] == 0:  # service began
+            start_s, t0 = self.start_s, task.start_s
+            for r in b.requests:
+                start_s[r.id] = t0
+        k = w.index
+        self.busy_s[k] += now - task.start_s
+        run = task.run
+        if run is not None and status != "failed":
+            self.busy_energy_j[k] += (
+                run[1] if status == "completed" else run[1] * blocks_done / len(run[0])
+            )
+
+    def ended(
+        self,
+        requests: Sequence[Request],
+        outcomes: Sequence[int] | None,
+        reason: str,
+        now: float,
+        outputs: Sequence[Any] | None,
+    ) -> None:
+        outcome = self.outcome
+        if outcomes is None:  # finished now: ok or late, told apart in ``result``
+            finish_s = self.finish_s
+            for r in requests:
+                i = r.id
+                outcome[i] = FINISHED
+                finish_s[i] = now
+        else:
+            ri = self.reason_index(reason)
+            why = self.reason
+            for r, o in zip(requests, outcomes, strict=True):
+                outcome[r.id] = o
+                why[r.id] = ri

@@ -1,0 +1,34 @@
+# C types for recorder_core.py when Cython compiles it (setup.py) as the module
+# recorder_core_c (the .pxd named for the module it builds; the .py file is the source and
+# runs as plain Python without this). The kernel's entities come typed from their own
+# build (engine/entities_core_c.pxd), so a stage's fields are read as C struct fields:
+# this build runs only beside the compiled entities (``sim.result`` chooses).
+import cython
+
+from hetserve.engine.entities_core_c cimport Batch, Slot, Task
+
+
+cdef class Ledger:
+    cdef public list rows
+    cdef public list dispatch_s
+    cdef public list start_s
+    cdef public list finish_s
+    cdef public list outcome
+    cdef public list reason
+    cdef public list batch_of
+    cdef public list reasons
+    cdef public dict _reason_idx
+    cdef public list busy_s
+    cdef public list busy_energy_j
+
+    cpdef Py_ssize_t reason_index(self, object text) except -1
+
+    @cython.locals(batch_of=list, dispatch_s=list)
+    cpdef dispatched(self, Batch batch, Py_ssize_t first_block, double now)
+
+    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, start_s=list, t0=double)
+    cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
+
+    @cython.locals(outcome=list, finish_s=list, why=list, ri=Py_ssize_t)
+    cpdef ended(self, object requests, object outcomes, object reason, double now,
+                object outputs)

@@ -1,0 +1,161 @@
+"""The engine kernel (``engine/kernel_core.py``: the kernel, rule 4's check, the modelled
+executor's stage start), its entities and link table (``engine/entities_core.py``) and the
+simulator's recorder (``sim/recorder_core.py``) compiled by Cython and run as plain Python
+give the same results: the same simulations, request by request and stage by stage, in
+two processes that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C
+types of their ``.pxd`` files."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hetserve.engine import entities, entities_core, kernel, kernel_core
+from hetserve.sim import recorder_core, result
+
+try:
+    from hetserve.engine import entities_core_c as compiled_entities
+    from hetserve.engine import kernel_core_c as compiled
+except ImportError:  # (no compiled build: nothing to compare with)
+    compiled = compiled_entities = None
+
+needs_build = pytest.mark.skipif(
+    compiled is None, reason="hetserve was installed without its compiled part (setup.py)"
+)
+
+# Every path of the per-request code that a run can take: whole models under edf-adaptive,
+# flex (preemption at block boundaries) and fixed-batch, with jitter, a per-request
+# overhead, clients that give up (cancellations) and a lost worker; a two-stage pipeline
+# across links (transfers over lanes); DeepPlan's cold starts (loads, stages deferred until
+# their weights arrive or run layer by layer, DHA over shared host links).
+CODE = """
+import hashlib, json
+from collections import Counter
+from hetserve.core.layerlatency import LayerLatency
+from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+from hetserve.core.presets import preset
+from hetserve.core.requests import Stream
+from hetserve.engine import kernel
+from hetserve.engine.setup import Setup, build_setup
+from hetserve.experiments.setup import build_trace
+from hetserve.planning.deepplan import plan_cold_starts
+from hetserve.scheduling import make_scheduler
+from hetserve.sim import result
+from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.workload import Poisson, generate
+
+
+def digest(res):
+    h = hashlib.sha256()
+    for a in (res.outcome, res.reason, res.batch, res.dispatch_s, res.start_s, res.finish_s):
+        h.update(a.tobytes())
+    h.update(repr((res.stage_rows, res.reasons, sorted(res.worker_busy_s.items()),
+                   sorted(res.worker_energy_j.items()), res.events, res.end_s)).encode())
+    return {"hash": h.hexdigest(), "status": Counter(r[8] for r in res.stage_rows),
+            "reasons": res.reasons}
+
+
+out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED}
+s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
+for name in ("edf-adaptive", "flex", "fixed-batch"):
+    tr = build_trace(s, "gamma:cv=3", s.plan.rates_at(1.3), 3.0, seed=3)
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler(name), tr,
+                    SimConfig(seed=5, jitter="exponential", request_overhead_s=0.0002,
+                              patience_s=0.05, record_links=True))
+    sim.fail_worker(s.placement.workers[1].id, 1.1)
+    out[name] = digest(sim.run())
+base = build_setup("hc1-s", ["resnet50"])
+st = (Stage((0, 5), "P4", 1, 12), Stage((5, 10), "L4", 1, 4))
+plan = Plan({"resnet50": ModelPlan(base.slos_s["resnet50"], 1.0,
+                                   (Pipeline(st, 4, 0.0, 2000.0),))})
+p = Setup(base.cluster, base.latency, ["resnet50"], base.slos_s, plan, bind(plan, base.cluster))
+tr = build_trace(p, "poisson", {"resnet50": 1800.0}, 3.0, seed=2)
+sim = Simulator(p.cluster, p.latency, p.plan, p.placement, make_scheduler("fixed-batch"), tr,
+                SimConfig(seed=1, jitter="lognormal", jitter_cv=0.2, record_links=True))
+res = sim.run()
+out["two-stage"] = digest(res)
+out["two-stage"]["links"] = repr(sorted(res.link_log.items()))
+c = preset("p3-8xlarge")
+names = [f"bert-base@{i}" for i in range(24)]
+tr = generate([Stream(m, m, 0.1, Poisson(40 / 24)) for m in names], 20.0, 1)
+for kind in ("pipeswitch", "pt+dha"):
+    cp, _ = plan_cold_starts(c, names, None, kind, dict.fromkeys(names, 0.1))
+    sched = make_scheduler("coldstart", {})
+    sim = Simulator(c, LayerLatency(cp.load_plans), cp, bind(cp, c), sched, tr,
+                    SimConfig(warm=False))
+    out[kind] = digest(sim.run())
+    out[kind]["cold"] = sched.stats["cold_requests"]
+print(json.dumps(out))
+"""
+
+
+def _run(pure_python: bool) -> dict:
+    env = dict(os.environ)
+    env.pop("HETSERVE_PURE_PYTHON", None)
+    if pure_python:
+        env["HETSERVE_PURE_PYTHON"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", CODE], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@needs_build
+def test_simulations_are_the_same_compiled_and_in_python():
+    a, b = _run(pure_python=False), _run(pure_python=True)
+    assert a["kernel"] is True and a["ledger"] is True
+    assert b["kernel"] is False and b["ledger"] is False
+    # (the paths were taken: preemptions, cancellations, a lost worker's batch, cold starts)
+    assert a["flex"]["status"]["preempted"] > 100
+    assert "cancelled: the client gave up" in a["fixed-batch"]["reasons"]
+    assert a["fixed-batch"]["status"]["failed"] == 1
+    assert a["pt+dha"]["cold"] > 0
+    assert a == {**b, "kernel": True, "ledger": True}
+
+
+@needs_build
+def test_the_builds_take_the_c_types_of_their_pxd():
+    """The entities and the kernel are extension types with typed attributes (a ``.pxd``
+    left out of a build, as once happened to the reservation core, would leave Python
+    classes run by compiled code: instance dicts, boxed floats)."""
+    assert entities.COMPILED and kernel.COMPILED and kernel.Kernel is compiled.Kernel
+    e = compiled_entities
+    for cls, attr in ((e.Slot, "running"), (e.Batch, "rows"), (e.Task, "start_s"),
+                      (e.LinkTable, "log"), (compiled.Kernel, "held"),
+                      (compiled.ModelledStart, "runs")):  # fmt: skip
+        # (an extension type's attribute, not a Python class's slot or dict entry)
+        assert cls.__dictoffset__ == 0
+        assert type(cls.__dict__[attr]).__name__ == "getset_descriptor", cls
+    task = e.Task.__new__(e.Task)
+    with pytest.raises(TypeError):
+        task.start_s = "soon"  # (a C double)
+    with pytest.raises(TypeError):
+        task.worker = object()  # (a Slot)
+    task.start_s = 1
+    assert task.start_s == 1.0 and isinstance(task.start_s, float)
+    # the recorder's ledger reads the entities as C structs: the compiled one
+    assert result.LEDGER_COMPILED and result.Recorder.__mro__[1].__module__.endswith("_c")
+
+
+def test_beside_python_entities_the_kernel_and_recorder_are_python(monkeypatch):
+    """The compiled kernel and ledger read the compiled entities' C layout: beside the
+    Python entities (not built, or older than their source) they are the Python files'."""
+    monkeypatch.setattr(entities, "COMPILED", False)
+    assert kernel._core() == (kernel_core, False)
+    assert result._ledger() == (recorder_core.Ledger, False)
+
+
+def test_one_build_throughout():
+    """``engine.kernel``, ``engine.entities`` and ``engine.links`` export the compiled
+    builds' classes or the Python files', all of one kind (a Task of one build is not a
+    Task of the other)."""
+    from hetserve.engine import links
+
+    e = entities.core
+    assert e is (compiled_entities if entities.COMPILED else entities_core)
+    assert kernel.core is (compiled if kernel.COMPILED else kernel_core)
+    assert kernel.COMPILED == entities.COMPILED == result.LEDGER_COMPILED
+    assert (entities.Batch, entities.Slot, entities.Task) == (e.Batch, e.Slot, e.Task)
+    assert links.LinkTable is e.LinkTable
