@@ -524,19 +524,24 @@ def test_request_overhead_is_added_to_the_first_stage():
 
 def test_a_run_sets_the_older_objects_aside_and_gives_them_back():
     """``Simulator.run`` freezes the objects from before it for the collector's sake and
-    unfreezes them after, also when the run fails; a caller's own freeze is left alone."""
+    unfreezes them after, also when the run fails (and collects the young generation less
+    often meanwhile); a caller's own freeze is left alone."""
     import gc
 
-    from hetserve.sim.engine import older_objects_frozen
+    from hetserve.sim.engine import YOUNG_LESS_OFTEN, older_objects_frozen
 
     assert gc.get_freeze_count() == 0
+    before = gc.get_threshold()
     seen = []
     with older_objects_frozen():
-        seen.append(gc.get_freeze_count())
-    assert seen[0] > 0 and gc.get_freeze_count() == 0
+        seen.append((gc.get_freeze_count(), gc.get_threshold()))
+    assert seen[0][0] > 0 and gc.get_freeze_count() == 0
+    # (meanwhile the young generation is collected less often; its threshold set back after)
+    assert seen[0][1] == (before[0] * YOUNG_LESS_OFTEN, *before[1:])
+    assert gc.get_threshold() == before
     with pytest.raises(RuntimeError), older_objects_frozen():
         raise RuntimeError("a failing run")
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
     gc.freeze()  # the caller's
     try:
         mine = gc.get_freeze_count()

@@ -119,32 +119,32 @@ def check_dispatch(
     on known workers, ending at or before the model's last block. Returns the route's
     first block. (Rule 4's check, with the other rules' in ``engine.rules``; here, beside
     the kernel, so that it is compiled with it.)"""
-    if d.batch_id in live or not d.requests or not d.route:
-        raise ProtocolError(
-            f"Dispatch {d.batch_id}: batch ids must be new; requests and route non-empty"
-        )
-    nb = nblocks.get(d.model)
+    # (the NamedTuples' fields in their order: one unpacking each, no attribute lookups)
+    bid, model, reqs, route = d
+    if bid in live or not reqs or not route:
+        raise ProtocolError(f"Dispatch {bid}: batch ids must be new; requests and route non-empty")
+    nb = nblocks.get(model)
     if nb is None:
-        raise ProtocolError(f"Dispatch {d.batch_id}: model {d.model!r} is not in the plan")
-    route = d.route
+        raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")
     if len(route) == 1:  # the common case, checked quickly
-        st = route[0]
-        if st.stage == 0 and st.blocks == (0, nb) and st.worker in workers:
+        stage, worker, _, blocks = route[0]
+        if stage == 0 and blocks == (0, nb) and worker in workers:
             return 0
-    pos = route[0].blocks[0]
-    s0 = route[0].stage
+    s0, _, _, blocks = route[0]
+    first = pos = blocks[0]
     for k, st in enumerate(route):
-        if st.stage != s0 + k or st.blocks[0] != pos or st.blocks[1] <= pos or s0 < 0:
+        stage, worker, _, blocks = st
+        if stage != s0 + k or blocks[0] != pos or blocks[1] <= pos or s0 < 0:
             raise ProtocolError(
-                f"Dispatch {d.batch_id}: route must cover blocks contiguously with "
-                f"consecutive stage numbers (step {k}: stage {st.stage}, {st.blocks})"
+                f"Dispatch {bid}: route must cover blocks contiguously with "
+                f"consecutive stage numbers (step {k}: stage {stage}, {blocks})"
             )
-        if st.worker not in workers:
-            raise ProtocolError(f"Dispatch {d.batch_id}: unknown worker {st.worker!r}")
-        pos = st.blocks[1]
+        if worker not in workers:
+            raise ProtocolError(f"Dispatch {bid}: unknown worker {worker!r}")
+        pos = blocks[1]
     if pos > nb:
-        raise ProtocolError(f"Dispatch {d.batch_id}: route ends at block {pos}, {d.model} has {nb}")
-    return route[0].blocks[0]
+        raise ProtocolError(f"Dispatch {bid}: route ends at block {pos}, {model} has {nb}")
+    return first
 
 
 class Kernel:

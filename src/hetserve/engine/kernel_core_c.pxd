@@ -16,7 +16,8 @@ cdef object _NO_PARTS
 cdef object _new
 
 
-@cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t)
+@cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
+               first=Py_ssize_t)
 cpdef Py_ssize_t check_dispatch(object d, object nblocks, object workers,
                                 object live) except -1
 

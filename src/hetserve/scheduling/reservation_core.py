@@ -641,16 +641,15 @@ class Algorithm1:
     def correct(self, r: object) -> bool:
         """Feedback correction: the batch's reservations follow reality
         (:meth:`SlotTable.correct`). Returns whether any reservation moved."""
-        bid = r.batch_id  # type: ignore[attr-defined]
+        # (a StageReport's fields in their order: one unpacking, no attribute lookups)
+        _, bid, _, stage, worker, start_s, end_s, _, completed, last, _, _, _, xs, xe = r  # type: ignore[misc]
         entries = self.batch_resv.get(bid)
         if entries is None:
             return False
-        xs = r.transfer_start_s  # type: ignore[attr-defined]
-        xe = r.transfer_end_s  # type: ignore[attr-defined]
         has_x = xs is not None and xe is not None
         changed, keep = self.table.correct(
-            bid, entries, r.stage, self.ids[r.worker], r.start_s, r.end_s,  # type: ignore[attr-defined]
-            xs if has_x else 0.0, xe if has_x else 0.0, has_x, r.completed, r.last,  # type: ignore[attr-defined]
+            bid, entries, stage, self.ids[worker], start_s, end_s,
+            xs if has_x else 0.0, xe if has_x else 0.0, has_x, completed, last,
         )  # fmt: skip
         if keep is None:
             del self.batch_resv[bid]
