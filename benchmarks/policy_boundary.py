@@ -62,12 +62,14 @@ class Forward:
 
 
 def main() -> None:
+    from hetserve.core.provenance import provenance_line
+
+    print(provenance_line(), flush=True)
     sys.path.insert(0, str(HERE))
     from against_base import MAF19_TRIO
     from bench_replan_maf19 import profile_set
 
     from hetserve.core.plan import slos_from_scale
-    from hetserve.core.provenance import provenance_line
     from hetserve.engine import kernel
     from hetserve.engine.setup import build_setup
     from hetserve.experiments.setup import build_trace
@@ -75,7 +77,6 @@ def main() -> None:
     from hetserve.scheduling import make_scheduler
     from hetserve.sim.engine import SimConfig, Simulator
 
-    print(provenance_line(), flush=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("ppipe")
     ap.add_argument("--planner", choices=("ppipe", "np"), default="ppipe")
