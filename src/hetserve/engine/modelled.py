@@ -164,9 +164,9 @@ class ModelledExecutor(BaseExecutor):
         return 1.0
 
     def start(self, task: Task, now: float) -> None:
-        """Rule: a stage takes the latency model's time (module docstring). The body is
+        """The stage takes the latency model's time (module docstring). The body is
         ``engine.kernel_core.ModelledStart.start``, compiled with the kernel; ``attach``
-        binds it on the executor, so the kernel calls it with no call between."""
+        binds that on the executor, so the kernel calls it with no Python frame between."""
         self._starter.start(task, now)
 
     def stop(self, task: Task, now: float) -> None:
