@@ -1,7 +1,9 @@
 """Which build a compiled part runs (``core/compiled.py``): the extension where it was built
 from its source as it is now, else the Python it stands in for."""
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +11,7 @@ from hetserve.core.compiled import compiled_build
 
 
 def test_a_build_is_taken_only_when_it_is_there_current_and_wanted(tmp_path, monkeypatch):
-    import json  # (any module with a file stands in for an extension here)
+    # (json: any module with a file stands in for an extension here)
 
     old, new = tmp_path / "old.pyx", tmp_path / "new.pyx"
     old.write_text("")
@@ -24,3 +26,20 @@ def test_a_build_is_taken_only_when_it_is_there_current_and_wanted(tmp_path, mon
     assert compiled_build("json", [old]) is None
     monkeypatch.setenv("HETSERVE_PURE_PYTHON", "0")
     assert compiled_build("json", [old]) is json
+
+
+def test_build_of_names_the_build_and_its_pxd_for_the_module(monkeypatch, tmp_path):
+    """``build_of(module)`` asks for ``<module>_c``, current against the module's file,
+    the ``<stem>_c.pxd`` beside it and any other layouts given; without it, the module."""
+    from hetserve.core import compiled
+    from hetserve.scheduling import reservation_core as pure
+
+    asked = []
+    monkeypatch.setattr(compiled, "compiled_build", lambda *a: asked.append(a))
+    layout = tmp_path / "other_c.pxd"
+    assert compiled.build_of(pure, layout) == (pure, False)
+    (name, sources), src = asked[0], Path(pure.__file__)
+    assert name == "hetserve.scheduling.reservation_core_c"
+    assert sources == (src, src.with_name("reservation_core_c.pxd"), layout)
+    monkeypatch.setattr(compiled, "compiled_build", lambda *a: json)
+    assert compiled.build_of(pure) == (json, True)

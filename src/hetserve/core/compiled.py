@@ -35,3 +35,15 @@ def compiled_build(name: str, sources: Sequence[Path]) -> ModuleType | None:
         )
         return None
     return mod
+
+
+def build_of(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
+    """The compiled build of the Python module ``pure`` (the module ``<its name>_c``,
+    typed by ``<its file's stem>_c.pxd`` beside it: Cython takes the ``.pxd`` named for
+    the module it builds) where :func:`compiled_build` takes it, built from both files as
+    they are now and from ``layouts`` (the ``.pxd`` files of the C types it reads from
+    another build); else ``pure``. And whether it is the compiled one."""
+    src = Path(pure.__file__ or "")
+    pxd = src.with_name(f"{src.stem}_c.pxd")
+    built = compiled_build(f"{pure.__name__}_c", (src, pxd, *layouts))
+    return (pure, False) if built is None else (built, True)

@@ -10,25 +10,15 @@ Python file even where both are there; ``COMPILED`` says which one this process 
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
-from hetserve.core.compiled import compiled_build
+from hetserve.core.compiled import build_of
 from hetserve.engine import entities_core as _pure
 
 __all__ = ["COMPILED", "Batch", "LinkTable", "Slot", "Task", "core"]
 
 
-def _core() -> tuple[ModuleType, bool]:
-    """The compiled build where there is one, built from the Python file as it is now."""
-    src = Path(_pure.__file__)
-    pxd = src.with_name("entities_core_c.pxd")  # (named for the module it types)
-    built = compiled_build("hetserve.engine.entities_core_c", (src, pxd))
-    return (_pure, False) if built is None else (built, True)
-
-
-core, COMPILED = _core()
+core, COMPILED = build_of(_pure)
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
     from hetserve.engine.entities_core import Batch, LinkTable, Slot, Task

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from hetserve.core.compiled import compiled_build
+from hetserve.core.compiled import build_of
 from hetserve.engine import entities
 from hetserve.engine import kernel_core as _pure
 
@@ -22,15 +22,11 @@ __all__ = ["COMPILED", "Kernel", "core"]
 
 
 def _core() -> tuple[ModuleType, bool]:
-    """The compiled build where there is one, built from the Python files as they are
-    now (its own, and the entities' C layout it was built against)."""
+    """The compiled build where there is one, built from the Python file as it is now
+    and against the entities' C layout as it is now; only beside the compiled entities."""
     if not entities.COMPILED:
         return _pure, False
-    src = Path(_pure.__file__)
-    pxd = src.with_name("kernel_core_c.pxd")  # (named for the module it types)
-    layout = src.with_name("entities_core_c.pxd")
-    built = compiled_build("hetserve.engine.kernel_core_c", (src, pxd, layout))
-    return (_pure, False) if built is None else (built, True)
+    return build_of(_pure, Path(entities.__file__).with_name("entities_core_c.pxd"))
 
 
 core, COMPILED = _core()

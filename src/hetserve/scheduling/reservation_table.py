@@ -11,22 +11,11 @@ The table itself is ``reservation_core.SlotTable``, on resources numbered 0..n-1
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from pathlib import Path
-from types import ModuleType
 
-from hetserve.core.compiled import compiled_build
+from hetserve.core.compiled import build_of
 from hetserve.scheduling import reservation_core as _pure
 
-
-def _core() -> tuple[ModuleType, bool]:
-    """The compiled build where there is one, built from the Python file as it is now."""
-    src = Path(_pure.__file__)
-    pxd = src.with_name("reservation_core_c.pxd")  # (named for the module it types)
-    built = compiled_build("hetserve.scheduling.reservation_core_c", (src, pxd))
-    return (_pure, False) if built is None else (built, True)
-
-
-core, COMPILED = _core()
+core, COMPILED = build_of(_pure)
 
 
 class ReservationTable:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hetserve.core.compiled import compiled_build
+from hetserve.core.compiled import build_of, compiled_build
 from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES
 from hetserve.engine import entities
 from hetserve.engine.entities import Slot
@@ -30,15 +30,12 @@ CSV_CELLS = compiled_build("hetserve.sim.csv_cells", (Path(__file__).with_name("
 
 def _ledger() -> tuple[type[_pure.Ledger], bool]:
     """The compiled build of ``recorder_core.py`` where there is one, built from the
-    file as it is now, and the kernel's entities are compiled too (it reads them as C
-    structs); else the Python file's."""
+    file as it is now and against the entities' C layout as it is now; only beside the
+    compiled entities (it reads them as C structs); else the Python file's."""
     if not entities.COMPILED:
         return _pure.Ledger, False
-    src = Path(_pure.__file__)
-    pxd = src.with_name("recorder_core_c.pxd")
-    layout = Path(entities.__file__).with_name("entities_core_c.pxd")  # (their C layout)
-    built = compiled_build("hetserve.sim.recorder_core_c", (src, pxd, layout))
-    return (_pure.Ledger, False) if built is None else (built.Ledger, True)
+    mod, compiled = build_of(_pure, Path(entities.__file__).with_name("entities_core_c.pxd"))
+    return mod.Ledger, compiled
 
 
 Ledger, LEDGER_COMPILED = _ledger()
