@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 from hetserve.core.cluster import parse_cluster
 from hetserve.core.latency import LinearModel, LinearParams
 from hetserve.core.plan import bind, default_plan
@@ -30,3 +35,17 @@ def linear_setup(
     slos = dict.fromkeys(models, slo_s)
     plan = default_plan(cluster, lat, slos, max_batch=max_batch)
     return Setup(cluster, lat, list(models), slos, plan, bind(plan, cluster))
+
+
+def run_python_json(code: str, pure_python: bool) -> dict:
+    """Run ``code`` in a new Python process whose only difference is
+    ``HETSERVE_PURE_PYTHON`` (set: the Python files; unset: the compiled builds), and
+    return the JSON object its last line prints."""
+    env = dict(os.environ)
+    env.pop("HETSERVE_PURE_PYTHON", None)
+    if pure_python:
+        env["HETSERVE_PURE_PYTHON"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -5,15 +5,11 @@ give the same results: the same simulations, request by request and stage by sta
 two processes that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C
 types of their ``.pxd`` files."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from hetserve.engine import entities, entities_core, kernel, kernel_core
 from hetserve.sim import recorder_core, result
+from tests.helpers import run_python_json
 
 try:
     from hetserve.engine import entities_core_c as compiled_entities
@@ -92,14 +88,7 @@ print(json.dumps(out))
 
 
 def _run(pure_python: bool) -> dict:
-    env = dict(os.environ)
-    env.pop("HETSERVE_PURE_PYTHON", None)
-    if pure_python:
-        env["HETSERVE_PURE_PYTHON"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", CODE], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_python_json(CODE, pure_python)
 
 
 @needs_build

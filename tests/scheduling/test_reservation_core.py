@@ -3,16 +3,12 @@ and run as plain Python gives the same results: the same tables after the same o
 (hypothesis), and the same simulation, request by request, in two processes that differ
 only in ``HETSERVE_PURE_PYTHON``."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetserve.scheduling import reservation_core as pure
+from tests.helpers import run_python_json
 
 try:
     from hetserve.scheduling import reservation_core_c as compiled
@@ -117,14 +113,7 @@ print(json.dumps({"compiled": reservation_table.COMPILED, "n": len(tr),
                   "ok": int((res.outcome == OK).sum()), "hash": h.hexdigest(),
                   "workers": len(workers)}))
 """
-    env = dict(os.environ)
-    env.pop("HETSERVE_PURE_PYTHON", None)
-    if pure_python:
-        env["HETSERVE_PURE_PYTHON"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_python_json(code, pure_python)
 
 
 @needs_build
