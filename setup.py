@@ -45,6 +45,12 @@ FALLBACK = {
     "hetserve.engine.kernel_core_c": (
         "the Python file src/hetserve/engine/kernel_core.py runs instead"
     ),
+    "hetserve.engine.modelled_core_c": (
+        "the Python file src/hetserve/engine/modelled_core.py runs instead"
+    ),
+    "hetserve.scheduling.coldstart_core_c": (
+        "the Python file src/hetserve/scheduling/coldstart_core.py runs instead"
+    ),
     "hetserve.scheduling.reservation_core_c": (
         "the Python file src/hetserve/scheduling/reservation_core.py runs instead"
     ),
@@ -64,6 +70,12 @@ EXTENSIONS = [
         "src/hetserve/engine/kernel_core.py",
         ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD],
     ),
+    (
+        "hetserve.engine.modelled_core_c",
+        "src/hetserve/engine/modelled_core.py",
+        ["src/hetserve/engine/modelled_core_c.pxd", ENTITIES_PXD],
+    ),
+    ("hetserve.scheduling.coldstart_core_c", "src/hetserve/scheduling/coldstart_core.py", []),
     (
         "hetserve.scheduling.reservation_core_c",
         "src/hetserve/scheduling/reservation_core.py",

@@ -6,10 +6,14 @@ sets everything up (imports, profiles, the plan's MILP, the trace), says so, and
 ``callgrind_control --dump`` then closes the setup's counts, and the counts of the final
 dump are the simulation's alone (and the process's exit). Two durations of arrivals: the
 instructions per request of each, and of their difference (which also cancels the exit).
+``--planner deepplan`` counts the cold-start-heavy DeepPlan run instead
+(``benchmarks/against_base.py``'s: 180 BERT-Base instances on ``p3-8xlarge``, PT+DHA load
+plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout).
 
-Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT [--planner ppipe|np]
-[--seconds 1,4]`` (needs ``valgrind`` and ``callgrind_control``; a few minutes). Nothing is
-downloaded: the checkout is a local copy of ``github.com/JonnyKong/PPipe``.
+Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
+[--planner ppipe|np|deepplan] [--seconds 1,4]`` (needs ``valgrind`` and
+``callgrind_control``; a few minutes). Nothing is downloaded: the checkout is a local copy
+of ``github.com/JonnyKong/PPipe``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ HERE = Path(__file__).resolve().parent
 
 def inner(ppipe: str, planner: str, seconds: float) -> None:
     """One run (the valgrind child): setup, then the simulation; prints the requests."""
+    if planner == "deepplan":
+        return inner_deepplan(seconds)
     sys.path.insert(0, str(HERE))
     from against_base import MAF19_TRIO
     from bench_replan_maf19 import profile_set
@@ -56,13 +62,37 @@ def inner(ppipe: str, planner: str, seconds: float) -> None:
     print(f"requests {len(tr)}", flush=True)
 
 
+def inner_deepplan(seconds: float) -> None:
+    """:func:`inner` for the DeepPlan run."""
+    from hetserve.core.layerlatency import LayerLatency
+    from hetserve.core.plan import bind
+    from hetserve.core.presets import preset
+    from hetserve.core.requests import Stream
+    from hetserve.planning.deepplan import plan_cold_starts
+    from hetserve.scheduling import make_scheduler
+    from hetserve.sim.engine import SimConfig, Simulator
+    from hetserve.workload.arrivals import Poisson
+    from hetserve.workload.trace import generate
+
+    c = preset("p3-8xlarge")
+    names = [f"bert-base@{i}" for i in range(180)]
+    plan, _ = plan_cold_starts(c, names, None, "pt+dha", dict.fromkeys(names, 0.1))
+    tr = generate([Stream(m, m, 0.1, Poisson(100 / len(names))) for m in names], seconds, 1)
+    sim = Simulator(c, LayerLatency(plan.load_plans), plan, bind(plan, c),
+                    make_scheduler("coldstart"), tr, SimConfig(warm=False))  # fmt: skip
+    print("ready", flush=True)
+    sys.stdin.readline()
+    sim.run()
+    print(f"requests {len(tr)}", flush=True)
+
+
 def main() -> None:
     from hetserve.core.provenance import provenance_line
 
     print(provenance_line(), flush=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("ppipe")
-    ap.add_argument("--planner", choices=("ppipe", "np"), default="ppipe")
+    ap.add_argument("--planner", choices=("ppipe", "np", "deepplan"), default="ppipe")
     ap.add_argument("--seconds", default="1,4", help="the two durations of arrivals")
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()

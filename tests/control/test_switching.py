@@ -81,7 +81,7 @@ def run(ticks, mode, max_parallel, scheduler, lose, tight=False, monkeypatch=Non
                 super().__init__(info)
                 self.mem_cap = cap
 
-        monkeypatch.setattr(modelled, "Held", Tight)
+        monkeypatch.setattr(modelled.ModelledExecutor, "held_class", Tight)
     trace = turning_trace(setup, 0.8 * setup.plan.capacity_rps(), 1.0, 1.0, seed=3)
     spec = ControlSpec(
         Scripted(ticks), alternate, {},

@@ -1,21 +1,25 @@
-"""The engine kernel (``engine/kernel_core.py``: the kernel, rule 4's check, the modelled
-executor's stage start), its entities and link table (``engine/entities_core.py``) and the
-simulator's recorder (``sim/recorder_core.py``) compiled by Cython and run as plain Python
-give the same results: the same simulations, request by request and stage by stage, in
-two processes that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C
-types of their ``.pxd`` files."""
+"""The engine kernel (``engine/kernel_core.py``: the kernel, rule 4's check), its entities
+and link models (``engine/entities_core.py``), the modelled executor with its residency
+and stage start (``engine/modelled_core.py``), the ``coldstart`` scheduler
+(``scheduling/coldstart_core.py``) and the simulator's recorder
+(``sim/recorder_core.py``) compiled by Cython and run as plain Python give the same
+results: the same simulations, request by request and stage by stage, in two processes
+that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C types of their
+``.pxd`` files."""
 
 import pytest
 
-from hetserve.engine import entities, entities_core, kernel, kernel_core
+from hetserve.engine import entities, entities_core, kernel, kernel_core, modelled, modelled_core
+from hetserve.scheduling import coldstart, coldstart_core
 from hetserve.sim import recorder_core, result
 from tests.helpers import run_python_json
 
 try:
     from hetserve.engine import entities_core_c as compiled_entities
     from hetserve.engine import kernel_core_c as compiled
+    from hetserve.engine import modelled_core_c as compiled_modelled
 except ImportError:  # (no compiled build: nothing to compare with)
-    compiled = compiled_entities = None
+    compiled = compiled_entities = compiled_modelled = None
 
 needs_build = pytest.mark.skipif(
     compiled is None, reason="hetserve was installed without its compiled part (setup.py)"
@@ -33,11 +37,11 @@ from hetserve.core.layerlatency import LayerLatency
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
-from hetserve.engine import kernel
+from hetserve.engine import kernel, modelled
 from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.setup import build_trace
 from hetserve.planning.deepplan import plan_cold_starts
-from hetserve.scheduling import make_scheduler
+from hetserve.scheduling import coldstart, make_scheduler
 from hetserve.sim import result
 from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload import Poisson, generate
@@ -53,7 +57,8 @@ def digest(res):
             "reasons": res.reasons}
 
 
-out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED}
+out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED,
+       "modelled": modelled.COMPILED, "coldstart": coldstart.COMPILED}
 s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
 for name in ("edf-adaptive", "flex", "fixed-batch"):
     tr = build_trace(s, "gamma:cv=3", s.plan.rates_at(1.3), 3.0, seed=3)
@@ -94,26 +99,31 @@ def _run(pure_python: bool) -> dict:
 @needs_build
 def test_simulations_are_the_same_compiled_and_in_python():
     a, b = _run(pure_python=False), _run(pure_python=True)
-    assert a["kernel"] is True and a["ledger"] is True
-    assert b["kernel"] is False and b["ledger"] is False
+    for part in ("kernel", "ledger", "modelled", "coldstart"):
+        assert a[part] is True and b[part] is False, part
     # (the paths were taken: preemptions, cancellations, a lost worker's batch, cold starts)
     assert a["flex"]["status"]["preempted"] > 100
     assert "cancelled: the client gave up" in a["fixed-batch"]["reasons"]
     assert a["fixed-batch"]["status"]["failed"] == 1
     assert a["pt+dha"]["cold"] > 0
-    assert a == {**b, "kernel": True, "ledger": True}
+    assert a == {**b, "kernel": True, "ledger": True, "modelled": True, "coldstart": True}
 
 
 @needs_build
 def test_the_builds_take_the_c_types_of_their_pxd():
-    """The entities and the kernel are extension types with typed attributes (a ``.pxd``
+    """The entities, the link models, the kernel, the residency and the stage start are
+    extension types with typed attributes (a ``.pxd``
     left out of a build, as once happened to the reservation core, would leave Python
     classes run by compiled code: instance dicts, boxed floats)."""
     assert entities.COMPILED and kernel.COMPILED and kernel.Kernel is compiled.Kernel
+    assert modelled.COMPILED and modelled.ModelledExecutor is compiled_modelled.ModelledExecutor
+    assert coldstart.COMPILED and coldstart.ColdStart.__module__.endswith("coldstart_core_c")
     e = compiled_entities
     for cls, attr in ((e.Slot, "running"), (e.Batch, "rows"), (e.Task, "start_s"),
-                      (e.LinkTable, "log"), (compiled.Kernel, "held"),
-                      (compiled.ModelledStart, "runs")):  # fmt: skip
+                      (e.LinkTable, "log"), (e.HostLinks, "busy"), (compiled.Kernel, "held"),
+                      (compiled_modelled.ModelledStart, "runs"),
+                      (compiled_modelled.Held, "mem_cap"),
+                      (compiled_modelled.Residency, "host_links")):  # fmt: skip
         # (an extension type's attribute, not a Python class's slot or dict entry)
         assert cls.__dictoffset__ == 0
         assert type(cls.__dict__[attr]).__name__ == "getset_descriptor", cls
@@ -133,18 +143,28 @@ def test_beside_python_entities_the_kernel_and_recorder_are_python(monkeypatch):
     Python entities (not built, or older than their source) they are the Python files'."""
     monkeypatch.setattr(entities, "COMPILED", False)
     assert kernel._core() == (kernel_core, False)
+    assert modelled._core() == (modelled_core, False)
     assert result._ledger() == (recorder_core.Ledger, False)
 
 
 def test_one_build_throughout():
-    """``engine.kernel``, ``engine.entities`` and ``engine.links`` export the compiled
-    builds' classes or the Python files', all of one kind (a Task of one build is not a
-    Task of the other)."""
-    from hetserve.engine import links
+    """``engine.kernel``, ``engine.entities``, ``engine.links``, ``engine.modelled`` and
+    ``engine.residency`` export the compiled builds' classes or the Python files', all of
+    one kind (a Task of one build is not a Task of the other), and the ``coldstart``
+    scheduler registered is the build taken."""
+    from hetserve.engine import links, residency
+    from hetserve.scheduling.protocol import scheduler_factory
 
     e = entities.core
     assert e is (compiled_entities if entities.COMPILED else entities_core)
     assert kernel.core is (compiled if kernel.COMPILED else kernel_core)
     assert kernel.COMPILED == entities.COMPILED == result.LEDGER_COMPILED
     assert (entities.Batch, entities.Slot, entities.Task) == (e.Batch, e.Slot, e.Task)
-    assert links.LinkTable is e.LinkTable
+    assert links.LinkTable is e.LinkTable and links.HostLinks is e.HostLinks
+    m = modelled.core
+    assert m is (compiled_modelled if modelled.COMPILED else modelled_core)
+    assert modelled.COMPILED == kernel.COMPILED
+    assert (residency.Held, residency.Residency) == (m.Held, m.Residency)
+    assert modelled.ModelledExecutor is m.ModelledExecutor
+    assert scheduler_factory("coldstart") is coldstart.ColdStart is coldstart.core.ColdStart
+    assert (coldstart.core is coldstart_core) == (not coldstart.COMPILED)

@@ -1,7 +1,8 @@
-"""The kernel's entities (``engine.kernel``): a worker's slot, a dispatched batch, one
-route step of it; and the link model's lanes (``engine.links``). Plain objects with fixed
-attributes, which the kernel changes and executors and observers read (an executor also
-keeps its own per-step data in ``Task.run``); written in ``engine/entities_core.py``.
+"""The kernel's entities (``engine.kernel``): a worker's slot, a dispatched batch, one route
+step of it; and the link models (``engine.links``: lanes, host links). Plain objects with
+fixed attributes, which the kernel changes and executors and observers read (an executor
+also keeps its own per-step data in ``Task.run``); written in
+``engine/entities_core.py``.
 
 These are that file's compiled build where the package was built with Cython
 (``setup.py``), else the Python file's classes; ``HETSERVE_PURE_PYTHON=1`` asks for the
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING
 from hetserve.core.compiled import build_of
 from hetserve.engine import entities_core as _pure
 
-__all__ = ["COMPILED", "Batch", "LinkTable", "Slot", "Task", "core"]
+__all__ = ["COMPILED", "Batch", "HostLinks", "LinkTable", "Slot", "Task", "core"]
 
 
 core, COMPILED = build_of(_pure)
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
-    from hetserve.engine.entities_core import Batch, LinkTable, Slot, Task
+    from hetserve.engine.entities_core import Batch, HostLinks, LinkTable, Slot, Task
 else:
     Batch, LinkTable, Slot, Task = core.Batch, core.LinkTable, core.Slot, core.Task
+    HostLinks = core.HostLinks

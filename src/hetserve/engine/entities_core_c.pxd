@@ -68,3 +68,32 @@ cdef class Task:
     cdef public object run
     cdef public object transfer_start_s
     cdef public object transfer_end_s
+
+
+cdef class HostLinks:
+    cdef public object cluster
+    cdef public object busy
+    cdef public dict _paths
+    cdef public object dha_busy
+    cdef public list _until
+    cdef public Py_ssize_t _seq
+    cdef public dict _cands
+    cdef public dict _switch
+
+    @cython.locals(until=list, dha=object, x=object)
+    cpdef void expire(self, double now) except *
+
+    @cython.locals(path=tuple, busy=object, dha=object, users=Py_ssize_t, u=Py_ssize_t)
+    cpdef tuple dha_factor(self, object gpu_id, double now, tuple own=*)
+
+    @cython.locals(f=double, path=tuple)
+    cpdef double dha_run(self, object gpu_id, double now, double dha_s,
+                         tuple own=*) except? -1.0
+
+    @cython.locals(dha=object)
+    cpdef void hold_until(self, tuple path, double end_s) except *
+
+    @cython.locals(p=tuple)
+    cpdef tuple path(self, object gpu_id)
+
+    cpdef void release(self, tuple held) except *

@@ -72,7 +72,6 @@ from hetserve.engine.deadlines import Deadlines
 from hetserve.engine.executor import Clock, Executor, Observer
 from hetserve.engine.rules import (
     ACTIVATIONS_LOST,
-    NOT_RESIDENT,
     PARKED,
     PREEMPTED,
     WITHDRAWN,
@@ -1092,74 +1091,6 @@ class Kernel:
         """Requests end, all with one outcome (dropped or failed) and reason."""
         self._close(requests, check)
         self.observer.ended(requests, (outcome,) * len(requests), reason, now, None)
-
-
-# ---------------------------------------------------------------------- the modelled executor
-class ModelledStart:
-    """The modelled executor's stage start (``engine.modelled``, whose module docstring
-    says what a stage takes), here so that it is compiled with the kernel: it runs for
-    every stage. ``ModelledExecutor.attach`` makes one and binds its :meth:`start` on
-    the executor; the rare paths (a stage's first run at a size, a stage waiting for
-    its weights, jitter, DHA) call back into the executor."""
-
-    def __init__(self, ex: Any) -> None:
-        self.ex = ex
-        self.kernel = ex.kernel
-        self.runs = ex._runs  # (the executor's own dicts, shared)
-        self.held = ex.held
-        self.overhead_s = ex._overhead_s
-        self.jitter_on = ex._jitter_on
-        self.push = ex._push
-        self.seq = ex._seq
-        self.call_at = ex._call_at
-        self.done_at = ex._stage_done_at
-
-    def start(self, task: entities.Task, now: float) -> None:
-        """The stage's block end times and energy (``Task.run``), its end on the clock."""
-        ex = self.ex
-        b = task.batch
-        model = b.model
-        n = b.rows
-        blocks = task.step.blocks
-        w = task.worker
-        info = w.info
-        # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
-        # workers a key per worker missed for every model and batch size on each)
-        key = (model, info.gpu.name, info.share, n, blocks)
-        run = self.runs.get(key)
-        if run is None:
-            run = self.runs[key] = ex._run_times(model, info, n, blocks)
-        cum, energy, dha = run
-        h = self.held[w.id]
-        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
-        if h.resident.get(model, 0) & m != m:
-            if not h.loading.get(model, 0) & m:
-                self.kernel.stage_failed(task, NOT_RESIDENT, now)
-                return
-            streamed = ex._streamed(h, model, blocks, cum, now) if h.streams else None
-            if streamed is not None:  # a late load under way: each block as it arrives
-                cum = streamed
-            elif model not in h.cold:
-                self.kernel.defer(task)  # its weights arrive by a plain load: wait for it
-                return
-            else:  # a planned cold start under way: layer by layer, as its weights arrive
-                dur = ex.residency.cold_run_s(h, w.info, model, n, now)
-                energy *= dur / max(cum[-1], 1e-12)
-                cum = (dur,)
-        if self.overhead_s and task.index == 0:
-            extra = self.overhead_s * n
-            cum = tuple([c + extra for c in cum])
-        if self.jitter_on:
-            j = ex._jitter()
-            cum = tuple([c * j for c in cum])
-            energy *= j
-        if dha > 0:
-            cum, energy = ex.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
-        task.run = (cum, energy)
-        if self.push is not None:
-            self.push((now + cum[-1], next(self.seq), self.done_at, task, task.version))
-        else:
-            self.call_at(now + cum[-1], self.done_at, task, task.version)
 
 
 def _live(b: entities.Batch) -> tuple[Request, ...]:

@@ -102,21 +102,4 @@ cdef class Kernel:
     cpdef _end(self, object requests, int outcome, object reason, double now, bint check=*)
 
 
-cdef class ModelledStart:
-    cdef public object ex
-    cdef public object kernel
-    cdef public dict runs
-    cdef public dict held
-    cdef public double overhead_s
-    cdef public bint jitter_on
-    cdef public object push
-    cdef public object seq
-    cdef public object call_at
-    cdef public object done_at
-
-    @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=double, dha=double, j=double,
-                   extra=double)
-    cpdef start(self, Task task, double now)
-
-
 cpdef tuple _live(Batch b)

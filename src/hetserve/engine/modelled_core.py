@@ -1,0 +1,544 @@
+# cython: annotation_typing=False
+"""The modelled executor: a stage takes the latency model's time, as in Shepherd's and
+Clockwork's emulated workers. One executor for the simulator (on its event heap) and for
+the runtime's ``--emulate`` (on the wall clock), so a simulated stage and an emulated one
+are the same thing.
+
+- A worker runs the blocks of a stage back to back, each for the latency model's time at
+  the batch's size on the worker's GPU and share, all multiplied by one seeded jitter draw
+  per stage execution (``lognormal`` with a CV, or ``exponential``; none by default);
+  ``request_overhead_s`` per request is added to a batch's first stage (Shepherd's
+  per-request overhead).
+- A ``Preempt`` stops a running stage at its next block boundary (a boundary at this very
+  moment counts; the model's last block is no exit point, the end of a non-last stage is).
+  One callback per stage, none per block.
+- Residency and loads follow the next section: a stage whose blocks are
+  neither resident nor loading fails (rule 8); one whose blocks are loading waits for the
+  load (``Kernel.defer``), unless the load follows a load plan, whose batches run layer by
+  layer as weights arrive; DHA runs share their host links.
+- Energy: the latency model's busy energy per run (``Task.run``: block end times, energy).
+
+Residency and loading
+---------------------
+DeepPlan's concern, shared by the simulator and ``--emulate``.
+
+A worker holds some blocks of some models within its memory (``memory_gb / share``). A
+warm start makes the plan's blocks resident at t = 0 (a plan that does not fit is an
+error). ``Load`` moves weights over the GPU's host path (PCIe switch uplink, PCIe link)
+through the link model and counts against memory; ``Evict`` frees them.
+
+With a latency model that follows load plans (``core.layerlatency``), a ``Load`` follows
+the model's plan instead: the cold-start timeline (``core.coldstart``) says when each
+layer's weights arrive; parallel transmission takes the host links of GPUs of the same
+node under other PCIe switches joined to the worker's GPU by NVLink (those with the
+fewest loads under way, then by index); every host link a load uses is shared with the
+loads already under way on it: its load times are multiplied by the number of loads on
+its busiest link, counted when the load starts (DeepPlan section 3.2: GPUs under one
+PCIe switch share its uplink). Only loaded layers count against memory. A batch that
+starts while its model loads runs layer by layer, each waiting for its weights.
+
+DHA layers read host memory over the same links: a batch with DHA layers takes its DHA
+part (``LayerLatency.dha_s``) times the number of users on the busiest link of its GPU's
+host path, itself included, counted when it starts: loads under way (its own model's cold
+load excepted: the cold-start timeline already runs DHA layers beside it, as DeepPlan's
+planner does) and other DHA runs still reading (a run reads from its start for as long as
+its DHA part takes: the embeddings come first in the transformers). Loads count loads
+only: a DHA run reads a few rows (embeddings) or a few layers, milliseconds against a
+load's tens, and charging a whole load for a brief overlap would overstate it.
+
+This file is plain Python and runs as it is. Where the package was built with Cython
+(``setup.py``; ``modelled_core_c.pxd`` beside it declares the C types), the same file is
+also compiled as ``hetserve.engine.modelled_core_c``, beside the compiled entities, and
+``engine.modelled`` and ``engine.residency`` export that one's classes
+(``HETSERVE_PURE_PYTHON=1`` keeps this file).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hetserve.core.cluster import Cluster
+from hetserve.core.errors import HetserveError
+from hetserve.core.gpus import GpuType
+from hetserve.core.graph import ModelGraph, get_graph
+from hetserve.core.latency import GraphBlocksModel, LatencyModel, busy_power_w, cold_start_model
+from hetserve.core.plan import Placement, Plan
+from hetserve.engine import entities
+from hetserve.engine.clock import VirtualClock
+from hetserve.engine.executor import BaseExecutor
+from hetserve.engine.rules import NOT_RESIDENT
+from hetserve.scheduling.protocol import WorkerInfo
+
+if TYPE_CHECKING:
+    from hetserve.engine.executor import Kernel
+    from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep
+
+__all__ = [
+    "JITTERS", "Held", "ModelledExecutor", "ModelledStart", "Residency", "block_mask",
+    "block_times", "busy_j",
+]  # fmt: skip
+
+JITTERS = ("none", "lognormal", "exponential")
+
+
+def busy_j(
+    latency: LatencyModel, model: str, gpu: GpuType, share: int, batch: int, blocks: range,
+    busy_s: float,
+) -> float:  # fmt: skip
+    """Busy energy of a run of ``blocks`` that takes ``busy_s``: the latency model's, or
+    the GPU's busy power share for that long when the model has no energy table."""
+    try:
+        return latency.energy(model, gpu, share, batch, blocks)
+    except HetserveError:
+        return busy_s * busy_power_w(gpu, share, 1.0)
+
+
+def block_times(view: ClusterView, model: str, step: RouteStep, batch: int) -> list[float]:
+    """The latency model's time at each block boundary of a stage (cumulative, s)."""
+    w = view.workers[step.worker]
+    lat = view.latency
+    cum, acc = [], 0.0
+    for k in range(*step.blocks):
+        acc += lat.latency(model, w.gpu, w.share, batch, range(k, k + 1))
+        cum.append(acc)
+    return cum
+
+
+# ---------------------------------------------------------------------- residency
+def block_mask(blocks: tuple[int, int]) -> int:
+    """The bitmask of blocks ``[start, stop)``."""
+    return ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
+
+
+class Held:
+    """One worker's memory as modelled: resident and loading blocks per model (bit
+    masks), the planned loads under way, the bytes in use and the capacity."""
+
+    __slots__ = ("cold", "loading", "mem_cap", "mem_used", "resident", "streams", "waits")
+
+    def __init__(self, info: WorkerInfo) -> None:
+        self.mem_cap = info.gpu.memory_gb * 1e9 / info.share
+        self.mem_used = 0.0
+        self.resident: dict[str, int] = {}  # model -> bitmask of blocks
+        self.loading: dict[str, int] = {}
+        # model -> (load start, its timeline, host links it holds): a load that follows a
+        # load plan, whose batches may start before it ends
+        self.cold: dict[str, tuple[float, Any, tuple[str, ...]]] = {}
+        # loads that wait for room (``Load.wait``): (model, blocks) -> (the load, its mask);
+        # once started they stream: (model, blocks) -> (mask, arrival time per block)
+        self.waits: dict[tuple[str, tuple[int, int]], tuple[Any, int]] = {}
+        self.streams: dict[tuple[str, tuple[int, int]], tuple[int, dict[int, float]]] = {}
+
+
+class Residency:
+    """Block bytes, memory, warm starts, planned loads over the host links they share,
+    cold runs and DHA contention."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        latency: LatencyModel,
+        graphs: Callable[[str], ModelGraph] = get_graph,
+    ) -> None:
+        """``graphs``: the models' graphs by name (a ``ModelCatalog``'s), for the weights
+        of models whose latency model has no graph of its own (a profile set)."""
+        self.cluster = cluster
+        self.latency = latency
+        self._graphs = graphs
+        self._bytes_cache: dict[str, list[float]] = {}
+        self._mask_bytes: dict[tuple[str, int], float] = {}
+        # loads that follow load plans (core.layerlatency), over host links they share
+        self.cold_model = cold_start_model(latency)
+        self.host_links = entities.HostLinks(cluster)
+
+    def block_bytes(self, model: str) -> list[float]:
+        """Parameter bytes of each block (for memory and load times)."""
+        hit = self._bytes_cache.get(model)
+        if hit is not None:
+            return hit
+        cold = self.cold_model
+        if cold is not None:
+            gpu = cold.model_load_plan(model).gpu
+            self._bytes_cache[model] = [cold.gpu_bytes(model, gpu)]
+        else:
+            n = self.latency.num_blocks(model)
+            out = [0.0] * n
+            if isinstance(self.latency, GraphBlocksModel):
+                g, b = self.latency.graph(model), self.latency.blocks(model)
+                out = [sum(g.layers[i].param_bytes for i in b.layers(k)) for k in range(n)]
+            else:
+                try:
+                    total = self._graphs(model).param_bytes
+                    out = [total / n] * n  # profile blocks: split the weights evenly
+                except HetserveError:
+                    pass  # unknown model: no memory accounting
+            self._bytes_cache[model] = out
+        return self._bytes_cache[model]
+
+    def bytes_of(self, model: str, mask: int) -> float:
+        """Parameter bytes of the blocks in ``mask``."""
+        key = (model, mask)
+        hit = self._mask_bytes.get(key)
+        if hit is not None:
+            return hit
+        bb = self.block_bytes(model)
+        total = 0.0
+        for i in range(len(bb)):
+            if mask >> i & 1:
+                total += bb[i]
+        self._mask_bytes[key] = total
+        return total
+
+    def warm_start(self, plan: Plan, placement: Placement, held: dict[str, Held]) -> None:
+        """The plan's blocks resident at t = 0 (an error if they do not fit)."""
+        for (model, pi, si), ws in placement.stages.items():
+            st = plan.models[model].pipelines[pi].stages[si]
+            m = block_mask(st.blocks)
+            for wid in ws:
+                h = held[wid]
+                new = m & ~h.resident.get(model, 0)
+                if new:
+                    h.mem_used += self.bytes_of(model, new)
+                    h.resident[model] = h.resident.get(model, 0) | new
+        infos = {s.id: s for s in placement.workers}
+        for wid, h in held.items():
+            if h.mem_used > h.mem_cap * (1 + 1e-9):
+                s = infos[wid]
+                raise HetserveError(
+                    f"worker {wid} ({s.gpu}, 1/{s.share} slice): the plan's resident weights "
+                    f"({h.mem_used / 1e9:.2f} GB) exceed its memory ({h.mem_cap / 1e9:.2f} GB)"
+                )
+
+    def take_host_links(self, gpu_id: str, gpu: Any, h: Held, model: str, now: float) -> float:
+        """A planned load of ``model`` starts ``now`` on the worker (``h``) of GPU
+        ``gpu_id``: it takes its host links; returns when it ends."""
+        cold = self.cold_model
+        assert cold is not None
+        lp = cold.model_load_plan(model)
+        scale, links = self.host_links.take(gpu_id, lp.plan.n_parts, model, now)
+        tl = cold.load_timeline(model, gpu, scale)
+        h.cold[model] = (now, tl, links)
+        return now + tl.load_done_s
+
+    def cold_run_s(self, h: Held, info: WorkerInfo, model: str, batch: int, now: float) -> float:
+        """A run of ``model`` while its planned cold start is under way: layer by layer,
+        each as its weights arrive."""
+        cold = h.cold[model]
+        assert self.cold_model is not None
+        return self.cold_model.cold_run_s(
+            model, info.gpu, info.share, batch, cold[1], now - cold[0]
+        )
+
+    def dha_contention(
+        self,
+        h: Held,
+        gpu_id: str,
+        model: str,
+        dha: float,
+        cum: tuple[float, ...],
+        energy: float,
+        now: float,
+    ) -> tuple[tuple[float, ...], float]:
+        """A run with DHA layers (``dha`` seconds of it on them): its DHA part slowed by
+        the other users of its host path, and the path held until it ends (module
+        docstring)."""
+        cold = h.cold.get(model)
+        f = self.host_links.dha_run(gpu_id, now, dha, cold[2] if cold is not None else ())
+        if f > 1 and cum[-1] > 0:
+            ratio = (cum[-1] + (f - 1) * dha) / cum[-1]
+            cum = tuple([c * ratio for c in cum])
+            energy *= ratio
+        return cum, energy
+
+    def loaded(self, h: Held, model: str, new: int) -> None:
+        """A load of blocks ``new`` of ``model`` ended: resident now, its host links free."""
+        cold = h.cold.pop(model, None)
+        if cold is not None:
+            self.host_links.release(cold[2])
+        h.loading[model] = h.loading.get(model, 0) & ~new
+        h.resident[model] = h.resident.get(model, 0) | new
+
+    def evict(self, h: Held, model: str, blocks: tuple[int, int]) -> None:
+        m = block_mask(blocks) & h.resident.get(model, 0)
+        h.mem_used -= self.bytes_of(model, m)
+        h.resident[model] = h.resident.get(model, 0) & ~m
+
+
+# ---------------------------------------------------------------------- the executor
+class ModelledStart:
+    """The modelled executor's stage start (``engine.modelled``, whose module docstring
+    says what a stage takes), here so that it is compiled with the kernel: it runs for
+    every stage. ``ModelledExecutor.attach`` makes one and binds its :meth:`start` on
+    the executor; the rare paths (a stage's first run at a size, a stage waiting for
+    its weights, jitter, DHA) call back into the executor."""
+
+    def __init__(self, ex: Any) -> None:
+        self.ex = ex
+        self.kernel = ex.kernel
+        self.runs = ex._runs  # (the executor's own dicts, shared)
+        self.held = ex.held
+        self.overhead_s = ex._overhead_s
+        self.jitter_on = ex._jitter_on
+        self.push = ex._push
+        self.seq = ex._seq
+        self.call_at = ex._call_at
+        self.done_at = ex._stage_done_at
+        self.residency = ex.residency
+
+    def start(self, task: entities.Task, now: float) -> None:
+        """The stage's block end times and energy (``Task.run``), its end on the clock."""
+        ex = self.ex
+        b = task.batch
+        model = b.model
+        n = b.rows
+        blocks = task.step.blocks
+        w = task.worker
+        info = w.info
+        # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
+        # workers a key per worker missed for every model and batch size on each)
+        key = (model, info.gpu.name, info.share, n, blocks)
+        run = self.runs.get(key)
+        if run is None:
+            run = self.runs[key] = ex._run_times(model, info, n, blocks)
+        cum, energy, dha = run
+        h = self.held[w.id]
+        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
+        if h.resident.get(model, 0) & m != m:
+            if not h.loading.get(model, 0) & m:
+                self.kernel.stage_failed(task, NOT_RESIDENT, now)
+                return
+            streamed = ex._streamed(h, model, blocks, cum, now) if h.streams else None
+            if streamed is not None:  # a late load under way: each block as it arrives
+                cum = streamed
+            elif model not in h.cold:
+                self.kernel.defer(task)  # its weights arrive by a plain load: wait for it
+                return
+            else:  # a planned cold start under way: layer by layer, as its weights arrive
+                dur = self.residency.cold_run_s(h, w.info, model, n, now)
+                energy *= dur / max(cum[-1], 1e-12)
+                cum = (dur,)
+        if self.overhead_s and task.index == 0:
+            extra = self.overhead_s * n
+            cum = tuple([c + extra for c in cum])
+        if self.jitter_on:
+            j = ex._jitter()
+            cum = tuple([c * j for c in cum])
+            energy *= j
+        if dha > 0:
+            cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
+        task.run = (cum, energy)
+        if self.push is not None:
+            self.push((now + cum[-1], next(self.seq), self.done_at, task, task.version))
+        else:
+            self.call_at(now + cum[-1], self.done_at, task, task.version)
+
+
+class ModelledExecutor(BaseExecutor):
+    """Stages and loads as the latency model says (module docstring)."""
+
+    outputs = False
+    #: a worker's memory as modelled (a test narrows it with a subclass of its own)
+    held_class: type[Held] = Held
+
+    def __init__(
+        self,
+        seed: int = 0,
+        jitter: str = "none",
+        jitter_cv: float = 0.0,
+        request_overhead_s: float = 0.0,
+        warm: bool = True,
+        graphs: Callable[[str], ModelGraph] = get_graph,
+    ) -> None:
+        """``warm``: the plan's blocks are resident when the kernel starts (see
+        :meth:`warm_start`; a cold-start plan loads them: ``False``). ``graphs``: the
+        models' graphs by name (a ``ModelCatalog``'s), for their weights' bytes."""
+        self._graphs = graphs
+        if jitter not in JITTERS:
+            raise HetserveError(f"jitter must be none, lognormal or exponential, got {jitter!r}")
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+        self.jitter = jitter
+        self.jitter_cv = jitter_cv
+        self._jitter_on = jitter == "exponential" or (jitter == "lognormal" and jitter_cv > 0)
+        self._overhead_s = request_overhead_s
+        self.warm = warm
+        # (model, worker, batch, blocks) -> (block end times, energy, DHA part)
+        self._runs: dict[tuple[str, str, int, int, tuple[int, int]], tuple] = {}
+        self.held: dict[str, Held] = {}
+
+    def attach(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self._call_at = kernel.clock.call_at
+        self._stage_done_at = kernel.stage_done_at_cb
+        # the engine's own virtual clock: stage ends straight onto its heap
+        clock = kernel.clock
+        self._push = clock.push if type(clock) is VirtualClock else None
+        self._seq = clock.seq if type(clock) is VirtualClock else None
+        view = kernel.view
+        self.view = view
+        self.latency = view.latency
+        self.residency = Residency(view.cluster, view.latency, self._graphs)
+        cold = self.residency.cold_model
+        self._dha_s = None if cold is None else cold.dha_s
+        self.held = {wid: self.held_class(info) for wid, info in view.workers.items()}
+        self.infos = dict(view.workers)  # every worker's, those a new plan added too
+        # loads cross the host links of the kernel's link model (their own where it has none)
+        self.links = kernel.links if kernel.links is not None else entities.LinkTable(view.cluster)
+        self._starter = ModelledStart(self)
+        if type(self).start is ModelledExecutor.start:  # (a subclass's own start stays)
+            self.start = self._starter.start  # type: ignore[method-assign]
+        if self.warm:
+            self.warm_start()
+
+    def close(self) -> None:
+        """Let go of the kernel (a run's state is freed with its driver)."""
+        for name in ("kernel", "_stage_done_at", "_call_at", "_starter", "start"):
+            self.__dict__.pop(name, None)
+
+    def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
+        """Workers a new plan brings: empty memory, ready for loads (at once)."""
+        for wid, info in infos.items():
+            self.held[wid] = self.held_class(info)
+            self.infos[wid] = info
+        done("")
+
+    def warm_start(self) -> None:
+        """The plan's blocks resident at t = 0 (an error if they do not fit)."""
+        k = self.kernel
+        self.residency.warm_start(k.plan, k.view.placement, self.held)
+
+    # ------------------------------------------------------------------ stages
+    def _run_times(
+        self, model: str, info: Any, batch: int, blocks: tuple[int, int]
+    ) -> tuple[tuple[float, ...], float, float]:
+        """A stage run: cumulative block end times, busy energy, and the part of it on
+        DHA layers (reading host memory; 0 without load plans)."""
+        lat, share, gpu = self.latency, info.share, info.gpu
+        cum, acc = [], 0.0
+        for k in range(blocks[0], blocks[1]):
+            acc += lat.latency(model, gpu, share, batch, range(k, k + 1))
+            cum.append(acc)
+        energy = busy_j(lat, model, gpu, share, batch, range(*blocks), acc)
+        dha = 0.0
+        if self._dha_s is not None:
+            dha = self._dha_s(model, gpu, share, batch)
+        return tuple(cum), energy, dha
+
+    def _jitter(self) -> float:
+        if self.jitter == "lognormal" and self.jitter_cv > 0:
+            s2 = math.log1p(self.jitter_cv**2)
+            return float(self.rng.lognormal(-s2 / 2, math.sqrt(s2)))
+        if self.jitter == "exponential":
+            return float(self.rng.exponential(1.0))
+        return 1.0
+
+    def start(self, task: entities.Task, now: float) -> None:
+        """The stage takes the latency model's time (module docstring). The body is
+        ``ModelledStart.start``, compiled with this file; ``attach``
+        binds that on the executor, so the kernel calls it with no Python frame between."""
+        self._starter.start(task, now)
+
+    def stop(self, task: entities.Task, now: float) -> None:
+        cum = task.run[0]
+        elapsed = now - task.start_s
+        k = 0
+        while k < len(cum) - 1 and cum[k] < elapsed - 1e-12:
+            k += 1
+        if k == len(cum) - 1 and task.index == len(task.batch.route) - 1:
+            return  # the next exit point is the end: the batch simply completes
+        task.version += 1  # the stage's end is stale: it stops at block k + 1
+        self.kernel.clock.call_at(task.start_s + cum[k], self.kernel.stage_stopped, task, k + 1)
+
+    def _streamed(
+        self, h: Held, model: str, blocks: tuple[int, int], cum: tuple[float, ...], now: float
+    ) -> tuple[float, ...] | None:
+        """A stage's block end times where its missing blocks arrive by a late load under
+        way (``Load.wait``): each block starts once it has arrived; None if some missing
+        block is in no such load (a waiting one, or a plain load: the task waits)."""
+        arrive: dict[int, float] = {}
+        for (m_, _), (_, at) in h.streams.items():
+            if m_ == model:
+                arrive.update(at)
+        res = h.resident.get(model, 0)
+        t, out, prev = now, [], 0.0
+        for i, k in enumerate(range(*blocks)):
+            if not res >> k & 1:
+                if k not in arrive:
+                    return None
+                t = max(t, arrive[k])
+            t += cum[i] - prev
+            prev = cum[i]
+            out.append(t - now)
+        return tuple(out)
+
+    # ------------------------------------------------------------------ loads
+    def load(self, a: Load, now: float) -> None:
+        h = self.held[a.worker]
+        res = self.residency
+        key = (a.model, a.blocks)
+        if key in h.waits and not a.wait:  # the last word on a waiting load: now, or never
+            wa, new = h.waits.pop(key)
+            if h.mem_used + res.bytes_of(a.model, new) > h.mem_cap * (1 + 1e-9):
+                h.loading[a.model] = h.loading.get(a.model, 0) & ~new
+                self.kernel.load_finished(wa, now, now, False, "out of memory")
+                return
+            self._begin(wa, new, now)
+            return
+        if key in h.streams and not a.wait:
+            return  # (a waiting load under way already: it reports once, when it ends)
+        m = block_mask(a.blocks)
+        new = m & ~h.resident.get(a.model, 0) & ~h.loading.get(a.model, 0)
+        nbytes = res.bytes_of(a.model, new)
+        if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
+            if a.wait:  # until an eviction makes room; its stages wait for it
+                h.loading[a.model] = h.loading.get(a.model, 0) | new
+                h.waits[key] = (a, new)
+                return
+            self.kernel.load_finished(a, now, now, False, "out of memory")
+            return
+        self._begin(a, new, now)
+
+    def _begin(self, a: Load, new: int, now: float) -> None:
+        h = self.held[a.worker]
+        res = self.residency
+        nbytes = res.bytes_of(a.model, new)
+        h.mem_used += nbytes
+        h.loading[a.model] = h.loading.get(a.model, 0) | new
+        info = self.infos[a.worker]
+        if new and res.cold_model is not None:
+            end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
+            self.kernel.clock.call_at(end, self._loaded, a, (new, now))
+            if a.wait:
+                self.kernel.resume(a.worker, now)  # its stages run layer by layer now
+            return
+        cluster = self.view.cluster
+        path = tuple(cluster.host_path(info.gpu_id))
+        bw = min(cluster.links[x].bw_gbps for x in path)
+        t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
+        if a.wait:  # a late load streams: its blocks arrive in order, over [t0, t1]
+            at, done = {}, 0.0
+            for k in range(*a.blocks):
+                if new >> k & 1:
+                    done += res.bytes_of(a.model, 1 << k)
+                    at[k] = t0 + (t1 - t0) * (done / nbytes if nbytes > 0 else 1.0)
+            h.streams[(a.model, a.blocks)] = (new, at)
+            self.kernel.resume(a.worker, now)
+        self.kernel.clock.call_at(t1, self._loaded, a, (new, t0))
+
+    def _loaded(self, a: Load, info: tuple[int, float], now: float) -> None:
+        new, t0 = info
+        h = self.held[a.worker]
+        h.streams.pop((a.model, a.blocks), None)
+        self.residency.loaded(h, a.model, new)
+        self.kernel.load_finished(a, t0, now)
+
+    def evict(self, a: Evict, now: float) -> None:
+        h = self.held[a.worker]
+        self.residency.evict(h, a.model, a.blocks)
+        for key, (wa, new) in list(h.waits.items()):  # loads waiting for this room
+            if h.mem_used + self.residency.bytes_of(wa.model, new) <= h.mem_cap * (1 + 1e-9):
+                del h.waits[key]
+                self._begin(wa, new, now)

@@ -1,0 +1,70 @@
+# C types for modelled_core.py when Cython compiles it (setup.py) as the module
+# modelled_core_c: Cython takes the .pxd named for the module it builds, so this file
+# carries that name. The .py file is the source and runs as plain Python without this (its
+# annotations are for readers and type checkers: ``annotation_typing=False`` at its top
+# leaves the C types to this file). A worker's memory, the residency and the stage start
+# are extension types with typed attributes (every one readable and writable from Python);
+# the entities and the host links come typed from their own build (entities_core_c.pxd);
+# the executor stays a Python class (its base is one), its methods compiled; block masks
+# stay Python integers (a model may have more blocks than a C integer has bits).
+import cython
+
+from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, Task
+
+
+cdef class Held:
+    cdef public double mem_cap
+    cdef public double mem_used
+    cdef public dict resident
+    cdef public dict loading
+    cdef public dict cold
+    cdef public dict waits
+    cdef public dict streams
+
+
+cdef class Residency:
+    cdef public object cluster
+    cdef public object latency
+    cdef public object _graphs
+    cdef public dict _bytes_cache
+    cdef public dict _mask_bytes
+    cdef public object cold_model
+    cdef public HostLinks host_links
+
+    @cython.locals(key=tuple, bb=list, total=double, i=Py_ssize_t)
+    cpdef double bytes_of(self, object model, object mask) except? -1.0
+
+    @cython.locals(scale=list, links=tuple)
+    cpdef double take_host_links(self, object gpu_id, object gpu, Held h, object model,
+                                 double now) except? -1.0
+
+    @cython.locals(cold=tuple)
+    cpdef double cold_run_s(self, Held h, object info, object model, Py_ssize_t batch,
+                            double now) except? -1.0
+
+    @cython.locals(cold=tuple, f=double, ratio=double)
+    cpdef tuple dha_contention(self, Held h, object gpu_id, object model, double dha,
+                               tuple cum, double energy, double now)
+
+    @cython.locals(cold=tuple)
+    cpdef void loaded(self, Held h, object model, object new) except *
+
+    cpdef void evict(self, Held h, object model, object blocks) except *
+
+
+cdef class ModelledStart:
+    cdef public object ex
+    cdef public object kernel
+    cdef public dict runs
+    cdef public dict held
+    cdef public double overhead_s
+    cdef public bint jitter_on
+    cdef public object push
+    cdef public object seq
+    cdef public object call_at
+    cdef public object done_at
+    cdef public Residency residency
+
+    @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=double, dha=double, j=double,
+                   extra=double, h=Held, dur=double)
+    cpdef start(self, Task task, double now)
