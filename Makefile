@@ -9,7 +9,7 @@ TORCH  := torch==2.13.0
 CORE   := src/hetserve/engine/entities_core.py src/hetserve/engine/entities_core_c.pxd \
           src/hetserve/engine/kernel_core.py src/hetserve/engine/kernel_core_c.pxd \
           src/hetserve/engine/modelled_core.py src/hetserve/engine/modelled_core_c.pxd \
-          src/hetserve/scheduling/coldstart_core.py \
+          src/hetserve/scheduling/coldstart_core.py src/hetserve/scheduling/coldstart_core_c.pxd \
           src/hetserve/scheduling/reservation_core.py src/hetserve/scheduling/reservation_core_c.pxd \
           src/hetserve/sim/recorder_core.py src/hetserve/sim/recorder_core_c.pxd \
           src/hetserve/sim/csv_cells.pyx setup.py

@@ -75,7 +75,11 @@ EXTENSIONS = [
         "src/hetserve/engine/modelled_core.py",
         ["src/hetserve/engine/modelled_core_c.pxd", ENTITIES_PXD],
     ),
-    ("hetserve.scheduling.coldstart_core_c", "src/hetserve/scheduling/coldstart_core.py", []),
+    (
+        "hetserve.scheduling.coldstart_core_c",
+        "src/hetserve/scheduling/coldstart_core.py",
+        ["src/hetserve/scheduling/coldstart_core_c.pxd"],
+    ),
     (
         "hetserve.scheduling.reservation_core_c",
         "src/hetserve/scheduling/reservation_core.py",

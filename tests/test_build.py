@@ -24,6 +24,7 @@ FILES = [
     "src/hetserve/engine/modelled_core_c.pxd",
     "src/hetserve/scheduling/__init__.py",
     "src/hetserve/scheduling/coldstart_core.py",
+    "src/hetserve/scheduling/coldstart_core_c.pxd",
     "src/hetserve/scheduling/reservation_core.py",
     "src/hetserve/scheduling/reservation_core_c.pxd",
     "src/hetserve/sim/__init__.py",

@@ -180,10 +180,13 @@ class _BatchOfOneAsWritten:
 def test_the_batch_of_one_shortcut_decides_as_written(kind):
     """A cold-start-heavy run (many drops, loads and evictions) ends the same with the
     scheduler's batch-1 shortcut and with the plain version of it."""
-    from hetserve.scheduling.coldstart import ColdStart
+    from hetserve.scheduling.coldstart import ColdStart, core
 
-    class Plain(_BatchOfOneAsWritten, ColdStart):
+    class PlainCore(_BatchOfOneAsWritten, core.ColdStartCore):
         pass
+
+    class Plain(ColdStart):
+        core_class = PlainCore
 
     names = [f"bert-base@{i}" for i in range(180)]
     plan, _, pl = setup(names, kind)

@@ -30,9 +30,10 @@ Counters (``stats``): requests that went to a GPU where their model was not resi
 
 This file is plain Python and runs as it is. Where the package was built with Cython
 (``setup.py``), the same file is also compiled as
-``hetserve.scheduling.coldstart_core_c`` (its class stays a Python class, its methods
-compiled), and ``scheduling.coldstart`` registers that one's class
-(``HETSERVE_PURE_PYTHON=1`` keeps this file).
+``hetserve.scheduling.coldstart_core_c`` (``coldstart_core_c.pxd`` beside it declares the
+C types of :class:`ColdStartCore`; the registered class stays a Python class), and
+``scheduling.coldstart`` registers that one's class (``HETSERVE_PURE_PYTHON=1`` keeps
+this file).
 """
 
 from __future__ import annotations
@@ -61,26 +62,31 @@ from hetserve.scheduling.protocol import (
 )
 
 
-class ColdStart(BaseScheduler):
-    """The ``coldstart`` scheduler (module docstring); ``scheduling.coldstart`` registers
-    it under that name."""
+class ColdStartCore:
+    """The ``coldstart`` scheduler's state and decisions for one plan (module docstring):
+    :class:`ColdStart` makes one at its ``start`` and hands it the protocol's calls.
+    Where this file is compiled it is an extension type with typed attributes
+    (``coldstart_core_c.pxd``) whose methods call each other in C. ``stats`` and
+    ``cold_ids`` are the scheduler's own (shared); ``next_batch`` is the last batch id
+    given (what ``BaseScheduler.new_batch_id`` counts: the scheduler's, from then on)."""
 
     def __init__(
         self,
-        max_batch: Annotated[int, Range(1)] = 1,
-        memory_reserve_gb: Annotated[float, Range(0)] = 5.0,
-        preload: bool = True,
+        view: ClusterView,
+        plan: Plan,
+        max_batch: int,
+        reserve_b: float,
+        stats: dict[str, int],
+        cold_ids: list[int],
+        next_batch: int,
     ) -> None:
-        super().__init__()
-        self.max_batch = int(max_batch)
-        self.reserve_b = float(memory_reserve_gb) * 1e9
-        self.preload = bool(preload)
-        self.stats = {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
-        self.cold_ids: list[int] = []  # requests queued where their model was not resident
-
-    # ------------------------------------------------------------------ setup
-    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
-        super().start(view, plan, now)
+        self.view = view
+        self.plan = plan
+        self.max_batch = max_batch
+        self.reserve_b = reserve_b
+        self.stats = stats
+        self.cold_ids = cold_ids
+        self.next_batch = next_batch
         ws = sorted({w for ids in view.placement.stages.values() for w in ids})
         if not ws:
             raise HetserveError("coldstart: the plan places no workers")
@@ -106,16 +112,24 @@ class ColdStart(BaseScheduler):
         self.pending: deque[Request] = deque()
         self._bytes: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
+
+    def new_batch_id(self) -> int:
+        self.next_batch += 1
+        return self.next_batch
+
+    def preload(self, now: float) -> list[Action]:
+        """Instances loaded round-robin over the GPUs, in the plan's model order, while
+        they fit."""
         out: list[Action] = []
-        if self.preload:
-            k = 0
-            for m in plan.models:
-                for _ in range(len(ws)):
-                    w = ws[k % len(ws)]
-                    k += 1
-                    if self.used[w] + self.instance_bytes(m, w) <= self.cap[w]:
-                        out.append(self._load(w, m, now))
-                        break
+        ws = self.workers
+        k = 0
+        for m in self.plan.models:
+            for _ in range(len(ws)):
+                w = ws[k % len(ws)]
+                k += 1
+                if self.used[w] + self.instance_bytes(m, w) <= self.cap[w]:
+                    out.append(self._load(w, m, now))
+                    break
         return out
 
     # ------------------------------------------------------------------ estimates
@@ -356,3 +370,49 @@ class ColdStart(BaseScheduler):
             if not self._route(r, now, out):
                 self.pending.append(r)
         return out
+
+
+class ColdStart(BaseScheduler):
+    """The ``coldstart`` scheduler (module docstring); ``scheduling.coldstart`` registers
+    it under that name. Its decisions are its core's (:class:`ColdStartCore`, made at
+    ``start``)."""
+
+    #: the core it makes at ``start`` (a test swaps in a subclass of its own)
+    core_class: type[ColdStartCore] = ColdStartCore
+
+    def __init__(
+        self,
+        max_batch: Annotated[int, Range(1)] = 1,
+        memory_reserve_gb: Annotated[float, Range(0)] = 5.0,
+        preload: bool = True,
+    ) -> None:
+        super().__init__()
+        self.max_batch = int(max_batch)
+        self.reserve_b = float(memory_reserve_gb) * 1e9
+        self.preload = bool(preload)
+        self.stats = {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
+        self.cold_ids: list[int] = []  # requests queued where their model was not resident
+        self.core: ColdStartCore | None = None
+
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        super().start(view, plan, now)
+        self.core = core = self.core_class(
+            view, plan, self.max_batch, self.reserve_b, self.stats, self.cold_ids,
+            self._next_batch,
+        )  # fmt: skip
+        self.resident = core.resident  # (instances per worker, least recently used first)
+        return core.preload(now) if self.preload else []
+
+    def new_batch_id(self) -> int:
+        if self.core is None:
+            return super().new_batch_id()
+        return self.core.new_batch_id()
+
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        return self.core.on_arrival(request, now)  # type: ignore[union-attr]
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        return self.core.on_stage_done(report, now)  # type: ignore[union-attr]
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        return self.core.on_worker_lost(worker, now)  # type: ignore[union-attr]

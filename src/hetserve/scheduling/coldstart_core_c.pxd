@@ -1,0 +1,82 @@
+# C types for coldstart_core.py when Cython compiles it (setup.py) as the module
+# coldstart_core_c: Cython takes the .pxd named for the module it builds, so this file
+# carries that name. The .py file is the source and runs as plain Python without this (its
+# annotations are for readers and type checkers: ``annotation_typing=False`` at its top
+# leaves the C types to this file). The scheduler's core is an extension type with typed
+# attributes (every one readable and writable from Python, as a test's subclass uses
+# them) and ``cpdef`` methods (C calls inside the core; a Python subclass may override
+# them); the registered scheduler stays a Python class (its base is one, and the
+# registry wraps its constructor). Dicts, lists and deques stay Python objects.
+import cython
+
+
+cdef class ColdStartCore:
+    cdef public object view
+    cdef public object plan
+    cdef public Py_ssize_t max_batch
+    cdef public double reserve_b
+    cdef public dict stats
+    cdef public list cold_ids
+    cdef public Py_ssize_t next_batch
+    cdef public list workers
+    cdef public dict cap
+    cdef public dict used
+    cdef public dict resident
+    cdef public dict loading
+    cdef public dict queue
+    cdef public dict running
+    cdef public dict running_model
+    cdef public dict busy_until
+    cdef public dict queued_s
+    cdef public set lost
+    cdef public list live
+    cdef public dict where
+    cdef public dict _warm
+    cdef public dict _warm1
+    cdef public object pending
+    cdef public dict _bytes
+    cdef public dict _nb
+
+    cpdef Py_ssize_t new_batch_id(self) except -1
+
+    @cython.locals(per=dict)
+    cpdef double instance_bytes(self, object model, object w) except? -1.0
+
+    cpdef double _cold_s(self, object model) except? -1.0
+
+    @cython.locals(key=tuple)
+    cpdef double _warm_s(self, object model, object w, Py_ssize_t batch=*) except? -1.0
+
+    @cython.locals(per=dict)
+    cpdef double _warm1_s(self, object model, object w) except? -1.0
+
+    @cython.locals(bu=dict, qs=dict)
+    cpdef list _by_backlog(self, object ws, double now)
+
+    @cython.locals(left=double)
+    cpdef void _dequeue(self, object w, object r) except *
+
+    cpdef object _load(self, object w, object model, double now)
+
+    @cython.locals(need=double, free=double, busy=set, victims=list)
+    cpdef bint _make_room(self, object w, object model, list out) except -1
+
+    cpdef bint _route(self, object r, double now, list out) except -1
+
+    @cython.locals(finish=double)
+    cpdef void _next(self, object w, double now, list out) except *
+
+    @cython.locals(finish=double)
+    cpdef double _finish_s(self, object w, object m, Py_ssize_t n, double now) except? -1.0
+
+    @cython.locals(take=list, n=Py_ssize_t, cap=Py_ssize_t, finish=double, late=list)
+    cpdef tuple _take(self, object w, object q, object m, double now, list out)
+
+    @cython.locals(n=Py_ssize_t)
+    cpdef void _retry_pending(self, double now, list out) except *
+
+    @cython.locals(out=list)
+    cpdef list on_arrival(self, object request, double now)
+
+    @cython.locals(out=list)
+    cpdef list on_stage_done(self, object report, double now)
