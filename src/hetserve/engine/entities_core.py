@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -220,16 +219,21 @@ class HostLinks:
     runtime): which GPUs' links a load takes (the worker's, and for parallel
     transmission GPUs of the same node under other PCIe switches joined to it by NVLink,
     the least busy first, then by index) and the factor its load times are multiplied by
-    (the number of loads on the busiest link it crosses, itself included)."""
+    (the number of loads on the busiest link it crosses, itself included).
+
+    Links are numbered as first met (``names``: their names by number): a path is a tuple
+    of numbers, and the counts per link are lists indexed by them."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
-        self.busy: defaultdict[str, int] = defaultdict(int)  # loads over each link
-        self._paths: dict[str, tuple[str, ...]] = {}
-        self.dha_busy: defaultdict[str, int] = defaultdict(int)  # DHA runs reading over each
-        self._until: list[tuple[float, int, tuple[str, ...]]] = []  # DHA runs: (end, seq, path)
+        self.names: list[str] = []  # the links met so far, by number
+        self._ids: dict[str, int] = {}
+        self.busy: list[int] = []  # loads over each link
+        self._paths: dict[str, tuple[int, ...]] = {}
+        self.dha_busy: list[int] = []  # DHA runs reading over each link
+        self._until: list[tuple[float, int, tuple[int, ...]]] = []  # DHA runs: (end, seq, path)
         self._seq = 0
-        self._cands: dict[str, list[tuple[str, int, object, tuple[str, ...]]]] = {}
+        self._cands: dict[str, list[tuple[str, int, object, tuple[int, ...]]]] = {}
         self._switch: dict[str, object] = {}
 
     def expire(self, now: float) -> None:
@@ -240,8 +244,8 @@ class HostLinks:
                 dha[x] -= 1
 
     def dha_factor(
-        self, gpu_id: str, now: float, own: tuple[str, ...] = ()
-    ) -> tuple[float, tuple[str, ...]]:
+        self, gpu_id: str, now: float, own: tuple[int, ...] = ()
+    ) -> tuple[float, tuple[int, ...]]:
         """The factor a DHA run starting ``now`` on ``gpu_id`` takes (users on the busiest
         link of its host path, itself included; ``own``: links held by its own model's
         cold load, not counted) and the path."""
@@ -258,7 +262,7 @@ class HostLinks:
                 users = u
         return float(users + 1), path
 
-    def dha_run(self, gpu_id: str, now: float, dha_s: float, own: tuple[str, ...] = ()) -> float:
+    def dha_run(self, gpu_id: str, now: float, dha_s: float, own: tuple[int, ...] = ()) -> float:
         """A run on ``gpu_id`` that reads host memory for ``dha_s`` seconds when alone
         starts ``now``: its factor (``dha_factor``); it holds its host path for as long as
         it reads, ``factor * dha_s`` (``hold_until``)."""
@@ -266,7 +270,7 @@ class HostLinks:
         self.hold_until(path, now + f * dha_s)
         return f
 
-    def hold_until(self, path: tuple[str, ...], end_s: float) -> None:
+    def hold_until(self, path: tuple[int, ...], end_s: float) -> None:
         """A DHA run reads over ``path`` until ``end_s``."""
         dha = self.dha_busy
         for x in path:
@@ -274,15 +278,28 @@ class HostLinks:
         self._seq += 1
         heapq.heappush(self._until, (end_s, self._seq, path))
 
-    def path(self, gpu_id: str) -> tuple[str, ...]:
+    def path(self, gpu_id: str) -> tuple[int, ...]:
+        """The links of ``gpu_id``'s host path, by number (``names``)."""
         p = self._paths.get(gpu_id)
         if p is None:
-            p = self._paths[gpu_id] = tuple(self.cluster.host_path(gpu_id))
+            ids = []
+            for name in self.cluster.host_path(gpu_id):
+                i = self._ids.get(name)
+                if i is None:
+                    i = self._ids[name] = len(self.names)
+                    self.names.append(name)
+                    self.busy.append(0)
+                    self.dha_busy.append(0)
+                ids.append(i)
+            p = self._paths[gpu_id] = tuple(ids)
         return p
 
     def take(
         self, gpu_id: str, n_parts: int, model: str, now: float | None = None
-    ) -> tuple[list[float], tuple[str, ...]]:
+    ) -> tuple[list[float], tuple[int, ...]]:
+        """A planned load in ``n_parts`` parts on ``gpu_id`` (``now``: when, to forget
+        the DHA runs over by then): each part's load-time factor, and the links it holds
+        (by number) until :meth:`release`."""
         if now is not None and self._until:
             self.expire(now)
         busy = self.busy
@@ -294,9 +311,11 @@ class HostLinks:
             busy[x] += 1
         return scale, held
 
-    def release(self, held: tuple[str, ...]) -> None:
+    def release(self, held: tuple[int, ...]) -> None:
+        """A load's links (``take``'s) are free of it."""
+        busy = self.busy
         for x in held:
-            self.busy[x] -= 1
+            busy[x] -= 1
 
     def secondaries(self, gpu_id: str, k: int, model: str) -> list[str]:
         if k <= 0:
@@ -322,7 +341,7 @@ class HostLinks:
             f"node offers {len(out) + 1} (GPUs under other PCIe switches joined by NVLink)"
         )
 
-    def _candidates(self, gpu_id: str) -> list[tuple[str, int, object, tuple[str, ...]]]:
+    def _candidates(self, gpu_id: str) -> list[tuple[str, int, object, tuple[int, ...]]]:
         """The GPUs that can carry a part of a load for ``gpu_id``: of its node, under
         another PCIe switch (or none), joined to it by NVLink; (id, index, switch, host
         path) each."""

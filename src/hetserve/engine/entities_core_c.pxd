@@ -72,28 +72,35 @@ cdef class Task:
 
 cdef class HostLinks:
     cdef public object cluster
-    cdef public object busy
+    cdef public list names
+    cdef public dict _ids
+    cdef public list busy
     cdef public dict _paths
-    cdef public object dha_busy
+    cdef public list dha_busy
     cdef public list _until
     cdef public Py_ssize_t _seq
     cdef public dict _cands
     cdef public dict _switch
 
-    @cython.locals(until=list, dha=object, x=object)
+    @cython.locals(until=list, dha=list, x=Py_ssize_t)
     cpdef void expire(self, double now) except *
 
-    @cython.locals(path=tuple, busy=object, dha=object, users=Py_ssize_t, u=Py_ssize_t)
+    @cython.locals(path=tuple, busy=list, dha=list, users=Py_ssize_t, u=Py_ssize_t,
+                   x=Py_ssize_t)
     cpdef tuple dha_factor(self, object gpu_id, double now, tuple own=*)
 
     @cython.locals(f=double, path=tuple)
     cpdef double dha_run(self, object gpu_id, double now, double dha_s,
                          tuple own=*) except? -1.0
 
-    @cython.locals(dha=object)
+    @cython.locals(dha=list, x=Py_ssize_t)
     cpdef void hold_until(self, tuple path, double end_s) except *
 
-    @cython.locals(p=tuple)
+    @cython.locals(p=tuple, ids=list)
     cpdef tuple path(self, object gpu_id)
 
+    @cython.locals(busy=list, gpus=list, paths=list, scale=list, held=tuple, x=Py_ssize_t)
+    cpdef tuple take(self, object gpu_id, Py_ssize_t n_parts, object model, object now=*)
+
+    @cython.locals(busy=list, x=Py_ssize_t)
     cpdef void release(self, tuple held) except *

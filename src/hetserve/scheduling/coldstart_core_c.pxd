@@ -9,6 +9,8 @@
 # registry wraps its constructor). Dicts, lists and deques stay Python objects.
 import cython
 
+cdef object _new
+
 
 cdef class ColdStartCore:
     cdef public object view
