@@ -11,15 +11,31 @@ Python file even where both are there; ``COMPILED`` says which one this process 
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from hetserve.core.compiled import build_of
 from hetserve.engine import entities_core as _pure
 
-__all__ = ["COMPILED", "Batch", "HostLinks", "LinkTable", "Slot", "Task", "core"]
+__all__ = [
+    "COMPILED", "Batch", "HostLinks", "LinkTable", "Slot", "Task", "build_beside", "core",
+]  # fmt: skip
 
 
 core, COMPILED = build_of(_pure)
+
+
+def build_beside(pure: ModuleType) -> tuple[ModuleType, bool]:
+    """The compiled build of the Python module ``pure`` (``core.compiled.build_of``) for a
+    module that reads the entities' C layout (it ``cimport``s them): taken only beside
+    the compiled entities, and only where it was built from its file as it is now and
+    against their ``.pxd`` as it is now; else ``pure``. And whether it is the compiled
+    one. (The kernel, the modelled executor and the simulator's ledger.)"""
+    if not COMPILED:
+        return pure, False
+    return build_of(pure, Path(__file__).with_name("entities_core_c.pxd"))
+
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
     from hetserve.engine.entities_core import Batch, HostLinks, LinkTable, Slot, Task

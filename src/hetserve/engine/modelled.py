@@ -10,11 +10,9 @@ Python file even where both are there; ``COMPILED`` says which one this process 
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from hetserve.core.compiled import build_of
 from hetserve.engine import entities
 from hetserve.engine import modelled_core as _pure
 
@@ -22,11 +20,8 @@ __all__ = ["COMPILED", "JITTERS", "ModelledExecutor", "block_times", "busy_j", "
 
 
 def _core() -> tuple[ModuleType, bool]:
-    """The compiled build where there is one, built from the Python file as it is now
-    and against the entities' C layout as it is now; only beside the compiled entities."""
-    if not entities.COMPILED:
-        return _pure, False
-    return build_of(_pure, Path(entities.__file__).with_name("entities_core_c.pxd"))
+    """The compiled build where there is one (``entities.build_beside``)."""
+    return entities.build_beside(_pure)
 
 
 core, COMPILED = _core()

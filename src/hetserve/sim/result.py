@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hetserve.core.compiled import build_of, compiled_build
+from hetserve.core.compiled import compiled_build
 from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES
 from hetserve.engine import entities
 from hetserve.engine.entities import Slot
@@ -32,9 +32,7 @@ def _ledger() -> tuple[type[_pure.Ledger], bool]:
     """The compiled build of ``recorder_core.py`` where there is one, built from the
     file as it is now and against the entities' C layout as it is now; only beside the
     compiled entities (it reads them as C structs); else the Python file's."""
-    if not entities.COMPILED:
-        return _pure.Ledger, False
-    mod, compiled = build_of(_pure, Path(entities.__file__).with_name("entities_core_c.pxd"))
+    mod, compiled = entities.build_beside(_pure)
     return mod.Ledger, compiled
 
 
