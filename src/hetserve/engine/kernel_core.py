@@ -965,16 +965,7 @@ class Kernel:
             return
         w = task.worker
         if w.running is None and not w.ready and not w.lost:
-            # the common case, an idle worker with nothing queued: ``_start``, inline
-            task.start_s = now
-            w.running = task
-            try:
-                self.executor.start(task, now)
-            except Exception as err:
-                self._start_failed(task, err, now)
-                return
-            if w.running is task:
-                task.ran = True
+            self._start(w, task, now)  # (the common case: an idle worker, nothing queued)
             return
         heapq.heappush(w.ready, (task.step.planned_start_s, next(self._seq), task))
         if w.running is None:
