@@ -6,7 +6,8 @@ PIP    := $(VENV)/bin/pip
 # The CPU build of PyTorch; an unpinned `torch` would pull the CUDA build (gigabytes).
 TORCH  := torch==2.13.0
 # The compiled part (setup.py): installing again rebuilds it when its source changes.
-CORE   := src/hetserve/engine/entities_core.py src/hetserve/engine/entities_core_c.pxd \
+CORE   := src/hetserve/core/heaps_core.py src/hetserve/core/heaps_core_c.pxd \
+          src/hetserve/engine/entities_core.py src/hetserve/engine/entities_core_c.pxd \
           src/hetserve/engine/kernel_core.py src/hetserve/engine/kernel_core_c.pxd \
           src/hetserve/engine/modelled_core.py src/hetserve/engine/modelled_core_c.pxd \
           src/hetserve/scheduling/coldstart_core.py src/hetserve/scheduling/coldstart_core_c.pxd \

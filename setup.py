@@ -1,15 +1,18 @@
 """The compiled parts of hetserve, built by Cython; everything else is in pyproject.toml.
 
-- ``engine/entities_core.py`` (the kernel's entities and the link table) and
-  ``engine/kernel_core.py`` (the engine kernel), each with a ``.pxd`` that declares its
-  C types, as ``hetserve.engine.entities_core_c`` and ``hetserve.engine.kernel_core_c``;
-  without them the same files run as Python.
-- ``scheduling/reservation_core.py`` (its ``.pxd`` declares the C types) as
-  ``hetserve.scheduling.reservation_core_c``; without it the same file runs as Python.
-- ``sim/recorder_core.py`` (the simulator's recorder per event; its ``.pxd`` takes the
-  kernel's entities from the kernel's build) as ``hetserve.sim.recorder_core_c``.
-- ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``;
-  without it the ``csv`` module writes the same bytes.
+Each ``X_core.py`` below is plain Python, and Cython compiles the same file as the module
+``X_core_c``, typed by ``X_core_c.pxd`` beside it (its C types):
+
+- ``core/heaps_core.py``: the keyed heaps (``push``/``pop`` comparing two C keys,
+  ``pop_edf``), which the others ``cimport``;
+- ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
+  ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
+  modelled executor, its residency and stage start);
+- ``scheduling/reservation_core.py`` and ``scheduling/coldstart_core.py`` (those
+  schedulers' decisions);
+- ``sim/recorder_core.py`` (the simulator's recorder per event);
+- and ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``
+  (without it the ``csv`` module writes the same bytes).
 
 Both are optional: where one cannot be built (no C compiler, no Cython), the install goes
 on with a warning and hetserve runs the Python, with the same results (docs/benchmarks.md,
@@ -39,6 +42,9 @@ class OptionalBuildExt(build_ext):
 
 
 FALLBACK = {
+    "hetserve.core.heaps_core_c": (
+        "heapq and the Python file src/hetserve/core/heaps_core.py run instead"
+    ),
     "hetserve.engine.entities_core_c": (
         "the Python file src/hetserve/engine/entities_core.py runs instead"
     ),
@@ -61,19 +67,25 @@ FALLBACK = {
 }
 
 ENTITIES_PXD = "src/hetserve/engine/entities_core_c.pxd"
+HEAPS_PXD = "src/hetserve/core/heaps_core_c.pxd"
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
-    # it cimports: the entities' C layout)
-    ("hetserve.engine.entities_core_c", "src/hetserve/engine/entities_core.py", [ENTITIES_PXD]),
+    # it cimports: the entities' C layout, the keyed heaps' functions)
+    ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD]),
+    (
+        "hetserve.engine.entities_core_c",
+        "src/hetserve/engine/entities_core.py",
+        [ENTITIES_PXD, HEAPS_PXD],
+    ),
     (
         "hetserve.engine.kernel_core_c",
         "src/hetserve/engine/kernel_core.py",
-        ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD],
+        ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD, HEAPS_PXD],
     ),
     (
         "hetserve.engine.modelled_core_c",
         "src/hetserve/engine/modelled_core.py",
-        ["src/hetserve/engine/modelled_core_c.pxd", ENTITIES_PXD],
+        ["src/hetserve/engine/modelled_core_c.pxd", ENTITIES_PXD, HEAPS_PXD],
     ),
     (
         "hetserve.scheduling.coldstart_core_c",
@@ -83,12 +95,12 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.reservation_core_c",
         "src/hetserve/scheduling/reservation_core.py",
-        ["src/hetserve/scheduling/reservation_core_c.pxd"],
+        ["src/hetserve/scheduling/reservation_core_c.pxd", HEAPS_PXD],
     ),
     (
         "hetserve.sim.recorder_core_c",
         "src/hetserve/sim/recorder_core.py",
-        ["src/hetserve/sim/recorder_core_c.pxd", ENTITIES_PXD],
+        ["src/hetserve/sim/recorder_core_c.pxd", ENTITIES_PXD, HEAPS_PXD],
     ),
     ("hetserve.sim.csv_cells", "src/hetserve/sim/csv_cells.pyx", []),
 ]

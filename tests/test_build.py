@@ -15,6 +15,9 @@ FILES = [
     "pyproject.toml",
     "README.md",
     "src/hetserve/__init__.py",
+    "src/hetserve/core/__init__.py",
+    "src/hetserve/core/heaps_core.py",
+    "src/hetserve/core/heaps_core_c.pxd",
     "src/hetserve/engine/__init__.py",
     "src/hetserve/engine/entities_core.py",
     "src/hetserve/engine/entities_core_c.pxd",
@@ -45,7 +48,9 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    for name in ("entities_core_c", "kernel_core_c", "modelled_core_c", "coldstart_core_c",
-                 "reservation_core_c", "recorder_core_c", "csv_cells"):  # fmt: skip
+    for name in (
+        "heaps_core_c", "entities_core_c", "kernel_core_c", "modelled_core_c",
+        "coldstart_core_c", "reservation_core_c", "recorder_core_c", "csv_cells",
+    ):  # fmt: skip
         assert f"{name} was not built" in out.stdout + out.stderr
     assert not list((tmp_path / "src").rglob("*.so"))

@@ -2,13 +2,15 @@
 and link models (``engine/entities_core.py``), the modelled executor with its residency
 and stage start (``engine/modelled_core.py``), the ``coldstart`` scheduler
 (``scheduling/coldstart_core.py``) and the simulator's recorder
-(``sim/recorder_core.py``) compiled by Cython and run as plain Python give the same
+(``sim/recorder_core.py``), with the keyed heaps they share (``core/heaps_core.py``),
+compiled by Cython and run as plain Python give the same
 results: the same simulations, request by request and stage by stage, in two processes
 that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C types of their
 ``.pxd`` files."""
 
 import pytest
 
+from hetserve.core import heaps
 from hetserve.engine import entities, entities_core, kernel, kernel_core, modelled, modelled_core
 from hetserve.scheduling import coldstart, coldstart_core
 from hetserve.sim import recorder_core, result
@@ -37,6 +39,7 @@ from hetserve.core.layerlatency import LayerLatency
 from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
+from hetserve.core import heaps
 from hetserve.engine import kernel, modelled
 from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.setup import build_trace
@@ -58,7 +61,7 @@ def digest(res):
 
 
 out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED,
-       "modelled": modelled.COMPILED, "coldstart": coldstart.COMPILED}
+       "modelled": modelled.COMPILED, "coldstart": coldstart.COMPILED, "heaps": heaps.COMPILED}
 s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
 for name in ("edf-adaptive", "flex", "fixed-batch"):
     tr = build_trace(s, "gamma:cv=3", s.plan.rates_at(1.3), 3.0, seed=3)
@@ -99,14 +102,15 @@ def _run(pure_python: bool) -> dict:
 @needs_build
 def test_simulations_are_the_same_compiled_and_in_python():
     a, b = _run(pure_python=False), _run(pure_python=True)
-    for part in ("kernel", "ledger", "modelled", "coldstart"):
+    parts = ("kernel", "ledger", "modelled", "coldstart", "heaps")
+    for part in parts:
         assert a[part] is True and b[part] is False, part
     # (the paths were taken: preemptions, cancellations, a lost worker's batch, cold starts)
     assert a["flex"]["status"]["preempted"] > 100
     assert "cancelled: the client gave up" in a["fixed-batch"]["reasons"]
     assert a["fixed-batch"]["status"]["failed"] == 1
     assert a["pt+dha"]["cold"] > 0
-    assert a == {**b, "kernel": True, "ledger": True, "modelled": True, "coldstart": True}
+    assert a == {**b, **dict.fromkeys(parts, True)}
 
 
 @needs_build
@@ -145,6 +149,17 @@ def test_beside_python_entities_the_kernel_and_recorder_are_python(monkeypatch):
     assert kernel._core() == (kernel_core, False)
     assert modelled._core() == (modelled_core, False)
     assert result._ledger() == (recorder_core.Ledger, False)
+
+
+def test_beside_python_heaps_their_users_are_python(monkeypatch):
+    """The compiled entities (and so the kernel, the modelled executor and the ledger) and
+    the reservation core call the keyed heaps' compiled functions: beside the Python ones
+    (not built, or older than their source) they are the Python files'."""
+    from hetserve.scheduling import reservation_core
+
+    monkeypatch.setattr(heaps, "COMPILED", False)
+    assert heaps.build_beside(entities_core) == (entities_core, False)
+    assert heaps.build_beside(reservation_core) == (reservation_core, False)
 
 
 def test_one_build_throughout():

@@ -8,19 +8,22 @@ inputs and seed. ``fn(a, b, time)`` runs at its time. A time a rounding error in
 
 The simulator's loop pops entries itself (it merges the trace's arrivals with them) and
 sets ``t``; :meth:`VirtualClock.run` does the same for a runtime engine in tests. The
-kernel and the modelled executor push their hot callbacks (stage ends, timers) with
-``push`` and ``seq`` directly, not through :meth:`call_at` (a Python call each).
+kernel and the modelled executor push their hot callbacks (stage ends, timers) onto
+``heap`` themselves (``core.heaps.push``, with ``seq``), not through :meth:`call_at` (a
+Python call each). The heap is a keyed heap (``core/heaps.py``: its time and sequence
+number order it), kept by ``heapq`` or by the keyed heaps' compiled build, the same list
+either way.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
 import math
 from collections.abc import Callable
 from typing import Any
 
+from hetserve.core.heaps import pop, push
 from hetserve.engine.executor import Callback
 
 
@@ -34,7 +37,7 @@ class VirtualClock:
         self.seq = itertools.count(1)
         self.t = 0.0
         #: ``push((t, next(seq), fn, a, b))``: :meth:`call_at` without its Python call
-        self.push = functools.partial(heapq.heappush, self.heap)
+        self.push = functools.partial(push, self.heap)
 
     def now(self) -> float:
         return self.t
@@ -49,7 +52,6 @@ class VirtualClock:
     def run(self, until: float = math.inf) -> None:
         """Run the callbacks in time order, up to ``until``."""
         heap = self.heap
-        pop = heapq.heappop
         while heap and heap[0][0] <= until:
             t, _, fn, a, b = pop(heap)
             self.t = t

@@ -7,7 +7,8 @@ also keeps its own per-step data in ``Task.run``); written in
 These are that file's compiled build where the package was built with Cython
 (``setup.py``), else the Python file's classes; ``HETSERVE_PURE_PYTHON=1`` asks for the
 Python file even where both are there; ``COMPILED`` says which one this process took
-(the compiled kernel and recorder run only beside the compiled entities)."""
+(the compiled kernel and recorder run only beside the compiled entities, and these only
+beside the compiled keyed heaps, ``core/heaps.py``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from hetserve.core import heaps
 from hetserve.core.compiled import build_of
 from hetserve.engine import entities_core as _pure
 
@@ -23,18 +25,19 @@ __all__ = [
 ]  # fmt: skip
 
 
-core, COMPILED = build_of(_pure)
+core, COMPILED = heaps.build_beside(_pure)
 
 
 def build_beside(pure: ModuleType) -> tuple[ModuleType, bool]:
     """The compiled build of the Python module ``pure`` (``core.compiled.build_of``) for a
     module that reads the entities' C layout (it ``cimport``s them): taken only beside
     the compiled entities, and only where it was built from its file as it is now and
-    against their ``.pxd`` as it is now; else ``pure``. And whether it is the compiled
-    one. (The kernel, the modelled executor and the simulator's ledger.)"""
+    against their ``.pxd`` and the keyed heaps' files as they are now (the entities
+    ``cimport`` those); else ``pure``. And whether it is the compiled one. (The kernel,
+    the modelled executor and the simulator's ledger.)"""
     if not COMPILED:
         return pure, False
-    return build_of(pure, Path(__file__).with_name("entities_core_c.pxd"))
+    return build_of(pure, Path(__file__).with_name("entities_core_c.pxd"), *heaps.LAYOUT)
 
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)

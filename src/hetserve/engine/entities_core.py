@@ -16,13 +16,13 @@ one's classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). The compiled kernel
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
+from hetserve.core.heaps import pop, push
 from hetserve.scheduling.protocol import Dispatch, WorkerInfo
 
 __all__ = ["Batch", "HostLinks", "LinkTable", "Slot", "Task"]
@@ -240,7 +240,7 @@ class HostLinks:
         """Forget the DHA runs whose reads have ended by ``now``."""
         until, dha = self._until, self.dha_busy
         while until and until[0][0] <= now + 1e-12:
-            for x in heapq.heappop(until)[2]:
+            for x in pop(until)[2]:
                 dha[x] -= 1
 
     def dha_factor(
@@ -276,7 +276,7 @@ class HostLinks:
         for x in path:
             dha[x] += 1
         self._seq += 1
-        heapq.heappush(self._until, (end_s, self._seq, path))
+        push(self._until, (end_s, self._seq, path))
 
     def path(self, gpu_id: str) -> tuple[int, ...]:
         """The links of ``gpu_id``'s host path, by number (``names``)."""

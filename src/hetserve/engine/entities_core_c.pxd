@@ -5,8 +5,11 @@
 # leaves the C types to this file). The entities and the link table are extension types
 # with typed attributes (every one readable and writable from Python, as the executors,
 # observers and tests use them); the compiled kernel (kernel_core_c.pxd) and recorder
-# (sim/recorder_core_c.pxd) cimport them and read them as C structs.
+# (sim/recorder_core_c.pxd) cimport them and read them as C structs. The host links' heap
+# of DHA runs is a keyed heap (core/heaps_core_c.pxd).
 import cython
+
+from hetserve.core.heaps_core_c cimport pop, push
 
 cdef class Task
 

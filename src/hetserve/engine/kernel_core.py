@@ -49,13 +49,13 @@ twice. ``strict=True`` (simulation, tests) raises instead.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from hetserve.core.heaps import pop, push
 from hetserve.core.outcome import (
     CANCELLED,
     DROP_KINDS,
@@ -203,7 +203,7 @@ class Kernel:
         # whether the executor computes outputs to cut per request (the modelled one: no)
         self._outputs = executor.outputs
         # timers on the engine's own virtual clock go straight onto its heap
-        self._push = clock.push if type(clock) is VirtualClock else None
+        self._heap = clock.heap if type(clock) is VirtualClock else None
         self._clock_seq = clock.seq if type(clock) is VirtualClock else None
         executor.attach(self)
 
@@ -402,7 +402,6 @@ class Kernel:
         if not self.strict or self.open is not None or self.payloads:
             return self._run_plain(requests, times, horizon)
         heap = clock.heap
-        pop = heapq.heappop
         held = self.held
         on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
         timer, done_at = self._timer_cb, self.stage_done_at_cb
@@ -473,7 +472,7 @@ class Kernel:
             if not heap or heap[0][0] > horizon:
                 return now
             last = now
-            now, _, fn, a, b = heapq.heappop(heap)
+            now, _, fn, a, b = pop(heap)
             clock.t = now  # type: ignore[attr-defined]
             if fn is self._expire_cb:
                 if not self._expire(a, b, now):
@@ -694,7 +693,7 @@ class Kernel:
         if ok and w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
-                heapq.heappush(w.ready, (t.step.planned_start_s, next(self._seq), t))
+                push(w.ready, (t.step.planned_start_s, next(self._seq), t))
         self._report(load_report(a.worker, a.model, a.blocks, start_s, now, ok, reason), now)
         if ok and w.running is None and w.ready:
             self._try_start(w, now)
@@ -706,7 +705,7 @@ class Kernel:
         if w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
-                heapq.heappush(w.ready, (t.step.planned_start_s, next(self._seq), t))
+                push(w.ready, (t.step.planned_start_s, next(self._seq), t))
             if w.running is None:
                 self._try_start(w, now)
 
@@ -762,8 +761,8 @@ class Kernel:
                 if at < now:
                     check_timer(at, now)
                     at = now
-                if self._push is not None:
-                    self._push((at, next(self._clock_seq), self._timer_cb, a.token, at_s))  # type: ignore[arg-type,attr-defined]
+                if self._heap is not None:
+                    push(self._heap, (at, next(self._clock_seq), self._timer_cb, a.token, at_s))  # type: ignore[arg-type,attr-defined]
                 else:
                     self.clock.call_at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
             else:
@@ -950,8 +949,8 @@ class Kernel:
         """A stage's input on its way (``span``: the transfer's start and end)."""
         task.transfer_start_s, task.transfer_end_s = span
         if span[1] > now:
-            if self._push is not None:
-                self._push((span[1], next(self._clock_seq), self._arrived_cb, task, None))
+            if self._heap is not None:
+                push(self._heap, (span[1], next(self._clock_seq), self._arrived_cb, task, None))
             else:
                 self.clock.call_at(span[1], self._arrived_cb, task)
         else:
@@ -967,13 +966,13 @@ class Kernel:
         if w.running is None and not w.ready and not w.lost:
             self._start(w, task, now)  # (the common case: an idle worker, nothing queued)
             return
-        heapq.heappush(w.ready, (task.step.planned_start_s, next(self._seq), task))
+        push(w.ready, (task.step.planned_start_s, next(self._seq), task))
         if w.running is None:
             self._try_start(w, now)
 
     def _try_start(self, w: entities.Slot, now: float) -> None:
         while w.running is None and w.ready:
-            task = heapq.heappop(w.ready)[2]
+            task = pop(w.ready)[2]
             if task.dead:
                 continue
             if w.lost:

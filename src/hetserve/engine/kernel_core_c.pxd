@@ -10,6 +10,7 @@
 # dicts and tuples stay Python objects.
 import cython
 
+from hetserve.core.heaps_core_c cimport pop, push
 from hetserve.engine.entities_core_c cimport Batch, LinkTable, Slot, Task
 
 cdef object _NO_PARTS
@@ -54,7 +55,7 @@ cdef class Kernel:
     cdef public object stage_done_at_cb
     cdef public bint _reported
     cdef public bint _outputs
-    cdef public object _push
+    cdef public object _heap
     cdef public object _clock_seq
     cdef public dict _out_bytes
 

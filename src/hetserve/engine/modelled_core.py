@@ -65,6 +65,7 @@ from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import GpuType
 from hetserve.core.graph import ModelGraph, get_graph
+from hetserve.core.heaps import push
 from hetserve.core.latency import GraphBlocksModel, LatencyModel, busy_power_w, cold_start_model
 from hetserve.core.plan import Placement, Plan
 from hetserve.engine import entities
@@ -283,7 +284,7 @@ class ModelledStart:
         self.held = ex.held
         self.overhead_s = ex._overhead_s
         self.jitter_on = ex._jitter_on
-        self.push = ex._push
+        self.heap = ex._heap
         self.seq = ex._seq
         self.call_at = ex._call_at
         self.done_at = ex._stage_done_at
@@ -331,8 +332,8 @@ class ModelledStart:
         if dha > 0:
             cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
         task.run = (cum, energy)
-        if self.push is not None:
-            self.push((now + cum[-1], next(self.seq), self.done_at, task, task.version))
+        if self.heap is not None:
+            push(self.heap, (now + cum[-1], next(self.seq), self.done_at, task, task.version))
         else:
             self.call_at(now + cum[-1], self.done_at, task, task.version)
 
@@ -375,7 +376,7 @@ class ModelledExecutor(BaseExecutor):
         self._stage_done_at = kernel.stage_done_at_cb
         # the engine's own virtual clock: stage ends straight onto its heap
         clock = kernel.clock
-        self._push = clock.push if type(clock) is VirtualClock else None
+        self._heap = clock.heap if type(clock) is VirtualClock else None
         self._seq = clock.seq if type(clock) is VirtualClock else None
         view = kernel.view
         self.view = view

@@ -18,12 +18,11 @@ one reservation of a resource (tags of one resource are unique and mutually comp
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from collections.abc import Callable, Sequence
 
+from hetserve.core.heaps import pop, pop_edf, push
 from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, SetTimer
-from hetserve.scheduling.rows import pop_edf
 
 _EPS = 1e-12
 _NEG_INF = -math.inf
@@ -512,7 +511,7 @@ class Algorithm1:
         if q is None:
             self.queue.push(request)  # type: ignore[attr-defined]  # (raises: no pipeline serves it)
         # ``DeadlineQueues.push``, inline (the hot path)
-        heapq.heappush(q, (request.deadline_s, request.id, request))  # type: ignore[attr-defined]
+        push(q, (request.deadline_s, request.id, request))  # type: ignore[attr-defined]
         self.rows[model] += request.rows  # type: ignore[attr-defined]
         out: list = []
         self.try_model(model, now, out)
@@ -605,7 +604,7 @@ class Algorithm1:
                         if chosen is not None:
                             break
             if chosen is None:
-                r = heapq.heappop(q)[2]
+                r = pop(q)[2]
                 rows[model] -= r.rows
                 out.append(_new(Drop, ((r,), "deadline", ())))
                 continue

@@ -6,6 +6,8 @@
 # types with typed attributes; lists, dicts and tuples stay Python objects.
 import cython
 
+from hetserve.core.heaps_core_c cimport pop, pop_edf, push
+
 cdef double _EPS
 cdef double _NEG_INF
 cdef tuple _NO_XFER

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from hetserve.core.compiled import build_of
+from hetserve.core import heaps
 from hetserve.scheduling import reservation_core as _pure
 
-core, COMPILED = build_of(_pure)
+core, COMPILED = heaps.build_beside(_pure)  # (it cimports the keyed heaps)
 
 
 class ReservationTable:

@@ -1,0 +1,42 @@
+"""Keyed heaps (``core/heaps_core.py``): ``push`` and ``pop`` for ``heapq`` heaps of
+tuples ordered by their first two items (a time or deadline, then a number no other entry
+has), and ``pop_edf``, the most urgent requests of a deadline queue whose rows fit.
+
+Where the package was built with Cython (``setup.py``) these are that file's compiled
+build, which compares the two keys as C numbers; else ``heapq``'s own functions and the
+Python file's ``pop_edf`` (the same heaps, entry for entry). ``HETSERVE_PURE_PYTHON=1``
+asks for the Python even where both are there; ``COMPILED`` says which one this process
+took. A compiled module that ``cimport``s them is taken only beside this build
+(:func:`build_beside`)."""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+from types import ModuleType
+
+from hetserve.core import heaps_core as _pure
+from hetserve.core.compiled import build_of
+
+__all__ = ["COMPILED", "LAYOUT", "build_beside", "core", "pop", "pop_edf", "push"]
+
+core, COMPILED = build_of(_pure)
+#: what a build that ``cimport``s this one was made against (``core.compiled.build_of``):
+#: the declarations it calls (a change to the Python file alone rebuilds this build only)
+LAYOUT = (Path(_pure.__file__).with_name("heaps_core_c.pxd"),)
+
+if COMPILED:
+    push, pop = core.push, core.pop
+else:
+    push, pop = heapq.heappush, heapq.heappop
+pop_edf = core.pop_edf
+
+
+def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
+    """The compiled build of the Python module ``pure`` (``core.compiled.build_of``) for a
+    module that ``cimport``s these functions: taken only beside this build, and only where
+    it was built from its files as they are now, against ``LAYOUT`` and ``layouts`` as
+    they are now; else ``pure``. And whether it is the compiled one."""
+    if not COMPILED:
+        return pure, False
+    return build_of(pure, *LAYOUT, *layouts)

@@ -1,0 +1,29 @@
+# C types for heaps_core.py when Cython compiles it (setup.py) as the module heaps_core_c:
+# Cython takes the .pxd named for the module it builds, so this file carries that name. The
+# .py file is the source and runs as plain Python without this. An entry's first key is a
+# C double, its second a C integer; the functions are ``cpdef`` (C calls from the other
+# builds that ``cimport`` them, Python functions for everyone else).
+import cython
+
+cdef bint COMPILED
+cdef object _heappush
+cdef object _heappop
+
+
+@cython.locals(x=double, y=double, i=Py_ssize_t, j=Py_ssize_t)
+cdef bint _lt(tuple a, tuple b) except -1
+
+@cython.locals(item=tuple, parent=tuple, parent_pos=Py_ssize_t)
+cdef void _sift_down(list heap, Py_ssize_t start, Py_ssize_t pos) except *
+
+@cython.locals(end=Py_ssize_t, start=Py_ssize_t, item=tuple, child=Py_ssize_t,
+               right=Py_ssize_t)
+cdef void _sift_up(list heap, Py_ssize_t pos) except *
+
+cpdef void push(list heap, tuple item) except *
+
+@cython.locals(last=object, top=object)
+cpdef object pop(list heap)
+
+@cython.locals(k=Py_ssize_t, out=list, n=Py_ssize_t)
+cpdef tuple pop_edf(list q, Py_ssize_t limit, Py_ssize_t queued_rows=*)

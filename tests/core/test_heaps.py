@@ -1,0 +1,135 @@
+"""Keyed heaps (``core/heaps.py``): the compiled ``push`` and ``pop`` keep the same list,
+entry for entry, as ``heapq`` does on heaps of ``(key, unique number, ...)`` tuples, mixed
+with ``heapq`` on one heap too; the Python file's sift (what the build compiles) does the
+same run as Python; ``pop_edf`` takes what an independent sort says it should."""
+
+import heapq
+import importlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetserve.core import heaps, heaps_core
+from hetserve.core.requests import Request
+
+try:
+    compiled = importlib.import_module("hetserve.core.heaps_core_c")
+except ImportError:  # (not built: the compiled half of the checks is skipped)
+    compiled = None
+needs_build = pytest.mark.skipif(compiled is None, reason="the compiled part is not built")
+
+
+def _python_push(heap, item):
+    """The Python file's own sift (the code the build compiles), run as Python."""
+    heap.append(item)
+    heaps_core._sift_down(heap, 0, len(heap) - 1)
+
+
+def _python_pop(heap):
+    last = heap.pop()
+    if not heap:
+        return last
+    top, heap[0] = heap[0], last
+    heaps_core._sift_up(heap, 0)
+    return top
+
+
+# a run of operations: push an entry with one of a few keys (ties are common, so the
+# numbers decide often), or pop; a key may be an int (a test's clock.at(5, ...))
+keys = st.sampled_from([0.0, 0.5, 1.0, 1.0, 2, 3.25, -1.0, float("inf")])
+ops = st.lists(st.one_of(keys, st.none()), max_size=200)
+
+
+def _replay(ops_, push, pop, mixed=False):
+    heap, popped = [], []
+    for n, op in enumerate(ops_):
+        if op is None:
+            if heap:
+                popped.append((pop if not (mixed and n % 2) else heapq.heappop)(heap))
+        else:
+            (push if not (mixed and n % 3 == 0) else heapq.heappush)(heap, (op, n, f"entry {n}"))
+        yield list(heap), list(popped)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_the_python_sift_keeps_heapqs_list(ops_):
+    for a, b in zip(_replay(ops_, heapq.heappush, heapq.heappop),
+                    _replay(ops_, _python_push, _python_pop), strict=True):  # fmt: skip
+        assert a == b
+
+
+@needs_build
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_the_compiled_heap_keeps_heapqs_list(ops_):
+    for a, b in zip(_replay(ops_, heapq.heappush, heapq.heappop),
+                    _replay(ops_, compiled.push, compiled.pop), strict=True):  # fmt: skip
+        assert a == b
+
+
+@needs_build
+@settings(max_examples=100, deadline=None)
+@given(ops)
+def test_compiled_and_heapq_mix_on_one_heap(ops_):
+    mixed = _replay(ops_, compiled.push, compiled.pop, mixed=True)
+    for a, b in zip(_replay(ops_, heapq.heappush, heapq.heappop), mixed, strict=True):
+        assert a == b
+
+
+@needs_build
+def test_compiled_pop_of_an_empty_heap_raises_as_heapq_does():
+    with pytest.raises(IndexError):
+        compiled.pop([])
+    with pytest.raises(TypeError):  # (not a list)
+        compiled.push((), (1.0, 1))
+
+
+def test_the_exported_functions_are_one_build():
+    if heaps.COMPILED:
+        assert (heaps.push, heaps.pop, heaps.pop_edf) == (compiled.push, compiled.pop,
+                                                          compiled.pop_edf)  # fmt: skip
+    else:
+        assert (heaps.push, heaps.pop) == (heapq.heappush, heapq.heappop)
+        assert heaps.pop_edf is heaps_core.pop_edf
+    assert heaps_core.COMPILED is False  # (the Python file, imported as Python)
+
+
+def _queue(rows, deadlines):
+    q = []
+    for i, (r, d) in enumerate(zip(rows, deadlines, strict=True)):
+        heapq.heappush(q, (d, i, Request(i, "m", "s", 0.0, d, rows=r)))
+    return q
+
+
+def _expected(q, limit):
+    """What pop_edf should take, by a sort (not a heap): the most urgent first, up to the
+    first request that does not fit."""
+    taken, n = [], 0
+    for _, _, r in sorted(q, key=lambda e: (e[0], e[1])):
+        if n + r.rows > limit:
+            break
+        taken.append(r)
+        n += r.rows
+    return taken, n
+
+
+@pytest.mark.parametrize("build", ["python", "compiled"])
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.integers(1, 4), max_size=30), limit=st.integers(0, 12),
+       data=st.data())  # fmt: skip
+def test_pop_edf_takes_the_most_urgent_that_fit(build, rows, limit, data):
+    if build == "compiled" and compiled is None:
+        pytest.skip("the compiled part is not built")
+    pop_edf = compiled.pop_edf if build == "compiled" else heaps_core.pop_edf
+    deadlines = data.draw(st.lists(st.sampled_from([0.1, 0.2, 0.3]), min_size=len(rows),
+                                   max_size=len(rows)))  # fmt: skip
+    q = _queue(rows, deadlines)
+    want, n_want = _expected(q, limit)
+    rest = sorted(set(e[1] for e in q) - {r.id for r in want})
+    queued = sum(rows) if data.draw(st.booleans()) else -1  # (the caller's count, or none)
+    got, n = pop_edf(q, limit, queued)
+    assert list(got) == want and n == n_want
+    assert sorted(e[1] for e in q) == rest
+    assert all(not (q[(k - 1) // 2] > q[k]) for k in range(1, len(q)))  # still a heap
