@@ -405,6 +405,11 @@ class ColdStart(BaseScheduler):
             self._next_batch,
         )  # fmt: skip
         self.resident = core.resident  # (instances per worker, least recently used first)
+        # from now on the per-request calls are the core's own bound methods: the engine
+        # calls the core directly, with no frame of this class's between (the methods
+        # below are the same calls, for before ``start``)
+        self.on_arrival = core.on_arrival  # type: ignore[method-assign]
+        self.on_stage_done = core.on_stage_done  # type: ignore[method-assign]
         return core.preload(now) if self.preload else []
 
     def new_batch_id(self) -> int:

@@ -403,12 +403,14 @@ class Provisioned:
             served = {m: mp for m, mp in plan.models.items() if m not in self.unserved}
             groups = tuple(g for g in plan.groups if not any(m in self.unserved for m in g.models))
             plan = replace(plan, models=served, groups=groups)
-        else:  # nothing to filter: no wrapper cost per event
+        acts = inner.start(view, plan, now)
+        # (bound after the scheduler's start: it may bind its core's methods then)
+        if not self.unserved:  # nothing to filter: no wrapper cost per event
             self.on_arrival = inner.on_arrival  # type: ignore[method-assign]
         self.on_stage_done = inner.on_stage_done  # type: ignore[method-assign]
         self.on_timer = inner.on_timer  # type: ignore[method-assign]
         self.on_worker_lost = inner.on_worker_lost  # type: ignore[method-assign]
-        return inner.start(view, plan, now)
+        return acts
 
     def on_arrival(self, request: Request, now: float) -> list[Action]:
         if request.model in self.unserved:

@@ -130,6 +130,12 @@ class Reservation(BaseScheduler):
         self.timer_at: dict[str, float] = self.algorithm.timer_at
         self.batch_resv: dict[int, list[tuple[int, float, float, int]]] = self.algorithm.batch_resv
         self.batch_route: dict[int, tuple[str, tuple[RouteStep, ...]]] = self.algorithm.batch_route
+        # from now on the per-request calls are the core's own bound methods: the engine
+        # calls the core directly, with no frame of this class's between (C calls where
+        # compiled; the methods below are the same calls, for before ``start``)
+        self.on_arrival = self.algorithm.on_arrival  # type: ignore[method-assign]
+        self.on_timer = self.algorithm.on_timer  # type: ignore[method-assign]
+        self.on_stage_done = self.algorithm.on_stage_done  # type: ignore[method-assign]
         return []
 
     # ------------------------------------------------------------------ probe / reserve
@@ -200,7 +206,8 @@ class Reservation(BaseScheduler):
     # ------------------------------------------------------------------ protocol
     # Each call goes to the core whole (``reservation_core.Algorithm1``): Algorithm 1,
     # the queues and the feedback correction run there, compiled where the package was
-    # built with Cython, with no call back into this class per decision.
+    # built with Cython, with no call back into this class per decision. (``start``
+    # binds the first three to the core's methods themselves.)
 
     def on_arrival(self, request: Request, now: float) -> list[Action]:
         return self.algorithm.on_arrival(request, now)
