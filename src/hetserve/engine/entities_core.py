@@ -181,8 +181,15 @@ class LinkTable:
             ls = lanes.get(name)
             if ls is None:
                 ls = lanes[name] = [0.0] * links[name].lanes
-            free_s = min(ls)
-            i = ls.index(free_s)  # (the first lane that frees earliest)
+            # the first lane that frees earliest (``min`` and ``index``, written out: two
+            # calls into Python per link crossed, a C loop compiled)
+            free_s = ls[0]
+            i = 0
+            for k in range(1, len(ls)):
+                v = ls[k]
+                if v < free_s:
+                    free_s = v
+                    i = k
             chosen.append((ls, i))
             if free_s > start:
                 start = free_s

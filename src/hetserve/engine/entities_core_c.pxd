@@ -24,7 +24,7 @@ cdef class LinkTable:
     cpdef tuple path(self, object a, object b)
 
     @cython.locals(lanes=dict, chosen=list, start=double, end=double, ls=list,
-                   free_s=double, i=Py_ssize_t)
+                   free_s=double, i=Py_ssize_t, k=Py_ssize_t, v=double)
     cpdef tuple transfer(self, object path, double bw_gbps, double delay_s, double n_bytes,
                          double now)
 
