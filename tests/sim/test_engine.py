@@ -28,7 +28,7 @@ from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.sim.result import BATCH_COLUMNS, REQUEST_COLUMNS
 from hetserve.workload import Poisson, generate
 from hetserve.workload.trace import Trace
-from tests.helpers import linear_setup
+from tests.helpers import linear_setup, run_python_json
 
 SETUP = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
 
@@ -522,7 +522,7 @@ def test_request_overhead_is_added_to_the_first_stage():
         SimConfig(request_overhead_s=-1)
 
 
-def test_a_run_sets_the_older_objects_aside_and_gives_them_back():
+def test_a_run_sets_the_older_objects_aside_and_gives_them_back(monkeypatch):
     """``Simulator.run`` freezes the objects from before it for the collector's sake and
     unfreezes them after, also when the run fails (and collects the young generation less
     often meanwhile); a caller's own freeze is left alone."""
@@ -542,12 +542,15 @@ def test_a_run_sets_the_older_objects_aside_and_gives_them_back():
     with pytest.raises(RuntimeError), older_objects_frozen():
         raise RuntimeError("a failing run")
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
-    gc.freeze()  # the caller's
+    gc.freeze()  # the caller's: neither frozen again nor unfrozen by the run
+    calls = []
     try:
-        mine = gc.get_freeze_count()
-        with older_objects_frozen():
-            assert gc.get_freeze_count() == mine
-        assert gc.get_freeze_count() == mine
+        with monkeypatch.context() as m:
+            m.setattr(gc, "freeze", lambda: calls.append("freeze"))
+            m.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+            with older_objects_frozen():
+                assert gc.get_threshold() == before
+        assert calls == [] and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
     s = linear_setup(n_gpus=1, alpha_s=0.01, beta_s=0.0, max_batch=2)
@@ -557,23 +560,38 @@ def test_a_run_sets_the_older_objects_aside_and_gives_them_back():
     assert len(res.outcome) == len(tr) and gc.get_freeze_count() == 0
 
 
-def test_events_are_the_arrivals_and_the_callbacks_the_loop_took(monkeypatch):
+EVENTS_CODE = """
+import json
+from hetserve.engine import kernel, kernel_core
+from hetserve.scheduling import make_scheduler
+from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.core.requests import Stream
+from hetserve.workload import Poisson, generate
+from tests.helpers import linear_setup
+
+assert kernel.core is kernel_core  # (the Python file: its loop's pops can be watched)
+s = linear_setup(n_gpus=2, alpha_s=0.01, beta_s=0.002, max_batch=4)
+tr = generate([Stream("s", "m", 0.2, Poisson(80.0))], 3.0, seed=2)
+sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("edf-adaptive"),
+                tr, SimConfig())
+popped, real = [0], kernel_core.pop
+
+def counted(heap):
+    if heap is sim.clock.heap:
+        popped[0] += 1
+    return real(heap)
+
+kernel_core.pop = counted
+res = sim.run()
+print(json.dumps({"popped": popped[0], "arrivals": len(tr), "events": res.events}))
+"""
+
+
+def test_events_are_the_arrivals_and_the_callbacks_the_loop_took():
     """``SimResult.events`` (what events per second count): every arrival and every
-    callback the run's loop popped from the clock, counted here by watching the pops."""
-    import heapq
-
-    s = linear_setup(n_gpus=2, alpha_s=0.01, beta_s=0.002, max_batch=4)
-    tr = generate([Stream("s", "m", 0.2, Poisson(80.0))], 3.0, seed=2)
-    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("edf-adaptive"),
-                    tr, SimConfig())  # fmt: skip
-    popped, real = [0], heapq.heappop
-
-    def counted(heap):  # type: ignore[no-untyped-def]
-        if heap is sim.clock.heap:
-            popped[0] += 1
-        return real(heap)
-
-    monkeypatch.setattr(heapq, "heappop", counted)
-    res = sim.run()
-    assert popped[0] > 100 and len(tr) > 100
-    assert res.events == len(tr) + popped[0]
+    callback the run's loop popped from the clock, counted here by watching the pops of
+    the Python kernel's loop (the compiled one calls its heap in C; it gives the same
+    results, ``events`` included: ``tests/engine/test_kernel_core.py``)."""
+    out = run_python_json(EVENTS_CODE, pure_python=True)
+    assert out["popped"] > 100 and out["arrivals"] > 100
+    assert out["events"] == out["arrivals"] + out["popped"]
