@@ -25,13 +25,17 @@ from hetserve.core.errors import HetserveError
 from hetserve.core.heaps import pop, push
 from hetserve.scheduling.protocol import Dispatch, WorkerInfo
 
+_NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
+
 __all__ = ["Batch", "HostLinks", "LinkTable", "Slot", "Task"]
 
 
 class Slot:
     """A worker as the kernel sees it: what runs, what waits, whether it is lost."""
 
-    __slots__ = ("gpu", "gpu_id", "id", "index", "info", "lost", "ready", "running", "waiting")
+    __slots__ = (
+        "gpu", "gpu_id", "gpu_name", "id", "index", "info", "lost", "ready", "running", "waiting",
+    )  # fmt: skip
 
     def __init__(self, info: WorkerInfo, index: int) -> None:
         self.id = info.id
@@ -39,6 +43,9 @@ class Slot:
         self.info = info
         self.gpu = info.gpu
         self.gpu_id = info.gpu_id
+        # (the GPU type's name, read per stage: a GpuType's attributes are a pydantic
+        # model's, each read a Python call of its ``__getattr__`` hook)
+        self.gpu_name: str = info.gpu.name
         self.running: Task | None = None
         self.ready: list[tuple[float, int, Task]] = []  # heap: (planned start, seq, task)
         self.waiting: list[Task] = []  # deferred until a load on the worker ends
@@ -110,7 +117,7 @@ class Task:
         self.dead = False
         self.ran = False
         self.stop = False
-        self.start_s = math.nan
+        self.start_s = _NAN
         self.run: Any = None
         self.transfer_start_s: float | None = None
         self.transfer_end_s: float | None = None

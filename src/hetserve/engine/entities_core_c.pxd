@@ -11,6 +11,8 @@ import cython
 
 from hetserve.core.heaps_core_c cimport pop, push
 
+cdef double _NAN
+
 cdef class Task
 
 
@@ -37,6 +39,7 @@ cdef class Slot:
     cdef public object info
     cdef public object gpu
     cdef public object gpu_id
+    cdef public str gpu_name
     cdef public Task running
     cdef public list ready
     cdef public list waiting

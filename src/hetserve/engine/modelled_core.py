@@ -301,7 +301,7 @@ class ModelledStart:
         info = w.info
         # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
         # workers a key per worker missed for every model and batch size on each)
-        key = (model, info.gpu.name, info.share, n, blocks)
+        key = (model, w.gpu_name, info.share, n, blocks)
         run = self.runs.get(key)
         if run is None:
             run = self.runs[key] = ex._run_times(model, info, n, blocks)

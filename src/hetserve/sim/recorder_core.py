@@ -69,7 +69,7 @@ class Ledger:
         w = task.worker
         self.rows.append(
             (
-                b.id, b.model, task.step.stage, w.id, w.gpu.name, b.rows,
+                b.id, b.model, task.step.stage, w.id, w.gpu_name, b.rows,
                 task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
                 b.dispatch_s,
             )
