@@ -55,6 +55,9 @@ BROKEN = {
         Dispatch(1, MODEL, (r,), _route((W0, (0, NB)))),
         Dispatch(2, MODEL, (r,), _route((W1, (0, NB)))),
     ],
+    "planned start not a number": lambda r, now, s: [
+        Dispatch(1, MODEL, (r,), (RouteStep(0, W0, None, (0, NB)),))
+    ],
     "not at the route's first block": lambda r, now, s: [
         Dispatch(1, MODEL, (r,), _route((W0, (3, NB))))
     ],
@@ -207,3 +210,10 @@ def test_serving_refuses_a_bad_drop_and_its_requests_end_failed_not_lost(drop):
     clock.run()
     assert sorted(seen.reasons) == [0, 1] and not eng.kernel.held
     assert all(why.startswith("scheduler_error: ") for why in seen.reasons.values())
+
+
+def test_a_planned_start_that_is_not_a_number_is_named():
+    """A route step's ``planned_start_s`` orders its worker's queue (a keyed heap): one that
+    is not a number is refused at the dispatch, naming the step and the value."""
+    msg = _in_sim("planned start not a number")
+    assert "step 0's planned_start_s must be a number of seconds, not None" in msg

@@ -53,6 +53,7 @@ import itertools
 import logging
 import math
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from numbers import Real
 from typing import Any
 
 from hetserve.core.heaps import pop, push
@@ -126,13 +127,13 @@ def check_dispatch(
     if nb is None:
         raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")
     if len(route) == 1:  # the common case, checked quickly
-        stage, worker, _, blocks = route[0]
-        if stage == 0 and blocks == (0, nb) and worker in workers:
+        stage, worker, at, blocks = route[0]
+        if stage == 0 and blocks == (0, nb) and worker in workers and type(at) is float:
             return 0
     s0, _, _, blocks = route[0]
     first = pos = blocks[0]
     for k, st in enumerate(route):
-        stage, worker, _, blocks = st
+        stage, worker, at, blocks = st
         if stage != s0 + k or blocks[0] != pos or blocks[1] <= pos or s0 < 0:
             raise ProtocolError(
                 f"Dispatch {bid}: route must cover blocks contiguously with "
@@ -140,6 +141,12 @@ def check_dispatch(
             )
         if worker not in workers:
             raise ProtocolError(f"Dispatch {bid}: unknown worker {worker!r}")
+        if type(at) is not float and (not isinstance(at, Real) or isinstance(at, bool)):
+            # (it orders the worker's queue: a keyed heap's first key, ``core/heaps.py``)
+            raise ProtocolError(
+                f"Dispatch {bid}: step {k}'s planned_start_s must be a number of seconds, "
+                f"not {at!r}"
+            )
         pos = blocks[1]
     if pos > nb:
         raise ProtocolError(f"Dispatch {bid}: route ends at block {pos}, {model} has {nb}")
