@@ -525,23 +525,25 @@ def test_request_overhead_is_added_to_the_first_stage():
 def test_a_run_sets_the_older_objects_aside_and_gives_them_back(monkeypatch):
     """``Simulator.run`` freezes the objects from before it for the collector's sake and
     unfreezes them after, also when the run fails (and collects the young generation less
-    often meanwhile); a caller's own freeze is left alone."""
+    often meanwhile); a caller's own freeze is left alone. (On CPython 3.12 the
+    interpreter's own frozen objects, ``INTERPRETER_FROZEN``, are not a caller's.)"""
     import gc
 
-    from hetserve.sim.engine import YOUNG_LESS_OFTEN, older_objects_frozen
+    from hetserve.sim.engine import INTERPRETER_FROZEN, YOUNG_LESS_OFTEN, older_objects_frozen
 
-    assert gc.get_freeze_count() == 0
+    own = INTERPRETER_FROZEN
+    assert gc.get_freeze_count() <= own
     before = gc.get_threshold()
     seen = []
     with older_objects_frozen():
         seen.append((gc.get_freeze_count(), gc.get_threshold()))
-    assert seen[0][0] > 0 and gc.get_freeze_count() == 0
+    assert seen[0][0] > own and gc.get_freeze_count() <= own
     # (meanwhile the young generation is collected less often; its threshold set back after)
     assert seen[0][1] == (before[0] * YOUNG_LESS_OFTEN, *before[1:])
     assert gc.get_threshold() == before
     with pytest.raises(RuntimeError), older_objects_frozen():
         raise RuntimeError("a failing run")
-    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
+    assert gc.get_freeze_count() <= own and gc.get_threshold() == before
     gc.freeze()  # the caller's: neither frozen again nor unfrozen by the run
     calls = []
     try:
@@ -550,14 +552,41 @@ def test_a_run_sets_the_older_objects_aside_and_gives_them_back(monkeypatch):
             m.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
             with older_objects_frozen():
                 assert gc.get_threshold() == before
-        assert calls == [] and gc.get_freeze_count() > 0
+        assert calls == [] and gc.get_freeze_count() > own
     finally:
         gc.unfreeze()
     s = linear_setup(n_gpus=1, alpha_s=0.01, beta_s=0.0, max_batch=2)
     tr = generate([Stream("s", "m", 0.5, Poisson(20.0))], 2.0, seed=1)
     res = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("fixed-batch"),
                     tr, SimConfig()).run()  # fmt: skip
-    assert len(res.outcome) == len(tr) and gc.get_freeze_count() == 0
+    assert len(res.outcome) == len(tr) and gc.get_freeze_count() <= own
+
+
+def test_objects_the_interpreter_keeps_frozen_are_not_a_callers_freeze(monkeypatch):
+    """CPython 3.12 starts with 375 objects frozen of its own (its static immortal tuples),
+    and puts them back after an unfreeze: a run must still set the older objects aside
+    there (on the H200's Python 3.12.3 every run skipped it). Here a freeze of everything
+    stands in for the interpreter's: at its count the run freezes and unfreezes, one more
+    than the interpreter's own is a caller's freeze, left alone."""
+    import gc
+
+    from hetserve.sim import engine
+
+    gc.freeze()
+    try:
+        n = gc.get_freeze_count()
+        assert n > 0
+        for own, expected in ((n, ["freeze", "unfreeze"]), (n - 1, [])):
+            calls: list[str] = []
+            with monkeypatch.context() as m:
+                m.setattr(engine, "INTERPRETER_FROZEN", own)
+                m.setattr(gc, "freeze", lambda c=calls: c.append("freeze"))
+                m.setattr(gc, "unfreeze", lambda c=calls: c.append("unfreeze"))
+                with engine.older_objects_frozen():
+                    pass
+            assert calls == expected, own
+    finally:
+        gc.unfreeze()
 
 
 EVENTS_CODE = """
