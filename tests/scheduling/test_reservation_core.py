@@ -65,9 +65,9 @@ def _drive(mod, ops, gaps):
             seen.append(t.earliest_slot([r, 4 + r % 2], start, d / 1000))
         seen.append(
             (
-                [list(iv) for iv in t.iv],
-                list(t.front),
-                list(t.solid),
+                [t.intervals(r) for r in range(6)],
+                [t.front[r] for r in range(6)],
+                [t.solid[r] for r in range(6)],
                 [(p.by_front, p.by_solid) for p in pools],
             )
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections.abc import Callable, Sequence
 
 from hetserve.core.heaps import pop, pop_edf, push
@@ -77,8 +78,144 @@ def _first(x: tuple[float, int]) -> float:
     return x[0]
 
 
+def _doubles(n: int, fill: float) -> memoryview:
+    """``n`` doubles, each ``fill``, in a buffer of their own (compiled, a ``double[::1]``
+    view of it; as plain Python, a ``memoryview`` that reads and writes floats)."""
+    return memoryview(array("d", [fill]) * n)
+
+
+class Lane:
+    """One resource's reservations: intervals ``[s[i], e[i])`` tagged ``tags[i]`` for
+    ``lo <= i < hi``, sorted by start, in buffers that grow by doubling (compiled, C
+    doubles: no object per interval). Dropping the past moves ``lo``; the live part moves
+    down to 0 when the buffers are full, before they grow."""
+
+    def __init__(self) -> None:
+        self.s = _doubles(4, 0.0)
+        self.e = _doubles(4, 0.0)
+        self.tags: list = [None] * 4
+        self.lo = 0
+        self.hi = 0
+
+    def drop_past(self, now: float) -> None:
+        """Drop the leading intervals that ended by ``now`` (the past can never conflict
+        again)."""
+        e = self.e
+        tags = self.tags
+        lo = self.lo
+        hi = self.hi
+        while lo < hi and e[lo] <= now:
+            tags[lo] = None
+            lo += 1
+        if lo == hi:
+            lo = hi = 0
+            self.hi = 0
+        self.lo = lo
+
+    def room(self) -> None:
+        """Make room for one more interval at ``hi``."""
+        cap = len(self.tags)
+        if self.hi < cap:
+            return
+        lo = self.lo
+        n = self.hi - lo
+        s = self.s
+        e = self.e
+        tags = self.tags
+        if lo > 0:  # move the live part down
+            for i in range(n):
+                s[i] = s[lo + i]
+                e[i] = e[lo + i]
+                tags[i] = tags[lo + i]
+            for i in range(n, cap):
+                tags[i] = None
+        else:  # full: twice the room
+            s2 = _doubles(2 * cap, 0.0)
+            e2 = _doubles(2 * cap, 0.0)
+            for i in range(n):
+                s2[i] = s[i]
+                e2[i] = e[i]
+            self.s = s2
+            self.e = e2
+            tags.extend([None] * cap)
+        self.lo = 0
+        self.hi = n
+
+    def insort(self, start: float, end: float, tag: object) -> None:
+        """Insert ``(start, end, tag)`` where ``bisect.insort`` puts it in the list of
+        ``(s, e, tag)`` tuples: after the last that is not greater (the same comparisons,
+        in the same order)."""
+        self.room()
+        s = self.s
+        e = self.e
+        tags = self.tags
+        lo = self.lo
+        hi = self.hi
+        a = lo
+        b = hi
+        while a < b:
+            mid = (a + b) >> 1
+            u = s[mid]
+            v = e[mid]
+            if start < u or (start == u and (end < v or (end == v and tag < tags[mid]))):
+                b = mid
+            else:
+                a = mid + 1
+        i = hi
+        while i > a:
+            s[i] = s[i - 1]
+            e[i] = e[i - 1]
+            tags[i] = tags[i - 1]
+            i -= 1
+        s[a] = start
+        e[a] = end
+        tags[a] = tag
+        self.hi = hi + 1
+
+    def keep_unless(self, tag: object) -> None:
+        """Drop every interval tagged ``tag``."""
+        s = self.s
+        e = self.e
+        tags = self.tags
+        hi = self.hi
+        j = self.lo
+        for i in range(self.lo, hi):
+            x = tags[i]
+            if x != tag:
+                if j != i:
+                    s[j] = s[i]
+                    e[j] = e[i]
+                    tags[j] = x
+                j += 1
+        for i in range(j, hi):
+            tags[i] = None
+        self.hi = j
+
+    def keep_ending_from(self, t: float) -> None:
+        """Drop every interval that ends before ``t``."""
+        s = self.s
+        e = self.e
+        tags = self.tags
+        hi = self.hi
+        j = self.lo
+        for i in range(self.lo, hi):
+            if e[i] >= t:
+                if j != i:
+                    s[j] = s[i]
+                    e[j] = e[i]
+                    tags[j] = tags[i]
+                j += 1
+        for i in range(j, hi):
+            tags[i] = None
+        self.hi = j
+
+    def intervals(self) -> list[tuple[float, float, object]]:
+        return [(self.s[i], self.e[i], self.tags[i]) for i in range(self.lo, self.hi)]
+
+
 class SlotTable:
-    """Reserved intervals ``[start, end)`` per resource, each tagged.
+    """Reserved intervals ``[start, end)`` per resource, each tagged (a :class:`Lane`
+    each).
 
     Besides the sorted intervals, each resource keeps two numbers so that most queries are
     O(1): ``front`` (where its last reservation ends) and ``solid`` (where its final run of
@@ -87,24 +224,43 @@ class SlotTable:
     ``max(t, front)``; anything else scans the intervals. ``min_gap`` is per resource (the
     reservation scheduler sets a worker's to the shortest stage it ever runs): gaps shorter
     than that can never be used, so they do not break a run. Intervals that end before
-    ``now`` are dropped lazily."""
+    ``now`` are dropped lazily. ``front``, ``solid`` and ``min_gap`` are buffers of
+    doubles with room for more resources than there are (``n``)."""
 
     def __init__(self) -> None:
-        self.iv: list[list[tuple[float, float, object]]] = []
-        self.front: list[float] = []
-        self.solid: list[float] = []
-        self.min_gap: list[float] = []
+        self.lanes: list[Lane] = []
+        self.n = 0
+        self.front = _doubles(0, _NEG_INF)
+        self.solid = _doubles(0, _NEG_INF)
+        self.min_gap = _doubles(0, 0.0)
         self.orders_of: list[list[PoolOrder]] = []
         self.now = _NEG_INF
 
     def grow(self, n: int) -> None:
         """Make room for resources ``0..n-1``."""
-        while len(self.iv) < n:
-            self.iv.append([])
-            self.front.append(_NEG_INF)
-            self.solid.append(_NEG_INF)
-            self.min_gap.append(0.0)
+        if n <= self.n:
+            return
+        cap = len(self.lanes)
+        if n > len(self.front):
+            room = max(n, 2 * len(self.front))
+            front = _doubles(room, _NEG_INF)
+            solid = _doubles(room, _NEG_INF)
+            min_gap = _doubles(room, 0.0)
+            for r in range(cap):
+                front[r] = self.front[r]
+                solid[r] = self.solid[r]
+                min_gap[r] = self.min_gap[r]
+            self.front = front
+            self.solid = solid
+            self.min_gap = min_gap
+        while len(self.lanes) < n:
+            self.lanes.append(Lane())
             self.orders_of.append([])
+        self.n = n
+
+    def intervals(self, r: int) -> list[tuple[float, float, object]]:
+        """Resource ``r``'s reservations as ``(start, end, tag)``, by start."""
+        return self.lanes[r].intervals()
 
     def set_min_gap(self, r: int, gap_s: float) -> None:
         self.min_gap[r] = gap_s
@@ -120,28 +276,27 @@ class SlotTable:
     def update(self, r: int) -> None:
         """Drop what ended before ``now``; recompute ``front`` and ``solid`` from the
         intervals."""
-        iv = self.iv[r]
-        now = self.now
-        if iv and iv[0][1] <= now:  # the past can never conflict again: drop it
-            k = 1
-            while k < len(iv) and iv[k][1] <= now:
-                k += 1
-            del iv[:k]
+        lane: Lane = self.lanes[r]
+        lane.drop_past(self.now)
         old_f = self.front[r]
         old_s = self.solid[r]
-        if not iv:
+        lo = lane.lo
+        hi = lane.hi
+        if lo == hi:
             run_s = run_e = _NEG_INF
         else:
+            s = lane.s
+            e = lane.e
             usable = self.min_gap[r] - _EPS
-            run_s = iv[0][0]
-            run_e = iv[0][1]
-            for x in iv:
-                s = x[0]
-                e = x[1]
-                if s - run_e >= usable:
-                    run_s = s
-                if e > run_e:
-                    run_e = e
+            run_s = s[lo]
+            run_e = e[lo]
+            for i in range(lo, hi):
+                a = s[i]
+                b = e[i]
+                if a - run_e >= usable:
+                    run_s = a
+                if b > run_e:
+                    run_e = b
         self.solid[r] = run_s
         self.front[r] = run_e
         if old_f != run_e or old_s != run_s:
@@ -149,10 +304,10 @@ class SlotTable:
 
     def forget_before(self, t: float) -> None:
         """Drop intervals that ended before ``t`` (they can no longer conflict)."""
-        for r in range(len(self.iv)):
-            iv = self.iv[r]
-            if iv and iv[0][1] < t:
-                self.iv[r] = [x for x in iv if x[1] >= t]
+        for r in range(self.n):
+            lane: Lane = self.lanes[r]
+            if lane.lo < lane.hi and lane.e[lane.lo] < t:
+                lane.keep_ending_from(t)
                 self.update(r)
 
     def slot(self, r: int, t: float, duration: float) -> float:
@@ -166,19 +321,21 @@ class SlotTable:
 
     def scan(self, r: int, t: float, duration: float) -> float:
         """:meth:`slot` by a walk over ``r``'s intervals."""
-        iv = self.iv[r]
-        if iv[0][1] <= self.now:
+        lane: Lane = self.lanes[r]
+        if lane.lo == lane.hi or lane.e[lane.lo] <= self.now:
             self.update(r)
-            if not iv:
+            if lane.lo == lane.hi:
                 return t
         # sorted by start, not by end (feedback correction can make them overlap)
+        s = lane.s
+        e = lane.e
         start = t
-        for x in iv:
-            if x[0] >= start + duration - _EPS:
+        for i in range(lane.lo, lane.hi):
+            if s[i] >= start + duration - _EPS:
                 break
-            e = x[1]
-            if e > start + _EPS:
-                start = e
+            b = e[i]
+            if b > start + _EPS:
+                start = b
         return start
 
     def earliest_slot(self, rs: Sequence[int], t: float, duration: float) -> float:
@@ -196,19 +353,21 @@ class SlotTable:
 
     def add(self, r: int, start: float, end: float, tag: object) -> None:
         """Reserve ``r`` for ``[start, end)`` under ``tag``."""
-        iv = self.iv[r]
-        now = self.now
-        if iv and iv[0][1] <= now:
-            # drop the past first; front and solid stay valid (a dropped interval ended
-            # before now, so no later query can start inside it)
-            k = 1
-            while k < len(iv) and iv[k][1] <= now:
-                k += 1
-            del iv[:k]
+        lane: Lane = self.lanes[r]
+        # drop the past first; front and solid stay valid (a dropped interval ended before
+        # now, so no later query can start inside it)
+        lane.drop_past(self.now)
         f = self.front[r]
-        if f == _NEG_INF or not iv or iv[-1][0] <= start:
+        hi = lane.hi
+        if f == _NEG_INF or lane.lo == hi or lane.s[hi - 1] <= start:
             # appended after the others (the usual case): the run extends or starts anew
-            iv.append((start, end, tag))
+            if hi == len(lane.tags):
+                lane.room()
+                hi = lane.hi
+            lane.s[hi] = start
+            lane.e[hi] = end
+            lane.tags[hi] = tag
+            lane.hi = hi + 1
             old_s = self.solid[r]
             new_s = old_s if start - f < self.min_gap[r] - _EPS else start
             new_f = end if end > f else f
@@ -217,21 +376,21 @@ class SlotTable:
             if f != new_f or old_s != new_s:
                 self._moved(r, f, old_s, new_f, new_s)
             return
-        bisect.insort(iv, (start, end, tag))
+        lane.insort(start, end, tag)
         self.update(r)
 
     def remove(self, r: int, tag: object) -> None:
         """Release ``r``'s reservation ``tag`` (if any)."""
-        iv = self.iv[r]
-        if iv:
-            self.iv[r] = [x for x in iv if x[2] != tag]
+        lane: Lane = self.lanes[r]
+        if lane.lo < lane.hi:
+            lane.keep_unless(tag)
             self.update(r)
 
     def replace(self, r: int, tag: object, start: float, end: float) -> None:
         """Move ``r``'s reservation ``tag`` to ``[start, end)`` (feedback correction)."""
-        iv = [x for x in self.iv[r] if x[2] != tag]
-        bisect.insort(iv, (start, end, tag))
-        self.iv[r] = iv
+        lane: Lane = self.lanes[r]
+        lane.keep_unless(tag)
+        lane.insort(start, end, tag)
         self.update(r)
 
     def reserve(self, bid: int, resv: list[tuple[int, float, float]], path: list[int]) -> list:
@@ -356,6 +515,10 @@ def probe(
             hit = xfers[si].get(last)
             if hit is None:
                 hit = miss(si, last)
+                # (it may have numbered new links: the table's buffers may have grown)
+                front = table.front
+                solid = table.solid
+                min_gap = table.min_gap
             xs = hit[0]
             min_inv = hit[1]
             min_delay = hit[2]

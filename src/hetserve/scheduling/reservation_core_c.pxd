@@ -25,13 +25,48 @@ cdef Py_ssize_t _at(list lst, double t, Py_ssize_t w) except -1
 cdef void _move(list lst, double old_t, Py_ssize_t w, double new_t) except *
 
 
+@cython.final
+cdef class Lane:
+    cdef public double[::1] s
+    cdef public double[::1] e
+    cdef public list tags
+    cdef public Py_ssize_t lo
+    cdef public Py_ssize_t hi
+
+    @cython.locals(e="double[::1]", tags=list, lo=Py_ssize_t, hi=Py_ssize_t)
+    cpdef void drop_past(self, double now) except *
+
+    @cython.locals(cap=Py_ssize_t, lo=Py_ssize_t, n=Py_ssize_t, s="double[::1]",
+                   e="double[::1]", tags=list, i=Py_ssize_t, s2="double[::1]",
+                   e2="double[::1]")
+    cpdef void room(self) except *
+
+    @cython.locals(s="double[::1]", e="double[::1]", tags=list, lo=Py_ssize_t,
+                   hi=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, mid=Py_ssize_t, u=double,
+                   v=double, i=Py_ssize_t)
+    cpdef void insort(self, double start, double end, object tag) except *
+
+    @cython.locals(s="double[::1]", e="double[::1]", tags=list, hi=Py_ssize_t,
+                   j=Py_ssize_t, i=Py_ssize_t)
+    cpdef void keep_unless(self, object tag) except *
+
+    @cython.locals(s="double[::1]", e="double[::1]", tags=list, hi=Py_ssize_t,
+                   j=Py_ssize_t, i=Py_ssize_t)
+    cpdef void keep_ending_from(self, double t) except *
+
+    cpdef list intervals(self)
+
+
 cdef class SlotTable:
-    cdef public list iv
-    cdef public list front
-    cdef public list solid
-    cdef public list min_gap
+    cdef public list lanes
+    cdef public Py_ssize_t n
+    cdef public double[::1] front
+    cdef public double[::1] solid
+    cdef public double[::1] min_gap
     cdef public list orders_of
     cdef public double now
+
+    cpdef list intervals(self, Py_ssize_t r)
 
     cpdef void set_min_gap(self, Py_ssize_t r, double gap_s) except *
 
@@ -39,25 +74,29 @@ cdef class SlotTable:
     cdef void _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
                      double new_s) except *
 
-    @cython.locals(iv=list, now=double, k=Py_ssize_t, old_f=double, old_s=double,
-                   run_s=double, run_e=double, usable=double, s=double, e=double, x=tuple)
+    @cython.locals(lane=Lane, old_f=double, old_s=double, lo=Py_ssize_t, hi=Py_ssize_t,
+                   run_s=double, run_e=double, s="double[::1]", e="double[::1]",
+                   usable=double, i=Py_ssize_t, a=double, b=double)
     cpdef void update(self, Py_ssize_t r) except *
 
     @cython.locals(f=double)
     cpdef double slot(self, Py_ssize_t r, double t, double duration) except? -1.0
 
-    @cython.locals(iv=list, start=double, e=double, x=tuple)
+    @cython.locals(lane=Lane, s="double[::1]", e="double[::1]", start=double,
+                   i=Py_ssize_t, b=double)
     cpdef double scan(self, Py_ssize_t r, double t, double duration) except? -1.0
 
     @cython.locals(start=double, s=double, moved=bint, r=Py_ssize_t)
     cpdef double earliest_slot(self, rs, double t, double duration) except? -1.0
 
-    @cython.locals(iv=list, now=double, k=Py_ssize_t, f=double, old_s=double, new_s=double,
+    @cython.locals(lane=Lane, f=double, hi=Py_ssize_t, old_s=double, new_s=double,
                    new_f=double)
     cpdef void add(self, Py_ssize_t r, double start, double end, object tag) except *
 
+    @cython.locals(lane=Lane)
     cpdef void remove(self, Py_ssize_t r, object tag) except *
 
+    @cython.locals(lane=Lane)
     cpdef void replace(self, Py_ssize_t r, object tag, double start, double end) except *
 
     @cython.locals(delay=double, changed=bint, x=tuple, r=Py_ssize_t, start=double,
@@ -71,7 +110,7 @@ cdef class SlotTable:
     cpdef list reserve(self, object bid, list resv, list path)
 
 
-@cython.locals(front=list, solid=list, min_gap=list, t_g=double, last=Py_ssize_t,
+@cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double, last=Py_ssize_t,
                path=list, resv=list, starts=list, busy=double, min_inv=double,
                min_delay=double, xs=dict, si=Py_ssize_t, st=tuple, l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,

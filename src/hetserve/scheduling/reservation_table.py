@@ -50,7 +50,7 @@ class ReservationTable:
 
     def intervals(self, res: str) -> list[tuple[float, float, Hashable]]:
         r = self.ids.get(res)
-        return [] if r is None else list(self.core.iv[r])
+        return [] if r is None else self.core.intervals(r)
 
     def set_min_gap(self, res: str, gap_s: float) -> None:
         self.core.set_min_gap(self.id_of(res), gap_s)
