@@ -61,7 +61,9 @@ def _drive(mod, ops, gaps):
         elif op == "now":
             t.now = max(t.now, start)
         elif op == "probe":
-            seen.append(mod.probe(t, info, xfers, None, {d % 5}, start))
+            pr = mod.Probed(None, 2)
+            mod.probe(t, info, xfers, None, {d % 5}, start, pr)
+            seen.append((pr.path, pr.resv, pr.finish_s, pr.wait_s, pr.starts))
             seen.append(t.earliest_slot([r, 4 + r % 2], start, d / 1000))
         seen.append(
             (

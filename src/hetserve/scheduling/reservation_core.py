@@ -393,18 +393,19 @@ class SlotTable:
         lane.insort(start, end, tag)
         self.update(r)
 
-    def reserve(self, bid: int, resv: list[tuple[int, float, float]], path: list[int]) -> list:
+    def reserve(self, bid: int, pr: Probed) -> list:
         """Commit a probe's reservations for batch ``bid``, each tagged ``(bid, stage)``;
         returns them as ``(resource, start, duration, stage)``."""
         entries = []
         stage = 0
-        for x in resv:
-            r = x[0]
-            start = x[1]
-            dur = x[2]
+        path_w = pr.path_w
+        for k in range(pr.n_resv):
+            r = pr.resv_r[k]
+            start = pr.resv_t[k]
+            dur = pr.resv_d[k]
             self.add(r, start, start + dur, (bid, stage))
             entries.append((r, start, dur, stage))
-            if r == path[stage]:
+            if r == path_w[stage]:
                 stage += 1
         return entries
 
@@ -481,24 +482,27 @@ def probe(
     miss: Callable[[int, int], Xfers],
     lost: set[int],
     now: float,
-) -> tuple[list[int], list[tuple[int, float, float]], float, float, list[float]]:
+    out: Probed,
+) -> None:
     """PPipe Algorithm 2: stage by stage, the worker of the pool that completes first
-    (transfer on both link ends at once, then inference); side-effect free.
+    (transfer on both link ends at once, then inference); side-effect free but for
+    ``out``, where it writes its result.
 
     ``info``: per stage its inference seconds, bits crossing the cut into it and its
     pool's order; ``xfers[si]``: the stage's transfers by the previous stage's worker
-    (``miss(si, last)`` makes one that is not there yet). Returns the path (a worker per
+    (``miss(si, last)`` makes one that is not there yet). Writes the path (a worker per
     stage), the reservations it needs ``(resource, start, duration)``, the completion
-    time, the time spent waiting for resources, and the stages' starts; an empty path
-    and an infinite completion where a pool has no live worker."""
+    time, the time spent waiting for resources, and the stages' starts into ``out``
+    (:class:`Probed`); an empty path and an infinite completion where a pool has no live
+    worker."""
     front = table.front
     solid = table.solid
     min_gap = table.min_gap
     t_g = now
     last = -1
-    path: list[int] = []
-    resv: list[tuple[int, float, float]] = []
-    starts: list[float] = []
+    path_w = out.path_w
+    start_s = out.start_s
+    out.n_resv = 0
     busy = 0.0
     min_inv = 0.0
     min_delay = 0.0
@@ -550,8 +554,8 @@ def probe(
             if links:
                 l_n = bits * xf[2] + xf[3]
                 tl = t_g
-                for x in links:
-                    if t_g < front[x] - _EPS:
+                for lk in links:
+                    if t_g < front[lk] - _EPS:
                         tl = table.earliest_slot(links, t_g, l_n)
                         break
                 arr = tl + l_n
@@ -574,16 +578,22 @@ def probe(
                 best_ln = l_n
                 best_links = links
         if best_w < 0:
-            return [], [], math.inf, math.inf, []
-        for x in best_links:
-            resv.append((x, best_tl, best_ln))
-        resv.append((best_w, best_s, l_i))
+            out.n_stages = 0
+            out.n_resv = 0
+            out.finish_s = math.inf
+            out.wait_s = math.inf
+            return
+        for lk in best_links:
+            out.add_resv(lk, best_tl, best_ln)
+        out.add_resv(best_w, best_s, l_i)
         busy += best_ln + l_i
-        path.append(best_w)
-        starts.append(best_s)
+        path_w[si] = best_w
+        start_s[si] = best_s
         t_g = best_t
         last = best_w
-    return path, resv, t_g, t_g - now - busy, starts
+    out.n_stages = len(info)
+    out.finish_s = t_g
+    out.wait_s = t_g - now - busy
 
 
 # ---------------------------------------------------------------------- Algorithm 1
@@ -608,28 +618,70 @@ class Pipe:
         self.info_of = info_of
         self.xfers = xfers
         self.miss = miss
+        # (Algorithm 1's probes of this pipeline, written over each time: the one at its
+        # planned batch size, and the others)
+        self.first = Probed(self, len(blocks))
+        self.other = Probed(self, len(blocks))
+
+
+def _ints(n: int) -> memoryview:
+    return memoryview(array("q", [0]) * n)
 
 
 class Probed:
-    """A probe's result (:func:`probe`) for ``batch`` rows on ``pipe``."""
+    """A probe's result (:func:`probe`) for ``batch`` rows on ``pipe``, in buffers that
+    a probe writes over: per stage its worker (``path_w``) and start (``start_s``), for
+    the first ``n_stages``; the reservations it needs, ``resv_r`` (resource),
+    ``resv_t`` (start) and ``resv_d`` (duration), for the first ``n_resv``; the
+    completion (``finish_s``) and the time spent waiting for resources (``wait_s``).
+    ``path``, ``starts`` and ``resv`` read them as lists."""
 
-    def __init__(
-        self,
-        pipe: Pipe,
-        batch: int,
-        path: list[int],
-        resv: list[tuple[int, float, float]],
-        finish_s: float,
-        wait_s: float,
-        starts: list[float],
-    ) -> None:
+    def __init__(self, pipe: Pipe | None, n_stages: int) -> None:
         self.pipe = pipe
-        self.batch = batch
-        self.path = path
-        self.resv = resv
-        self.finish_s = finish_s
-        self.wait_s = wait_s
-        self.starts = starts
+        self.batch = 0
+        self.n_stages = 0
+        self.path_w = _ints(n_stages)
+        self.start_s = _doubles(n_stages, 0.0)
+        self.n_resv = 0
+        self.resv_r = _ints(3 * n_stages)
+        self.resv_t = _doubles(3 * n_stages, 0.0)
+        self.resv_d = _doubles(3 * n_stages, 0.0)
+        self.finish_s = math.inf
+        self.wait_s = math.inf
+
+    def add_resv(self, r: int, start: float, dur: float) -> None:
+        """One more reservation (the buffers grow by doubling)."""
+        k = self.n_resv
+        if k == len(self.resv_r):
+            rr = _ints(2 * k)
+            tt = _doubles(2 * k, 0.0)
+            dd = _doubles(2 * k, 0.0)
+            for i in range(k):
+                rr[i] = self.resv_r[i]
+                tt[i] = self.resv_t[i]
+                dd[i] = self.resv_d[i]
+            self.resv_r = rr
+            self.resv_t = tt
+            self.resv_d = dd
+        self.resv_r[k] = r
+        self.resv_t[k] = start
+        self.resv_d[k] = dur
+        self.n_resv = k + 1
+
+    @property
+    def path(self) -> list[int]:
+        return [int(self.path_w[i]) for i in range(self.n_stages)]
+
+    @property
+    def starts(self) -> list[float]:
+        return [float(self.start_s[i]) for i in range(self.n_stages)]
+
+    @property
+    def resv(self) -> list[tuple[int, float, float]]:
+        return [
+            (int(self.resv_r[k]), float(self.resv_t[k]), float(self.resv_d[k]))
+            for k in range(self.n_resv)
+        ]
 
 
 class Algorithm1:
@@ -711,24 +763,34 @@ class Algorithm1:
 
     # ------------------------------------------------------------------ the steps
     def probe(self, p: Pipe, batch: int, now: float) -> Probed:
-        """Algorithm 2 (:func:`probe`) for ``batch`` rows on ``p``."""
+        """Algorithm 2 (:func:`probe`) for ``batch`` rows on ``p``: a new
+        :class:`Probed`."""
+        pr = Probed(p, len(p.blocks))
+        self.probe_into(pr, p, batch, now)
+        return pr
+
+    def probe_into(self, out: Probed, p: Pipe, batch: int, now: float) -> None:
+        """Algorithm 2 for ``batch`` rows on ``p``, written over ``out``."""
         info = p.infos.get(batch)
         if info is None:
             info = p.info_of(batch)
-        res = probe(self.table, info, p.xfers, p.miss, self.lost, now)
-        return Probed(p, batch, res[0], res[1], res[2], res[3], res[4])
+        probe(self.table, info, p.xfers, p.miss, self.lost, now, out)
+        out.pipe = p
+        out.batch = batch
 
     def largest_in_time(self, first: Probed, head_s: float, now: float, least: int) -> object:
         """Step 2: from ``first``'s batch size down to ``least`` (the head's rows), the
-        first probe of its pipeline that completes by ``head_s`` (None: none does)."""
+        first probe of its pipeline that completes by ``head_s`` (None: none does). The
+        smaller ones are written over the pipeline's ``other`` probe."""
+        pr = first.pipe.other
         if first.batch < least:  # the head alone is larger than the planned batch
-            pr = self.probe(first.pipe, least, now)
+            self.probe_into(pr, first.pipe, least, now)
             return pr if pr.finish_s <= head_s else None
         if first.finish_s <= head_s:
             return first
         bs = first.batch - 1
         while bs >= least:
-            pr = self.probe(first.pipe, bs, now)
+            self.probe_into(pr, first.pipe, bs, now)
             if pr.finish_s <= head_s:
                 return pr
             bs -= 1
@@ -749,7 +811,8 @@ class Algorithm1:
             firsts = []
             best = None
             for p in pipes:
-                pr = self.probe(p, p.bs, now)
+                pr = p.first
+                self.probe_into(pr, p, p.bs, now)
                 firsts.append(pr)
                 if best is None or pr.wait_s < best.wait_s - _EPS:
                     best = pr
@@ -771,9 +834,11 @@ class Algorithm1:
                 rows[model] -= r.rows
                 out.append(_new(Drop, ((r,), "deadline", ())))
                 continue
+            # (from here on only ``chosen`` is read: the probes below write over it)
             n = rows[model]
             if n < chosen.batch:
-                pr = self.probe(chosen.pipe, n, now)
+                pr = chosen
+                self.probe_into(pr, chosen.pipe, n, now)
                 slack = q[0][0] - pr.finish_s - self.margin_s
                 if slack > _EPS:  # wait till the last moment the n can still make it
                     at = now + slack
@@ -786,16 +851,17 @@ class Algorithm1:
             reqs, taken = pop_edf(q, chosen.batch, n)
             rows[model] = n - taken
             if taken < chosen.batch:  # (the next request's rows did not fit)
-                chosen = self.probe(chosen.pipe, taken, now)
+                self.probe_into(chosen, chosen.pipe, taken, now)
             self.next_batch += 1
             bid = self.next_batch
-            self.batch_resv[bid] = table.reserve(bid, chosen.resv, chosen.path)
+            self.batch_resv[bid] = table.reserve(bid, chosen)
             names = self.names
-            starts = chosen.starts
+            path_w = chosen.path_w
+            starts = chosen.start_s
             blocks = chosen.pipe.blocks
             route = tuple([
-                _new(RouteStep, (si, names[w], starts[si], blocks[si]))
-                for si, w in enumerate(chosen.path)
+                _new(RouteStep, (si, names[path_w[si]], starts[si], blocks[si]))
+                for si in range(chosen.n_stages)
             ])  # fmt: skip
             self.batch_route[bid] = (model, route)
             out.append(_new(Dispatch, (bid, model, reqs, route)))

@@ -12,6 +12,8 @@ cdef double _EPS
 cdef double _NEG_INF
 cdef tuple _NO_XFER
 
+cdef class Probed
+
 
 cdef class PoolOrder:
     cdef public list by_front
@@ -106,19 +108,20 @@ cdef class SlotTable:
                         bint has_transfer, bint completed, bint last)
 
     @cython.locals(entries=list, stage=Py_ssize_t, r=Py_ssize_t, start=double, dur=double,
-                   x=tuple)
-    cpdef list reserve(self, object bid, list resv, list path)
+                   path_w="long long[::1]", k=Py_ssize_t)
+    cpdef list reserve(self, object bid, Probed pr)
 
 
-@cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double, last=Py_ssize_t,
-               path=list, resv=list, starts=list, busy=double, min_inv=double,
+@cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double,
+               last=Py_ssize_t, path_w="long long[::1]", start_s="double[::1]", busy=double, min_inv=double,
                min_delay=double, xs=dict, si=Py_ssize_t, st=tuple, l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
                by_solid=list, cands=list, k=Py_ssize_t, c=tuple, f_w=double,
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, tl=double, arr=double,
-               f=double, s=double)
-cpdef tuple probe(SlotTable table, list info, list xfers, object miss, set lost, double now)
+               f=double, s=double, lk=Py_ssize_t)
+cpdef void probe(SlotTable table, list info, list xfers, object miss, set lost, double now,
+                 Probed out) except *
 
 
 cdef class Pipe:
@@ -128,16 +131,26 @@ cdef class Pipe:
     cdef public object info_of
     cdef public list xfers
     cdef public object miss
+    cdef public Probed first
+    cdef public Probed other
 
 
 cdef class Probed:
     cdef public Pipe pipe
     cdef public Py_ssize_t batch
-    cdef public list path
-    cdef public list resv
+    cdef public Py_ssize_t n_stages
+    cdef public long long[::1] path_w
+    cdef public double[::1] start_s
+    cdef public Py_ssize_t n_resv
+    cdef public long long[::1] resv_r
+    cdef public double[::1] resv_t
+    cdef public double[::1] resv_d
     cdef public double finish_s
     cdef public double wait_s
-    cdef public list starts
+
+    @cython.locals(k=Py_ssize_t, rr="long long[::1]", tt="double[::1]", dd="double[::1]",
+                   i=Py_ssize_t)
+    cpdef void add_resv(self, Py_ssize_t r, double start, double dur) except *
 
 
 cdef class Algorithm1:
@@ -163,8 +176,11 @@ cdef class Algorithm1:
     @cython.locals(changed=bint, out=list)
     cpdef list on_stage_done(self, object report, double now)
 
-    @cython.locals(info=list, res=tuple)
+    @cython.locals(pr=Probed)
     cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
+
+    @cython.locals(info=list)
+    cpdef void probe_into(self, Probed out, Pipe p, Py_ssize_t batch, double now) except *
 
     @cython.locals(pr=Probed, bs=Py_ssize_t)
     cpdef object largest_in_time(self, Probed first, double head_s, double now,
@@ -173,7 +189,8 @@ cdef class Algorithm1:
     @cython.locals(q=list, pipes=list, table=SlotTable, rows=dict, firsts=list, best=Probed,
                    p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
-                   starts=list, blocks=list, route=tuple)
+                   starts="double[::1]", path_w="long long[::1]", si=Py_ssize_t,
+                   blocks=list, route=tuple)
     cpdef void try_model(self, object model, double now, list out) except *
 
     @cython.locals(entries=list, has_x=bint, changed=bint)
