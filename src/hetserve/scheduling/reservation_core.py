@@ -17,7 +17,6 @@ one reservation of a resource (tags of one resource are unique and mutually comp
 
 from __future__ import annotations
 
-import bisect
 import math
 from array import array
 from collections.abc import Callable, Sequence
@@ -37,45 +36,70 @@ Xfers = tuple[dict[int, tuple[int, tuple[int, ...], float, float]], float, float
 
 
 class PoolOrder:
-    """A pool's workers sorted by where their reservations end (``by_front``) and by where
-    their final gap-free run begins (``by_solid``), kept current by the table. A probe
-    visits the workers with a usable gap first, then the rest by ``front``, and stops as
-    soon as no remaining worker can complete earlier: exact, and it usually looks at a
-    handful of workers instead of the whole pool. Ties go by worker number."""
+    """A pool's workers sorted by where their reservations end (``front_t``, with the
+    workers in ``front_w``) and by where their final gap-free run begins (``solid_t``,
+    ``solid_w``), ``n`` workers each, kept current by the table. A probe visits the
+    workers with a usable gap first, then the rest by ``front``, and stops as soon as no
+    remaining worker can complete earlier: exact, and it usually looks at a handful of
+    workers instead of the whole pool. Ties go by worker number. ``by_front`` and
+    ``by_solid`` read them as lists of ``(time, worker)``."""
 
     def __init__(self, workers: Sequence[int]) -> None:
-        self.by_front: list[tuple[float, int]] = sorted((_NEG_INF, w) for w in workers)
-        self.by_solid: list[tuple[float, int]] = sorted((_NEG_INF, w) for w in workers)
+        ws = sorted(workers)
+        n = len(ws)
+        self.n = n
+        self.front_t = _doubles(n, _NEG_INF)
+        self.front_w = _ints(n)
+        self.solid_t = _doubles(n, _NEG_INF)
+        self.solid_w = _ints(n)
+        for i in range(n):
+            self.front_w[i] = ws[i]
+            self.solid_w[i] = ws[i]
         self.min_gap = 0.0  # the largest min_gap of its workers
 
+    @property
+    def by_front(self) -> list[tuple[float, int]]:
+        return [(float(self.front_t[i]), int(self.front_w[i])) for i in range(self.n)]
 
-def _at(lst: list[tuple[float, int]], t: float, w: int) -> int:
-    """Where ``(t, w)`` goes in the sorted ``lst`` (``bisect_left``, written out so that
-    compiled it compares C doubles and integers: through ``bisect`` every step compares
-    two tuples)."""
+    @property
+    def by_solid(self) -> list[tuple[float, int]]:
+        return [(float(self.solid_t[i]), int(self.solid_w[i])) for i in range(self.n)]
+
+
+def _at(ts: memoryview, ws: memoryview, n: int, t: float, w: int) -> int:
+    """Where ``(t, w)`` goes among the first ``n`` of the sorted pairs ``(ts[i], ws[i])``
+    (``bisect_left``)."""
     lo = 0
-    hi = len(lst)
+    hi = n
     while lo < hi:
         mid = (lo + hi) >> 1
-        x = lst[mid]
-        u = x[0]
-        v = x[1]
-        if u < t or (u == t and v < w):
+        u = ts[mid]
+        if u < t or (u == t and ws[mid] < w):
             lo = mid + 1
         else:
             hi = mid
     return lo
 
 
-def _move(lst: list[tuple[float, int]], old_t: float, w: int, new_t: float) -> None:
-    """Move worker ``w``'s entry of ``lst`` from ``(old_t, w)`` to ``(new_t, w)`` (a worker
-    has one entry, so once it is out the left and right places of the new one agree)."""
-    del lst[_at(lst, old_t, w)]
-    lst.insert(_at(lst, new_t, w), (new_t, w))
+def _move(ts: memoryview, ws: memoryview, n: int, old_t: float, w: int, new_t: float) -> None:
+    """Move worker ``w``'s pair from ``(old_t, w)`` to ``(new_t, w)`` (a worker has one
+    pair, so once it is out the left and right places of the new one agree)."""
+    i = _at(ts, ws, n, old_t, w)
+    for j in range(i, n - 1):  # out
+        ts[j] = ts[j + 1]
+        ws[j] = ws[j + 1]
+    i = _at(ts, ws, n - 1, new_t, w)
+    j = n - 1
+    while j > i:  # and in
+        ts[j] = ts[j - 1]
+        ws[j] = ws[j - 1]
+        j -= 1
+    ts[i] = new_t
+    ws[i] = w
 
 
-def _first(x: tuple[float, int]) -> float:
-    return x[0]
+def _ints(n: int) -> memoryview:
+    return memoryview(array("q", [0]) * n)
 
 
 def _doubles(n: int, fill: float) -> memoryview:
@@ -269,9 +293,9 @@ class SlotTable:
     def _moved(self, r: int, old_f: float, old_s: float, new_f: float, new_s: float) -> None:
         for order in self.orders_of[r]:
             if old_f != new_f:
-                _move(order.by_front, old_f, r, new_f)
+                _move(order.front_t, order.front_w, order.n, old_f, r, new_f)
             if old_s != new_s:
-                _move(order.by_solid, old_s, r, new_s)
+                _move(order.solid_t, order.solid_w, order.n, old_s, r, new_s)
 
     def update(self, r: int) -> None:
         """Drop what ended before ``now``; recompute ``front`` and ``solid`` from the
@@ -535,19 +559,33 @@ def probe(
         best_links: tuple[int, ...] = ()
         # workers with a usable gap after t_lb first (their front says nothing), then
         # the rest by front: once max(t_lb, front) + l_i cannot beat the best, stop
-        by_solid = order.by_solid
-        cands: list[tuple[float, int]] = order.by_front
-        if by_solid[-1][0] > t_lb:
-            k = bisect.bisect_right(by_solid, t_lb, key=_first)
-            cands = [(_NEG_INF, x[1]) for x in by_solid[k:]] + order.by_front
-        if l_i < order.min_gap:  # a stage shorter than planned for: look at them all
-            cands = [(_NEG_INF, x[1]) for x in order.by_front]
-        for c in cands:
-            f_w = c[0]
-            w = c[1]
+        # (candidates j = k0..n-1: by_solid's from the first that begins after t_lb, as if
+        # their front were -inf; then j = n..2n-1: by_front's)
+        n_w = order.n
+        solid_t = order.solid_t
+        k0 = n_w
+        if solid_t[n_w - 1] > t_lb:  # (bisect_right by time)
+            k0 = 0
+            hi = n_w
+            while k0 < hi:
+                mid = (k0 + hi) >> 1
+                if t_lb < solid_t[mid]:
+                    hi = mid
+                else:
+                    k0 = mid + 1
+        all_inf = l_i < order.min_gap  # a stage shorter than planned for: look at them all
+        if all_inf:
+            k0 = n_w
+        for j in range(k0, 2 * n_w):
+            if j < n_w:
+                f_w = _NEG_INF
+                w = order.solid_w[j]
+            else:
+                f_w = _NEG_INF if all_inf else order.front_t[j - n_w]
+                w = order.front_w[j - n_w]
             if (f_w if f_w > t_lb else t_lb) + l_i >= best_t - _EPS:
                 break
-            if w in lost:
+            if lost and w in lost:
                 continue
             xf = xs.get(w, _NO_XFER)
             links = xf[1]
@@ -622,10 +660,6 @@ class Pipe:
         # planned batch size, and the others)
         self.first = Probed(self, len(blocks))
         self.other = Probed(self, len(blocks))
-
-
-def _ints(n: int) -> memoryview:
-    return memoryview(array("q", [0]) * n)
 
 
 class Probed:

@@ -16,15 +16,21 @@ cdef class Probed
 
 
 cdef class PoolOrder:
-    cdef public list by_front
-    cdef public list by_solid
+    cdef public Py_ssize_t n
+    cdef public double[::1] front_t
+    cdef public long long[::1] front_w
+    cdef public double[::1] solid_t
+    cdef public long long[::1] solid_w
     cdef public double min_gap
 
 
-@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, x=tuple, u=double, v=Py_ssize_t)
-cdef Py_ssize_t _at(list lst, double t, Py_ssize_t w) except -1
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, u=double)
+cdef Py_ssize_t _at(double[::1] ts, long long[::1] ws, Py_ssize_t n, double t,
+                    Py_ssize_t w) except -1
 
-cdef void _move(list lst, double old_t, Py_ssize_t w, double new_t) except *
+@cython.locals(i=Py_ssize_t, j=Py_ssize_t)
+cdef void _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, double old_t, Py_ssize_t w,
+                double new_t) except *
 
 
 @cython.final
@@ -113,11 +119,12 @@ cdef class SlotTable:
 
 
 @cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double,
-               last=Py_ssize_t, path_w="long long[::1]", start_s="double[::1]", busy=double, min_inv=double,
-               min_delay=double, xs=dict, si=Py_ssize_t, st=tuple, l_i=double, bits=double,
+               last=Py_ssize_t, path_w="long long[::1]", start_s="double[::1]", busy=double,
+               min_inv=double, min_delay=double, xs=dict, si=Py_ssize_t, st=tuple, l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
-               by_solid=list, cands=list, k=Py_ssize_t, c=tuple, f_w=double,
+               n_w=Py_ssize_t, solid_t="double[::1]", k0=Py_ssize_t, hi=Py_ssize_t,
+               mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, tl=double, arr=double,
                f=double, s=double, lk=Py_ssize_t)
 cpdef void probe(SlotTable table, list info, list xfers, object miss, set lost, double now,
