@@ -145,3 +145,33 @@ def test_the_build_takes_the_c_types_of_its_pxd():
     for cls in (compiled.PoolOrder, compiled.Pipe, compiled.Probed, compiled.Algorithm1):
         assert "__dict__" not in dir(cls), cls
     assert hasattr(pure.SlotTable(), "__dict__")  # (the Python file: plain classes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 7),
+    st.lists(st.tuples(st.integers(0, 6), st.integers(-2, 12)), max_size=40),
+)
+def test_a_pool_order_stays_sorted_by_time_then_worker(n, moves):
+    """Moving a worker's front (or solid) keeps the pool's pairs sorted by (time, worker),
+    ties included: the same list ``sorted`` gives, compiled and in Python."""
+    for mod in (pure, compiled) if compiled is not None else (pure,):
+        order = mod.PoolOrder(list(range(10, 10 + n)))
+        now = {10 + k: float("-inf") for k in range(n)}
+        for k, t in moves:
+            w = 10 + k % n
+            new = t / 4
+            if new == now[w]:
+                continue
+            mod.SlotTable._moved(_table_with(mod, order, w), w, now[w], now[w], new, now[w])
+            now[w] = new
+            assert order.by_front == sorted((t_, w_) for w_, t_ in now.items()), mod
+            assert order.by_solid == sorted((float("-inf"), w_) for w_ in now), mod
+
+
+def _table_with(mod, order, w):
+    """A table whose resource ``w`` belongs to ``order`` alone."""
+    t = mod.SlotTable()
+    t.grow(w + 1)
+    t.orders_of[w].append(order)
+    return t

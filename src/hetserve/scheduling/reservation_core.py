@@ -82,20 +82,26 @@ def _at(ts: memoryview, ws: memoryview, n: int, t: float, w: int) -> int:
 
 
 def _move(ts: memoryview, ws: memoryview, n: int, old_t: float, w: int, new_t: float) -> None:
-    """Move worker ``w``'s pair from ``(old_t, w)`` to ``(new_t, w)`` (a worker has one
-    pair, so once it is out the left and right places of the new one agree)."""
+    """Move worker ``w``'s pair from ``(old_t, w)`` to ``(new_t, w)``: the pairs between
+    its old place and its new one shift by one (a worker has one pair; fronts and solids
+    mostly move a little, so few do)."""
     i = _at(ts, ws, n, old_t, w)
-    for j in range(i, n - 1):  # out
-        ts[j] = ts[j + 1]
-        ws[j] = ws[j + 1]
-    i = _at(ts, ws, n - 1, new_t, w)
-    j = n - 1
-    while j > i:  # and in
-        ts[j] = ts[j - 1]
-        ws[j] = ws[j - 1]
-        j -= 1
-    ts[i] = new_t
-    ws[i] = w
+    if new_t > old_t:  # later: the next ones that come before it move down
+        j = i + 1
+        while j < n and (ts[j] < new_t or (ts[j] == new_t and ws[j] < w)):
+            ts[j - 1] = ts[j]
+            ws[j - 1] = ws[j]
+            j += 1
+        ts[j - 1] = new_t
+        ws[j - 1] = w
+    else:  # earlier: the ones before it that come after it move up
+        j = i
+        while j > 0 and (ts[j - 1] > new_t or (ts[j - 1] == new_t and ws[j - 1] > w)):
+            ts[j] = ts[j - 1]
+            ws[j] = ws[j - 1]
+            j -= 1
+        ts[j] = new_t
+        ws[j] = w
 
 
 def _ints(n: int) -> memoryview:

@@ -79,8 +79,8 @@ cdef class SlotTable:
     cpdef void set_min_gap(self, Py_ssize_t r, double gap_s) except *
 
     @cython.locals(order=PoolOrder)
-    cdef void _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
-                     double new_s) except *
+    cpdef void _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
+                      double new_s) except *
 
     @cython.locals(lane=Lane, old_f=double, old_s=double, lo=Py_ssize_t, hi=Py_ssize_t,
                    run_s=double, run_e=double, s="double[::1]", e="double[::1]",
