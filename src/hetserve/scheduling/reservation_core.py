@@ -26,6 +26,7 @@ from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, Se
 
 _EPS = 1e-12
 _NEG_INF = -math.inf
+_NO_TAG = object()  # (a tag no reservation has: ``Lane.keep``)
 # the protocol's actions made without their Python constructors (NamedTuples: the class's
 # own ``__new__`` is a Python function, a frame per action; this is one C call)
 _new = tuple.__new__
@@ -202,8 +203,9 @@ class Lane:
         tags[a] = tag
         self.hi = hi + 1
 
-    def keep_unless(self, tag: object) -> None:
-        """Drop every interval tagged ``tag``."""
+    def keep(self, tag: object, t: float) -> None:
+        """Drop every interval tagged ``tag`` and every one that ends before ``t``
+        (``_NO_TAG``, ``-inf``: no such condition)."""
         s = self.s
         e = self.e
         tags = self.tags
@@ -211,29 +213,11 @@ class Lane:
         j = self.lo
         for i in range(self.lo, hi):
             x = tags[i]
-            if x != tag:
+            if x != tag and e[i] >= t:
                 if j != i:
                     s[j] = s[i]
                     e[j] = e[i]
                     tags[j] = x
-                j += 1
-        for i in range(j, hi):
-            tags[i] = None
-        self.hi = j
-
-    def keep_ending_from(self, t: float) -> None:
-        """Drop every interval that ends before ``t``."""
-        s = self.s
-        e = self.e
-        tags = self.tags
-        hi = self.hi
-        j = self.lo
-        for i in range(self.lo, hi):
-            if e[i] >= t:
-                if j != i:
-                    s[j] = s[i]
-                    e[j] = e[i]
-                    tags[j] = tags[i]
                 j += 1
         for i in range(j, hi):
             tags[i] = None
@@ -337,7 +321,7 @@ class SlotTable:
         for r in range(self.n):
             lane: Lane = self.lanes[r]
             if lane.lo < lane.hi and lane.e[lane.lo] < t:
-                lane.keep_ending_from(t)
+                lane.keep(_NO_TAG, t)
                 self.update(r)
 
     def slot(self, r: int, t: float, duration: float) -> float:
@@ -413,13 +397,13 @@ class SlotTable:
         """Release ``r``'s reservation ``tag`` (if any)."""
         lane: Lane = self.lanes[r]
         if lane.lo < lane.hi:
-            lane.keep_unless(tag)
+            lane.keep(tag, _NEG_INF)
             self.update(r)
 
     def replace(self, r: int, tag: object, start: float, end: float) -> None:
         """Move ``r``'s reservation ``tag`` to ``[start, end)`` (feedback correction)."""
         lane: Lane = self.lanes[r]
-        lane.keep_unless(tag)
+        lane.keep(tag, _NEG_INF)
         lane.insort(start, end, tag)
         self.update(r)
 

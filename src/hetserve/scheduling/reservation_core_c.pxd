@@ -10,6 +10,7 @@ from hetserve.core.heaps_core_c cimport pop, pop_edf, push
 
 cdef double _EPS
 cdef double _NEG_INF
+cdef object _NO_TAG
 cdef tuple _NO_XFER
 
 cdef class Probed
@@ -55,12 +56,8 @@ cdef class Lane:
     cpdef void insort(self, double start, double end, object tag) except *
 
     @cython.locals(s="double[::1]", e="double[::1]", tags=list, hi=Py_ssize_t,
-                   j=Py_ssize_t, i=Py_ssize_t)
-    cpdef void keep_unless(self, object tag) except *
-
-    @cython.locals(s="double[::1]", e="double[::1]", tags=list, hi=Py_ssize_t,
-                   j=Py_ssize_t, i=Py_ssize_t)
-    cpdef void keep_ending_from(self, double t) except *
+                   j=Py_ssize_t, i=Py_ssize_t, x=object)
+    cpdef void keep(self, object tag, double t) except *
 
     cpdef list intervals(self)
 
