@@ -1,15 +1,16 @@
 """The compiled parts of hetserve, built by Cython; everything else is in pyproject.toml.
 
-Each ``X_core.py`` below is plain Python, and Cython compiles the same file as the module
-``X_core_c``, typed by ``X_core_c.pxd`` beside it (its C types):
+Each ``X.py`` below is plain Python, and Cython compiles the same file as the module
+``X_c``, typed by ``X_c.pxd`` beside it (its C types):
 
 - ``core/heaps_core.py``: the keyed heaps (``push``/``pop`` comparing two C keys,
   ``pop_edf``), which the others ``cimport``;
 - ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
   ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
   modelled executor, its residency and stage start);
-- ``scheduling/reservation_core.py`` and ``scheduling/coldstart_core.py`` (those
-  schedulers' decisions);
+- ``scheduling/reservation_slots.py`` (the reservation table, which the next one
+  ``cimport``s), ``scheduling/reservation_core.py`` and ``scheduling/coldstart_core.py``
+  (those schedulers' decisions);
 - ``sim/recorder_core.py`` (the simulator's recorder per event);
 - and ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``
   (without it the ``csv`` module writes the same bytes).
@@ -57,6 +58,10 @@ FALLBACK = {
     "hetserve.scheduling.coldstart_core_c": (
         "the Python file src/hetserve/scheduling/coldstart_core.py runs instead"
     ),
+    "hetserve.scheduling.reservation_slots_c": (
+        "the Python files src/hetserve/scheduling/reservation_slots.py and "
+        "reservation_core.py run instead"
+    ),
     "hetserve.scheduling.reservation_core_c": (
         "the Python file src/hetserve/scheduling/reservation_core.py runs instead"
     ),
@@ -68,6 +73,7 @@ FALLBACK = {
 
 ENTITIES_PXD = "src/hetserve/engine/entities_core_c.pxd"
 HEAPS_PXD = "src/hetserve/core/heaps_core_c.pxd"
+SLOTS_PXD = "src/hetserve/scheduling/reservation_slots_c.pxd"
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions)
@@ -93,9 +99,14 @@ EXTENSIONS = [
         ["src/hetserve/scheduling/coldstart_core_c.pxd"],
     ),
     (
+        "hetserve.scheduling.reservation_slots_c",
+        "src/hetserve/scheduling/reservation_slots.py",
+        [SLOTS_PXD],
+    ),
+    (
         "hetserve.scheduling.reservation_core_c",
         "src/hetserve/scheduling/reservation_core.py",
-        ["src/hetserve/scheduling/reservation_core_c.pxd", HEAPS_PXD],
+        ["src/hetserve/scheduling/reservation_core_c.pxd", SLOTS_PXD, HEAPS_PXD],
     ),
     (
         "hetserve.sim.recorder_core_c",

@@ -3,17 +3,31 @@ and run as plain Python gives the same results: the same tables after the same o
 (hypothesis), and the same simulation, request by request, in two processes that differ
 only in ``HETSERVE_PURE_PYTHON``."""
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetserve.scheduling import reservation_core as pure
+from hetserve.scheduling import reservation_core, reservation_slots
 from tests.helpers import run_python_json
 
+
+def _both(slots, core):
+    """The table's module and the core's, as one (the core ``cimport``s the table)."""
+    return SimpleNamespace(
+        SlotTable=slots.SlotTable, PoolOrder=slots.PoolOrder, Lane=slots.Lane,
+        Probed=core.Probed, probe=core.probe, Pipe=core.Pipe, Algorithm1=core.Algorithm1,
+    )  # fmt: skip
+
+
+pure = _both(reservation_slots, reservation_core)
 try:
-    from hetserve.scheduling import reservation_core_c as compiled
+    from hetserve.scheduling import reservation_core_c, reservation_slots_c
 except ImportError:  # (no compiled build: nothing to compare with)
     compiled = None
+else:
+    compiled = _both(reservation_slots_c, reservation_core_c)
 
 needs_build = pytest.mark.skipif(
     compiled is None, reason="hetserve was installed without its compiled part (setup.py)"
@@ -142,7 +156,8 @@ def test_the_build_takes_the_c_types_of_its_pxd():
     assert not hasattr(t, "__dict__")  # an extension type: no instance dictionary
     with pytest.raises(TypeError):
         t.now = "soon"  # a C double
-    for cls in (compiled.PoolOrder, compiled.Pipe, compiled.Probed, compiled.Algorithm1):
+    for cls in (compiled.PoolOrder, compiled.Lane, compiled.Pipe, compiled.Probed,
+                compiled.Algorithm1):  # fmt: skip
         assert "__dict__" not in dir(cls), cls
     assert hasattr(pure.SlotTable(), "__dict__")  # (the Python file: plain classes)
 

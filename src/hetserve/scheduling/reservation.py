@@ -22,9 +22,10 @@ switched topology: every link of the path): when each is reserved, by which batc
   happened, and shifts its later stages by any overrun.
 
 This class sets the scheduler up (pools, resources by number, each pipeline's stage
-times and transfers); the table, the probe, Algorithm 1 and the correction are
-``reservation_core`` (``SlotTable``, ``probe``, ``Algorithm1``), one Python file that
-``setup.py`` also compiles with Cython, and every protocol call goes to it whole.
+times and transfers); the table is ``reservation_slots`` (``SlotTable``, ``PoolOrder``),
+the probe, Algorithm 1 and the correction ``reservation_core`` (``probe``,
+``Algorithm1``): Python files that ``setup.py`` also compiles with Cython. Every protocol
+call goes to the core whole.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from hetserve.scheduling.protocol import (
 from hetserve.scheduling.reservation_core import Xfers
 from hetserve.scheduling.reservation_table import ReservationTable
 from hetserve.scheduling.reservation_table import core as _core
+from hetserve.scheduling.reservation_table import slots as _slots
 
 
 @register("reservation")
@@ -95,7 +97,7 @@ class Reservation(BaseScheduler):
                 )
                 for blocks, workers in p.stages:
                     if workers not in self._orders:
-                        order = self._orders[workers] = _core.PoolOrder([ids[w] for w in workers])
+                        order = self._orders[workers] = _slots.PoolOrder([ids[w] for w in workers])
                         for w in workers:
                             core.orders_of[ids[w]].append(order)
                     for w in workers:

@@ -7,112 +7,17 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push
+from hetserve.scheduling.reservation_slots_c cimport PoolOrder, SlotTable
 
 cdef double _EPS
 cdef double _NEG_INF
-cdef object _NO_TAG
 cdef tuple _NO_XFER
 
 cdef class Probed
 
-
-cdef class PoolOrder:
-    cdef public Py_ssize_t n
-    cdef public double[::1] front_t
-    cdef public long long[::1] front_w
-    cdef public double[::1] solid_t
-    cdef public long long[::1] solid_w
-    cdef public double min_gap
-
-
-@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, u=double)
-cdef Py_ssize_t _at(double[::1] ts, long long[::1] ws, Py_ssize_t n, double t,
-                    Py_ssize_t w) except -1
-
-@cython.locals(i=Py_ssize_t, j=Py_ssize_t)
-cdef void _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, double old_t, Py_ssize_t w,
-                double new_t) except *
-
-
-@cython.final
-cdef class Lane:
-    cdef public double[::1] s
-    cdef public double[::1] e
-    cdef public list tags
-    cdef public Py_ssize_t lo
-    cdef public Py_ssize_t hi
-
-    @cython.locals(e="double[::1]", tags=list, lo=Py_ssize_t, hi=Py_ssize_t)
-    cpdef void drop_past(self, double now) except *
-
-    @cython.locals(cap=Py_ssize_t, lo=Py_ssize_t, n=Py_ssize_t, s="double[::1]",
-                   e="double[::1]", tags=list, i=Py_ssize_t, s2="double[::1]",
-                   e2="double[::1]")
-    cpdef void room(self) except *
-
-    @cython.locals(s="double[::1]", e="double[::1]", tags=list, lo=Py_ssize_t,
-                   hi=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, mid=Py_ssize_t, u=double,
-                   v=double, i=Py_ssize_t)
-    cpdef void insort(self, double start, double end, object tag) except *
-
-    @cython.locals(s="double[::1]", e="double[::1]", tags=list, hi=Py_ssize_t,
-                   j=Py_ssize_t, i=Py_ssize_t, x=object)
-    cpdef void keep(self, object tag, double t) except *
-
-    cpdef list intervals(self)
-
-
-cdef class SlotTable:
-    cdef public list lanes
-    cdef public Py_ssize_t n
-    cdef public double[::1] front
-    cdef public double[::1] solid
-    cdef public double[::1] min_gap
-    cdef public list orders_of
-    cdef public double now
-
-    cpdef list intervals(self, Py_ssize_t r)
-
-    cpdef void set_min_gap(self, Py_ssize_t r, double gap_s) except *
-
-    @cython.locals(order=PoolOrder)
-    cpdef void _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
-                      double new_s) except *
-
-    @cython.locals(lane=Lane, old_f=double, old_s=double, lo=Py_ssize_t, hi=Py_ssize_t,
-                   run_s=double, run_e=double, s="double[::1]", e="double[::1]",
-                   usable=double, i=Py_ssize_t, a=double, b=double)
-    cpdef void update(self, Py_ssize_t r) except *
-
-    @cython.locals(f=double)
-    cpdef double slot(self, Py_ssize_t r, double t, double duration) except? -1.0
-
-    @cython.locals(lane=Lane, s="double[::1]", e="double[::1]", start=double,
-                   i=Py_ssize_t, b=double)
-    cpdef double scan(self, Py_ssize_t r, double t, double duration) except? -1.0
-
-    @cython.locals(start=double, s=double, moved=bint, r=Py_ssize_t)
-    cpdef double earliest_slot(self, rs, double t, double duration) except? -1.0
-
-    @cython.locals(lane=Lane, f=double, hi=Py_ssize_t, old_s=double, new_s=double,
-                   new_f=double)
-    cpdef void add(self, Py_ssize_t r, double start, double end, object tag) except *
-
-    @cython.locals(lane=Lane)
-    cpdef void remove(self, Py_ssize_t r, object tag) except *
-
-    @cython.locals(lane=Lane)
-    cpdef void replace(self, Py_ssize_t r, object tag, double start, double end) except *
-
-    @cython.locals(delay=double, changed=bint, x=tuple, r=Py_ssize_t, start=double,
-                   dur=double, a=double, b=double, shifted=list, st=Py_ssize_t)
-    cpdef tuple correct(self, object bid, list entries, Py_ssize_t stage, Py_ssize_t worker,
-                        double start_s, double end_s, double x_start_s, double x_end_s,
-                        bint has_transfer, bint completed, bint last)
-
-    @cython.locals(entries=list, stage=Py_ssize_t, r=Py_ssize_t, start=double, dur=double,
-                   path_w="long long[::1]", k=Py_ssize_t)
-    cpdef list reserve(self, object bid, Probed pr)
+@cython.locals(entries=list, stage=Py_ssize_t, r=Py_ssize_t, start=double, dur=double,
+               path_w="long long[::1]", k=Py_ssize_t)
+cpdef list reserve(SlotTable table, object bid, Probed pr)
 
 
 @cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double,

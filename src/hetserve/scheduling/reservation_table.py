@@ -2,11 +2,12 @@
 ``earliestSlot``): when each resource (a worker slot, a link) is reserved, and the earliest
 time a set of them is free for a while. Used by ``scheduling/reservation.py``.
 
-The table itself is ``reservation_core.SlotTable``, on resources numbered 0..n-1;
-:class:`ReservationTable` names them. ``core`` is the compiled build of
-``reservation_core.py`` where the package was built with Cython, else the Python file
-(``HETSERVE_PURE_PYTHON=1`` asks for the Python file even where both are there;
-``COMPILED`` says which one this process took)."""
+The table itself is ``reservation_slots.SlotTable``, on resources numbered 0..n-1;
+:class:`ReservationTable` names them. ``slots`` and ``core`` are the compiled builds of
+``reservation_slots.py`` and ``reservation_core.py`` where the package was built with
+Cython, else the Python files: both compiled or neither (the core's build takes the
+table's C types; ``HETSERVE_PURE_PYTHON=1`` asks for the Python files even where both are
+there; ``COMPILED`` says which this process took)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ from collections.abc import Hashable, Sequence
 
 from hetserve.core import heaps
 from hetserve.scheduling import reservation_core as _pure
+from hetserve.scheduling import reservation_slots as _pure_slots
 
-core, COMPILED = heaps.build_beside(_pure)  # (it cimports the keyed heaps)
+slots, COMPILED = heaps.build_beside(_pure_slots)
+core = _pure
+if COMPILED:  # (the core cimports the keyed heaps and the table's types)
+    core, COMPILED = heaps.build_beside(_pure, _pure_slots.LAYOUT)
+    if not COMPILED:
+        slots = _pure_slots
 
 
 class ReservationTable:
@@ -24,7 +31,7 @@ class ReservationTable:
     fix them up front)."""
 
     def __init__(self) -> None:
-        self.core = core.SlotTable()
+        self.core = slots.SlotTable()
         self.ids: dict[str, int] = {}
         self.names: list[str] = []
 

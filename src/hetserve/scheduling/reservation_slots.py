@@ -1,0 +1,465 @@
+# cython: annotation_typing=False
+"""The reservation table of the reservation scheduler (``scheduling/reservation.py``) on
+resources numbered 0..n-1 (PPipe appendix A.3, Algorithm 2's ``earliestSlot``): each
+resource's reservations (:class:`Lane`), the table (:class:`SlotTable`) with each
+worker pool's order by where its reservations end (:class:`PoolOrder`), and the feedback
+correction's moves. ``reservation_core.py`` probes and decides on it.
+
+This file is plain Python and runs as it is. Where the package was built with Cython
+(``setup.py``; ``reservation_slots_c.pxd`` beside it declares the C types), the same file is
+also compiled as ``hetserve.scheduling.reservation_slots_c``, with C doubles and integers
+in buffers that grow by doubling (as plain Python, memoryviews of arrays);
+``reservation_table.py`` takes both compiled builds or neither. Both give the same
+results, bit for bit (``tests/scheduling/test_reservation_core.py``).
+
+Conventions: a resource with no reservation has ``front`` and ``solid`` -inf; a tag names
+one reservation of a resource (tags of one resource are unique and mutually comparable).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+
+_EPS = 1e-12
+_NEG_INF = -math.inf
+_NO_TAG = object()  # (a tag no reservation has: ``Lane.keep``)
+#: the C types a build that ``cimport``s this one was made against (``core.compiled``)
+LAYOUT = Path(__file__).with_name("reservation_slots_c.pxd")
+
+
+class PoolOrder:
+    """A pool's workers sorted by where their reservations end (``front_t``, with the
+    workers in ``front_w``) and by where their final gap-free run begins (``solid_t``,
+    ``solid_w``), ``n`` workers each, kept current by the table. A probe visits the
+    workers with a usable gap first, then the rest by ``front``, and stops as soon as no
+    remaining worker can complete earlier: exact, and it usually looks at a handful of
+    workers instead of the whole pool. Ties go by worker number. ``by_front`` and
+    ``by_solid`` read them as lists of ``(time, worker)``."""
+
+    def __init__(self, workers: Sequence[int]) -> None:
+        ws = sorted(workers)
+        n = len(ws)
+        self.n = n
+        self.front_t = double_buffer(n, _NEG_INF)
+        self.front_w = int_buffer(n)
+        self.solid_t = double_buffer(n, _NEG_INF)
+        self.solid_w = int_buffer(n)
+        for i in range(n):
+            self.front_w[i] = ws[i]
+            self.solid_w[i] = ws[i]
+        self.min_gap = 0.0  # the largest min_gap of its workers
+
+    @property
+    def by_front(self) -> list[tuple[float, int]]:
+        return [(float(self.front_t[i]), int(self.front_w[i])) for i in range(self.n)]
+
+    @property
+    def by_solid(self) -> list[tuple[float, int]]:
+        return [(float(self.solid_t[i]), int(self.solid_w[i])) for i in range(self.n)]
+
+
+def _at(ts: memoryview, ws: memoryview, n: int, t: float, w: int) -> int:
+    """Where ``(t, w)`` goes among the first ``n`` of the sorted pairs ``(ts[i], ws[i])``
+    (``bisect_left``)."""
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        u = ts[mid]
+        if u < t or (u == t and ws[mid] < w):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _move(ts: memoryview, ws: memoryview, n: int, old_t: float, w: int, new_t: float) -> None:
+    """Move worker ``w``'s pair from ``(old_t, w)`` to ``(new_t, w)``: the pairs between
+    its old place and its new one shift by one (a worker has one pair; fronts and solids
+    mostly move a little, so few do)."""
+    i = _at(ts, ws, n, old_t, w)
+    if new_t > old_t:  # later: the next ones that come before it move down
+        j = i + 1
+        while j < n and (ts[j] < new_t or (ts[j] == new_t and ws[j] < w)):
+            ts[j - 1] = ts[j]
+            ws[j - 1] = ws[j]
+            j += 1
+        ts[j - 1] = new_t
+        ws[j - 1] = w
+    else:  # earlier: the ones before it that come after it move up
+        j = i
+        while j > 0 and (ts[j - 1] > new_t or (ts[j - 1] == new_t and ws[j - 1] > w)):
+            ts[j] = ts[j - 1]
+            ws[j] = ws[j - 1]
+            j -= 1
+        ts[j] = new_t
+        ws[j] = w
+
+
+def int_buffer(n: int) -> memoryview:
+    """``n`` zeros in a buffer of their own (compiled, a ``long long[::1]`` view of it)."""
+    return memoryview(array("q", [0]) * n)
+
+
+def double_buffer(n: int, fill: float) -> memoryview:
+    """``n`` doubles, each ``fill``, in a buffer of their own (compiled, a ``double[::1]``
+    view of it; as plain Python, a ``memoryview`` that reads and writes floats)."""
+    return memoryview(array("d", [fill]) * n)
+
+
+class Lane:
+    """One resource's reservations: intervals ``[s[i], e[i])`` tagged ``tags[i]`` for
+    ``lo <= i < hi``, sorted by start, in buffers that grow by doubling (compiled, C
+    doubles: no object per interval). Dropping the past moves ``lo``; the live part moves
+    down to 0 when the buffers are full, before they grow."""
+
+    def __init__(self) -> None:
+        self.s = double_buffer(4, 0.0)
+        self.e = double_buffer(4, 0.0)
+        self.tags: list = [None] * 4
+        self.lo = 0
+        self.hi = 0
+
+    def drop_past(self, now: float) -> None:
+        """Drop the leading intervals that ended by ``now`` (the past can never conflict
+        again)."""
+        e = self.e
+        tags = self.tags
+        lo = self.lo
+        hi = self.hi
+        while lo < hi and e[lo] <= now:
+            tags[lo] = None
+            lo += 1
+        if lo == hi:
+            lo = hi = 0
+            self.hi = 0
+        self.lo = lo
+
+    def room(self) -> None:
+        """Make room for one more interval at ``hi``."""
+        cap = len(self.tags)
+        if self.hi < cap:
+            return
+        lo = self.lo
+        n = self.hi - lo
+        s = self.s
+        e = self.e
+        tags = self.tags
+        if lo > 0:  # move the live part down
+            for i in range(n):
+                s[i] = s[lo + i]
+                e[i] = e[lo + i]
+                tags[i] = tags[lo + i]
+            for i in range(n, cap):
+                tags[i] = None
+        else:  # full: twice the room
+            s2 = double_buffer(2 * cap, 0.0)
+            e2 = double_buffer(2 * cap, 0.0)
+            for i in range(n):
+                s2[i] = s[i]
+                e2[i] = e[i]
+            self.s = s2
+            self.e = e2
+            tags.extend([None] * cap)
+        self.lo = 0
+        self.hi = n
+
+    def insort(self, start: float, end: float, tag: object) -> None:
+        """Insert ``(start, end, tag)`` where ``bisect.insort`` puts it in the list of
+        ``(s, e, tag)`` tuples: after the last that is not greater (the same comparisons,
+        in the same order)."""
+        self.room()
+        s = self.s
+        e = self.e
+        tags = self.tags
+        lo = self.lo
+        hi = self.hi
+        a = lo
+        b = hi
+        while a < b:
+            mid = (a + b) >> 1
+            u = s[mid]
+            v = e[mid]
+            if start < u or (start == u and (end < v or (end == v and tag < tags[mid]))):
+                b = mid
+            else:
+                a = mid + 1
+        i = hi
+        while i > a:
+            s[i] = s[i - 1]
+            e[i] = e[i - 1]
+            tags[i] = tags[i - 1]
+            i -= 1
+        s[a] = start
+        e[a] = end
+        tags[a] = tag
+        self.hi = hi + 1
+
+    def keep(self, tag: object, t: float) -> None:
+        """Drop every interval tagged ``tag`` and every one that ends before ``t``
+        (``_NO_TAG``, ``-inf``: no such condition)."""
+        s = self.s
+        e = self.e
+        tags = self.tags
+        hi = self.hi
+        j = self.lo
+        for i in range(self.lo, hi):
+            x = tags[i]
+            if x != tag and e[i] >= t:
+                if j != i:
+                    s[j] = s[i]
+                    e[j] = e[i]
+                    tags[j] = x
+                j += 1
+        for i in range(j, hi):
+            tags[i] = None
+        self.hi = j
+
+    def intervals(self) -> list[tuple[float, float, object]]:
+        return [(self.s[i], self.e[i], self.tags[i]) for i in range(self.lo, self.hi)]
+
+
+class SlotTable:
+    """Reserved intervals ``[start, end)`` per resource, each tagged (a :class:`Lane`
+    each).
+
+    Besides the sorted intervals, each resource keeps two numbers so that most queries are
+    O(1): ``front`` (where its last reservation ends) and ``solid`` (where its final run of
+    reservations begins: from there to ``front`` no gap of at least ``min_gap`` is left).
+    A query for ``duration >= min_gap`` starting at ``t >= solid`` can only go at
+    ``max(t, front)``; anything else scans the intervals. ``min_gap`` is per resource (the
+    reservation scheduler sets a worker's to the shortest stage it ever runs): gaps shorter
+    than that can never be used, so they do not break a run. Intervals that end before
+    ``now`` are dropped lazily. ``front``, ``solid`` and ``min_gap`` are buffers of
+    doubles with room for more resources than there are (``n``)."""
+
+    def __init__(self) -> None:
+        self.lanes: list[Lane] = []
+        self.n = 0
+        self.front = double_buffer(0, _NEG_INF)
+        self.solid = double_buffer(0, _NEG_INF)
+        self.min_gap = double_buffer(0, 0.0)
+        self.orders_of: list[list[PoolOrder]] = []
+        self.now = _NEG_INF
+
+    def grow(self, n: int) -> None:
+        """Make room for resources ``0..n-1``."""
+        if n <= self.n:
+            return
+        cap = len(self.lanes)
+        if n > len(self.front):
+            room = max(n, 2 * len(self.front))
+            front = double_buffer(room, _NEG_INF)
+            solid = double_buffer(room, _NEG_INF)
+            min_gap = double_buffer(room, 0.0)
+            for r in range(cap):
+                front[r] = self.front[r]
+                solid[r] = self.solid[r]
+                min_gap[r] = self.min_gap[r]
+            self.front = front
+            self.solid = solid
+            self.min_gap = min_gap
+        while len(self.lanes) < n:
+            self.lanes.append(Lane())
+            self.orders_of.append([])
+        self.n = n
+
+    def intervals(self, r: int) -> list[tuple[float, float, object]]:
+        """Resource ``r``'s reservations as ``(start, end, tag)``, by start."""
+        return self.lanes[r].intervals()
+
+    def set_min_gap(self, r: int, gap_s: float) -> None:
+        self.min_gap[r] = gap_s
+        self.update(r)
+
+    def _moved(self, r: int, old_f: float, old_s: float, new_f: float, new_s: float) -> None:
+        for order in self.orders_of[r]:
+            if old_f != new_f:
+                _move(order.front_t, order.front_w, order.n, old_f, r, new_f)
+            if old_s != new_s:
+                _move(order.solid_t, order.solid_w, order.n, old_s, r, new_s)
+
+    def update(self, r: int) -> None:
+        """Drop what ended before ``now``; recompute ``front`` and ``solid`` from the
+        intervals."""
+        lane: Lane = self.lanes[r]
+        lane.drop_past(self.now)
+        old_f = self.front[r]
+        old_s = self.solid[r]
+        lo = lane.lo
+        hi = lane.hi
+        if lo == hi:
+            run_s = run_e = _NEG_INF
+        else:
+            s = lane.s
+            e = lane.e
+            usable = self.min_gap[r] - _EPS
+            run_s = s[lo]
+            run_e = e[lo]
+            for i in range(lo, hi):
+                a = s[i]
+                b = e[i]
+                if a - run_e >= usable:
+                    run_s = a
+                if b > run_e:
+                    run_e = b
+        self.solid[r] = run_s
+        self.front[r] = run_e
+        if old_f != run_e or old_s != run_s:
+            self._moved(r, old_f, old_s, run_e, run_s)
+
+    def forget_before(self, t: float) -> None:
+        """Drop intervals that ended before ``t`` (they can no longer conflict)."""
+        for r in range(self.n):
+            lane: Lane = self.lanes[r]
+            if lane.lo < lane.hi and lane.e[lane.lo] < t:
+                lane.keep(_NO_TAG, t)
+                self.update(r)
+
+    def slot(self, r: int, t: float, duration: float) -> float:
+        """Earliest time >= t at which ``r`` is free for ``duration``."""
+        f = self.front[r]
+        if t >= f - _EPS:
+            return t
+        if t >= self.solid[r] and duration >= self.min_gap[r]:
+            return f
+        return self.scan(r, t, duration)
+
+    def scan(self, r: int, t: float, duration: float) -> float:
+        """:meth:`slot` by a walk over ``r``'s intervals."""
+        lane: Lane = self.lanes[r]
+        if lane.lo == lane.hi or lane.e[lane.lo] <= self.now:
+            self.update(r)
+            if lane.lo == lane.hi:
+                return t
+        # sorted by start, not by end (feedback correction can make them overlap)
+        s = lane.s
+        e = lane.e
+        start = t
+        for i in range(lane.lo, lane.hi):
+            if s[i] >= start + duration - _EPS:
+                break
+            b = e[i]
+            if b > start + _EPS:
+                start = b
+        return start
+
+    def earliest_slot(self, rs: Sequence[int], t: float, duration: float) -> float:
+        """Earliest time >= t at which every resource of ``rs`` is free for ``duration``."""
+        start = t
+        moved = True
+        while moved:
+            moved = False
+            for r in rs:
+                s = self.slot(r, start, duration)
+                if s > start:
+                    start = s
+                    moved = True
+        return start
+
+    def add(self, r: int, start: float, end: float, tag: object) -> None:
+        """Reserve ``r`` for ``[start, end)`` under ``tag``."""
+        lane: Lane = self.lanes[r]
+        # drop the past first; front and solid stay valid (a dropped interval ended before
+        # now, so no later query can start inside it)
+        lane.drop_past(self.now)
+        f = self.front[r]
+        hi = lane.hi
+        if f == _NEG_INF or lane.lo == hi or lane.s[hi - 1] <= start:
+            # appended after the others (the usual case): the run extends or starts anew
+            if hi == len(lane.tags):
+                lane.room()
+                hi = lane.hi
+            lane.s[hi] = start
+            lane.e[hi] = end
+            lane.tags[hi] = tag
+            lane.hi = hi + 1
+            old_s = self.solid[r]
+            new_s = old_s if start - f < self.min_gap[r] - _EPS else start
+            new_f = end if end > f else f
+            self.front[r] = new_f
+            self.solid[r] = new_s
+            if f != new_f or old_s != new_s:
+                self._moved(r, f, old_s, new_f, new_s)
+            return
+        lane.insort(start, end, tag)
+        self.update(r)
+
+    def remove(self, r: int, tag: object) -> None:
+        """Release ``r``'s reservation ``tag`` (if any)."""
+        lane: Lane = self.lanes[r]
+        if lane.lo < lane.hi:
+            lane.keep(tag, _NEG_INF)
+            self.update(r)
+
+    def replace(self, r: int, tag: object, start: float, end: float) -> None:
+        """Move ``r``'s reservation ``tag`` to ``[start, end)`` (feedback correction)."""
+        lane: Lane = self.lanes[r]
+        lane.keep(tag, _NEG_INF)
+        lane.insort(start, end, tag)
+        self.update(r)
+
+    def correct(
+        self,
+        bid: int,
+        entries: list,
+        stage: int,
+        worker: int,
+        start_s: float,
+        end_s: float,
+        x_start_s: float,
+        x_end_s: float,
+        has_transfer: bool,
+        completed: bool,
+        last: bool,
+    ) -> tuple[bool, list | None]:
+        """Feedback correction of batch ``bid``'s reservations (``entries`` as
+        :meth:`reserve` made them) by its stage ``stage``'s report: that stage's worker
+        (``worker``) and transfer move to when they really ran (``start_s``..``end_s``,
+        ``x_start_s``..``x_end_s`` where ``has_transfer``); later stages move by the
+        stage's overrun (or gain), or are released if the batch stops here (not
+        ``completed``). Returns whether any reservation moved, and the entries to keep
+        (None: the batch has no more)."""
+        delay = 0.0
+        changed = False
+        for x in entries:
+            if x[3] != stage:
+                continue
+            r = x[0]
+            start = x[1]
+            dur = x[2]
+            if r == worker:
+                a = start_s
+                b = end_s
+                delay = b - (start + dur)
+            elif has_transfer:
+                a = x_start_s
+                b = x_end_s
+            else:
+                continue
+            if abs(a - start) > _EPS or abs(b - start - dur) > _EPS:
+                self.replace(r, (bid, stage), a, b)
+                changed = True
+        if not completed or last:
+            if not completed:  # the rest of the batch will not run
+                for x in entries:
+                    if x[3] > stage:
+                        self.remove(x[0], (bid, x[3]))
+                        changed = True
+            return changed, None
+        if abs(delay) > _EPS:  # later stages move with the overrun (or the gain)
+            shifted = []
+            for x in entries:
+                r = x[0]
+                start = x[1]
+                dur = x[2]
+                st = x[3]
+                if st > stage:
+                    self.replace(r, (bid, st), start + delay, start + delay + dur)
+                    start += delay
+                shifted.append((r, start, dur, st))
+            return True, shifted
+        return changed, entries
