@@ -66,6 +66,11 @@ def _metric(url, name, **labels):
     return total
 
 
+def _answer_params(r):
+    """The ``parameters`` of a binary-output inference answer (its JSON header)."""
+    return json.loads(r.content[: int(r.headers[HEADER_LEN])]).get("parameters", {})
+
+
 def _stop(proc, out):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -77,11 +82,15 @@ def _stop(proc, out):
 
 
 def _busy(pool, url):
-    """A request of 8 rows (it keeps the worker busy a while), once the server holds it."""
+    """A request of 8 rows (it keeps the worker busy a while), once the server has
+    dispatched it (in flight, none queued): a request sent after it waits behind it,
+    whatever its deadline. (Held but still queued, as a newcomer run on a loaded machine
+    once caught it, edf-adaptive would serve an earlier deadline first.)"""
     body, hdr = _body(BLOCKER_ROWS)
     fut = pool.submit(httpx.post, f"{url}/v2/models/resnet18/infer", content=body, headers=hdr,
                       timeout=120)  # fmt: skip
-    while _metric(url, "hetserve_requests_in_flight") < 1:
+    while (_metric(url, "hetserve_requests_in_flight") < 1
+           or _metric(url, "hetserve_queue_depth") > 0):  # fmt: skip
         time.sleep(0.002)
     return fut
 
@@ -137,22 +146,30 @@ def test_a_request_still_queued_at_its_timeout_is_answered_then(tmp_path):
     infer = f"{url}/v2/models/resnet18/infer"
     warm, hdr = _body(BLOCKER_ROWS)
     timeout_s = 0.1
+    body, hdr1 = _body(1, timeout=int(timeout_s * 1e6))
+    free_in_time = 0
     try:
         httpx.post(infer, content=warm, headers=hdr, timeout=60)
         t8 = time.perf_counter()
         httpx.post(infer, content=warm, headers=hdr, timeout=60)
         busy_s = time.perf_counter() - t8  # how long 8 rows keep the worker
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            blocker = _busy(pool, url)
-            body, hdr1 = _body(1, timeout=int(timeout_s * 1e6))
-            t0 = time.perf_counter()
-            r = httpx.post(infer, content=body, headers=hdr1, timeout=60)
-            waited = time.perf_counter() - t0
-            assert blocker.result().status_code == 200
+        for _ in range(3):
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                blocker = _busy(pool, url)
+                t0 = time.perf_counter()
+                r = httpx.post(infer, content=body, headers=hdr1, timeout=60)
+                waited = time.perf_counter() - t0
+                assert blocker.result().status_code == 200
+            if r.status_code != 200 or _answer_params(r).get("late"):
+                break
+            # answered in time: the worker was free again before the deadline (on a loaded
+            # machine the blocker can end while the client still sends this one), so the
+            # case was not set up; a late answer would be the failure this test is for
+            free_in_time += 1
     finally:
         log = _stop(proc, out)
     assert busy_s > 2 * timeout_s, busy_s  # (so the request was still queued at its timeout)
-    assert r.status_code == 503, r.text
+    assert r.status_code == 503, (free_in_time, r.text)
     assert "deadline: after" in r.json()["error"], r.text
     assert re.search(r"request \d+ of resnet18 dropped: deadline: after", log), log
     # answered at its deadline, well before the worker was free; earlier only where the
