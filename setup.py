@@ -74,6 +74,7 @@ FALLBACK = {
 ENTITIES_PXD = "src/hetserve/engine/entities_core_c.pxd"
 HEAPS_PXD = "src/hetserve/core/heaps_core_c.pxd"
 SLOTS_PXD = "src/hetserve/scheduling/reservation_slots_c.pxd"
+RECORDS_PXD = "src/hetserve/core/records_c.pxd"  # (inline C only: no module of its own)
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions)
@@ -86,7 +87,7 @@ EXTENSIONS = [
     (
         "hetserve.engine.kernel_core_c",
         "src/hetserve/engine/kernel_core.py",
-        ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD, HEAPS_PXD],
+        ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD, HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.engine.modelled_core_c",
@@ -96,7 +97,7 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.coldstart_core_c",
         "src/hetserve/scheduling/coldstart_core.py",
-        ["src/hetserve/scheduling/coldstart_core_c.pxd"],
+        ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.reservation_slots_c",
@@ -106,7 +107,7 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.reservation_core_c",
         "src/hetserve/scheduling/reservation_core.py",
-        ["src/hetserve/scheduling/reservation_core_c.pxd", SLOTS_PXD, HEAPS_PXD],
+        ["src/hetserve/scheduling/reservation_core_c.pxd", SLOTS_PXD, HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.sim.recorder_core_c",

@@ -47,3 +47,45 @@ def test_a_transfer_takes_the_first_lane_that_frees_earliest(ops):
             assert t.transfer(path, 10.0, 1e-6, n_bytes, now) == (start, end)
     for t in tables:
         assert t._lanes == {n: ls for n, ls in model.items() if n in t._lanes}
+
+
+def _gpus_cluster() -> SimpleNamespace:
+    """Three GPUs: g0 and g1 behind link ``a``, g2 behind ``b``; g0 <-> g2 crosses both."""
+    links = {
+        "a": SimpleNamespace(lanes=2, bw_gbps=10.0, delay_s=1e-6),
+        "b": SimpleNamespace(lanes=1, bw_gbps=25.0, delay_s=2e-6),
+    }
+    paths = {("g0", "g1"): ["a"], ("g1", "g0"): ["a"], ("g0", "g2"): ["a", "b"],
+             ("g2", "g0"): ["b", "a"], ("g1", "g2"): ["b"], ("g2", "g1"): ["b"]}  # fmt: skip
+    return SimpleNamespace(links=links, transfer_path=lambda x, y: paths[(x, y)])
+
+
+sends = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from([0.0, 0.5, 2.0]),
+              st.sampled_from([0.0, 1e6, 4e6]), st.booleans()),
+    max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(sends)
+def test_a_send_between_workers_is_the_send_between_their_gpus(ops):
+    # four workers on three GPUs (two share g1: a transfer between them crosses nothing);
+    # one table sends by GPU name only, the other mixes both calls on the same lanes
+    gpu_of = ["g0", "g1", "g1", "g2"]
+    for mod in [entities] + ([entities_core] if entities.COMPILED else []):
+        slots = [
+            mod.Slot(SimpleNamespace(id=f"w{k}", gpu=SimpleNamespace(name="T4"), gpu_id=g), k)
+            for k, g in enumerate(gpu_of)
+        ]
+        by_name, mixed = mod.LinkTable(_gpus_cluster()), mod.LinkTable(_gpus_cluster())
+        now = 0.0
+        for src, dst, dt, n_bytes, between in ops:
+            now += dt
+            want = by_name.send(gpu_of[src], gpu_of[dst], n_bytes, now)
+            if between:
+                got = mixed.send_between(slots[src], slots[dst], n_bytes, now)
+            else:
+                got = mixed.send(gpu_of[src], gpu_of[dst], n_bytes, now)
+            assert got == want
+        assert {n: ls for n, ls in mixed._lanes.items() if n in by_name._lanes} == by_name._lanes

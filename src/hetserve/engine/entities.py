@@ -28,16 +28,18 @@ __all__ = [
 core, COMPILED = heaps.build_beside(_pure)
 
 
-def build_beside(pure: ModuleType) -> tuple[ModuleType, bool]:
+def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
     """The compiled build of the Python module ``pure`` (``core.compiled.build_of``) for a
     module that reads the entities' C layout (it ``cimport``s them): taken only beside
     the compiled entities, and only where it was built from its file as it is now and
     against their ``.pxd`` and the keyed heaps' files as they are now (the entities
-    ``cimport`` those); else ``pure``. And whether it is the compiled one. (The kernel,
-    the modelled executor and the simulator's ledger.)"""
+    ``cimport`` those), and ``layouts`` (other ``.pxd`` files it cimports); else
+    ``pure``. And whether it is the compiled one. (The kernel, the modelled executor and
+    the simulator's ledger.)"""
     if not COMPILED:
         return pure, False
-    return build_of(pure, Path(__file__).with_name("entities_core_c.pxd"), *heaps.LAYOUT)
+    pxd = Path(__file__).with_name("entities_core_c.pxd")
+    return build_of(pure, pxd, *heaps.LAYOUT, *layouts)
 
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)

@@ -26,6 +26,7 @@ from hetserve.core.heaps import pop, push
 from hetserve.scheduling.protocol import Dispatch, WorkerInfo
 
 _NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
+_ROUTE_KEY = 1 << 32  # (``LinkTable.send_between``'s key: a worker's number, another's)
 
 __all__ = ["Batch", "HostLinks", "LinkTable", "Slot", "Task"]
 
@@ -146,6 +147,9 @@ class LinkTable:
         self.record = record
         self._lanes: dict[str, list[float]] = {}
         self._paths: dict[tuple[str, str], tuple[tuple[str, ...], float, float]] = {}
+        # (a worker's number, another's) -> (path, bw, delay, each link's lanes) for
+        # ``send_between`` (the kernel's transfers between stages)
+        self._routes: dict[int, tuple[tuple[str, ...], float, float, tuple[list[float], ...]]] = {}
         self.log: dict[str, list[tuple[float, float]]] = {}
         for (a, b), path in (pins or {}).items():
             self.pin(a, b, path)
@@ -213,6 +217,48 @@ class LinkTable:
         the cluster's shortest); returns (start, end)."""
         path, bw, delay = self.path(a, b)
         return self.transfer(path, bw, delay, n_bytes, now)
+
+    def send_between(self, a: Slot, b: Slot, n_bytes: float, now: float) -> tuple[float, float]:
+        """:meth:`send` from worker ``a``'s GPU to worker ``b``'s (the same lanes, the same
+        times), with their path and its links' lanes found by the workers' numbers (one
+        kernel's workers: their numbers are unique) instead of by name."""
+        key = a.index * _ROUTE_KEY + b.index
+        route = self._routes.get(key)
+        if route is None:
+            path, bw, delay = self.path(a.gpu_id, b.gpu_id)
+            lanes = self._lanes
+            links = self.cluster.links
+            for name in path:
+                if name not in lanes:
+                    lanes[name] = [0.0] * links[name].lanes
+            route = (path, bw, delay, tuple([lanes[name] for name in path]))
+            self._routes[key] = route
+        if not route[0] or n_bytes <= 0:
+            return now, now
+        if self.record:
+            return self.transfer(route[0], route[1], route[2], n_bytes, now)
+        lane_lists = route[3]
+        # ``transfer``: the first lane that frees earliest on each link, the latest of them
+        start = now
+        for ls in lane_lists:
+            free_s = ls[0]
+            for k in range(1, len(ls)):
+                v = ls[k]
+                if v < free_s:
+                    free_s = v
+            if free_s > start:
+                start = free_s
+        end = start + n_bytes * 8 / (route[1] * 1e9) + route[2]
+        for ls in lane_lists:
+            free_s = ls[0]
+            i = 0
+            for k in range(1, len(ls)):
+                v = ls[k]
+                if v < free_s:
+                    free_s = v
+                    i = k
+            ls[i] = end
+        return start, end
 
     def gather(
         self, sources: Iterable[tuple[str, int]], dst: str, per_request_bytes: float, now: float

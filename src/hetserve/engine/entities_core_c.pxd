@@ -12,8 +12,10 @@ import cython
 from hetserve.core.heaps_core_c cimport pop, push
 
 cdef double _NAN
+cdef Py_ssize_t _ROUTE_KEY
 
 cdef class Task
+cdef class Slot
 
 
 cdef class LinkTable:
@@ -21,6 +23,7 @@ cdef class LinkTable:
     cdef public bint record
     cdef public dict _lanes
     cdef public dict _paths
+    cdef public dict _routes
     cdef public dict log
 
     cpdef tuple path(self, object a, object b)
@@ -31,6 +34,10 @@ cdef class LinkTable:
                          double now)
 
     cpdef tuple send(self, object a, object b, double n_bytes, double now)
+
+    @cython.locals(key=Py_ssize_t, route=tuple, lane_lists=tuple, ls=list, start=double,
+                   end=double, free_s=double, v=double, i=Py_ssize_t, k=Py_ssize_t)
+    cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
 
 
 cdef class Slot:
@@ -82,6 +89,7 @@ cdef class HostLinks:
     cdef public dict _ids
     cdef public list busy
     cdef public dict _paths
+    cdef public dict _routes
     cdef public list dha_busy
     cdef public list _until
     cdef public Py_ssize_t _seq

@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from hetserve.core import records
 from hetserve.engine import entities
 from hetserve.engine import kernel_core as _pure
 
@@ -20,8 +21,9 @@ __all__ = ["COMPILED", "Kernel", "core"]
 
 
 def _core() -> tuple[ModuleType, bool]:
-    """The compiled build where there is one (``entities.build_beside``)."""
-    return entities.build_beside(_pure)
+    """The compiled build where there is one (``entities.build_beside``; it cimports
+    ``core.records``' inline C too)."""
+    return entities.build_beside(_pure, *records.LAYOUT)
 
 
 core, COMPILED = _core()

@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from numbers import Real
 from typing import Any
 
@@ -105,9 +105,15 @@ from hetserve.scheduling.protocol import (
     WorkerInfo,
 )
 
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: ``record`` is the inline C its .pxd cimports)
+    from hetserve.core.records import record
+
 LOG = logging.getLogger("hetserve.engine")
 _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
-_new = tuple.__new__  # a NamedTuple made without its Python constructor (the hot path)
 
 
 # ---------------------------------------------------------------------- dispatch (rule 4)
@@ -390,14 +396,25 @@ class Kernel:
             self.clock.call_at(nxt, self._expire_cb, None, nxt)
         return bool(due)
 
-    def run(self, requests: Iterator[Request], times: Sequence[float], horizon: float) -> float:
+    def run(
+        self,
+        models: Sequence[str],
+        streams: Sequence[str],
+        deadlines_s: Sequence[float],
+        times: Sequence[float],
+        horizon: float,
+    ) -> float:
         """Drive the kernel on its own virtual clock (the simulator's loop): the arrivals
-        (``requests``, at ``times``, sorted; the ``i``-th with id ``i`` and one row, a
-        stream's deadlines in order, as the simulator makes them from its trace) merged
-        with the clock's callbacks (an arrival and a callback at the same instant: the
-        callback first), until both are spent or the next callback is past ``horizon``.
-        Returns the time of the last event (a deadline timer that found nothing due does
-        not count: it changes nothing).
+        merged with the clock's callbacks (an arrival and a callback at the same instant:
+        the callback first), until both are spent or the next callback is past
+        ``horizon``. Returns the time of the last event (a deadline timer that found
+        nothing due does not count: it changes nothing).
+
+        The arrivals come as columns, as the simulator has them from its trace: the
+        ``i``-th request is ``Request(i, models[i], streams[i], times[i],
+        deadlines_s[i])``, one row, no payload (``times`` sorted, a stream's deadlines in
+        order); the loop makes each as it arrives (``core.records.record``: no Python
+        call).
 
         The loop is the kernel's so that its per-request path costs no call beyond the
         scheduler's: an arrival, a timer and a modelled stage's end are :meth:`arrive`,
@@ -407,7 +424,7 @@ class Kernel:
         if type(clock) is not VirtualClock:
             raise TypeError("Kernel.run drives the engine's VirtualClock")
         if not self.strict or self.open is not None or self.payloads:
-            return self._run_plain(requests, times, horizon)
+            return self._run_plain(models, streams, deadlines_s, times, horizon)
         heap = clock.heap
         held = self.held
         on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
@@ -415,14 +432,13 @@ class Kernel:
         dl = self.deadlines
         watch, fifo_of, new_head, watched = dl.add, dl.fifo, dl.head, held.get
         expire = self._expire_cb
-        next_request = requests.__next__
         n = len(times)
         i = 0
         now = 0.0
         while True:
             if i < n and (not heap or times[i] < heap[0][0]):
                 now = clock.t = times[i]
-                r = next_request()
+                r = record(Request, (i, models[i], streams[i], times[i], deadlines_s[i], None, 1))
                 held[i] = r
                 acts = on_arrival(r, now)
                 if acts:
@@ -464,7 +480,12 @@ class Kernel:
                     on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
 
     def _run_plain(
-        self, requests: Iterator[Request], times: Sequence[float], horizon: float
+        self,
+        models: Sequence[str],
+        streams: Sequence[str],
+        deadlines_s: Sequence[float],
+        times: Sequence[float],
+        horizon: float,
     ) -> float:
         """:meth:`run` through the entry points (serving's guards, tracked requests)."""
         clock = self.clock
@@ -473,7 +494,8 @@ class Kernel:
         while True:
             if i < n and (not heap or times[i] < heap[0][0]):
                 now = clock.t = times[i]  # type: ignore[attr-defined]
-                self.arrive(next(requests), now)
+                r = record(Request, (i, models[i], streams[i], times[i], deadlines_s[i], None, 1))
+                self.arrive(r, now)
                 i += 1
                 continue
             if not heap or heap[0][0] > horizon:
@@ -617,10 +639,10 @@ class Kernel:
             links = self.links
             if links is not None:
                 nbytes = self._cut_bytes(b.model, blocks[1] - 1, b.rows)
-                span = links.send(w.gpu_id, nw.gpu_id, nbytes, now)
+                span = links.send_between(w, nw, nbytes, now)
             self._transfer(ntask, span, now)
         # (engine.rules.stage_done_report, made without its Python calls: the hot path)
-        rep = _new(StageReport, (
+        rep = record(StageReport, (
             "stage", b.id, b.model, step.stage, w.id, task.start_s, now, reqs, True, last,
             reason, blocks, blocks[1] - blocks[0], task.transfer_start_s, task.transfer_end_s,
         ))  # fmt: skip

@@ -11,10 +11,10 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport pop, push
+from hetserve.core.records_c cimport record
 from hetserve.engine.entities_core_c cimport Batch, LinkTable, Slot, Task
 
 cdef object _NO_PARTS
-cdef object _new
 
 
 @cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
@@ -64,7 +64,7 @@ cdef class Kernel:
 
     @cython.locals(clock=object, heap=list, held=dict, n=Py_ssize_t, i=Py_ssize_t,
                    now=double, last=double, t=double, task=Task)
-    cpdef double run(self, requests, times, double horizon) except? -1.0
+    cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
                    parked=dict, end_block=Py_ssize_t, links=LinkTable)

@@ -281,6 +281,10 @@ class ModelledStart:
         self.ex = ex
         self.kernel = ex.kernel
         self.runs = ex._runs  # (the executor's own dicts, shared)
+        # the same runs by (model, worker, blocks, size) as one number (``start``), with
+        # the blocks' bits; and the models' numbers in it
+        self.by_worker: dict[int, tuple[tuple[float, ...], float, float, int]] = {}
+        self.model_ids: dict[str, int] = {}
         self.held = ex.held
         self.overhead_s = ex._overhead_s
         self.jitter_on = ex._jitter_on
@@ -298,16 +302,30 @@ class ModelledStart:
         n = b.rows
         blocks = task.step.blocks
         w = task.worker
-        info = w.info
-        # (by GPU type and share, not by worker: what ``_run_times`` reads; at 1,000
-        # workers a key per worker missed for every model and batch size on each)
-        key = (model, w.gpu_name, info.share, n, blocks)
-        run = self.runs.get(key)
-        if run is None:
-            run = self.runs[key] = ex._run_times(model, info, n, blocks)
-        cum, energy, dha = run
+        b0 = blocks[0]
+        b1 = blocks[1]
+        # first by a number made of the model's, the worker's, the blocks and the size
+        # (no tuple to make and hash per stage), with the blocks' bits; where one is out
+        # of its bits' range, or on a miss, by GPU type and share, not by worker: what
+        # ``_run_times`` reads (at 1,000 workers a key per worker missed for every model
+        # and batch size on each)
+        mi = self.model_ids.get(model, -1)
+        if mi < 0:
+            mi = self.model_ids[model] = len(self.model_ids)
+        fast = -1
+        if n < 65536 and b1 < 1024 and w.index < 65536 and mi < 1024:
+            fast = (mi << 52) | (w.index << 36) | (b0 << 26) | (b1 << 16) | n
+        hit = self.by_worker.get(fast) if fast >= 0 else None
+        if hit is None:
+            key = (model, w.gpu_name, w.info.share, n, blocks)
+            run = self.runs.get(key)
+            if run is None:
+                run = self.runs[key] = ex._run_times(model, w.info, n, blocks)
+            hit = (run[0], run[1], run[2], ((1 << b1) - 1) ^ ((1 << b0) - 1))
+            if fast >= 0:
+                self.by_worker[fast] = hit
+        cum, energy, dha, m = hit
         h = self.held[w.id]
-        m = ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1)
         if h.resident.get(model, 0) & m != m:
             if not h.loading.get(model, 0) & m:
                 self.kernel.stage_failed(task, NOT_RESIDENT, now)

@@ -65,7 +65,10 @@ cdef class ModelledStart:
     cdef public object call_at
     cdef public object done_at
     cdef public Residency residency
+    cdef public dict by_worker
+    cdef public dict model_ids
 
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=double, dha=double, j=double,
-                   extra=double, h=Held, dur=double)
+                   extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
+                   mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple)
     cpdef start(self, Task task, double now)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hetserve.core import records
 from hetserve.core.compiled import build_of
 from hetserve.scheduling import coldstart_core as _pure
 from hetserve.scheduling.protocol import register
 
 __all__ = ["COMPILED", "ColdStart", "core"]
 
-core, COMPILED = build_of(_pure)
+core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.scheduling.coldstart_core import ColdStart

@@ -61,8 +61,12 @@ from hetserve.scheduling.protocol import (
     WorkerId,
 )
 
-#: a NamedTuple made without its Python constructor (every action, per request: the hot path)
-_new = tuple.__new__
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: ``record`` is the inline C its .pxd cimports)
+    from hetserve.core.records import record
 
 
 class ColdStartCore:
@@ -194,7 +198,7 @@ class ColdStartCore:
         self.used[w] += self.instance_bytes(model, w)
         self.loading[w][model] = now + self._cold_s(model)
         self.stats["loads"] += 1
-        return _new(Load, (w, model, (0, self._nb[model]), False))
+        return record(Load, (w, model, (0, self._nb[model]), False))
 
     def _make_room(self, w: WorkerId, model: str, out: list[Action]) -> bool:
         """Evict idle LRU instances on ``w`` until ``model`` fits; False if it cannot."""
@@ -222,7 +226,7 @@ class ColdStartCore:
             self.where[m].discard(w)
             self.used[w] -= self.instance_bytes(m, w)
             self.stats["evictions"] += 1
-            out.append(_new(Evict, (w, m, (0, self._nb[m]))))
+            out.append(record(Evict, (w, m, (0, self._nb[m]))))
         return True
 
     def _route(self, r: Request, now: float, out: list[Action]) -> bool:
@@ -259,7 +263,7 @@ class ColdStartCore:
                 finish = self._finish_s(w, m, head.rows, now)
                 self._dequeue(w, head)
                 if head.deadline_s < finish:
-                    out.append(_new(Drop, ((head,), "deadline", (finish - now, len(q) + 1))))
+                    out.append(record(Drop, ((head,), "deadline", (finish - now, len(q) + 1))))
                     continue
                 take: list[Request] | tuple[Request] = (head,)
             else:
@@ -273,8 +277,8 @@ class ColdStartCore:
             res = self.resident[w]
             if m in res:
                 res.move_to_end(m)
-            step = _new(RouteStep, (0, w, now, (0, self._nb[m])))
-            out.append(_new(Dispatch, (bid, m, tuple(take), (step,))))
+            step = record(RouteStep, (0, w, now, (0, self._nb[m])))
+            out.append(record(Dispatch, (bid, m, tuple(take), (step,))))
             return
 
     def _finish_s(self, w: WorkerId, m: str, n: int, now: float) -> float:
@@ -302,7 +306,7 @@ class ColdStartCore:
         if late:
             for r in late:
                 self._dequeue(w, r)
-            out.append(_new(Drop, (tuple(late), "deadline", (finish - now, len(q) + len(late)))))
+            out.append(record(Drop, (tuple(late), "deadline", (finish - now, len(q) + len(late)))))
             return [], finish  # the rest (if any) are looked at again, as a smaller batch
         for r in take:
             self._dequeue(w, r)
@@ -313,7 +317,7 @@ class ColdStartCore:
         for _ in range(n):
             r = self.pending.popleft()
             if r.deadline_s < now + self._cold_s(r.model):
-                out.append(_new(Drop, ((r,), "deadline", (self._cold_s(r.model), n))))
+                out.append(record(Drop, ((r,), "deadline", (self._cold_s(r.model), n))))
             elif not self._route(r, now, out):
                 self.pending.append(r)
 

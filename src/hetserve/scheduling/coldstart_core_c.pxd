@@ -9,7 +9,8 @@
 # registry wraps its constructor). Dicts, lists and deques stay Python objects.
 import cython
 
-cdef object _new
+from hetserve.core.records_c cimport record
+
 
 
 cdef class ColdStartCore:

@@ -25,12 +25,15 @@ from hetserve.scheduling import reservation_slots as slots
 from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, SetTimer
 from hetserve.scheduling.reservation_slots import double_buffer, int_buffer
 
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: ``record`` is the inline C its .pxd cimports)
+    from hetserve.core.records import record
+
 _EPS = 1e-12
 _NEG_INF = -math.inf
-# the protocol's actions made without their Python constructors (NamedTuples: the class's
-# own ``__new__`` is a Python function, a frame per action; this is one C call)
-_new = tuple.__new__
-
 # a stage's transfers from the previous stage's worker: per receiving worker (worker,
 # links crossed, seconds per bit, delay s), and the least s/bit and delay over them
 Xfers = tuple[dict[int, tuple[int, tuple[int, ...], float, float]], float, float]
@@ -423,7 +426,7 @@ class Algorithm1:
             if chosen is None:
                 r = pop(q)[2]
                 rows[model] -= r.rows
-                out.append(_new(Drop, ((r,), "deadline", ())))
+                out.append(record(Drop, ((r,), "deadline", ())))
                 continue
             # (from here on only ``chosen`` is read: the probes below write over it)
             n = rows[model]
@@ -436,7 +439,7 @@ class Algorithm1:
                     t_at = self.timer_at.get(model)
                     if t_at is None or t_at > at + _EPS or t_at < now:
                         self.timer_at[model] = at
-                        out.append(_new(SetTimer, (at, ("reservation", model, at))))
+                        out.append(record(SetTimer, (at, ("reservation", model, at))))
                     return
                 chosen = pr
             reqs, taken = pop_edf(q, chosen.batch, n)
@@ -451,11 +454,11 @@ class Algorithm1:
             starts = chosen.start_s
             blocks = chosen.pipe.blocks
             route = tuple([
-                _new(RouteStep, (si, names[path_w[si]], starts[si], blocks[si]))
+                record(RouteStep, (si, names[path_w[si]], starts[si], blocks[si]))
                 for si in range(chosen.n_stages)
             ])  # fmt: skip
             self.batch_route[bid] = (model, route)
-            out.append(_new(Dispatch, (bid, model, reqs, route)))
+            out.append(record(Dispatch, (bid, model, reqs, route)))
 
     def correct(self, r: object) -> bool:
         """Feedback correction: the batch's reservations follow reality

@@ -6,6 +6,8 @@
 # types with typed attributes; lists, dicts and tuples stay Python objects.
 import cython
 
+from hetserve.core.records_c cimport record
+
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push
 from hetserve.scheduling.reservation_slots_c cimport PoolOrder, SlotTable
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -42,7 +41,6 @@ from hetserve.core.graph import ModelGraph, get_graph
 from hetserve.core.latency import LatencyModel
 from hetserve.core.outcome import PENDING
 from hetserve.core.plan import Placement, Plan
-from hetserve.core.requests import Request
 from hetserve.engine.clock import VirtualClock
 from hetserve.engine.control import ControlLoop, ControlSpec, gpu_seconds, held_gpus
 from hetserve.engine.kernel import Kernel
@@ -64,24 +62,16 @@ RUN_ENDED = "run_ended: the simulation ended while it ran"  # (a failure kind to
 GAVE_UP = "cancelled: the client gave up"
 
 
-def _requests(tr: Trace, times: list[float]) -> Iterator[Request]:
-    """The trace's requests in arrival order (``times``: the trace's arrival times, the
-    list the loop reads too), made without a Python call each (one per arrival is the
-    simulator's hot loop): ``Request(i, model, stream, t, t + slo)``, one row each (what
-    ``Kernel.run`` takes)."""
-    models: Iterable[str]
-    names: Iterable[str]
+def _columns(tr: Trace) -> tuple[list[str], list[str]]:
+    """The trace's requests' models and stream names in arrival order, as lists (what
+    ``Kernel.run`` takes, beside their times and deadlines)."""
     if len(tr.streams) == 1:  # one stream: its model and name throughout
-        models, names = itertools.repeat(tr.streams[0].model), itertools.repeat(tr.streams[0].name)
-    else:
-        idx = tr.stream_idx
-        models = np.array([s.model for s in tr.streams], dtype=object)[idx].tolist()
-        names = np.array([s.name for s in tr.streams], dtype=object)[idx].tolist()
-    cols = (
-        range(len(tr)), models, names, times, tr.deadlines_s().tolist(), itertools.repeat(None),
-        itertools.repeat(1),
-    )  # fmt: skip
-    return map(tuple.__new__, itertools.repeat(Request), zip(*cols, strict=False))
+        n = len(tr)
+        return [tr.streams[0].model] * n, [tr.streams[0].name] * n
+    idx = tr.stream_idx
+    models = np.array([s.model for s in tr.streams], dtype=object)[idx].tolist()
+    names = np.array([s.name for s in tr.streams], dtype=object)[idx].tolist()
+    return models, names
 
 
 YOUNG_LESS_OFTEN = 100  # (``older_objects_frozen``)
@@ -221,7 +211,8 @@ class Simulator:
         drain = self.cfg.drain_s if self.cfg.drain_s is not None else 10 * max_slo + 1.0
         horizon = tr.duration_s + drain
         times = tr.time_s.tolist()
-        now = kernel.run(_requests(tr, times), times, horizon)
+        models, names = _columns(tr)
+        now = kernel.run(models, names, tr.deadlines_s().tolist(), times, horizon)
         # (the clock numbers every callback it is given; those left are past the horizon)
         events = len(times) + next(clock.seq) - 1 - len(clock.heap)
         end = max(now, tr.duration_s)
