@@ -92,7 +92,7 @@ EXTENSIONS = [
     (
         "hetserve.engine.modelled_core_c",
         "src/hetserve/engine/modelled_core.py",
-        ["src/hetserve/engine/modelled_core_c.pxd", ENTITIES_PXD, HEAPS_PXD],
+        ["src/hetserve/engine/modelled_core_c.pxd", ENTITIES_PXD, HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.coldstart_core_c",
@@ -112,7 +112,7 @@ EXTENSIONS = [
     (
         "hetserve.sim.recorder_core_c",
         "src/hetserve/sim/recorder_core.py",
-        ["src/hetserve/sim/recorder_core_c.pxd", ENTITIES_PXD, HEAPS_PXD],
+        ["src/hetserve/sim/recorder_core_c.pxd", ENTITIES_PXD, HEAPS_PXD, RECORDS_PXD],
     ),
     ("hetserve.sim.csv_cells", "src/hetserve/sim/csv_cells.pyx", []),
 ]

@@ -1,30 +1,56 @@
-"""Records (the protocol's NamedTuples: requests, actions, reports) made without their
-Python constructors, on the hot paths of the compiled modules.
+"""Records (the protocol's NamedTuples: requests, actions, reports) made and read without
+Python calls, on the hot paths of the compiled modules.
 
-A NamedTuple's own ``__new__`` is a Python function, a frame per record. ``record(cls,
-items)`` makes the same record from a tuple of its fields in order: here ``tuple.__new__``,
-one C call. A module that Cython compiles (``setup.py``) and that ``cimport``s
-``record`` from ``records_c.pxd`` gets that file's inline C function instead (and
-imports this one only where ``not cython.compiled``: a name cimported as C cannot be
-assigned), which
-allocates the record and sets its fields without the call (the arguments' parsing and the
-copy of ``items`` that ``tuple.__new__`` makes). The two give equal records of the same
-class."""
+- ``record(cls, items)`` makes a record of class ``cls`` from a tuple of its fields in
+  order (a NamedTuple's own ``__new__`` is a Python function, a frame per record): here
+  ``tuple.__new__``, one C call.
+- ``field(rec, k)`` reads a record's ``k``-th field (``rec[k]``; ``rec.name`` is a lookup
+  in the class's dictionary and a call of the field's descriptor). The field numbers the
+  compiled modules read per request are named here (``REQUEST_MODEL``: ``Request``'s
+  ``model``; a test holds them to the classes' ``_fields``).
+
+A module that Cython compiles (``setup.py``) ``cimport``s these names from
+``records_c.pxd`` instead: inline C that allocates the record and sets its fields (without
+the arguments' parsing and the copy of ``items`` that ``tuple.__new__`` makes), reads a
+tuple's item, and numbers that are C constants. Such a module imports the ones here only
+where ``not cython.compiled`` (Cython reads that when it compiles; a name cimported as C
+cannot be assigned). Both give the same records and the same fields."""
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from types import SimpleNamespace
 
-__all__ = ["LAYOUT", "NO_CYTHON", "record"]
+__all__ = ["LAYOUT", "NO_CYTHON", "field", "record"]
 
 #: ``record(cls, items)``: ``cls`` (a tuple subclass without fields of its own, as
 #: ``typing.NamedTuple`` makes them) holding ``items``
 record = tuple.__new__
 
-#: ``cython`` where Cython is not installed (a module that cimports ``record`` imports
-#: the Python one only where ``not cython.compiled``, which Cython reads when it compiles)
+#: ``field(rec, k)``: ``rec[k]``
+field = operator.getitem
+
+# field numbers (``core.requests.Request``; ``scheduling.protocol``'s ``RouteStep``,
+# ``Dispatch`` and ``StageReport``), as ``records_c.pxd`` has them too
+REQUEST_ID = 0
+REQUEST_MODEL = 1
+REQUEST_STREAM = 2
+REQUEST_DEADLINE_S = 4
+REQUEST_ROWS = 6
+STEP_STAGE = 0
+STEP_WORKER = 1
+STEP_PLANNED_START_S = 2
+STEP_BLOCKS = 3
+DISPATCH_REQUESTS = 2
+REPORT_KIND = 0
+REPORT_MODEL = 2
+REPORT_REQUESTS = 7
+REPORT_COMPLETED = 8
+REPORT_REASON = 10
+
+#: ``cython`` where Cython is not installed (for the ``not cython.compiled`` above)
 NO_CYTHON = SimpleNamespace(compiled=False)
 
-#: the inline C that a build which ``cimport``s ``record`` was compiled with
+#: the inline C that a build which ``cimport``s these was compiled with
 LAYOUT = (Path(__file__).with_name("records_c.pxd"),)

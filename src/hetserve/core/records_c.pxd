@@ -1,11 +1,10 @@
-# ``record`` (core/records.py) as inline C, for the modules that Cython compiles: they
-# ``cimport`` it from here, and the Python ``record`` they import is then not used. No
-# module of this name is built: the function is copied into each build that cimports it
-# (``setup.py`` lists this file among their dependencies; ``core.records.LAYOUT`` makes a
-# build made before a change to it stale).
+# core/records.py's ``record``, ``field`` and field numbers as inline C and C constants, for
+# the modules that Cython compiles: they ``cimport`` them from here, and import the Python
+# ones only where ``not cython.compiled``. No module of this name is built: the functions
+# are copied into each build that cimports them (``setup.py`` lists this file among their
+# dependencies; ``core.records.LAYOUT`` makes a build made before a change to it stale).
 from cpython.ref cimport Py_INCREF
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_SET_ITEM
-from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 
 
 cdef extern from "Python.h":
@@ -25,3 +24,29 @@ cdef inline object record(type cls, tuple items):
         Py_INCREF(x)
         PyTuple_SET_ITEM(out, i, x)
     return out
+
+
+cdef inline object field(object rec, Py_ssize_t k):
+    """``rec[k]``: a tuple's item read in C (anything else indexed as Python does)."""
+    if PyTuple_Check(rec) and 0 <= k < PyTuple_GET_SIZE(rec):
+        return <object>PyTuple_GET_ITEM(rec, k)
+    return rec[k]
+
+
+# the field numbers of core/records.py
+cdef enum:
+    REQUEST_ID = 0
+    REQUEST_MODEL = 1
+    REQUEST_STREAM = 2
+    REQUEST_DEADLINE_S = 4
+    REQUEST_ROWS = 6
+    STEP_STAGE = 0
+    STEP_WORKER = 1
+    STEP_PLANNED_START_S = 2
+    STEP_BLOCKS = 3
+    DISPATCH_REQUESTS = 2
+    REPORT_KIND = 0
+    REPORT_MODEL = 2
+    REPORT_REQUESTS = 7
+    REPORT_COMPLETED = 8
+    REPORT_REASON = 10

@@ -109,8 +109,16 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
     import cython
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
-if not cython.compiled:  # (compiled: ``record`` is the inline C its .pxd cimports)
-    from hetserve.core.records import record
+if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called as such)
+    from hetserve.core.records import (
+        STEP_BLOCKS,
+        STEP_PLANNED_START_S,
+        STEP_STAGE,
+        STEP_WORKER,
+        field,
+        record,
+    )
+    from hetserve.engine.entities import Batch, Task
 
 LOG = logging.getLogger("hetserve.engine")
 _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
@@ -444,8 +452,8 @@ class Kernel:
                 if acts:
                     self._apply_strict(acts, now)
                 if watched(i) is r:  # ``_watch``, inline (a stream's deadlines come in order)
-                    q = fifo_of(r.stream)
-                    t = r.deadline_s
+                    q = fifo_of(streams[i])
+                    t = deadlines_s[i]
                     if q is None:
                         watch(r)
                     else:
@@ -588,7 +596,7 @@ class Kernel:
         b = task.batch
         w.running = None
         step = task.step
-        blocks = step.blocks
+        blocks = field(step, STEP_BLOCKS)
         self.observer.stage_ended(task, now, "completed", blocks[1] - blocks[0])
         last = task.index == len(b.route) - 1
         reason = ""
@@ -627,13 +635,13 @@ class Kernel:
         elif b.gone is not None and len(b.gone) == len(b.requests):
             # every request was cancelled while this stage ran: the next does not start
             reqs = ()
-            withdraw = entities.Task(b, b.stage + 1, self.workers[b.route[b.stage + 1].worker])
+            withdraw = Task(b, b.stage + 1, self.workers[field(b.route[b.stage + 1], STEP_WORKER)])
         else:
             reqs = b.requests if b.gone is None else _live(b)
             b.stage += 1
             b.payload = output
-            nw = self.workers[b.route[b.stage].worker]
-            ntask = entities.Task(b, b.stage, nw)
+            nw = self.workers[field(b.route[b.stage], STEP_WORKER)]
+            ntask = Task(b, b.stage, nw)
             b.tasks.append(ntask)
             span = (now, now)
             links = self.links
@@ -643,8 +651,9 @@ class Kernel:
             self._transfer(ntask, span, now)
         # (engine.rules.stage_done_report, made without its Python calls: the hot path)
         rep = record(StageReport, (
-            "stage", b.id, b.model, step.stage, w.id, task.start_s, now, reqs, True, last,
-            reason, blocks, blocks[1] - blocks[0], task.transfer_start_s, task.transfer_end_s,
+            "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now, reqs, True,
+            last, reason, blocks, blocks[1] - blocks[0], task.transfer_start_s,
+            task.transfer_end_s,
         ))  # fmt: skip
         if self._reported:
             self.observer.reported(rep)
@@ -916,7 +925,7 @@ class Kernel:
                 self.clock.call_at(now, self._withdrawn, d)
                 return
             d = d._replace(requests=reqs)
-        b = entities.Batch(d, now, len(reqs) if self._unit else sum([r.rows for r in reqs]))
+        b = Batch(d, now, len(reqs) if self._unit else sum([r.rows for r in reqs]))
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
             b.payload = [parked[r.id][2] for r in reqs]
         elif self.payloads:
@@ -924,7 +933,7 @@ class Kernel:
             b.payload = [pl.get(r.id) for r in reqs]
         self.batches[bid] = b
         self.observer.dispatched(b, first, now)
-        task = entities.Task(b, 0, self.workers[route[0].worker])
+        task = Task(b, 0, self.workers[field(route[0], STEP_WORKER)])
         b.tasks.append(task)
         if first == 0:
             self._input_arrived(task, now)
@@ -995,7 +1004,7 @@ class Kernel:
         if w.running is None and not w.ready and not w.lost:
             self._start(w, task, now)  # (the common case: an idle worker, nothing queued)
             return
-        push(w.ready, (task.step.planned_start_s, next(self._seq), task))
+        push(w.ready, (field(task.step, STEP_PLANNED_START_S), next(self._seq), task))
         if w.running is None:
             self._try_start(w, now)
 

@@ -11,7 +11,9 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport pop, push
-from hetserve.core.records_c cimport record
+from hetserve.core.records_c cimport (
+    STEP_BLOCKS, STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, record,
+)
 from hetserve.engine.entities_core_c cimport Batch, LinkTable, Slot, Task
 
 cdef object _NO_PARTS

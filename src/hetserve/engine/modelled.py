@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from hetserve.core import records
 from hetserve.engine import entities
 from hetserve.engine import modelled_core as _pure
 
@@ -21,7 +22,7 @@ __all__ = ["COMPILED", "JITTERS", "ModelledExecutor", "block_times", "busy_j", "
 
 def _core() -> tuple[ModuleType, bool]:
     """The compiled build where there is one (``entities.build_beside``)."""
-    return entities.build_beside(_pure)
+    return entities.build_beside(_pure, *records.LAYOUT)
 
 
 core, COMPILED = _core()

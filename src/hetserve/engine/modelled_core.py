@@ -74,6 +74,13 @@ from hetserve.engine.executor import BaseExecutor
 from hetserve.engine.rules import NOT_RESIDENT
 from hetserve.scheduling.protocol import WorkerInfo
 
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
+    from hetserve.core.records import STEP_BLOCKS, field
+
 if TYPE_CHECKING:
     from hetserve.engine.executor import Kernel
     from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep
@@ -300,7 +307,7 @@ class ModelledStart:
         b = task.batch
         model = b.model
         n = b.rows
-        blocks = task.step.blocks
+        blocks = field(task.step, STEP_BLOCKS)
         w = task.worker
         b0 = blocks[0]
         b1 = blocks[1]

@@ -10,6 +10,7 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport push
+from hetserve.core.records_c cimport STEP_BLOCKS, field
 from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, Task
 
 

@@ -29,8 +29,20 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
     import cython
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
-if not cython.compiled:  # (compiled: ``record`` is the inline C its .pxd cimports)
-    from hetserve.core.records import record
+if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
+    from hetserve.core.records import (
+        REPORT_COMPLETED,
+        REPORT_KIND,
+        REPORT_MODEL,
+        REPORT_REASON,
+        REPORT_REQUESTS,
+        REQUEST_DEADLINE_S,
+        REQUEST_ID,
+        REQUEST_MODEL,
+        REQUEST_ROWS,
+        field,
+        record,
+    )
 
 _EPS = 1e-12
 _NEG_INF = -math.inf
@@ -315,13 +327,13 @@ class Algorithm1:
     # ------------------------------------------------------------------ the protocol
     def on_arrival(self, request: object, now: float) -> list:
         """A request joins its model's queue; then Algorithm 1 for that model."""
-        model = request.model  # type: ignore[attr-defined]
+        model = field(request, REQUEST_MODEL)
         q = self.queues.get(model)
         if q is None:
             self.queue.push(request)  # type: ignore[attr-defined]  # (raises: no pipeline serves it)
         # ``DeadlineQueues.push``, inline (the hot path)
-        push(q, (request.deadline_s, request.id, request))  # type: ignore[attr-defined]
-        self.rows[model] += request.rows  # type: ignore[attr-defined]
+        push(q, (field(request, REQUEST_DEADLINE_S), field(request, REQUEST_ID), request))
+        self.rows[model] += field(request, REQUEST_ROWS)
         out: list = []
         self.try_model(model, now, out)
         return out
@@ -341,18 +353,18 @@ class Algorithm1:
     def on_stage_done(self, report: object, now: float) -> list:
         """The feedback correction; preempted requests back in their queue; Algorithm 1
         again where anything moved."""
-        if report.kind != "stage":  # type: ignore[attr-defined]
+        if field(report, REPORT_KIND) != "stage":
             return []
         changed = self.correct(report)  # (the tables say who is busy: no counts kept)
-        if not report.completed and report.reason in RETURNED:  # type: ignore[attr-defined]
-            self.queue.requeue(report.requests)  # type: ignore[attr-defined]
+        if not field(report, REPORT_COMPLETED) and field(report, REPORT_REASON) in RETURNED:
+            self.queue.requeue(field(report, REPORT_REQUESTS))  # type: ignore[attr-defined]
             changed = True
         if not changed:
             # everything ran as reserved: nothing a new decision could use (Algorithm 1
             # runs on arrivals, at the wake-up timer and when resources change)
             return []
         out: list = []
-        self.try_model(report.model, now, out)  # type: ignore[attr-defined]
+        self.try_model(field(report, REPORT_MODEL), now, out)
         return out
 
     # ------------------------------------------------------------------ the steps

@@ -6,7 +6,10 @@
 # types with typed attributes; lists, dicts and tuples stay Python objects.
 import cython
 
-from hetserve.core.records_c cimport record
+from hetserve.core.records_c cimport (
+    REPORT_COMPLETED, REPORT_KIND, REPORT_MODEL, REPORT_REASON, REPORT_REQUESTS,
+    REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_MODEL, REQUEST_ROWS, field, record,
+)
 
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push
 from hetserve.scheduling.reservation_slots_c cimport PoolOrder, SlotTable

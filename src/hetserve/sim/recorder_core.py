@@ -19,6 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from hetserve.core.outcome import PENDING
 
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
+    from hetserve.core.records import REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
+
 if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those typed)
     from hetserve.core.requests import Request
     from hetserve.engine import entities
@@ -57,27 +64,27 @@ class Ledger:
         if first_block == 0:
             dispatch_s = self.dispatch_s
             for r in batch.requests:
-                i = r.id
+                i = field(r, REQUEST_ID)
                 dispatch_s[i] = now
                 batch_of[i] = bid
         else:
             for r in batch.requests:
-                batch_of[r.id] = bid
+                batch_of[field(r, REQUEST_ID)] = bid
 
     def stage_ended(self, task: entities.Task, now: float, status: str, blocks_done: int) -> None:
         b = task.batch
         w = task.worker
         self.rows.append(
             (
-                b.id, b.model, task.step.stage, w.id, w.gpu_name, b.rows,
+                b.id, b.model, field(task.step, STEP_STAGE), w.id, w.gpu_name, b.rows,
                 task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
                 b.dispatch_s,
             )
         )  # fmt: skip
-        if task.ran and task.index == 0 and task.step.blocks[0] == 0:  # service began
+        if task.ran and task.index == 0 and field(task.step, STEP_BLOCKS)[0] == 0:  # service began
             start_s, t0 = self.start_s, task.start_s
             for r in b.requests:
-                start_s[r.id] = t0
+                start_s[field(r, REQUEST_ID)] = t0
         k = w.index
         self.busy_s[k] += now - task.start_s
         run = task.run
@@ -98,7 +105,7 @@ class Ledger:
         if outcomes is None:  # finished now: ok or late, told apart in ``result``
             finish_s = self.finish_s
             for r in requests:
-                i = r.id
+                i = field(r, REQUEST_ID)
                 outcome[i] = FINISHED
                 finish_s[i] = now
         else:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hetserve.core import records
 from hetserve.core.compiled import compiled_build
 from hetserve.core.outcome import LATE, OK, ON_TIME_EPS_S, OUTCOME_NAMES
 from hetserve.engine import entities
@@ -32,7 +33,7 @@ def _ledger() -> tuple[type[_pure.Ledger], bool]:
     """The compiled build of ``recorder_core.py`` where there is one, built from the
     file as it is now and against the entities' C layout as it is now; only beside the
     compiled entities (it reads them as C structs); else the Python file's."""
-    mod, compiled = entities.build_beside(_pure)
+    mod, compiled = entities.build_beside(_pure, *records.LAYOUT)
     return mod.Ledger, compiled
 
 
