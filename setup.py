@@ -77,7 +77,7 @@ SLOTS_PXD = "src/hetserve/scheduling/reservation_slots_c.pxd"
 RECORDS_PXD = "src/hetserve/core/records_c.pxd"  # (inline C only: no module of its own)
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
-    # it cimports: the entities' C layout, the keyed heaps' functions)
+    # it cimports: the entities' C layout, the keyed heaps' functions, the records' inline C)
     ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD]),
     (
         "hetserve.engine.entities_core_c",
@@ -102,7 +102,7 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.reservation_slots_c",
         "src/hetserve/scheduling/reservation_slots.py",
-        [SLOTS_PXD],
+        [SLOTS_PXD, HEAPS_PXD],  # (it cimports nothing; taken only beside the heaps' build)
     ),
     (
         "hetserve.scheduling.reservation_core_c",

@@ -133,3 +133,53 @@ def test_pop_edf_takes_the_most_urgent_that_fit(build, rows, limit, data):
     assert list(got) == want and n == n_want
     assert sorted(e[1] for e in q) == rest
     assert all(not (q[(k - 1) // 2] > q[k]) for k in range(1, len(q)))  # still a heap
+
+
+# a clock's run: push a callback at one of a few times (ties common: the order they came
+# decides), pop the earliest, or clear; more pushes than the compiled heap's first room
+clock_ops = st.lists(
+    st.one_of(st.tuples(st.just("push"), keys), st.just(("pop",)), st.just(("clear",))),
+    max_size=300,
+)
+
+
+def _event_heaps() -> list:
+    out = [heaps_core.EventHeap()]  # the Python file: heapq's heap of the tuples
+    if compiled is not None:
+        out.append(compiled.EventHeap())  # C numbers in buffers
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(clock_ops, st.integers(0, 3))
+def test_an_event_heap_pops_by_time_then_by_the_order_pushed(ops, weight):
+    ref: list = []  # heapq on (time, number, fn, a, b)
+    pushed = 0
+    for h in _event_heaps():
+        ref, pushed = [], 0
+        for op in ops + [("push", 0.0)] * (70 * weight):  # (grown past 64 in use at times)
+            if op[0] == "push":
+                pushed += 1
+                fn, a, b = (f"fn{pushed}", [pushed], None)
+                heapq.heappush(ref, (float(op[1]), pushed, fn, a, b))
+                h.push(op[1], fn, a, b)
+            elif op[0] == "pop" and ref:
+                want = heapq.heappop(ref)
+                assert h.first_s() == want[0]
+                if pushed % 2:
+                    assert h.pop() == want
+                else:
+                    assert h.pop_into() == want[0] and (h.fn, h.a, h.b) == want[2:]
+            elif op[0] == "clear":
+                ref.clear()
+                h.clear()
+            assert len(h) == len(ref) and h.pushed == pushed
+            assert sorted(h) == sorted(ref)
+        assert h.first_s() == (ref[0][0] if ref else float("inf"))
+
+
+def test_an_empty_event_heap_says_so():
+    for h in _event_heaps():
+        assert len(h) == 0 and h.first_s() == float("inf")
+        with pytest.raises(IndexError):
+            h.pop()

@@ -18,7 +18,7 @@ from types import ModuleType
 from hetserve.core import heaps_core as _pure
 from hetserve.core.compiled import build_of
 
-__all__ = ["COMPILED", "LAYOUT", "build_beside", "core", "pop", "pop_edf", "push"]
+__all__ = ["COMPILED", "LAYOUT", "EventHeap", "build_beside", "core", "pop", "pop_edf", "push"]
 
 core, COMPILED = build_of(_pure)
 #: what a build that ``cimport``s this one was made against (``core.compiled.build_of``):
@@ -30,6 +30,8 @@ if COMPILED:
 else:
     push, pop = heapq.heappush, heapq.heappop
 pop_edf = core.pop_edf
+#: a clock's callbacks by time (``heaps_core.EventHeap``: compiled, C numbers in buffers)
+EventHeap = core.EventHeap
 
 
 def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:

@@ -20,6 +20,9 @@ Python. ``core/heaps.py`` exports whichever build is taken."""
 from __future__ import annotations
 
 import heapq
+import math
+from array import array
+from collections.abc import Iterator
 from typing import Any
 
 try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
@@ -30,6 +33,7 @@ except ImportError:  # (Cython is not installed: this file runs as plain Python)
     COMPILED = False
 
 _heappush = heapq.heappush
+_INF = math.inf
 _heappop = heapq.heappop
 
 
@@ -120,3 +124,175 @@ def pop_edf(q: list[Any], limit: int, queued_rows: int = -1) -> tuple[tuple[Any,
         out.append(pop(q)[2])
         n += k
     return tuple(out), n
+
+
+def _doubles(n: int) -> memoryview:
+    return memoryview(array("d", [0.0]) * n)
+
+
+def _longs(n: int) -> memoryview:
+    return memoryview(array("q", [0]) * n)
+
+
+class EventHeap:
+    """A clock's callbacks by time (``engine.clock.VirtualClock``): entries ``(time, seq,
+    fn, a, b)`` ordered by time, then by ``seq``, the number :meth:`push` gives each (1, 2,
+    ... in the order they came: callbacks at one time run in that order). ``pushed``: the
+    last number given.
+
+    Compiled, the times and numbers are C numbers in buffers (heap order), with the
+    number of the slot each entry's callback and arguments are kept in; a sift compares C
+    doubles and moves three C numbers, and an entry is no tuple. As plain Python (or where
+    the build is not there) it is a ``heapq`` heap of the tuples. Either way the pops come
+    in the same order: the (time, seq) pairs are all different."""
+
+    def __init__(self) -> None:
+        self.pushed = 0
+        self.n = 0
+        self.items: list[tuple[float, int, Any, Any, Any]] = []  # (as plain Python)
+        cap = 64 if COMPILED else 0
+        self.ts = _doubles(cap)  # by heap position: time, number, slot
+        self.ss = _longs(cap)
+        self.ks = _longs(cap)
+        self.fns: list[Any] = [None] * cap  # by slot
+        self.args_a: list[Any] = [None] * cap
+        self.args_b: list[Any] = [None] * cap
+        self.free = _longs(cap)  # free slots, a stack
+        self.n_free = cap
+        for i in range(cap):
+            self.free[i] = cap - 1 - i
+        # what :meth:`pop_into` took off last
+        self.fn: Any = None
+        self.a: Any = None
+        self.b: Any = None
+
+    def __len__(self) -> int:
+        return len(self.items) if not COMPILED else self.n
+
+    def __iter__(self) -> Iterator[tuple[float, int, Any, Any, Any]]:
+        """The entries as tuples, in no particular order."""
+        if not COMPILED:
+            return iter(list(self.items))
+        return iter(
+            [
+                (self.ts[i], self.ss[i], self.fns[self.ks[i]], self.args_a[self.ks[i]],
+                 self.args_b[self.ks[i]])
+                for i in range(self.n)
+            ]
+        )  # fmt: skip
+
+    def clear(self) -> None:
+        """Every entry dropped (the numbers go on from ``pushed``)."""
+        if not COMPILED:
+            self.items.clear()
+            return
+        while self.n > 0:
+            self.pop_into()
+        self.fn = self.a = self.b = None
+
+    def first_s(self) -> float:
+        """The earliest entry's time (inf: none)."""
+        if not COMPILED:
+            return self.items[0][0] if self.items else _INF
+        return self.ts[0] if self.n > 0 else _INF
+
+    def push(self, t: float, fn: Any, a: Any, b: Any) -> None:
+        """``fn(a, b, t)`` due at ``t``, numbered ``pushed + 1``."""
+        self.pushed += 1
+        if not COMPILED:
+            _heappush(self.items, (t, self.pushed, fn, a, b))
+            return
+        if self.n_free == 0:
+            self._grow()
+        self.n_free -= 1
+        k = self.free[self.n_free]
+        self.fns[k] = fn
+        self.args_a[k] = a
+        self.args_b[k] = b
+        seq = self.pushed
+        ts, ss, ks = self.ts, self.ss, self.ks
+        pos = self.n
+        self.n += 1
+        while pos > 0:  # up from the end while earlier than the parent
+            parent = (pos - 1) >> 1
+            pt = ts[parent]
+            if t < pt or (t == pt and seq < ss[parent]):
+                ts[pos] = pt
+                ss[pos] = ss[parent]
+                ks[pos] = ks[parent]
+                pos = parent
+                continue
+            break
+        ts[pos] = t
+        ss[pos] = seq
+        ks[pos] = k
+
+    def pop(self) -> tuple[float, int, Any, Any, Any]:
+        """The earliest entry, taken off (IndexError where there is none)."""
+        if not COMPILED:
+            return _heappop(self.items)
+        if self.n == 0:
+            raise IndexError("pop from an empty EventHeap")
+        seq = self.ss[0]
+        t = self.pop_into()
+        return (t, seq, self.fn, self.a, self.b)
+
+    def pop_into(self) -> float:
+        """The earliest entry taken off: its callback and arguments in ``fn``, ``a`` and
+        ``b``; returns its time. (There must be one.)"""
+        if not COMPILED:
+            t, _, self.fn, self.a, self.b = _heappop(self.items)
+            return t
+        ts, ss, ks = self.ts, self.ss, self.ks
+        t0 = ts[0]
+        k = ks[0]
+        self.fn = self.fns[k]
+        self.a = self.args_a[k]
+        self.b = self.args_b[k]
+        self.fns[k] = self.args_a[k] = self.args_b[k] = None
+        self.free[self.n_free] = k
+        self.n_free += 1
+        self.n -= 1
+        n = self.n
+        if n > 0:  # the last entry sifts down from the top
+            t = ts[n]
+            seq = ss[n]
+            kk = ks[n]
+            pos = 0
+            child = 1
+            while child < n:
+                right = child + 1
+                ct = ts[child]
+                if right < n:
+                    rt = ts[right]
+                    if rt < ct or (rt == ct and ss[right] < ss[child]):
+                        child = right
+                        ct = rt
+                if ct < t or (ct == t and ss[child] < seq):
+                    ts[pos] = ct
+                    ss[pos] = ss[child]
+                    ks[pos] = ks[child]
+                    pos = child
+                    child = 2 * pos + 1
+                    continue
+                break
+            ts[pos] = t
+            ss[pos] = seq
+            ks[pos] = kk
+        return t0
+
+    def _grow(self) -> None:
+        """Twice the room (every slot in use)."""
+        cap = len(self.fns)
+        ts, ss, ks, free = _doubles(2 * cap), _longs(2 * cap), _longs(2 * cap), _longs(2 * cap)
+        for i in range(cap):
+            ts[i] = self.ts[i]
+            ss[i] = self.ss[i]
+            ks[i] = self.ks[i]
+        for i in range(cap):
+            free[i] = 2 * cap - 1 - i
+        self.ts, self.ss, self.ks, self.free = ts, ss, ks, free
+        self.n_free = cap
+        self.fns.extend([None] * cap)
+        self.args_a.extend([None] * cap)
+        self.args_b.extend([None] * cap)

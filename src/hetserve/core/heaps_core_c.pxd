@@ -27,3 +27,39 @@ cpdef object pop(list heap)
 
 @cython.locals(k=Py_ssize_t, out=list, n=Py_ssize_t)
 cpdef tuple pop_edf(list q, Py_ssize_t limit, Py_ssize_t queued_rows=*)
+
+cdef double _INF
+
+
+cdef class EventHeap:
+    cdef public long long pushed
+    cdef public Py_ssize_t n
+    cdef public list items
+    cdef public double[::1] ts
+    cdef public long long[::1] ss
+    cdef public long long[::1] ks
+    cdef public list fns
+    cdef public list args_a
+    cdef public list args_b
+    cdef public long long[::1] free
+    cdef public Py_ssize_t n_free
+    cdef public object fn
+    cdef public object a
+    cdef public object b
+
+    cpdef double first_s(self)
+
+    @cython.locals(k=Py_ssize_t, seq=cython.longlong, ts="double[::1]", ss="long long[::1]",
+                   ks="long long[::1]", pos=Py_ssize_t, parent=Py_ssize_t, pt=double)
+    cpdef void push(self, double t, object fn, object a, object b) except *
+
+    @cython.locals(seq=cython.longlong, t=double)
+    cpdef tuple pop(self)
+
+    @cython.locals(ts="double[::1]", ss="long long[::1]", ks="long long[::1]", t0=double,
+                   k=Py_ssize_t, n=Py_ssize_t, t=double, seq=cython.longlong, kk=Py_ssize_t,
+                   pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double, rt=double)
+    cpdef double pop_into(self) except? -1.0
+
+    @cython.locals(cap=Py_ssize_t, i=Py_ssize_t)
+    cpdef void _grow(self) except *

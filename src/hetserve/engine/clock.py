@@ -1,49 +1,43 @@
 """Virtual time: a heap of callbacks (``engine.executor.Clock``), the simulator's clock
 and the runtime's in tests and parity checks.
 
-Entries are ``(time, seq, fn, a, b)``: ties broken by the sequence number, so callbacks at
-one time run in the order they were set and a run is a deterministic function of its
-inputs and seed. ``fn(a, b, time)`` runs at its time. A time a rounding error in the past
-(a block boundary computed from a stage's start) is kept as it is: it pops next.
+The heap is a ``core.heaps.EventHeap``: entries ``(time, seq, fn, a, b)``, ties broken by
+the sequence number it gives each as it is pushed, so callbacks at one time run in the
+order they were set and a run is a deterministic function of its inputs and seed.
+``fn(a, b, time)`` runs at its time. A time a rounding error in the past (a block
+boundary computed from a stage's start) is kept as it is: it pops next.
 
 The simulator's loop pops entries itself (it merges the trace's arrivals with them) and
 sets ``t``; :meth:`VirtualClock.run` does the same for a runtime engine in tests. The
 kernel and the modelled executor push their hot callbacks (stage ends, timers) onto
-``heap`` themselves (``core.heaps.push``, with ``seq``), not through :meth:`call_at` (a
-Python call each). The heap is a keyed heap (``core/heaps.py``: its time and sequence
-number order it), kept by ``heapq`` or by the keyed heaps' compiled build, the same list
-either way.
+``heap`` themselves (``heap.push``: a C call where the heaps are compiled), not through
+:meth:`call_at` (a Python call each).
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any
 
-from hetserve.core.heaps import pop, push
+from hetserve.core.heaps import EventHeap
 from hetserve.engine.executor import Callback
 
 
 class VirtualClock:
     """Callbacks in time order, no waiting."""
 
-    __slots__ = ("heap", "push", "seq", "t")
+    __slots__ = ("heap", "t")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, Callback, Any, Any]] = []
-        self.seq = itertools.count(1)
+        self.heap = EventHeap()
         self.t = 0.0
-        #: ``push((t, next(seq), fn, a, b))``: :meth:`call_at` without its Python call
-        self.push = functools.partial(push, self.heap)
 
     def now(self) -> float:
         return self.t
 
     def call_at(self, t: float, fn: Callback, a: Any = None, b: Any = None) -> None:
-        self.push((t, next(self.seq), fn, a, b))
+        self.heap.push(t, fn, a, b)
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
         """Call ``fn()`` at time ``t`` (a test's arrivals and faults)."""
@@ -52,8 +46,8 @@ class VirtualClock:
     def run(self, until: float = math.inf) -> None:
         """Run the callbacks in time order, up to ``until``."""
         heap = self.heap
-        while heap and heap[0][0] <= until:
-            t, _, fn, a, b = pop(heap)
+        while len(heap) and heap.first_s() <= until:
+            t, _, fn, a, b = heap.pop()
             self.t = t
             fn(a, b, t)
 

@@ -225,7 +225,6 @@ class Kernel:
         self._outputs = executor.outputs
         # timers on the engine's own virtual clock go straight onto its heap
         self._heap = clock.heap if type(clock) is VirtualClock else None
-        self._clock_seq = clock.seq if type(clock) is VirtualClock else None
         executor.attach(self)
 
     def detach(self) -> None:
@@ -444,7 +443,7 @@ class Kernel:
         i = 0
         now = 0.0
         while True:
-            if i < n and (not heap or times[i] < heap[0][0]):
+            if i < n and times[i] < heap.first_s():
                 now = clock.t = times[i]
                 r = record(Request, (i, models[i], streams[i], times[i], deadlines_s[i], None, 1))
                 held[i] = r
@@ -465,10 +464,11 @@ class Kernel:
                         clock.call_at(t, expire, None, t)
                 i += 1
                 continue
-            if not heap or heap[0][0] > horizon:
+            if heap.first_s() > horizon or not len(heap):
                 return now
             last = now
-            now, _, fn, a, b = pop(heap)
+            now = heap.pop_into()
+            fn, a, b = heap.fn, heap.a, heap.b
             clock.t = now
             if fn is done_at:  # ``stage_done_at``, inline
                 task = a
@@ -500,16 +500,17 @@ class Kernel:
         heap = clock.heap  # type: ignore[attr-defined]
         n, i, now = len(times), 0, 0.0
         while True:
-            if i < n and (not heap or times[i] < heap[0][0]):
+            if i < n and times[i] < heap.first_s():
                 now = clock.t = times[i]  # type: ignore[attr-defined]
                 r = record(Request, (i, models[i], streams[i], times[i], deadlines_s[i], None, 1))
                 self.arrive(r, now)
                 i += 1
                 continue
-            if not heap or heap[0][0] > horizon:
+            if heap.first_s() > horizon or not len(heap):
                 return now
             last = now
-            now, _, fn, a, b = pop(heap)
+            now = heap.pop_into()
+            fn, a, b = heap.fn, heap.a, heap.b
             clock.t = now  # type: ignore[attr-defined]
             if fn is self._expire_cb:
                 if not self._expire(a, b, now):
@@ -800,7 +801,7 @@ class Kernel:
                     check_timer(at, now)
                     at = now
                 if self._heap is not None:
-                    push(self._heap, (at, next(self._clock_seq), self._timer_cb, a.token, at_s))  # type: ignore[arg-type,attr-defined]
+                    self._heap.push(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
                 else:
                     self.clock.call_at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
             else:
@@ -988,7 +989,7 @@ class Kernel:
         task.transfer_start_s, task.transfer_end_s = span
         if span[1] > now:
             if self._heap is not None:
-                push(self._heap, (span[1], next(self._clock_seq), self._arrived_cb, task, None))
+                self._heap.push(span[1], self._arrived_cb, task, None)
             else:
                 self.clock.call_at(span[1], self._arrived_cb, task)
         else:

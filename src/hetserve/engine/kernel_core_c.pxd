@@ -10,7 +10,7 @@
 # dicts and tuples stay Python objects.
 import cython
 
-from hetserve.core.heaps_core_c cimport pop, push
+from hetserve.core.heaps_core_c cimport EventHeap, pop, push
 from hetserve.core.records_c cimport (
     STEP_BLOCKS, STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, record,
 )
@@ -57,14 +57,13 @@ cdef class Kernel:
     cdef public object stage_done_at_cb
     cdef public bint _reported
     cdef public bint _outputs
-    cdef public object _heap
-    cdef public object _clock_seq
+    cdef public EventHeap _heap
     cdef public dict _out_bytes
 
     cpdef double _cut_bytes(self, object model, Py_ssize_t after_block,
                             Py_ssize_t rows) except? -1.0
 
-    @cython.locals(clock=object, heap=list, held=dict, n=Py_ssize_t, i=Py_ssize_t,
+    @cython.locals(clock=object, heap=EventHeap, held=dict, n=Py_ssize_t, i=Py_ssize_t,
                    now=double, last=double, t=double, task=Task)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 

@@ -65,7 +65,6 @@ from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import GpuType
 from hetserve.core.graph import ModelGraph, get_graph
-from hetserve.core.heaps import push
 from hetserve.core.latency import GraphBlocksModel, LatencyModel, busy_power_w, cold_start_model
 from hetserve.core.plan import Placement, Plan
 from hetserve.engine import entities
@@ -296,7 +295,6 @@ class ModelledStart:
         self.overhead_s = ex._overhead_s
         self.jitter_on = ex._jitter_on
         self.heap = ex._heap
-        self.seq = ex._seq
         self.call_at = ex._call_at
         self.done_at = ex._stage_done_at
         self.residency = ex.residency
@@ -358,7 +356,7 @@ class ModelledStart:
             cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
         task.run = (cum, energy)
         if self.heap is not None:
-            push(self.heap, (now + cum[-1], next(self.seq), self.done_at, task, task.version))
+            self.heap.push(now + cum[-1], self.done_at, task, task.version)
         else:
             self.call_at(now + cum[-1], self.done_at, task, task.version)
 
@@ -402,7 +400,6 @@ class ModelledExecutor(BaseExecutor):
         # the engine's own virtual clock: stage ends straight onto its heap
         clock = kernel.clock
         self._heap = clock.heap if type(clock) is VirtualClock else None
-        self._seq = clock.seq if type(clock) is VirtualClock else None
         view = kernel.view
         self.view = view
         self.latency = view.latency

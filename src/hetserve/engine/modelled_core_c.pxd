@@ -9,7 +9,7 @@
 # stay Python integers (a model may have more blocks than a C integer has bits).
 import cython
 
-from hetserve.core.heaps_core_c cimport push
+from hetserve.core.heaps_core_c cimport EventHeap
 from hetserve.core.records_c cimport STEP_BLOCKS, field
 from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, Task
 
@@ -61,8 +61,7 @@ cdef class ModelledStart:
     cdef public dict held
     cdef public double overhead_s
     cdef public bint jitter_on
-    cdef public list heap
-    cdef public object seq
+    cdef public EventHeap heap
     cdef public object call_at
     cdef public object done_at
     cdef public Residency residency

@@ -214,7 +214,7 @@ class Simulator:
         models, names = _columns(tr)
         now = kernel.run(models, names, tr.deadlines_s().tolist(), times, horizon)
         # (the clock numbers every callback it is given; those left are past the horizon)
-        events = len(times) + next(clock.seq) - 1 - len(clock.heap)
+        events = len(times) + clock.heap.pushed - len(clock.heap)
         end = max(now, tr.duration_s)
         kernel.close(end, RUN_ENDED, UNSERVED)
         kernel.detach()
