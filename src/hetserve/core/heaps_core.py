@@ -204,28 +204,29 @@ class EventHeap:
             return
         if self.n_free == 0:
             self._grow()
-        self.n_free -= 1
-        k = self.free[self.n_free]
-        self.fns[k] = fn
-        self.args_a[k] = a
-        self.args_b[k] = b
         seq = self.pushed
-        ts, ss, ks = self.ts, self.ss, self.ks
-        pos = self.n
-        self.n += 1
-        while pos > 0:  # up from the end while earlier than the parent
-            parent = (pos - 1) >> 1
-            pt = ts[parent]
-            if t < pt or (t == pt and seq < ss[parent]):
-                ts[pos] = pt
-                ss[pos] = ss[parent]
-                ks[pos] = ks[parent]
-                pos = parent
-                continue
-            break
-        ts[pos] = t
-        ss[pos] = seq
-        ks[pos] = k
+        # (compiled: C reads and writes of the buffers and lists, every index in range)
+        with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
+            self.n_free -= 1
+            k = self.free[self.n_free]
+            self.fns[k] = fn
+            self.args_a[k] = a
+            self.args_b[k] = b
+            pos = self.n
+            self.n += 1
+            while pos > 0:  # up from the end while earlier than the parent
+                parent = (pos - 1) >> 1
+                pt = self.ts[parent]
+                if t < pt or (t == pt and seq < self.ss[parent]):
+                    self.ts[pos] = pt
+                    self.ss[pos] = self.ss[parent]
+                    self.ks[pos] = self.ks[parent]
+                    pos = parent
+                    continue
+                break
+            self.ts[pos] = t
+            self.ss[pos] = seq
+            self.ks[pos] = k
 
     def pop(self) -> tuple[float, int, Any, Any, Any]:
         """The earliest entry, taken off (IndexError where there is none)."""
@@ -243,42 +244,46 @@ class EventHeap:
         if not COMPILED:
             t, _, self.fn, self.a, self.b = _heappop(self.items)
             return t
-        ts, ss, ks = self.ts, self.ss, self.ks
-        t0 = ts[0]
-        k = ks[0]
-        self.fn = self.fns[k]
-        self.a = self.args_a[k]
-        self.b = self.args_b[k]
-        self.fns[k] = self.args_a[k] = self.args_b[k] = None
-        self.free[self.n_free] = k
-        self.n_free += 1
-        self.n -= 1
-        n = self.n
-        if n > 0:  # the last entry sifts down from the top
-            t = ts[n]
-            seq = ss[n]
-            kk = ks[n]
-            pos = 0
-            child = 1
-            while child < n:
-                right = child + 1
-                ct = ts[child]
-                if right < n:
-                    rt = ts[right]
-                    if rt < ct or (rt == ct and ss[right] < ss[child]):
-                        child = right
-                        ct = rt
-                if ct < t or (ct == t and ss[child] < seq):
-                    ts[pos] = ct
-                    ss[pos] = ss[child]
-                    ks[pos] = ks[child]
-                    pos = child
-                    child = 2 * pos + 1
-                    continue
-                break
-            ts[pos] = t
-            ss[pos] = seq
-            ks[pos] = kk
+        if self.n == 0:
+            raise IndexError("pop from an empty EventHeap")
+        with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
+            t0 = self.ts[0]
+            k = self.ks[0]
+            self.fn = self.fns[k]
+            self.a = self.args_a[k]
+            self.b = self.args_b[k]
+            self.fns[k] = None
+            self.args_a[k] = None
+            self.args_b[k] = None
+            self.free[self.n_free] = k
+            self.n_free += 1
+            self.n -= 1
+            n = self.n
+            if n > 0:  # the last entry sifts down from the top
+                t = self.ts[n]
+                seq = self.ss[n]
+                kk = self.ks[n]
+                pos = 0
+                child = 1
+                while child < n:
+                    right = child + 1
+                    ct = self.ts[child]
+                    if right < n:
+                        rt = self.ts[right]
+                        if rt < ct or (rt == ct and self.ss[right] < self.ss[child]):
+                            child = right
+                            ct = rt
+                    if ct < t or (ct == t and self.ss[child] < seq):
+                        self.ts[pos] = ct
+                        self.ss[pos] = self.ss[child]
+                        self.ks[pos] = self.ks[child]
+                        pos = child
+                        child = 2 * pos + 1
+                        continue
+                    break
+                self.ts[pos] = t
+                self.ss[pos] = seq
+                self.ks[pos] = kk
         return t0
 
     def _grow(self) -> None:

@@ -49,15 +49,14 @@ cdef class EventHeap:
 
     cpdef double first_s(self)
 
-    @cython.locals(k=Py_ssize_t, seq=cython.longlong, ts="double[::1]", ss="long long[::1]",
-                   ks="long long[::1]", pos=Py_ssize_t, parent=Py_ssize_t, pt=double)
+    @cython.locals(k=Py_ssize_t, seq=cython.longlong, pos=Py_ssize_t, parent=Py_ssize_t,
+                   pt=double)
     cpdef void push(self, double t, object fn, object a, object b) except *
 
     @cython.locals(seq=cython.longlong, t=double)
     cpdef tuple pop(self)
 
-    @cython.locals(ts="double[::1]", ss="long long[::1]", ks="long long[::1]", t0=double,
-                   k=Py_ssize_t, n=Py_ssize_t, t=double, seq=cython.longlong, kk=Py_ssize_t,
+    @cython.locals(t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, seq=cython.longlong, kk=Py_ssize_t,
                    pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double, rt=double)
     cpdef double pop_into(self) except? -1.0
 
