@@ -213,6 +213,7 @@ class Kernel:
         self._ask = self._ask_strict if strict else self._ask_guarded
         self._apply = self._apply_strict if strict else self._apply_guarded
         self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
+        self._on_stage_done = scheduler.on_stage_done  # (the same)
         self._unit = True  # every request so far has one row: a batch's rows are its length
         self._rebound = False  # :meth:`rebind` was called: :meth:`run` reads the callbacks again
         # one bound method each: :meth:`run` knows these callbacks by them
@@ -226,6 +227,7 @@ class Kernel:
         # timers on the engine's own virtual clock go straight onto its heap
         self._heap = clock.heap if type(clock) is VirtualClock else None
         executor.attach(self)
+        self._exec_start = executor.start  # (as ``attach`` bound it)
 
     def detach(self) -> None:
         """After a run: drop the references that make the kernel, its executor and its
@@ -235,7 +237,7 @@ class Kernel:
         if type(self.clock) is VirtualClock:
             self.clock.heap.clear()
         self._ask = self._apply = self._timer_cb = self._expire_cb = self._arrived_cb = None
-        self.stage_done_at_cb = None
+        self.stage_done_at_cb = self._exec_start = None
         self.executor.close()
 
     # ------------------------------------------------------------------ the ledger
@@ -302,6 +304,7 @@ class Kernel:
         first plan's scheduler directly until a switch begins): read them again. Called
         from a clock callback; :meth:`run` refreshes its own copies after it."""
         self._on_arrival = self.scheduler.on_arrival
+        self._on_stage_done = self.scheduler.on_stage_done
         self._rebound = True
 
     # ------------------------------------------------------------------ entry points
@@ -310,6 +313,7 @@ class Kernel:
         self._ask(lambda _, t: self.scheduler.start(self.view, self.plan, t), None, now)
         # (after its start: a wrapper may bind its inner scheduler's methods then)
         self._on_arrival = self.scheduler.on_arrival
+        self._on_stage_done = self.scheduler.on_stage_done
 
     def arrive(self, r: Request, now: float, payload: Any = None) -> None:
         """A request arrives (each once: the driver gives every request a new id); it
@@ -659,7 +663,7 @@ class Kernel:
         if self._reported:
             self.observer.reported(rep)
         if self.strict:
-            acts = self.scheduler.on_stage_done(rep, now)
+            acts = self._on_stage_done(rep, now)
             if acts:
                 self._apply_strict(acts, now)
         else:
@@ -1023,7 +1027,7 @@ class Kernel:
         task.start_s = now
         w.running = task
         try:
-            self.executor.start(task, now)
+            self._exec_start(task, now)
         except Exception as err:
             self._start_failed(task, err, now)
             return

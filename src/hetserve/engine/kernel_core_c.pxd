@@ -49,6 +49,8 @@ cdef class Kernel:
     cdef public object _ask
     cdef public object _apply
     cdef public object _on_arrival
+    cdef public object _on_stage_done
+    cdef public object _exec_start
     cdef public bint _unit
     cdef public bint _rebound
     cdef public object _timer_cb
