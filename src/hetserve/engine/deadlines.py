@@ -65,9 +65,9 @@ class Deadlines:
 
     def fifo(self, stream: str) -> deque[int] | None:
         """The stream's FIFO, for a caller that appends in deadline order itself (the
-        kernel's loop: a trace's stream comes in order), calling :meth:`head` when it
-        was empty; None until :meth:`add` made it. (Such appends leave ``last_s``
-        behind: a caller uses either, for one stream.)"""
+        kernel's loop, which reads ``fifos`` itself: a trace's stream comes in order),
+        calling :meth:`head` when it was empty; None until :meth:`add` made it. (Such
+        appends leave ``last_s`` behind: a caller uses either, for one stream.)"""
         return self.fifos.get(stream)
 
     def head(self, q: deque[int], deadline_s: float) -> None:

@@ -441,7 +441,7 @@ class Kernel:
         on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
         timer, done_at = self._timer_cb, self.stage_done_at_cb
         dl = self.deadlines
-        watch, fifo_of, new_head, watched = dl.add, dl.fifo, dl.head, held.get
+        watch, fifo_of, new_head, watched = dl.add, dl.fifos.get, dl.head, held.get
         expire = self._expire_cb
         n = len(times)
         i = 0
