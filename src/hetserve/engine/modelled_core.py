@@ -326,7 +326,8 @@ class ModelledStart:
             run = self.runs.get(key)
             if run is None:
                 run = self.runs[key] = ex._run_times(model, w.info, n, blocks)
-            hit = (run[0], run[1], run[2], ((1 << b1) - 1) ^ ((1 << b0) - 1))
+            # (the mask of Python ints: a model may have more blocks than a C integer bits)
+            hit = (run[0], run[1], run[2], ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1))
             if fast >= 0:
                 self.by_worker[fast] = hit
         cum, energy, dha, m = hit
