@@ -192,15 +192,8 @@ class LinkTable:
             ls = lanes.get(name)
             if ls is None:
                 ls = lanes[name] = [0.0] * links[name].lanes
-            # the first lane that frees earliest (``min`` and ``index``, written out: two
-            # calls into Python per link crossed, a C loop compiled)
-            free_s = ls[0]
-            i = 0
-            for k in range(1, len(ls)):
-                v = ls[k]
-                if v < free_s:
-                    free_s = v
-                    i = k
+            i = _earliest_lane(ls)
+            free_s = ls[i]
             chosen.append((ls, i))
             if free_s > start:
                 start = free_s
@@ -241,23 +234,12 @@ class LinkTable:
         # ``transfer``: the first lane that frees earliest on each link, the latest of them
         start = now
         for ls in lane_lists:
-            free_s = ls[0]
-            for k in range(1, len(ls)):
-                v = ls[k]
-                if v < free_s:
-                    free_s = v
+            free_s = ls[_earliest_lane(ls)]
             if free_s > start:
                 start = free_s
         end = start + n_bytes * 8 / (route[1] * 1e9) + route[2]
         for ls in lane_lists:
-            free_s = ls[0]
-            i = 0
-            for k in range(1, len(ls)):
-                v = ls[k]
-                if v < free_s:
-                    free_s = v
-                    i = k
-            ls[i] = end
+            ls[_earliest_lane(ls)] = end
         return start, end
 
     def gather(
@@ -272,6 +254,19 @@ class LinkTable:
             s0, s1 = self.send(src, dst, per_request_bytes * k, now)
             t0, t1 = min(t0, s0), max(t1, s1)
         return min(t0, t1), t1
+
+
+def _earliest_lane(ls: list[float]) -> int:
+    """The first of a link's lanes that frees earliest (``min`` and ``index``, written
+    out: two calls into Python per link crossed, a C loop compiled)."""
+    free_s = ls[0]
+    i = 0
+    for k in range(1, len(ls)):
+        v = ls[k]
+        if v < free_s:
+            free_s = v
+            i = k
+    return i
 
 
 class HostLinks:

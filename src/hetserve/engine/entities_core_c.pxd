@@ -14,6 +14,10 @@ from hetserve.core.heaps_core_c cimport pop, push
 cdef double _NAN
 cdef Py_ssize_t _ROUTE_KEY
 
+
+@cython.locals(free_s=double, i=Py_ssize_t, k=Py_ssize_t, v=double)
+cdef Py_ssize_t _earliest_lane(list ls) except -1
+
 cdef class Task
 cdef class Slot
 
@@ -29,14 +33,14 @@ cdef class LinkTable:
     cpdef tuple path(self, object a, object b)
 
     @cython.locals(lanes=dict, chosen=list, start=double, end=double, ls=list,
-                   free_s=double, i=Py_ssize_t, k=Py_ssize_t, v=double)
+                   free_s=double, i=Py_ssize_t)
     cpdef tuple transfer(self, object path, double bw_gbps, double delay_s, double n_bytes,
                          double now)
 
     cpdef tuple send(self, object a, object b, double n_bytes, double now)
 
     @cython.locals(key=Py_ssize_t, route=tuple, lane_lists=tuple, ls=list, start=double,
-                   end=double, free_s=double, v=double, i=Py_ssize_t, k=Py_ssize_t)
+                   end=double, free_s=double)
     cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
 
 
