@@ -619,8 +619,8 @@ print(json.dumps({"popped": popped[0], "arrivals": len(tr), "events": res.events
 def test_events_are_the_arrivals_and_the_callbacks_the_loop_took():
     """``SimResult.events`` (what events per second count): every arrival and every
     callback the run's loop popped from the clock, counted here by watching the pops of
-    the Python kernel's loop from its Python heap (the compiled one calls its heap in C; it gives the same
-    results, ``events`` included: ``tests/engine/test_kernel_core.py``)."""
+    the Python kernel's loop from its Python heap (the compiled one calls its heap in C;
+    it gives the same results, ``events`` included: ``tests/engine/test_kernel_core.py``)."""
     out = run_python_json(EVENTS_CODE, pure_python=True)
     assert out["popped"] > 100 and out["arrivals"] > 100
     assert out["events"] == out["arrivals"] + out["popped"]
