@@ -566,8 +566,10 @@ def test_objects_the_interpreter_keeps_frozen_are_not_a_callers_freeze(monkeypat
     """CPython 3.12 starts with 375 objects frozen of its own (its static immortal tuples),
     and puts them back after an unfreeze: a run must still set the older objects aside
     there (on the H200's Python 3.12.3 every run skipped it). Here a freeze of everything
-    stands in for the interpreter's: at its count the run freezes and unfreezes, one more
-    than the interpreter's own is a caller's freeze, left alone."""
+    stands in for the interpreter's: at its count the run freezes and unfreezes; more
+    than the interpreter's own is a caller's freeze, left alone. (Frozen objects may die
+    meanwhile in a busy process, which only lowers the count: the second case takes a
+    margin below it, where one below failed once in the full suite.)"""
     import gc
 
     from hetserve.sim import engine
@@ -575,8 +577,8 @@ def test_objects_the_interpreter_keeps_frozen_are_not_a_callers_freeze(monkeypat
     gc.freeze()
     try:
         n = gc.get_freeze_count()
-        assert n > 0
-        for own, expected in ((n, ["freeze", "unfreeze"]), (n - 1, [])):
+        assert n > 2000
+        for own, expected in ((n, ["freeze", "unfreeze"]), (n - 1000, [])):
             calls: list[str] = []
             with monkeypatch.context() as m:
                 m.setattr(engine, "INTERPRETER_FROZEN", own)
