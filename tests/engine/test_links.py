@@ -89,3 +89,18 @@ def test_a_send_between_workers_is_the_send_between_their_gpus(ops):
                 got = mixed.send(gpu_of[src], gpu_of[dst], n_bytes, now)
             assert got == want
         assert {n: ls for n, ls in mixed._lanes.items() if n in by_name._lanes} == by_name._lanes
+
+
+def test_a_path_pinned_later_is_the_one_send_between_takes():
+    for mod in [entities] + ([entities_core] if entities.COMPILED else []):
+        a, b = (
+            mod.Slot(SimpleNamespace(id=f"w{k}", gpu=SimpleNamespace(name="T4"), gpu_id=g), k)
+            for k, g in enumerate(["g0", "g2"])
+        )
+        t = mod.LinkTable(_gpus_cluster())
+        _, first_end = t.send_between(a, b, 1e6, 0.0)  # over a and b (the shortest path)
+        t.pin("g0", "g2", ("b",))
+        start, end = t.send_between(a, b, 1e6, 0.0)
+        assert start == first_end  # when b's one lane frees
+        assert end == start + 1e6 * 8 / 25e9 + 2e-6  # b's bandwidth and delay alone
+        assert t._lanes["b"] == [end] and t._lanes["a"] == [first_end, 0.0]  # a not taken

@@ -177,6 +177,7 @@ class LinkTable:
             raise KeyError(f"path {a} -> {b}: unknown links {unknown}")
         bw = min((links[x].bw_gbps for x in path), default=math.inf)
         self._paths[(a, b)] = (tuple(path), bw, sum(links[x].delay_s for x in path))
+        self._routes.clear()  # (``send_between``'s: found again, over the pinned path)
 
     def transfer(
         self, path: tuple[str, ...], bw_gbps: float, delay_s: float, n_bytes: float, now: float
