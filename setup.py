@@ -9,8 +9,8 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
   ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
   modelled executor, its residency and stage start);
 - ``scheduling/reservation_slots.py`` (the reservation table, which the next one
-  ``cimport``s), ``scheduling/reservation_core.py`` and ``scheduling/coldstart_core.py``
-  (those schedulers' decisions);
+  ``cimport``s), ``scheduling/reservation_core.py``, ``scheduling/coldstart_core.py`` and
+  ``scheduling/flex_core.py`` (those schedulers' decisions);
 - ``sim/recorder_core.py`` (the simulator's recorder per event);
 - and ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``
   (without it the ``csv`` module writes the same bytes).
@@ -58,6 +58,9 @@ FALLBACK = {
     "hetserve.scheduling.coldstart_core_c": (
         "the Python file src/hetserve/scheduling/coldstart_core.py runs instead"
     ),
+    "hetserve.scheduling.flex_core_c": (
+        "the Python file src/hetserve/scheduling/flex_core.py runs instead"
+    ),
     "hetserve.scheduling.reservation_slots_c": (
         "the Python files src/hetserve/scheduling/reservation_slots.py and "
         "reservation_core.py run instead"
@@ -98,6 +101,11 @@ EXTENSIONS = [
         "hetserve.scheduling.coldstart_core_c",
         "src/hetserve/scheduling/coldstart_core.py",
         ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD],
+    ),
+    (
+        "hetserve.scheduling.flex_core_c",
+        "src/hetserve/scheduling/flex_core.py",
+        ["src/hetserve/scheduling/flex_core_c.pxd", HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.reservation_slots_c",

@@ -1,0 +1,81 @@
+# C types for flex_core.py when Cython compiles it (setup.py) as the module flex_core_c:
+# Cython takes the .pxd named for the module it builds, so this file carries that name.
+# The .py file is the source and runs as plain Python without this (its annotations are
+# for readers and type checkers: ``annotation_typing=False`` at its top leaves the C types
+# to this file). A model's queue, a worker and an idle set are extension types with typed
+# attributes (every one readable and writable from Python, as ``nexus`` and the tests use
+# them); the per-decision steps are functions with typed arguments (C calls from the
+# schedulers' methods, which stay those of Python classes: their base is one, and
+# ``nexus`` and the tests subclass them). An idle set's bits stay a Python integer (a
+# list may hold more workers than a C integer has bits); the queues are keyed heaps
+# (core/heaps_core_c.pxd).
+import cython
+
+from hetserve.core.heaps_core_c cimport pop, pop_edf, push
+from hetserve.core.records_c cimport REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
+
+cdef double _INF
+
+
+cdef class _Idle:
+    cdef public object bits
+
+
+cdef class GroupWorker
+
+
+cdef class ModelQueue:
+    cdef public object name
+    cdef public tuple blocks
+    cdef public list queue
+    cdef public Py_ssize_t rows
+    cdef public list workers
+    cdef public double fastest_1
+    cdef public _Idle idle
+
+    cpdef void push(self, object r) except *
+
+    @cython.locals(best=double, w=GroupWorker, lat=list)
+    cpdef double fastest(self, Py_ssize_t rows) except? -1.0
+
+
+cdef class GroupWorker:
+    cdef public object id
+    cdef public list models
+    cdef public dict lat
+    cdef public Py_ssize_t bid
+    cdef public Py_ssize_t size
+    cdef public double start
+    cdef public double end
+    cdef public double block_s
+    cdef public bint lost
+    cdef public list idle_in
+
+    @cython.locals(s=_Idle)
+    cpdef void set_busy(self) except *
+
+    @cython.locals(s=_Idle)
+    cpdef void set_idle(self) except *
+
+
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t)
+cpdef Py_ssize_t bisect_s(list lat, double x) except -1
+
+@cython.locals(q=list, d=double, rows=Py_ssize_t, need=double)
+cpdef void prune(ModelQueue st, double now, list out, Py_ssize_t max_batch) except *
+
+@cython.locals(q=list, b=Py_ssize_t, n=Py_ssize_t)
+cpdef Py_ssize_t fit(GroupWorker w, ModelQueue st, double now) except -1
+
+@cython.locals(best=ModelQueue, best_b=Py_ssize_t, best_d=double, st=ModelQueue,
+               b=Py_ssize_t, d=double)
+cpdef tuple largest_batch(GroupWorker w, double now, list out, bint by_deadline,
+                          Py_ssize_t max_batch)
+
+@cython.locals(best=ModelQueue, best_b=Py_ssize_t, best_d=double, st=ModelQueue,
+               b=Py_ssize_t)
+cpdef tuple earliest_batch(GroupWorker w, double now, list out, Py_ssize_t max_batch)
+
+@cython.locals(t=double)
+cpdef object start_batch(GroupWorker w, ModelQueue st, Py_ssize_t b, double now,
+                         Py_ssize_t bid)
