@@ -380,12 +380,22 @@ class HostLinks:
         if cands is None:
             cands = self._cands[gpu_id] = self._candidates(gpu_id)
         busy = self.busy
-        ranked = sorted([
-            (max([busy[x] for x in path]), index, switch, gid) for gid, index, switch, path in cands
-        ])  # fmt: skip
+        # by the loads on the busiest link of each one's host path, then by index (a node's
+        # GPUs have distinct indexes: the order is total, and the switches never compared)
+        ranked = []
+        for c in cands:
+            path = c[3]
+            most = busy[path[0]]
+            for x in path:
+                if busy[x] > most:
+                    most = busy[x]
+            ranked.append((most, c[1], c))
+        ranked.sort()
         seen_switch: set[object] = {self._switch[gpu_id]}
         out = []
-        for _, _, s_, gid in ranked:
+        for e in ranked:
+            c = e[2]
+            s_, gid = c[2], c[0]
             if s_ in seen_switch and s_ is not None:
                 continue
             seen_switch.add(s_)

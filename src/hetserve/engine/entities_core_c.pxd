@@ -122,3 +122,7 @@ cdef class HostLinks:
 
     @cython.locals(busy=list, x=Py_ssize_t)
     cpdef void release(self, tuple held) except *
+
+    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, path=tuple,
+                   most=Py_ssize_t, x=Py_ssize_t, out=list)
+    cpdef list secondaries(self, object gpu_id, Py_ssize_t k, object model)

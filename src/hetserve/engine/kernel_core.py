@@ -366,6 +366,14 @@ class Kernel:
             self._end_batch(b, task, now, WITHDRAWN, 0)  # (not started: it never will)
         return True
 
+    def _at(self, t: float, fn: Any, a: Any, b: Any) -> None:
+        """``clock.call_at(t, fn, a, b)``: onto the engine's heap where the clock is its
+        virtual one (what its ``call_at`` does, without the call)."""
+        if self._heap is not None:
+            self._heap.push(t, fn, a, b)
+        else:
+            self.clock.call_at(t, fn, a, b)
+
     # ------------------------------------------------------------------ deadlines
     def _watch(self, r: Request, again: bool = False) -> None:
         """``r`` is held (arrived; ``again``: returned, or parked): it is dropped at its
@@ -376,7 +384,7 @@ class Kernel:
             self.deadlines.add(r)
         if r.deadline_s < self._expiry_s:
             self._expiry_s = t = r.deadline_s
-            self.clock.call_at(t, self._expire_cb, None, t)
+            self._at(t, self._expire_cb, None, t)
 
     def _expire(self, _: Any, at_s: float, now: float) -> bool:
         """The deadline timer: every request still held whose deadline has come ends,
@@ -404,7 +412,7 @@ class Kernel:
         nxt = self.deadlines.first_s(held)
         self._expiry_s = nxt
         if nxt < math.inf:
-            self.clock.call_at(nxt, self._expire_cb, None, nxt)
+            self._at(nxt, self._expire_cb, None, nxt)
         return bool(due)
 
     def run(
@@ -465,7 +473,7 @@ class Kernel:
                         q.append(i)
                     if t < self._expiry_s:
                         self._expiry_s = t
-                        clock.call_at(t, expire, None, t)
+                        heap.push(t, expire, None, t)  # (``clock.call_at``, without its call)
                 i += 1
                 continue
             if heap.first_s() > horizon or not len(heap):
@@ -737,7 +745,12 @@ class Kernel:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
                 push(w.ready, (t.step.planned_start_s, next(self._seq), t))
-        self._report(load_report(a.worker, a.model, a.blocks, start_s, now, ok, reason), now)
+        # (``engine.rules.load_report``, made without its Python calls: a cold start's path)
+        rep = record(StageReport, (
+            "load", -1, a.model, 0, a.worker, start_s, now, (), ok, False, reason, a.blocks, 0,
+            None, None,
+        ))  # fmt: skip
+        self._report(rep, now)
         if ok and w.running is None and w.ready:
             self._try_start(w, now)
 
@@ -804,10 +817,7 @@ class Kernel:
                 if at < now:
                     check_timer(at, now)
                     at = now
-                if self._heap is not None:
-                    self._heap.push(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
-                else:
-                    self.clock.call_at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
+                self._at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
             else:
                 self._act(a, now)
 
@@ -847,16 +857,16 @@ class Kernel:
             if at < now:
                 check_timer(at, now)
                 at = now
-            self.clock.call_at(at, self._timer_cb, a.token, a.at_s)  # type: ignore[attr-defined]
+            self._at(at, self._timer_cb, a.token, a.at_s)  # type: ignore[attr-defined]
         elif kind is Drop:
             self._drop(a, now)  # type: ignore[arg-type]
         elif kind is Preempt:
             self._preempt(a, now)  # type: ignore[arg-type]
         elif kind is Load:
-            check_load(a, self.nblocks, self.workers)  # type: ignore[arg-type]
+            self._check_load(a)
             self.executor.load(a, now)  # type: ignore[arg-type]
         elif kind is Evict:
-            check_load(a, self.nblocks, self.workers)  # type: ignore[arg-type]
+            self._check_load(a)
             t = self.workers[a.worker].running  # type: ignore[attr-defined]
             if t is not None and t.batch.model == a.model:  # type: ignore[attr-defined]
                 lo, hi = a.blocks  # type: ignore[attr-defined]
@@ -865,6 +875,14 @@ class Kernel:
             self.executor.evict(a, now)  # type: ignore[arg-type]
         else:
             raise unknown_action(a)
+
+    def _check_load(self, a: Any) -> None:
+        """Rule 8 (``engine.rules.check_load``): its test inline, its call only to say
+        what is wrong."""
+        nb = self.nblocks.get(a.model)
+        blocks = a.blocks
+        if nb is None or a.worker not in self.workers or not 0 <= blocks[0] < blocks[1] <= nb:
+            check_load(a, self.nblocks, self.workers)
 
     def _drop(self, a: Drop, now: float) -> None:
         """The scheduler gives up on requests it holds, for a reason of the closed set:
@@ -992,10 +1010,7 @@ class Kernel:
         """A stage's input on its way (``span``: the transfer's start and end)."""
         task.transfer_start_s, task.transfer_end_s = span
         if span[1] > now:
-            if self._heap is not None:
-                self._heap.push(span[1], self._arrived_cb, task, None)
-            else:
-                self.clock.call_at(span[1], self._arrived_cb, task)
+            self._at(span[1], self._arrived_cb, task, None)
         else:
             self._input_arrived(task, now)
 

@@ -80,10 +80,17 @@ cdef class Kernel:
     @cython.locals(t=double, held=dict)
     cpdef bint _expire(self, object _, double at_s, double now) except? -1
 
+    cpdef void _at(self, double t, object fn, object a, object b) except *
+
     cpdef _watch(self, object r, bint again=*)
 
     @cython.locals(at=double)
     cpdef _apply_strict(self, object actions, double now)
+
+    cpdef _act(self, object a, double now)
+
+    @cython.locals(nb=object, blocks=object)
+    cpdef _check_load(self, object a)
 
     @cython.locals(held=dict, parked=dict, first=Py_ssize_t, k=Py_ssize_t, trim=bint,
                    b=Batch, task=Task, blk=Py_ssize_t)

@@ -85,8 +85,8 @@ if TYPE_CHECKING:
     from hetserve.scheduling.protocol import ClusterView, Evict, Load, RouteStep
 
 __all__ = [
-    "JITTERS", "Held", "ModelledExecutor", "ModelledStart", "Residency", "block_mask",
-    "block_times", "busy_j",
+    "JITTERS", "Held", "ModelledExecutor", "ModelledLoads", "ModelledStart", "Residency",
+    "block_mask", "block_times", "busy_j",
 ]  # fmt: skip
 
 JITTERS = ("none", "lognormal", "exponential")
@@ -161,6 +161,11 @@ class Residency:
         # loads that follow load plans (core.layerlatency), over host links they share
         self.cold_model = cold_start_model(latency)
         self.host_links = entities.HostLinks(cluster)
+        # per model, its load plan's parts; per (model, GPU type, link shares), the load's
+        # timeline and when it ends: what the latency model says, asked once (a latency
+        # model's load plans are fixed: ``LayerLatency`` copies them when it is made)
+        self._parts: dict[str, int] = {}
+        self._timelines: dict[tuple[str, str, tuple[float, ...]], tuple[Any, float]] = {}
 
     def block_bytes(self, model: str) -> list[float]:
         """Parameter bytes of each block (for memory and load times)."""
@@ -225,11 +230,17 @@ class Residency:
         ``gpu_id``: it takes its host links; returns when it ends."""
         cold = self.cold_model
         assert cold is not None
-        lp = cold.model_load_plan(model)
-        scale, links = self.host_links.take(gpu_id, lp.plan.n_parts, model, now)
-        tl = cold.load_timeline(model, gpu, scale)
-        h.cold[model] = (now, tl, links)
-        return now + tl.load_done_s
+        n_parts = self._parts.get(model)
+        if n_parts is None:
+            n_parts = self._parts[model] = cold.model_load_plan(model).plan.n_parts
+        scale, links = self.host_links.take(gpu_id, n_parts, model, now)
+        key = (model, gpu.name, tuple(scale))
+        hit = self._timelines.get(key)
+        if hit is None:
+            tl = cold.load_timeline(model, gpu, scale)
+            hit = self._timelines[key] = (tl, tl.load_done_s)
+        h.cold[model] = (now, hit[0], links)
+        return now + hit[1]
 
     def cold_run_s(self, h: Held, info: WorkerInfo, model: str, batch: int, now: float) -> float:
         """A run of ``model`` while its planned cold start is under way: layer by layer,
@@ -362,6 +373,107 @@ class ModelledStart:
             self.call_at(now + cum[-1], self.done_at, task, task.version)
 
 
+class ModelledLoads:
+    """The modelled executor's loads and evictions (module docstring, "Residency and
+    loading"), here so that they are compiled with the stage start: a cold-start-heavy run
+    makes a load every few requests. ``ModelledExecutor.attach`` makes one and binds its
+    :meth:`load` and :meth:`evict` on the executor; a load's end is its :meth:`loaded`,
+    on the clock."""
+
+    def __init__(self, ex: Any) -> None:
+        self.kernel = ex.kernel
+        self.held = ex.held  # (the executor's own dicts, shared: new workers join them)
+        self.infos = ex.infos
+        self.residency = ex.residency
+        self.links = ex.links
+        self.view = ex.view
+        self.heap = ex._heap
+        self.call_at = ex._call_at
+        self.loaded_cb = self.loaded
+
+    def _at(self, t: float, a: Load, info: tuple[int, float]) -> None:
+        """:meth:`loaded` at ``t``: onto the engine's heap where it has one (the virtual
+        clock's ``call_at``, without its call), else the clock's ``call_at``."""
+        if self.heap is not None:
+            self.heap.push(t, self.loaded_cb, a, info)
+        else:
+            self.call_at(t, self.loaded_cb, a, info)
+
+    def load(self, a: Load, now: float) -> None:
+        """``Executor.load``: the blocks not resident nor loading are loaded, if they fit
+        (else, with ``a.wait``, when an eviction makes room; without, it fails)."""
+        h = self.held[a.worker]
+        res = self.residency
+        key = (a.model, a.blocks)
+        if key in h.waits and not a.wait:  # the last word on a waiting load: now, or never
+            wa, new = h.waits.pop(key)
+            if h.mem_used + res.bytes_of(a.model, new) > h.mem_cap * (1 + 1e-9):
+                h.loading[a.model] = h.loading.get(a.model, 0) & ~new
+                self.kernel.load_finished(wa, now, now, False, "out of memory")
+                return
+            self.begin(wa, new, now)
+            return
+        if key in h.streams and not a.wait:
+            return  # (a waiting load under way already: it reports once, when it ends)
+        m = block_mask(a.blocks)
+        new = m & ~h.resident.get(a.model, 0) & ~h.loading.get(a.model, 0)
+        nbytes = res.bytes_of(a.model, new)
+        if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
+            if a.wait:  # until an eviction makes room; its stages wait for it
+                h.loading[a.model] = h.loading.get(a.model, 0) | new
+                h.waits[key] = (a, new)
+                return
+            self.kernel.load_finished(a, now, now, False, "out of memory")
+            return
+        self.begin(a, new, now)
+
+    def begin(self, a: Load, new: int, now: float) -> None:
+        """The load of blocks ``new`` starts: memory taken, its end on the clock."""
+        h = self.held[a.worker]
+        res = self.residency
+        nbytes = res.bytes_of(a.model, new)
+        h.mem_used += nbytes
+        h.loading[a.model] = h.loading.get(a.model, 0) | new
+        info = self.infos[a.worker]
+        if new and res.cold_model is not None:
+            end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
+            self._at(end, a, (new, now))
+            if a.wait:
+                self.kernel.resume(a.worker, now)  # its stages run layer by layer now
+            return
+        cluster = self.view.cluster
+        path = tuple(cluster.host_path(info.gpu_id))
+        bw = min([cluster.links[x].bw_gbps for x in path])
+        t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
+        if a.wait:  # a late load streams: its blocks arrive in order, over [t0, t1]
+            at, done = {}, 0.0
+            for k in range(*a.blocks):
+                if new >> k & 1:
+                    done += res.bytes_of(a.model, 1 << k)
+                    at[k] = t0 + (t1 - t0) * (done / nbytes if nbytes > 0 else 1.0)
+            h.streams[(a.model, a.blocks)] = (new, at)
+            self.kernel.resume(a.worker, now)
+        self._at(t1, a, (new, t0))
+
+    def loaded(self, a: Load, info: tuple[int, float], now: float) -> None:
+        """The clock's callback at the load's end (``info``: its blocks, when it began)."""
+        new, t0 = info
+        h = self.held[a.worker]
+        h.streams.pop((a.model, a.blocks), None)
+        self.residency.loaded(h, a.model, new)
+        self.kernel.load_finished(a, t0, now)
+
+    def evict(self, a: Evict, now: float) -> None:
+        """``Executor.evict``: the blocks freed, and the loads waiting for room begin
+        where they now fit."""
+        h = self.held[a.worker]
+        self.residency.evict(h, a.model, a.blocks)
+        for key, (wa, new) in list(h.waits.items()):  # loads waiting for this room
+            if h.mem_used + self.residency.bytes_of(wa.model, new) <= h.mem_cap * (1 + 1e-9):
+                del h.waits[key]
+                self.begin(wa, new, now)
+
+
 class ModelledExecutor(BaseExecutor):
     """Stages and loads as the latency model says (module docstring)."""
 
@@ -414,12 +526,18 @@ class ModelledExecutor(BaseExecutor):
         self._starter = ModelledStart(self)
         if type(self).start is ModelledExecutor.start:  # (a subclass's own start stays)
             self.start = self._starter.start  # type: ignore[method-assign]
+        self._loads = ModelledLoads(self)
+        if type(self).load is ModelledExecutor.load:  # (as ``start``)
+            self.load = self._loads.load  # type: ignore[method-assign]
+        if type(self).evict is ModelledExecutor.evict:
+            self.evict = self._loads.evict  # type: ignore[method-assign]
         if self.warm:
             self.warm_start()
 
     def close(self) -> None:
         """Let go of the kernel (a run's state is freed with its driver)."""
-        for name in ("kernel", "_stage_done_at", "_call_at", "_starter", "start"):
+        for name in ("kernel", "_stage_done_at", "_call_at", "_starter", "start", "_loads", "load",
+                     "evict"):  # fmt: skip
             self.__dict__.pop(name, None)
 
     def add_workers(self, infos: Mapping[str, WorkerInfo], done: Callable[[str], None]) -> None:
@@ -500,69 +618,11 @@ class ModelledExecutor(BaseExecutor):
 
     # ------------------------------------------------------------------ loads
     def load(self, a: Load, now: float) -> None:
-        h = self.held[a.worker]
-        res = self.residency
-        key = (a.model, a.blocks)
-        if key in h.waits and not a.wait:  # the last word on a waiting load: now, or never
-            wa, new = h.waits.pop(key)
-            if h.mem_used + res.bytes_of(a.model, new) > h.mem_cap * (1 + 1e-9):
-                h.loading[a.model] = h.loading.get(a.model, 0) & ~new
-                self.kernel.load_finished(wa, now, now, False, "out of memory")
-                return
-            self._begin(wa, new, now)
-            return
-        if key in h.streams and not a.wait:
-            return  # (a waiting load under way already: it reports once, when it ends)
-        m = block_mask(a.blocks)
-        new = m & ~h.resident.get(a.model, 0) & ~h.loading.get(a.model, 0)
-        nbytes = res.bytes_of(a.model, new)
-        if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
-            if a.wait:  # until an eviction makes room; its stages wait for it
-                h.loading[a.model] = h.loading.get(a.model, 0) | new
-                h.waits[key] = (a, new)
-                return
-            self.kernel.load_finished(a, now, now, False, "out of memory")
-            return
-        self._begin(a, new, now)
-
-    def _begin(self, a: Load, new: int, now: float) -> None:
-        h = self.held[a.worker]
-        res = self.residency
-        nbytes = res.bytes_of(a.model, new)
-        h.mem_used += nbytes
-        h.loading[a.model] = h.loading.get(a.model, 0) | new
-        info = self.infos[a.worker]
-        if new and res.cold_model is not None:
-            end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
-            self.kernel.clock.call_at(end, self._loaded, a, (new, now))
-            if a.wait:
-                self.kernel.resume(a.worker, now)  # its stages run layer by layer now
-            return
-        cluster = self.view.cluster
-        path = tuple(cluster.host_path(info.gpu_id))
-        bw = min(cluster.links[x].bw_gbps for x in path)
-        t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
-        if a.wait:  # a late load streams: its blocks arrive in order, over [t0, t1]
-            at, done = {}, 0.0
-            for k in range(*a.blocks):
-                if new >> k & 1:
-                    done += res.bytes_of(a.model, 1 << k)
-                    at[k] = t0 + (t1 - t0) * (done / nbytes if nbytes > 0 else 1.0)
-            h.streams[(a.model, a.blocks)] = (new, at)
-            self.kernel.resume(a.worker, now)
-        self.kernel.clock.call_at(t1, self._loaded, a, (new, t0))
-
-    def _loaded(self, a: Load, info: tuple[int, float], now: float) -> None:
-        new, t0 = info
-        h = self.held[a.worker]
-        h.streams.pop((a.model, a.blocks), None)
-        self.residency.loaded(h, a.model, new)
-        self.kernel.load_finished(a, t0, now)
+        """The load (module docstring): ``ModelledLoads.load``, compiled with this file;
+        ``attach`` binds that on the executor, so the kernel calls it with no Python frame
+        between."""
+        self._loads.load(a, now)
 
     def evict(self, a: Evict, now: float) -> None:
-        h = self.held[a.worker]
-        self.residency.evict(h, a.model, a.blocks)
-        for key, (wa, new) in list(h.waits.items()):  # loads waiting for this room
-            if h.mem_used + self.residency.bytes_of(wa.model, new) <= h.mem_cap * (1 + 1e-9):
-                del h.waits[key]
-                self._begin(wa, new, now)
+        """The eviction: ``ModelledLoads.evict`` (as :meth:`load`)."""
+        self._loads.evict(a, now)

@@ -2,11 +2,12 @@
 # modelled_core_c: Cython takes the .pxd named for the module it builds, so this file
 # carries that name. The .py file is the source and runs as plain Python without this (its
 # annotations are for readers and type checkers: ``annotation_typing=False`` at its top
-# leaves the C types to this file). A worker's memory, the residency and the stage start
-# are extension types with typed attributes (every one readable and writable from Python);
-# the entities and the host links come typed from their own build (entities_core_c.pxd);
-# the executor stays a Python class (its base is one), its methods compiled; block masks
-# stay Python integers (a model may have more blocks than a C integer has bits).
+# leaves the C types to this file). A worker's memory, the residency, the stage start and
+# the loads are extension types with typed attributes (every one readable and writable
+# from Python); the entities and the host links come typed from their own build
+# (entities_core_c.pxd); the executor stays a Python class (its base is one), its methods
+# compiled; block masks stay Python integers (a model may have more blocks than a C
+# integer has bits).
 import cython
 
 from hetserve.core.heaps_core_c cimport EventHeap
@@ -36,7 +37,10 @@ cdef class Residency:
     @cython.locals(key=tuple, bb=list, total=double, i=Py_ssize_t)
     cpdef double bytes_of(self, object model, object mask) except? -1.0
 
-    @cython.locals(scale=list, links=tuple)
+    cdef public dict _parts
+    cdef public dict _timelines
+
+    @cython.locals(scale=list, links=tuple, hit=tuple)
     cpdef double take_host_links(self, object gpu_id, object gpu, Held h, object model,
                                  double now) except? -1.0
 
@@ -72,3 +76,30 @@ cdef class ModelledStart:
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple)
     cpdef start(self, Task task, double now)
+
+
+cdef class ModelledLoads:
+    cdef public object kernel
+    cdef public dict held
+    cdef public dict infos
+    cdef public Residency residency
+    cdef public object links
+    cdef public object view
+    cdef public EventHeap heap
+    cdef public object call_at
+    cdef public object loaded_cb
+
+    cpdef void _at(self, double t, object a, tuple info) except *
+
+    @cython.locals(h=Held, res=Residency, nbytes=double)
+    cpdef load(self, object a, double now)
+
+    @cython.locals(h=Held, res=Residency, nbytes=double, end=double, t0=double, t1=double,
+                   done=double)
+    cpdef begin(self, object a, object new, double now)
+
+    @cython.locals(h=Held)
+    cpdef loaded(self, object a, tuple info, double now)
+
+    @cython.locals(h=Held)
+    cpdef evict(self, object a, double now)
