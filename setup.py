@@ -4,13 +4,15 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
 ``X_c``, typed by ``X_c.pxd`` beside it (its C types):
 
 - ``core/heaps_core.py``: the keyed heaps (``push``/``pop`` comparing two C keys,
-  ``pop_edf``), which the others ``cimport``;
+  ``pop_edf``) and the latency tables' search (``bisect_s``), which the others
+  ``cimport``;
 - ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
   ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
   modelled executor, its residency and stage start);
 - ``scheduling/reservation_slots.py`` (the reservation table, which the next one
-  ``cimport``s), ``scheduling/reservation_core.py``, ``scheduling/coldstart_core.py`` and
-  ``scheduling/flex_core.py`` (those schedulers' decisions);
+  ``cimport``s), ``scheduling/reservation_core.py``, ``scheduling/coldstart_core.py``,
+  ``scheduling/flex_core.py`` and ``scheduling/edf_adaptive_core.py`` (those schedulers'
+  decisions);
 - ``sim/recorder_core.py`` (the simulator's recorder per event);
 - and ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``
   (without it the ``csv`` module writes the same bytes).
@@ -58,6 +60,9 @@ FALLBACK = {
     "hetserve.scheduling.coldstart_core_c": (
         "the Python file src/hetserve/scheduling/coldstart_core.py runs instead"
     ),
+    "hetserve.scheduling.edf_adaptive_core_c": (
+        "the Python file src/hetserve/scheduling/edf_adaptive_core.py runs instead"
+    ),
     "hetserve.scheduling.flex_core_c": (
         "the Python file src/hetserve/scheduling/flex_core.py runs instead"
     ),
@@ -101,6 +106,11 @@ EXTENSIONS = [
         "hetserve.scheduling.coldstart_core_c",
         "src/hetserve/scheduling/coldstart_core.py",
         ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD],
+    ),
+    (
+        "hetserve.scheduling.edf_adaptive_core_c",
+        "src/hetserve/scheduling/edf_adaptive_core.py",
+        ["src/hetserve/scheduling/edf_adaptive_core_c.pxd", HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.flex_core_c",

@@ -183,3 +183,23 @@ def test_an_empty_event_heap_says_so():
         assert len(h) == 0 and h.first_s() == float("inf")
         with pytest.raises(IndexError):
             h.pop()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(0, 1, allow_nan=False), max_size=12),
+    st.floats(-0.5, 1.5, allow_nan=False),
+    st.booleans(),
+)
+def test_bisect_s_is_bisect_right(xs, x, sort):
+    """The latency tables' search is ``bisect.bisect_right``, step for step: on sorted
+    tables (what the schedulers give it) and on unsorted ones (the same probes give the
+    same answer), compiled and as the Python file."""
+    import bisect
+
+    lat = sorted(xs) if sort else xs
+    want = bisect.bisect_right(lat, x)
+    assert heaps_core.bisect_s(lat, x) == want
+    assert heaps.bisect_s(lat, x) == want
+    if compiled is not None:
+        assert compiled.bisect_s(lat, x) == want

@@ -2,8 +2,8 @@
 and link models (``engine/entities_core.py``), the modelled executor with its residency
 and stage start (``engine/modelled_core.py``), the ``coldstart`` scheduler
 (``scheduling/coldstart_core.py``), the group schedulers (``flex``, ``flex-np``,
-``clockwork``, and ``nexus`` on their classes: ``scheduling/flex_core.py``) and the
-simulator's recorder
+``clockwork``, and ``nexus`` on their classes: ``scheduling/flex_core.py``),
+``edf-adaptive`` (``scheduling/edf_adaptive_core.py``) and the simulator's recorder
 (``sim/recorder_core.py``), with the keyed heaps they share (``core/heaps_core.py``),
 compiled by Cython and run as plain Python give the same
 results: the same simulations, request by request and stage by stage, in two processes
@@ -14,7 +14,14 @@ import pytest
 
 from hetserve.core import heaps
 from hetserve.engine import entities, entities_core, kernel, kernel_core, modelled, modelled_core
-from hetserve.scheduling import coldstart, coldstart_core, flex, flex_core
+from hetserve.scheduling import (
+    coldstart,
+    coldstart_core,
+    edf_adaptive,
+    edf_adaptive_core,
+    flex,
+    flex_core,
+)
 from hetserve.sim import recorder_core, result
 from tests.helpers import run_python_json
 
@@ -46,7 +53,7 @@ from hetserve.engine import kernel, modelled
 from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.setup import build_trace
 from hetserve.planning.deepplan import plan_cold_starts
-from hetserve.scheduling import coldstart, flex, make_scheduler
+from hetserve.scheduling import coldstart, edf_adaptive, flex, make_scheduler
 from hetserve.sim import result
 from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload import Poisson, generate
@@ -64,7 +71,7 @@ def digest(res):
 
 out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED,
        "modelled": modelled.COMPILED, "coldstart": coldstart.COMPILED, "heaps": heaps.COMPILED,
-       "flex_core": flex.COMPILED}
+       "flex_core": flex.COMPILED, "edf_adaptive_core": edf_adaptive.COMPILED}
 s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
 for name in ("edf-adaptive", "flex", "fixed-batch", "flex-np", "clockwork", "nexus"):
     tr = build_trace(s, "gamma:cv=3", s.plan.rates_at(1.3), 3.0, seed=3)
@@ -105,7 +112,9 @@ def _run(pure_python: bool) -> dict:
 @needs_build
 def test_simulations_are_the_same_compiled_and_in_python():
     a, b = _run(pure_python=False), _run(pure_python=True)
-    parts = ("kernel", "ledger", "modelled", "coldstart", "heaps", "flex_core")
+    parts = (
+        "kernel", "ledger", "modelled", "coldstart", "heaps", "flex_core", "edf_adaptive_core",
+    )  # fmt: skip
     for part in parts:
         assert a[part] is True and b[part] is False, part
     # (the paths were taken: preemptions, cancellations, a lost worker's batch, cold starts)
@@ -126,14 +135,17 @@ def test_the_builds_take_the_c_types_of_their_pxd():
     assert modelled.COMPILED and modelled.ModelledExecutor is compiled_modelled.ModelledExecutor
     assert coldstart.COMPILED and coldstart.ColdStart.__module__.endswith("coldstart_core_c")
     assert flex.COMPILED and flex.Flex.__module__.endswith("flex_core_c")
-    f = flex.core
+    assert edf_adaptive.COMPILED
+    assert edf_adaptive.EdfAdaptive.__module__.endswith("edf_adaptive_core_c")
+    f, ea = flex.core, edf_adaptive.core
     e = compiled_entities
     for cls, attr in ((e.Slot, "running"), (e.Batch, "rows"), (e.Task, "start_s"),
                       (e.LinkTable, "log"), (e.HostLinks, "busy"), (compiled.Kernel, "held"),
                       (compiled_modelled.ModelledStart, "runs"),
                       (compiled_modelled.Held, "mem_cap"),
                       (compiled_modelled.Residency, "host_links"),
-                      (f.ModelQueue, "fastest_1"), (f.GroupWorker, "lat")):  # fmt: skip
+                      (f.ModelQueue, "fastest_1"), (f.GroupWorker, "lat"),
+                      (ea._ModelState, "timer_at"), (ea._Group, "unsettled")):  # fmt: skip
         # (an extension type's attribute, not a Python class's slot or dict entry)
         assert cls.__dictoffset__ == 0
         assert type(cls.__dict__[attr]).__name__ == "getset_descriptor", cls
@@ -192,13 +204,17 @@ def test_one_build_throughout():
     for name, cls in (("flex", "Flex"), ("flex-np", "FlexNP"), ("clockwork", "Clockwork")):
         assert scheduler_factory(name) is getattr(flex, cls) is getattr(flex.core, cls)
     assert (flex.core is flex_core) == (not flex.COMPILED)
+    assert scheduler_factory("edf-adaptive") is edf_adaptive.EdfAdaptive
+    assert edf_adaptive.EdfAdaptive is edf_adaptive.core.EdfAdaptive
+    assert (edf_adaptive.core is edf_adaptive_core) == (not edf_adaptive.COMPILED)
     from hetserve.scheduling import nexus
 
     assert issubclass(nexus.Nexus, flex.GroupScheduler)  # (nexus builds on the build taken)
 
 
-def test_beside_python_heaps_the_group_schedulers_are_python(monkeypatch):
-    """The group schedulers' build cimports the keyed heaps: beside the Python heaps it
-    is the Python file."""
+def test_beside_python_heaps_the_group_and_edf_schedulers_are_python(monkeypatch):
+    """The group schedulers' and edf-adaptive's builds cimport the keyed heaps: beside the
+    Python heaps they are the Python files."""
     monkeypatch.setattr(heaps, "COMPILED", False)
     assert heaps.build_beside(flex_core) == (flex_core, False)
+    assert heaps.build_beside(edf_adaptive_core) == (edf_adaptive_core, False)

@@ -1,6 +1,7 @@
 """Keyed heaps (``core/heaps_core.py``): ``push`` and ``pop`` for ``heapq`` heaps of
 tuples ordered by their first two items (a time or deadline, then a number no other entry
-has), and ``pop_edf``, the most urgent requests of a deadline queue whose rows fit.
+has); ``pop_edf``, the most urgent requests of a deadline queue whose rows fit; and
+``bisect_s``, the largest batch of a latency table within a time.
 
 Where the package was built with Cython (``setup.py``) these are that file's compiled
 build, which compares the two keys as C numbers; else ``heapq``'s own functions and the
@@ -11,6 +12,7 @@ took. A compiled module that ``cimport``s them is taken only beside this build
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from pathlib import Path
 from types import ModuleType
@@ -18,7 +20,10 @@ from types import ModuleType
 from hetserve.core import heaps_core as _pure
 from hetserve.core.compiled import build_of
 
-__all__ = ["COMPILED", "LAYOUT", "EventHeap", "build_beside", "core", "pop", "pop_edf", "push"]
+__all__ = [
+    "COMPILED", "LAYOUT", "EventHeap", "bisect_s", "build_beside", "core", "pop", "pop_edf",
+    "push",
+]  # fmt: skip
 
 core, COMPILED = build_of(_pure)
 #: what a build that ``cimport``s this one was made against (``core.compiled.build_of``):
@@ -26,9 +31,9 @@ core, COMPILED = build_of(_pure)
 LAYOUT = (Path(_pure.__file__).with_name("heaps_core_c.pxd"),)
 
 if COMPILED:
-    push, pop = core.push, core.pop
-else:
-    push, pop = heapq.heappush, heapq.heappop
+    push, pop, bisect_s = core.push, core.pop, core.bisect_s
+else:  # (``bisect_right`` is the Python file's ``bisect_s``, in C)
+    push, pop, bisect_s = heapq.heappush, heapq.heappop, bisect.bisect_right
 pop_edf = core.pop_edf
 #: a clock's callbacks by time (``heaps_core.EventHeap``: compiled, C numbers in buffers)
 EventHeap = core.EventHeap

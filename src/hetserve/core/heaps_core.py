@@ -126,6 +126,21 @@ def pop_edf(q: list[Any], limit: int, queued_rows: int = -1) -> tuple[tuple[Any,
     return tuple(out), n
 
 
+def bisect_s(lat: list[Any], x: float) -> int:
+    """``bisect.bisect_right(lat, x)`` on a latency table (latencies at batch 1, 2, ...:
+    the most rows whose latency is at most ``x``), the same steps on C doubles when
+    compiled: the schedulers' search for the largest batch that meets a deadline."""
+    lo = 0
+    hi = len(lat)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < lat[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _doubles(n: int) -> memoryview:
     return memoryview(array("d", [0.0]) * n)
 

@@ -28,6 +28,9 @@ cpdef object pop(list heap)
 @cython.locals(k=Py_ssize_t, out=list, n=Py_ssize_t)
 cpdef tuple pop_edf(list q, Py_ssize_t limit, Py_ssize_t queued_rows=*)
 
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t)
+cpdef Py_ssize_t bisect_s(list lat, double x) except -1
+
 cdef double _INF
 
 

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from hetserve.core.errors import HetserveError
-from hetserve.core.heaps import pop, pop_edf, push
+from hetserve.core.heaps import bisect_s, pop, pop_edf, push
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.params import OneOf, Range
@@ -80,7 +80,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
 
 __all__ = [
     "Clockwork", "Flex", "FlexNP", "GroupScheduler", "GroupWorker", "ModelQueue",
-    "bisect_s", "earliest_batch", "fit", "largest_batch", "prune", "start_batch",
+    "earliest_batch", "fit", "largest_batch", "prune", "start_batch",
 ]  # fmt: skip
 
 _INF = math.inf
@@ -153,20 +153,6 @@ class GroupWorker:
 
 
 # ---------------------------------------------------------------------- the steps
-def bisect_s(lat: list, x: float) -> int:
-    """``bisect.bisect_right(lat, x)`` on a latency table (the most rows whose latency is
-    at most ``x``), the same steps on C doubles when compiled."""
-    lo = 0
-    hi = len(lat)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < lat[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def prune(st: ModelQueue, now: float, out: list, max_batch: int) -> None:
     """Drop the most urgent requests of ``st`` while they cannot make it even alone."""
     q = st.queue

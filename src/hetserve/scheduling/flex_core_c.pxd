@@ -11,7 +11,7 @@
 # (core/heaps_core_c.pxd).
 import cython
 
-from hetserve.core.heaps_core_c cimport pop, pop_edf, push
+from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
 from hetserve.core.records_c cimport REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
 
 cdef double _INF
@@ -57,9 +57,6 @@ cdef class GroupWorker:
     @cython.locals(s=_Idle)
     cpdef void set_idle(self) except *
 
-
-@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t)
-cpdef Py_ssize_t bisect_s(list lat, double x) except -1
 
 @cython.locals(q=list, d=double, rows=Py_ssize_t, need=double)
 cpdef void prune(ModelQueue st, double now, list out, Py_ssize_t max_batch) except *

@@ -1,0 +1,428 @@
+# cython: annotation_typing=False
+"""``edf-adaptive``: the NP data plane (whole models, adaptive batching).
+
+Per model, requests wait in earliest-deadline-first order. When a worker of the model's
+pool is idle, the head request (earliest deadline) decides:
+
+- if even batch 1 on the fastest idle worker cannot meet the head's deadline, the head is
+  dropped (reason ``deadline``) and the next one considered;
+- otherwise ``b_max`` is the largest batch (``<= max_batch``, the plan's batch by default)
+  whose completion now meets the head's deadline;
+- if at least ``b_max`` requests wait, the ``b_max`` most urgent go out now;
+- if fewer wait, a larger batch is still feasible, so the scheduler waits: a timer fires at
+  the last moment the waiting requests can still be served together
+  (``deadline - latency(n)``), and any arrival re-checks.
+
+All requests of a batch have deadlines no earlier than the head's, so the batch meets all
+of them.
+
+Where many models share workers (issue 41's 1,000 GPUs and 100 models), a freed worker
+does not look at every model it serves: models with the same workers in the same order
+share one bit set of idle workers (``_Group``), and a stage end tries only the models whose
+decision may change: those not waiting for a timer, and those whose wait may have ended
+(its time passed, or the fastest idle worker is now of another GPU type). Which are tried,
+and in what order, is exactly what trying them all gives (``EdfAdaptive.spare``,
+``tests/scheduling/test_spared_tries.py``).
+
+``scheduling/edf_adaptive.py`` registers it. This file is plain Python and runs as it is.
+Where the package was built with Cython (``setup.py``; ``edf_adaptive_core_c.pxd`` beside
+it declares the C types: a model's state and a group are extension types with typed
+attributes, and a try is a function with typed arguments, a C call from the scheduler's
+methods), the same file is also compiled as ``hetserve.scheduling.edf_adaptive_core_c``,
+and ``scheduling/edf_adaptive.py`` registers that one's class (``HETSERVE_PURE_PYTHON=1``
+keeps this file). Both give the same results.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Annotated
+
+from hetserve.core.errors import HetserveError
+from hetserve.core.heaps import bisect_s, pop, pop_edf, push
+from hetserve.core.plan import Plan
+from hetserve.core.requests import Request
+from hetserve.scheduling.params import Range
+from hetserve.scheduling.pools import Pools
+from hetserve.scheduling.protocol import (
+    RETURNED,
+    Action,
+    BaseScheduler,
+    ClusterView,
+    Dispatch,
+    Drop,
+    RouteStep,
+    SetTimer,
+    StageReport,
+    WorkerId,
+)
+
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
+    from hetserve.core.records import REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
+
+__all__ = ["EdfAdaptive", "try_model"]
+
+
+class _Group:
+    """Models whose workers are the same, in the same order (fastest first): they share
+    one bit set of idle workers (bit r: the worker of rank r is idle), so that marking a
+    worker busy or idle is one integer operation however many models it serves, and an
+    index of the models that wait for a timer, so that a stage end tries only the models
+    whose decision to wait may have changed (``EdfAdaptive.on_stage_done``)."""
+
+    def __init__(self, n: int) -> None:
+        self.idle = (1 << n) - 1  # (a Python integer: a group may have more workers than a
+        # C integer has bits)
+        # whether the index below is kept (``EdfAdaptive.index_from``): for a few models
+        # looking at each costs less than keeping it
+        self.indexed = False
+        self.models: list[_ModelState] = []  # in plan order
+        # per rank: a partition id, equal for two ranks where every model of the group
+        # has the same latency row (``_ModelState.kind``) on both
+        self.part: list[int] = []
+        # per partition: the models that decided to wait for their timer while the
+        # fastest idle worker was of that partition, as a heap of (the last time the
+        # wait still holds, plan index, stamp, state); an entry whose stamp is not its
+        # state's any more is stale (the state tried, or its queue changed, since)
+        self.heaps: dict[int, list[tuple[float, int, int, _ModelState]]] = {}
+        # models that may have to try at the next stage end (the rest are in ``heaps``)
+        self.unsettled: dict[_ModelState, None] = {}
+        self.p0 = -1  # the fastest idle worker's partition at the last look (-1: none)
+
+
+class _ModelState:
+    """Per-model state, kept in one object so the hot path does few dict lookups."""
+
+    def __init__(
+        self,
+        name: str,
+        workers: list[WorkerId],
+        lat: list[list[float]],
+        blocks: tuple[int, int],
+        group: _Group,
+        index: int,
+    ) -> None:
+        self.name = name
+        self.index = index  # in plan order
+        self.group = group  # its workers' idle bit set (``_Group``)
+        self.workers = workers  # fastest first
+        self.lat = lat  # by rank: latency at batch 1..max_batch
+        rows: dict[tuple[float, ...], int] = {}  # by rank: which latency row (GPU type)
+        self.kind = [rows.setdefault(tuple(x), len(rows)) for x in lat]
+        self.rank = {w: i for i, w in enumerate(workers)}
+        self.queue: list[tuple[float, int, Request]] = []
+        self.rows = 0  # the queue's rows together (``scheduling.rows``)
+        self.blocks = tuple(blocks)
+        self.timer_at = -1.0  # the armed timer's time (-1: none)
+        # the latency row (``kind``) of the fastest idle worker when the last try decided to
+        # wait for the timer (-1: it did not, or the queue changed since): while the
+        # fastest idle worker has that row and the queue is the same, a new try waits too
+        # until the head could no longer take a batch larger than the queue
+        # (``EdfAdaptive._still_waits``)
+        self.waiting = -1
+        self.stamp = 0  # moves on whenever ``waiting`` is set or cleared (``_Group.heaps``)
+
+
+def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin_s: float) -> None:
+    """The scheduler's decision for ``st`` (module docstring): drop the heads that cannot
+    make it, then dispatch the largest batch the head's deadline allows on the fastest idle
+    worker, or arm the timer to wait for a fuller one; while workers of its group are
+    idle. ``sched``: the scheduler (its batch ids, pools and idle sets)."""
+    q = st.queue
+    g = st.group
+    if not g.idle:  # nothing to decide with (what it waited for still holds)
+        return
+    st.waiting = -1
+    if g.indexed:
+        st.stamp += 1
+        g.unsettled[st] = None
+    while q and g.idle:
+        idle = g.idle
+        rank = (idle & -idle).bit_length() - 1  # the fastest idle worker
+        lat = st.lat[rank]
+        head_deadline = q[0][0]
+        slack = head_deadline - now
+        n = st.rows
+        unit = n == len(q)  # every waiting request one row
+        k = 1 if unit else field(q[0][2], REQUEST_ROWS)
+        if lat[0] > slack if k == 1 else k > len(lat) or lat[k - 1] > slack:
+            # it cannot make it, even alone
+            head = pop(q)[2]
+            st.rows -= k
+            if k <= len(lat):
+                out.append(record(Drop, ((head,), "deadline", (lat[k - 1], len(q) + 1))))
+            else:
+                out.append(record(Drop, ((head,), "rows", (len(lat),))))
+            continue
+        b_max = bisect_s(lat, slack)  # lat is non-decreasing in batch size
+        if n < b_max:
+            t_wait = head_deadline - lat[n - 1] - margin_s
+            if t_wait > now + 1e-12:
+                if st.timer_at != t_wait:
+                    # the token names the model's state and the time; only the
+                    # latest armed time counts
+                    st.timer_at = t_wait
+                    out.append(record(SetTimer, (t_wait, (st, t_wait))))
+                st.waiting = st.kind[rank]
+                if g.indexed and n < len(lat):  # (else it stays unsettled: it never waits)
+                    # the wait holds while now <= head's deadline - latency(n + 1)
+                    # and the timer is ahead
+                    heapq.heappush(
+                        g.heaps.setdefault(g.part[rank], []),
+                        (min(head_deadline - lat[n], t_wait), st.index, st.stamp, st),
+                    )
+                    del g.unsettled[st]
+                return
+            b = n
+        else:
+            b = b_max
+        w = st.workers[rank]
+        if unit:  # the plain pops
+            reqs = tuple([pop(q)[2] for _ in range(b)])
+        else:
+            reqs, b = pop_edf(q, b, n)
+        st.rows -= b
+        bid = sched.new_batch_id()
+        sched.pools.dispatched(bid, (w,))
+        sched._set_busy(w)
+        route = (record(RouteStep, (0, w, now, st.blocks)),)
+        out.append(record(Dispatch, (bid, st.name, reqs, route)))
+
+
+class EdfAdaptive(BaseScheduler):
+    # a stage end skips the models whose try would only decide again to wait; False: it
+    # tries every model the freed workers serve with requests waiting (the plain rule,
+    # which ``tests/scheduling/test_spared_tries.py`` holds the skipping to)
+    spare = True
+    # groups of at least this many models keep the index of those that wait (``_Group``):
+    # a stage end then does not look at them one by one
+    index_from = 8
+
+    def __init__(
+        self,
+        max_batch: Annotated[int | None, Range(1)] = None,
+        margin_s: Annotated[float, Range(0, 10, hi_open=True)] = 0.0,
+    ) -> None:
+        """``margin_s``: a batch that waits to fill goes this much before the last moment
+        (on a wall clock timers fire late; ``hetserve serve`` sets 10 ms)."""
+        super().__init__()
+        self.max_batch_param = max_batch
+        self.margin_s = float(margin_s)
+
+    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
+        super().start(view, plan, now)
+        self.pools = Pools(view, plan)
+        self.models: dict[str, _ModelState] = {}
+        groups: dict[tuple[WorkerId, ...], _Group] = {}
+        for index, (m, mp) in enumerate(plan.models.items()):
+            ws = self.pools.whole_model_workers(m)
+            mb = self.max_batch_param or max(p.batch for p in mp.pipelines)
+            # fastest first (batch-1 latency), ties by plan order
+            ws.sort(key=lambda w, m=m: view.stage_latency_s(m, w, 1))
+            g = groups.get(tuple(ws))
+            if g is None:
+                g = groups[tuple(ws)] = _Group(len(ws))
+            st = _ModelState(
+                m, ws, [view.latency_table(m, w, mb) for w in ws], mp.pipelines[0].stages[0].blocks,
+                g, index,
+            )  # fmt: skip
+            g.models.append(st)
+            self.models[m] = st
+        # per worker: the groups it is in, each with the worker's bit in its idle set
+        self.served_by: dict[WorkerId, list[tuple[_Group, int]]] = {}
+        for ws, g in groups.items():
+            g.indexed = self.spare and len(g.models) >= self.index_from
+            parts: dict[tuple[int, ...], int] = {}
+            g.part = [
+                parts.setdefault(tuple(st.kind[r] for st in g.models), len(parts))
+                for r in range(len(ws))
+            ]
+            for r, w in enumerate(ws):
+                self.served_by.setdefault(w, []).append((g, 1 << r))
+        return []
+
+    def _set_busy(self, w: WorkerId) -> None:
+        for g, bit in self.served_by.get(w, ()):
+            if g.idle & bit:
+                g.idle ^= bit
+
+    def max_rows(self, model: str) -> int | None:
+        st = self.models.get(model)
+        return len(st.lat[0]) if st is not None and st.lat else None
+
+    # ------------------------------------------------------------------ core
+    def _try(self, st: _ModelState, now: float, out: list[Action]) -> None:
+        """A try of ``st`` (:func:`try_model`; a test's subclass counts them here)."""
+        try_model(self, st, now, out, self.margin_s)
+
+    # ------------------------------------------------------------------ protocol
+    def on_arrival(self, request: Request, now: float) -> list[Action]:
+        st = self.models.get(request.model)
+        if st is None:
+            raise HetserveError(f"edf-adaptive: no pipeline serves model {request.model!r}")
+        push(st.queue, (field(request, REQUEST_DEADLINE_S), field(request, REQUEST_ID), request))
+        st.rows += field(request, REQUEST_ROWS)
+        g = st.group
+        if st.waiting >= 0:
+            st.waiting = -1
+            if g.indexed:
+                st.stamp += 1
+                g.unsettled[st] = None
+        if not g.idle:
+            if g.indexed:
+                g.unsettled[st] = None
+            return []
+        out: list[Action] = []
+        self._try(st, now, out)
+        return out
+
+    def on_timer(self, token: object, now: float) -> list[Action]:
+        st, at = token  # type: ignore[misc]
+        if not isinstance(st, _ModelState) or st.timer_at != at:
+            # a stale timer: a later arrival armed an earlier one. (Compare the armed time,
+            # never ``now``: on a real clock the timer fires a little after it.)
+            return []
+        st.timer_at = -1.0
+        out: list[Action] = []
+        self._try(st, now, out)
+        return out
+
+    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+        if report.kind == "stage" and not report.completed and report.reason in RETURNED:
+            st = self.models[report.model]
+            for r in report.requests:
+                push(st.queue, (r.deadline_s, r.id, r))
+                st.rows += r.rows
+            st.waiting = -1
+            if st.group.indexed:
+                st.stamp += 1
+                st.group.unsettled[st] = None
+        freed = self.pools.reported(report)
+        out: list[Action] = []
+        # The models that may dispatch now: those the freed workers serve with requests
+        # waiting, in order of their heads' deadlines (ties: the order a freed worker
+        # first serves them, then plan order), each tried unless a try would only decide
+        # again to wait for its armed timer (``_still_waits``). In an indexed group the
+        # models that wait are not looked at one by one: only those whose wait may have
+        # ended (its time passed, or the fastest idle worker is of another partition than
+        # when they decided; see ``_Group``) join the others that may have to try.
+        first: dict[_Group, int] = {}
+        for k, w in enumerate(freed):
+            for g, bit in self.served_by.get(w, ()):
+                g.idle |= bit
+                first.setdefault(g, k)
+        cands: dict[_ModelState, tuple[float, int, int]] = {}
+        indexed = False
+        for g, k in first.items():
+            if g.indexed:
+                indexed = True
+                self._candidates(g, k, now, cands)
+            else:
+                for st in g.models:
+                    if st.queue:
+                        cands[st] = (st.queue[0][0], k, st.index)
+        st = self.models[report.model]
+        if not report.completed and st.queue and st not in cands:
+            cands[st] = (st.queue[0][0], len(freed), st.index)
+        if not indexed:  # (every model with requests waiting is looked at: in order)
+            states = list(cands)
+            if len(states) > 1:
+                states.sort(key=cands.__getitem__)
+            for st in states:  # (an earlier one's dispatch may have taken the freed worker)
+                if st.group.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+                    self._try(st, now, out)
+            return out
+        heap = [(key, st) for st, key in cands.items()]
+        heapq.heapify(heap)
+        while heap:
+            key, st = heapq.heappop(heap)
+            if st.group.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+                n0 = len(out)
+                self._try(st, now, out)
+                for a in out[n0:]:
+                    if type(a) is Dispatch:
+                        # it took a worker: where that changed a group's fastest idle
+                        # partition, the models that wait on the old one may try now (in
+                        # the groups of freed workers: other groups' models are not looked
+                        # at in this call)
+                        for g2, _ in self.served_by[a.route[0].worker]:
+                            if g2.indexed and g2 in first:
+                                self._repartitioned(g2, first[g2], key, cands, heap)
+        return out
+
+    def _candidates(
+        self, g: _Group, k: int, now: float, cands: dict[_ModelState, tuple[float, int, int]]
+    ) -> None:
+        """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models
+        of the indexed group ``g`` that may have to try now."""
+        idle = g.idle
+        g.p0 = p0 = g.part[(idle & -idle).bit_length() - 1] if idle else -1
+        for st in list(g.unsettled):
+            if st.queue:
+                cands[st] = (st.queue[0][0], k, st.index)
+            else:
+                del g.unsettled[st]
+        for p, h in g.heaps.items():
+            if p == p0:
+                while h and h[0][0] <= now + 1e-9:  # (the exact test is ``_still_waits``)
+                    e = heapq.heappop(h)
+                    st = e[3]
+                    if e[2] == st.stamp and st.queue:
+                        cands[st] = (st.queue[0][0], k, st.index)
+                        g.unsettled[st] = None  # (out of the heap: looked at until it tries)
+            elif h:
+                live = [e for e in h if e[2] == e[3].stamp]
+                if len(live) != len(h):
+                    h[:] = live
+                    heapq.heapify(h)
+                for e in live:
+                    st = e[3]
+                    if st.queue:
+                        cands[st] = (st.queue[0][0], k, st.index)
+
+    def _repartitioned(
+        self,
+        g: _Group,
+        k: int,
+        key: tuple[float, int, int],
+        cands: dict[_ModelState, tuple[float, int, int]],
+        heap: list,
+    ) -> None:
+        """After a dispatch: if ``g``'s fastest idle worker is now of another partition,
+        the models waiting on the old one that come after ``key`` join the tries."""
+        idle = g.idle
+        p = g.part[(idle & -idle).bit_length() - 1] if idle else -1
+        if p == g.p0:
+            return
+        old, g.p0 = g.p0, p
+        for e in g.heaps.get(old, ()):
+            st = e[3]
+            if e[2] == st.stamp and st.queue and st not in cands:
+                kk = (st.queue[0][0], k, st.index)
+                if kk > key:
+                    cands[st] = kk
+                    heapq.heappush(heap, (kk, st))
+
+    @staticmethod
+    def _still_waits(st: _ModelState, now: float) -> bool:
+        """Whether a try of ``st`` now would decide what its last one did, to wait for its
+        armed timer, and change nothing: the same queue, a fastest idle worker with the
+        same latencies (which worker does not matter to a wait), the timer still ahead,
+        and the head's slack still enough for a batch of one more row than wait
+        (``_try``'s own tests, in its own arithmetic). A worker that serves many models
+        frees them all at each stage end; this spares them a try each."""
+        idle = st.group.idle
+        rank = (idle & -idle).bit_length() - 1
+        if st.kind[rank] != st.waiting:
+            return False
+        lat, n = st.lat[rank], st.rows
+        return n < len(lat) and lat[n] <= st.queue[0][0] - now and st.timer_at > now + 1e-12
+
+    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
+        self.pools.lost.add(worker)
+        self._set_busy(worker)  # never idle again
+        return []

@@ -1,0 +1,47 @@
+# C types for edf_adaptive_core.py when Cython compiles it (setup.py) as the module
+# edf_adaptive_core_c: Cython takes the .pxd named for the module it builds, so this file
+# carries that name. The .py file is the source and runs as plain Python without this (its
+# annotations are for readers and type checkers: ``annotation_typing=False`` at its top
+# leaves the C types to this file). A model's state and a group of models are extension
+# types with typed attributes (every one readable and writable from Python); a try is a
+# function with typed arguments (a C call from the scheduler's methods, which stay those
+# of a Python class: its base is one, and the tests subclass it). A group's idle set stays
+# a Python integer (a group may have more workers than a C integer has bits); the queues
+# are keyed heaps (core/heaps_core_c.pxd).
+import cython
+
+from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
+from hetserve.core.records_c cimport REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
+
+
+cdef class _Group:
+    cdef public object idle
+    cdef public bint indexed
+    cdef public list models
+    cdef public list part
+    cdef public dict heaps
+    cdef public dict unsettled
+    cdef public Py_ssize_t p0
+
+
+cdef class _ModelState:
+    cdef public object name
+    cdef public Py_ssize_t index
+    cdef public _Group group
+    cdef public list workers
+    cdef public list lat
+    cdef public list kind
+    cdef public dict rank
+    cdef public list queue
+    cdef public Py_ssize_t rows
+    cdef public tuple blocks
+    cdef public double timer_at
+    cdef public Py_ssize_t waiting
+    cdef public Py_ssize_t stamp
+
+
+@cython.locals(q=list, g=_Group, rank=Py_ssize_t, lat=list, head_deadline=double,
+               slack=double, n=Py_ssize_t, unit=bint, k=Py_ssize_t, b_max=Py_ssize_t,
+               t_wait=double, b=Py_ssize_t)
+cpdef void try_model(object sched, _ModelState st, double now, list out,
+                     double margin_s) except *
