@@ -14,6 +14,8 @@ CORE   := src/hetserve/core/heaps_core.py src/hetserve/core/heaps_core_c.pxd \
           src/hetserve/scheduling/flex_core.py src/hetserve/scheduling/flex_core_c.pxd \
           src/hetserve/scheduling/edf_adaptive_core.py \
           src/hetserve/scheduling/edf_adaptive_core_c.pxd \
+          src/hetserve/scheduling/fixed_batch_core.py \
+          src/hetserve/scheduling/fixed_batch_core_c.pxd \
           src/hetserve/scheduling/reservation_core.py src/hetserve/scheduling/reservation_core_c.pxd \
           src/hetserve/scheduling/reservation_slots.py src/hetserve/scheduling/reservation_slots_c.pxd \
           src/hetserve/sim/recorder_core.py src/hetserve/sim/recorder_core_c.pxd \

@@ -11,8 +11,8 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
   modelled executor, its residency and stage start);
 - ``scheduling/reservation_slots.py`` (the reservation table, which the next one
   ``cimport``s), ``scheduling/reservation_core.py``, ``scheduling/coldstart_core.py``,
-  ``scheduling/flex_core.py`` and ``scheduling/edf_adaptive_core.py`` (those schedulers'
-  decisions);
+  ``scheduling/flex_core.py``, ``scheduling/edf_adaptive_core.py`` and
+  ``scheduling/fixed_batch_core.py`` (those schedulers' decisions);
 - ``sim/recorder_core.py`` (the simulator's recorder per event);
 - and ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``
   (without it the ``csv`` module writes the same bytes).
@@ -63,6 +63,9 @@ FALLBACK = {
     "hetserve.scheduling.edf_adaptive_core_c": (
         "the Python file src/hetserve/scheduling/edf_adaptive_core.py runs instead"
     ),
+    "hetserve.scheduling.fixed_batch_core_c": (
+        "the Python file src/hetserve/scheduling/fixed_batch_core.py runs instead"
+    ),
     "hetserve.scheduling.flex_core_c": (
         "the Python file src/hetserve/scheduling/flex_core.py runs instead"
     ),
@@ -111,6 +114,11 @@ EXTENSIONS = [
         "hetserve.scheduling.edf_adaptive_core_c",
         "src/hetserve/scheduling/edf_adaptive_core.py",
         ["src/hetserve/scheduling/edf_adaptive_core_c.pxd", HEAPS_PXD, RECORDS_PXD],
+    ),
+    (
+        "hetserve.scheduling.fixed_batch_core_c",
+        "src/hetserve/scheduling/fixed_batch_core.py",
+        ["src/hetserve/scheduling/fixed_batch_core_c.pxd", RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.flex_core_c",

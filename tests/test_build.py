@@ -30,6 +30,8 @@ FILES = [
     "src/hetserve/scheduling/coldstart_core_c.pxd",
     "src/hetserve/scheduling/edf_adaptive_core.py",
     "src/hetserve/scheduling/edf_adaptive_core_c.pxd",
+    "src/hetserve/scheduling/fixed_batch_core.py",
+    "src/hetserve/scheduling/fixed_batch_core_c.pxd",
     "src/hetserve/scheduling/flex_core.py",
     "src/hetserve/scheduling/flex_core_c.pxd",
     "src/hetserve/scheduling/reservation_core.py",
@@ -56,8 +58,8 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for name in (
         "heaps_core_c", "entities_core_c", "kernel_core_c", "modelled_core_c",
-        "coldstart_core_c", "flex_core_c", "edf_adaptive_core_c", "reservation_core_c",
-        "reservation_slots_c", "recorder_core_c", "csv_cells",
+        "coldstart_core_c", "flex_core_c", "edf_adaptive_core_c", "fixed_batch_core_c",
+        "reservation_core_c", "reservation_slots_c", "recorder_core_c", "csv_cells",
     ):  # fmt: skip
         assert f"{name} was not built" in out.stdout + out.stderr
     assert not list((tmp_path / "src").rglob("*.so"))

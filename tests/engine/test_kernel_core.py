@@ -3,7 +3,8 @@ and link models (``engine/entities_core.py``), the modelled executor with its re
 and stage start (``engine/modelled_core.py``), the ``coldstart`` scheduler
 (``scheduling/coldstart_core.py``), the group schedulers (``flex``, ``flex-np``,
 ``clockwork``, and ``nexus`` on their classes: ``scheduling/flex_core.py``),
-``edf-adaptive`` (``scheduling/edf_adaptive_core.py``) and the simulator's recorder
+``edf-adaptive`` (``scheduling/edf_adaptive_core.py``), ``fixed-batch``
+(``scheduling/fixed_batch_core.py``) and the simulator's recorder
 (``sim/recorder_core.py``), with the keyed heaps they share (``core/heaps_core.py``),
 compiled by Cython and run as plain Python give the same
 results: the same simulations, request by request and stage by stage, in two processes
@@ -19,6 +20,8 @@ from hetserve.scheduling import (
     coldstart_core,
     edf_adaptive,
     edf_adaptive_core,
+    fixed_batch,
+    fixed_batch_core,
     flex,
     flex_core,
 )
@@ -53,7 +56,7 @@ from hetserve.engine import kernel, modelled
 from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.setup import build_trace
 from hetserve.planning.deepplan import plan_cold_starts
-from hetserve.scheduling import coldstart, edf_adaptive, flex, make_scheduler
+from hetserve.scheduling import coldstart, edf_adaptive, fixed_batch, flex, make_scheduler
 from hetserve.sim import result
 from hetserve.sim.engine import SimConfig, Simulator
 from hetserve.workload import Poisson, generate
@@ -71,7 +74,8 @@ def digest(res):
 
 out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED,
        "modelled": modelled.COMPILED, "coldstart": coldstart.COMPILED, "heaps": heaps.COMPILED,
-       "flex_core": flex.COMPILED, "edf_adaptive_core": edf_adaptive.COMPILED}
+       "flex_core": flex.COMPILED, "edf_adaptive_core": edf_adaptive.COMPILED,
+       "fixed_batch_core": fixed_batch.COMPILED}
 s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
 for name in ("edf-adaptive", "flex", "fixed-batch", "flex-np", "clockwork", "nexus"):
     tr = build_trace(s, "gamma:cv=3", s.plan.rates_at(1.3), 3.0, seed=3)
@@ -114,6 +118,7 @@ def test_simulations_are_the_same_compiled_and_in_python():
     a, b = _run(pure_python=False), _run(pure_python=True)
     parts = (
         "kernel", "ledger", "modelled", "coldstart", "heaps", "flex_core", "edf_adaptive_core",
+        "fixed_batch_core",
     )  # fmt: skip
     for part in parts:
         assert a[part] is True and b[part] is False, part
@@ -137,6 +142,8 @@ def test_the_builds_take_the_c_types_of_their_pxd():
     assert flex.COMPILED and flex.Flex.__module__.endswith("flex_core_c")
     assert edf_adaptive.COMPILED
     assert edf_adaptive.EdfAdaptive.__module__.endswith("edf_adaptive_core_c")
+    assert fixed_batch.COMPILED
+    assert fixed_batch.FixedBatch.__module__.endswith("fixed_batch_core_c")
     f, ea = flex.core, edf_adaptive.core
     e = compiled_entities
     for cls, attr in ((e.Slot, "running"), (e.Batch, "rows"), (e.Task, "start_s"),
@@ -207,6 +214,9 @@ def test_one_build_throughout():
     assert scheduler_factory("edf-adaptive") is edf_adaptive.EdfAdaptive
     assert edf_adaptive.EdfAdaptive is edf_adaptive.core.EdfAdaptive
     assert (edf_adaptive.core is edf_adaptive_core) == (not edf_adaptive.COMPILED)
+    assert scheduler_factory("fixed-batch") is fixed_batch.FixedBatch
+    assert fixed_batch.FixedBatch is fixed_batch.core.FixedBatch
+    assert (fixed_batch.core is fixed_batch_core) == (not fixed_batch.COMPILED)
     from hetserve.scheduling import nexus
 
     assert issubclass(nexus.Nexus, flex.GroupScheduler)  # (nexus builds on the build taken)

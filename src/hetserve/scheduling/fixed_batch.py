@@ -1,212 +1,24 @@
-"""``fixed-batch``: TF-Serving-style batching.
+"""``fixed-batch``: TF-Serving-style batching. Written in
+``scheduling/fixed_batch_core.py``, whose docstring says how it batches and dispatches.
 
-One FIFO queue per model. A batch goes out when ``max_batch`` rows are waiting, or when
-the oldest has waited ``max_queue_delay_s``; it takes the oldest requests whose rows fit in
-``max_batch`` (a request with more rows is dropped: no batch holds it) and goes
-to the next free worker (for multi-stage pipelines: per stage, the worker with the fewest
-outstanding stages). Requests are never dropped; those that finish after their deadline
-are ``late``.
-"""
+The class registered is that file's compiled build where the package was built with
+Cython (``setup.py``), else the Python file's; ``HETSERVE_PURE_PYTHON=1`` asks for the
+Python file even where both are there; ``COMPILED`` says which one this process took."""
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
-from typing import Annotated
+from typing import TYPE_CHECKING
 
-from hetserve.core.errors import HetserveError
-from hetserve.core.plan import Plan
-from hetserve.core.requests import Request
-from hetserve.scheduling.params import Range
-from hetserve.scheduling.pools import PipelinePool, Pools
-from hetserve.scheduling.protocol import (
-    RETURNED,
-    Action,
-    BaseScheduler,
-    ClusterView,
-    Dispatch,
-    Drop,
-    RouteStep,
-    SetTimer,
-    StageReport,
-    WorkerId,
-    register,
-)
+from hetserve.core import records
+from hetserve.core.compiled import build_of
+from hetserve.scheduling import fixed_batch_core as _pure
+from hetserve.scheduling.protocol import register
 
+__all__ = ["COMPILED", "FixedBatch", "core"]
 
-class _Queue(deque[Request]):
-    """A model's FIFO queue and its rows together."""
+core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
 
-    __slots__ = ("rows",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows = 0
-
-
-@register("fixed-batch")
-class FixedBatch(BaseScheduler):
-    # a stage end looks only at the models that are due (``due``, ``pending``); False: at
-    # every model the freed workers serve (the plain rule, which
-    # ``tests/scheduling/test_spared_tries.py`` holds the index to)
-    spare = True
-
-    def __init__(
-        self,
-        max_batch: Annotated[int, Range(1)] = 8,
-        max_queue_delay_s: Annotated[float, Range(0)] = 0.005,
-    ) -> None:
-        super().__init__()
-        self.max_batch = int(max_batch)
-        self.delay = float(max_queue_delay_s)
-
-    def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
-        super().start(view, plan, now)
-        self.pools = Pools(view, plan)
-        self.queues: dict[str, _Queue] = {m: _Queue() for m in plan.models}
-        # per model, the head request whose timer is armed: one timer per head, however
-        # often the model is tried while it waits (at every stage end of its workers)
-        self.armed: dict[str, int] = {}
-        # (first-stage worker, its pipeline) in plan order: a dispatch needs both
-        self.first_workers = {
-            m: [(w, p) for p in self.pools.pipelines[m] for w in p.stages[0][1]]
-            for m in plan.models
-        }
-        self.index = {m: i for i, m in enumerate(plan.models)}  # plan order: ties
-        self.serves = {w: set(ms) for w, ms in self.pools.models_of.items()}
-        # the models whose head is due and found no free worker (or may: stale entries are
-        # dropped when looked at), and, as a heap of (due time, head id, model), those
-        # whose head's timer is armed: a stage end looks at these, not at every model of
-        # the freed workers (where 100 models share 1,000 GPUs: a few, not 100)
-        self.due: dict[str, None] = {}
-        self.pending: list[tuple[float, int, str]] = []
-        return []
-
-    def max_rows(self, model: str) -> int | None:
-        return self.max_batch
-
-    # ------------------------------------------------------------------ helpers
-    def _due(self, q: _Queue, now: float) -> bool:
-        return q.rows >= self.max_batch or q[0].arrival_s + self.delay <= now + 1e-12
-
-    def _needs_try(self, model: str, now: float) -> bool:
-        """Whether a worker freed now gives ``model`` something to decide: requests wait
-        and the head is due. One whose head is not due has its timer armed for that head
-        (a head changes only in a try, which arms it, or by a requeue, which is tried), so
-        a try would change nothing; with many models on a worker this spares a try each."""
-        q = self.queues[model]
-        return bool(q) and self._due(q, now)
-
-    def _free_first_worker(self, model: str) -> tuple[WorkerId, PipelinePool] | None:
-        idle = self.pools.idle
-        for wp in self.first_workers[model]:
-            if idle(wp[0]):
-                return wp
-        return None
-
-    def _dispatch(self, model: str, first: WorkerId, pipe: PipelinePool, now: float) -> Action:
-        q = self.queues[model]
-        if q.rows == len(q):  # every request one row: the plain pops
-            reqs = tuple([q.popleft() for _ in range(min(self.max_batch, len(q)))])
-            n = len(reqs)
-        else:
-            taken, n = [], 0
-            while q and n + q[0].rows <= self.max_batch:
-                r = q.popleft()
-                taken.append(r)
-                n += r.rows
-            reqs = tuple(taken)
-        q.rows -= n
-        route, workers = [], []
-        for si, (blocks, ws) in enumerate(pipe.stages):
-            w = (
-                first
-                if si == 0
-                else min(ws, key=lambda x: (x in self.pools.lost, self.pools.outstanding[x]))
-            )
-            route.append(RouteStep(si, w, now, blocks))
-            workers.append(w)
-        bid = self.new_batch_id()
-        self.pools.dispatched(bid, tuple(workers))
-        return Dispatch(bid, model, reqs, tuple(route))
-
-    def _try(self, model: str, now: float, out: list[Action]) -> None:
-        q = self.queues[model]
-        while q and q[0].rows > self.max_batch:  # no batch holds it
-            r = q.popleft()
-            q.rows -= r.rows
-            out.append(Drop((r,), "rows", (self.max_batch,)))
-        while q and self._due(q, now):
-            wp = self._free_first_worker(model)
-            if wp is None:
-                if self.spare:
-                    self.due[model] = None
-                return
-            out.append(self._dispatch(model, wp[0], wp[1], now))
-        if q and not self._due(q, now) and self.armed.get(model) != q[0].id:
-            self.armed[model] = q[0].id
-            out.append(SetTimer(q[0].arrival_s + self.delay, (model, q[0].id)))
-            if self.spare:
-                heapq.heappush(self.pending, (q[0].arrival_s + self.delay, q[0].id, model))
-
-    # ------------------------------------------------------------------ protocol
-    def on_arrival(self, request: Request, now: float) -> list[Action]:
-        q = self.queues.get(request.model)
-        if q is None:
-            raise HetserveError(f"fixed-batch: no pipeline serves model {request.model!r}")
-        q.append(request)
-        q.rows += request.rows
-        if len(q) == 1 or q.rows >= self.max_batch:
-            out: list[Action] = []
-            self._try(request.model, now, out)
-            return out
-        return []
-
-    def on_timer(self, token: object, now: float) -> list[Action]:
-        model, rid = token  # type: ignore[misc]
-        if self.armed.get(model) == rid:
-            del self.armed[model]
-        q = self.queues[model]
-        if not q or q[0].id != rid:
-            return []
-        out: list[Action] = []
-        self._try(model, now, out)
-        return out
-
-    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
-        if report.kind == "stage" and not report.completed and report.reason in RETURNED:
-            q = self.queues[report.model]
-            for r in sorted(report.requests, key=lambda r: (r.arrival_s, r.id), reverse=True):
-                q.appendleft(r)
-                q.rows += r.rows
-        freed = self.pools.reported(report)
-        if not freed and report.completed:
-            return []
-        out: list[Action] = []
-        queues, needs = self.queues, self._needs_try
-        if self.spare:
-            due, pending = self.due, self.pending
-            while pending and pending[0][0] <= now + 1e-12:  # (``_due``'s own test)
-                due[heapq.heappop(pending)[2]] = None
-            serves = [self.serves.get(w, ()) for w in freed]
-            models = set()
-            for m in list(due):
-                if not needs(m, now):
-                    del due[m]  # (nothing waits, or its head is not due: its timer is armed)
-                elif any(m in ms for ms in serves):
-                    models.add(m)
-        else:
-            models = {m for w in freed for m in self.pools.models_of.get(w, []) if needs(m, now)}
-        if not report.completed and queues[report.model]:  # (a requeue: a new head)
-            models.add(report.model)
-        index = self.index
-        for m in sorted(
-            models,
-            key=lambda m: (queues[m][0].arrival_s if queues[m] else float("inf"), index[m]),
-        ):
-            self._try(m, now, out)
-        return out
-
-    def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
-        self.pools.lost.add(worker)
-        return []
+if TYPE_CHECKING:  # (the same class, as a type checker reads it)
+    from hetserve.scheduling.fixed_batch_core import FixedBatch
+else:
+    FixedBatch = register("fixed-batch")(core.FixedBatch)
