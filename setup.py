@@ -6,7 +6,8 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
 - ``core/heaps_core.py``: the keyed heaps (``push``/``pop`` comparing two C keys,
   ``pop_edf``) and the latency tables' search (``bisect_s``), which the others
   ``cimport``;
-- ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
+- ``engine/deadlines_core.py`` (the held requests by deadline),
+  ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
   ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
   modelled executor, its residency and stage start);
 - ``scheduling/reservation_slots.py`` (the reservation table, which the next one
@@ -47,6 +48,9 @@ class OptionalBuildExt(build_ext):
 FALLBACK = {
     "hetserve.core.heaps_core_c": (
         "heapq and the Python file src/hetserve/core/heaps_core.py run instead"
+    ),
+    "hetserve.engine.deadlines_core_c": (
+        "the Python file src/hetserve/engine/deadlines_core.py runs instead"
     ),
     "hetserve.engine.entities_core_c": (
         "the Python file src/hetserve/engine/entities_core.py runs instead"
@@ -90,6 +94,11 @@ EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions, the records' inline C)
     ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD]),
+    (
+        "hetserve.engine.deadlines_core_c",
+        "src/hetserve/engine/deadlines_core.py",
+        ["src/hetserve/engine/deadlines_core_c.pxd", HEAPS_PXD],
+    ),
     (
         "hetserve.engine.entities_core_c",
         "src/hetserve/engine/entities_core.py",

@@ -19,6 +19,8 @@ FILES = [
     "src/hetserve/core/heaps_core.py",
     "src/hetserve/core/heaps_core_c.pxd",
     "src/hetserve/engine/__init__.py",
+    "src/hetserve/engine/deadlines_core.py",
+    "src/hetserve/engine/deadlines_core_c.pxd",
     "src/hetserve/engine/entities_core.py",
     "src/hetserve/engine/entities_core_c.pxd",
     "src/hetserve/engine/kernel_core.py",
@@ -57,7 +59,7 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     for name in (
-        "heaps_core_c", "entities_core_c", "kernel_core_c", "modelled_core_c",
+        "heaps_core_c", "deadlines_core_c", "entities_core_c", "kernel_core_c", "modelled_core_c",
         "coldstart_core_c", "flex_core_c", "edf_adaptive_core_c", "fixed_batch_core_c",
         "reservation_core_c", "reservation_slots_c", "recorder_core_c", "csv_cells",
     ):  # fmt: skip

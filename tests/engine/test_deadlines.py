@@ -1,13 +1,16 @@
 """The kernel's deadline watch (``engine.deadlines``) against a brute force over the held
 requests: whatever the order of arrivals, returns and departures, ``due`` gives exactly
 the held requests whose deadline has come (each once, by deadline) and ``first_s`` the
-earliest deadline of one still held."""
+earliest deadline of one still held; compiled (where built) and as the Python file."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetserve.core.requests import Request
-from hetserve.engine.deadlines import Deadlines
+from hetserve.engine import deadlines, deadlines_core
+
+BUILDS = sorted({deadlines.Deadlines, deadlines_core.Deadlines}, key=lambda c: c.__module__)
 
 # one step: ("arrive", stream, slo index) | ("leave", k-th held) | ("again", k-th left)
 #         | ("due", dt) -- time moves on by dt and the due requests are taken
@@ -20,10 +23,11 @@ STEP = st.one_of(
 SLOS = {"a": (0.1, 0.1, 0.1), "b": (0.25, 0.05, 0.4)}  # stream b: per-request deadlines
 
 
+@pytest.mark.parametrize("build", BUILDS, ids=lambda c: c.__module__.rsplit(".", 1)[1])
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(STEP, max_size=120))
-def test_due_and_first_match_a_brute_force(steps):
-    dl, held, left = Deadlines(), {}, []
+def test_due_and_first_match_a_brute_force(build, steps):
+    dl, held, left = build(), {}, []
     now, nid = 0.0, 0
     for step in steps:
         if step[0] == "arrive":

@@ -14,7 +14,16 @@ that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C types of
 import pytest
 
 from hetserve.core import heaps
-from hetserve.engine import entities, entities_core, kernel, kernel_core, modelled, modelled_core
+from hetserve.engine import (
+    deadlines,
+    deadlines_core,
+    entities,
+    entities_core,
+    kernel,
+    kernel_core,
+    modelled,
+    modelled_core,
+)
 from hetserve.scheduling import (
     coldstart,
     coldstart_core,
@@ -52,7 +61,7 @@ from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
 from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
 from hetserve.core import heaps
-from hetserve.engine import kernel, modelled
+from hetserve.engine import deadlines, kernel, modelled
 from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.setup import build_trace
 from hetserve.planning.deepplan import plan_cold_starts
@@ -75,7 +84,7 @@ def digest(res):
 out = {"kernel": kernel.COMPILED, "ledger": result.LEDGER_COMPILED,
        "modelled": modelled.COMPILED, "coldstart": coldstart.COMPILED, "heaps": heaps.COMPILED,
        "flex_core": flex.COMPILED, "edf_adaptive_core": edf_adaptive.COMPILED,
-       "fixed_batch_core": fixed_batch.COMPILED}
+       "fixed_batch_core": fixed_batch.COMPILED, "deadlines_core": deadlines.COMPILED}
 s = build_setup("hc1-s", ["resnet50", "efficientnet-b0"])
 for name in ("edf-adaptive", "flex", "fixed-batch", "flex-np", "clockwork", "nexus"):
     tr = build_trace(s, "gamma:cv=3", s.plan.rates_at(1.3), 3.0, seed=3)
@@ -118,7 +127,7 @@ def test_simulations_are_the_same_compiled_and_in_python():
     a, b = _run(pure_python=False), _run(pure_python=True)
     parts = (
         "kernel", "ledger", "modelled", "coldstart", "heaps", "flex_core", "edf_adaptive_core",
-        "fixed_batch_core",
+        "fixed_batch_core", "deadlines_core",
     )  # fmt: skip
     for part in parts:
         assert a[part] is True and b[part] is False, part
@@ -142,7 +151,7 @@ def test_the_builds_take_the_c_types_of_their_pxd():
     assert flex.COMPILED and flex.Flex.__module__.endswith("flex_core_c")
     assert edf_adaptive.COMPILED
     assert edf_adaptive.EdfAdaptive.__module__.endswith("edf_adaptive_core_c")
-    assert fixed_batch.COMPILED
+    assert fixed_batch.COMPILED and deadlines.COMPILED
     assert fixed_batch.FixedBatch.__module__.endswith("fixed_batch_core_c")
     f, ea = flex.core, edf_adaptive.core
     e = compiled_entities
@@ -152,7 +161,8 @@ def test_the_builds_take_the_c_types_of_their_pxd():
                       (compiled_modelled.Held, "mem_cap"),
                       (compiled_modelled.Residency, "host_links"),
                       (f.ModelQueue, "fastest_1"), (f.GroupWorker, "lat"),
-                      (ea._ModelState, "timer_at"), (ea._Group, "unsettled")):  # fmt: skip
+                      (ea._ModelState, "timer_at"), (ea._Group, "unsettled"),
+                      (deadlines.Deadlines, "heads")):  # fmt: skip
         # (an extension type's attribute, not a Python class's slot or dict entry)
         assert cls.__dictoffset__ == 0
         assert type(cls.__dict__[attr]).__name__ == "getset_descriptor", cls
@@ -217,6 +227,7 @@ def test_one_build_throughout():
     assert scheduler_factory("fixed-batch") is fixed_batch.FixedBatch
     assert fixed_batch.FixedBatch is fixed_batch.core.FixedBatch
     assert (fixed_batch.core is fixed_batch_core) == (not fixed_batch.COMPILED)
+    assert (deadlines.core is deadlines_core) == (not deadlines.COMPILED)
     from hetserve.scheduling import nexus
 
     assert issubclass(nexus.Nexus, flex.GroupScheduler)  # (nexus builds on the build taken)
@@ -228,3 +239,4 @@ def test_beside_python_heaps_the_group_and_edf_schedulers_are_python(monkeypatch
     monkeypatch.setattr(heaps, "COMPILED", False)
     assert heaps.build_beside(flex_core) == (flex_core, False)
     assert heaps.build_beside(edf_adaptive_core) == (edf_adaptive_core, False)
+    assert heaps.build_beside(deadlines_core) == (deadlines_core, False)

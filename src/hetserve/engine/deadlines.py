@@ -1,134 +1,23 @@
-"""Held requests by deadline, for the kernel's drops at the deadline (``engine.kernel``).
+"""Held requests by deadline, for the kernel's drops at the deadline. Written in
+``engine/deadlines_core.py``, whose docstring says how they are kept.
 
-A request the scheduler still holds when its deadline comes can no longer finish by it:
-the kernel ends it then, at the deadline, in both engines, whether or not the scheduler
-looks at its queue (issue 44). To know the next deadline without a timer or a heap entry
-per request, :class:`Deadlines` keeps
-
-- one FIFO per stream: a stream's requests arrive with non-decreasing deadlines, so its
-  FIFO is sorted by deadline and appending costs O(1);
-- ``heads``: a heap with one entry per non-empty FIFO, keyed by a deadline no later than
-  its first request's (a lower bound: the request it was made for may have left since);
-- ``heap``: the few requests that do not fit their stream's order (a request with its own
-  deadline, one given back to the scheduler after a preemption or an open route).
-
-Entries are not removed when a request leaves the scheduler (dispatched, dropped): they
-are skipped, lazily, by asking whether the request is still held, each once. The kernel
-keeps one timer, at :meth:`first_s`, the earliest deadline of a request still held.
-"""
+The class exported is that file's compiled build where the package was built with Cython
+(``setup.py``), else the Python file's; ``HETSERVE_PURE_PYTHON=1`` asks for the Python file
+even where both are there; ``COMPILED`` says which one this process took."""
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
-from collections import deque
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from hetserve.core.requests import Request
+from hetserve.core import heaps
+from hetserve.engine import deadlines_core as _pure
 
-__all__ = ["Deadlines"]
+__all__ = ["COMPILED", "Deadlines", "core"]
 
+# (it cimports the keyed heaps: taken only beside their build)
+core, COMPILED = heaps.build_beside(_pure)
 
-class Deadlines:
-    """The requests the scheduler holds, by deadline (module docstring). The FIFOs hold
-    request ids (the driver gives each request its own id); ``held`` (the kernel's
-    ledger of held requests) says which are still held, and their deadlines."""
-
-    __slots__ = ("fifos", "heads", "heap", "last_s", "seq")
-
-    def __init__(self) -> None:
-        self.fifos: dict[str, deque[int]] = {}
-        self.last_s: dict[str, float] = {}  # per FIFO, the deadline last appended
-        self.heads: list[tuple[float, int, deque[int]]] = []
-        self.heap: list[tuple[float, int]] = []
-        self.seq = itertools.count()
-
-    def add(self, r: Request) -> None:
-        """Watch ``r``, arrived."""
-        q = self.fifos.get(r.stream)
-        if q is None:
-            q = self.fifos[r.stream] = deque()
-        d = r.deadline_s
-        if not q:
-            heapq.heappush(self.heads, (d, next(self.seq), q))
-        elif self.last_s[r.stream] > d:
-            heapq.heappush(self.heap, (d, r.id))
-            return
-        q.append(r.id)
-        self.last_s[r.stream] = d
-
-    def again(self, r: Request) -> None:
-        """Watch ``r``, held again (returned, or parked by an open route): out of its
-        stream's order, so on the heap."""
-        heapq.heappush(self.heap, (r.deadline_s, r.id))
-
-    def fifo(self, stream: str) -> deque[int] | None:
-        """The stream's FIFO, for a caller that appends in deadline order itself (the
-        kernel's loop, which reads ``fifos`` itself: a trace's stream comes in order),
-        calling :meth:`head` when it was empty; None until :meth:`add` made it. (Such
-        appends leave ``last_s`` behind: a caller uses either, for one stream.)"""
-        return self.fifos.get(stream)
-
-    def head(self, q: deque[int], deadline_s: float) -> None:
-        """``q`` was empty and gets a request of ``deadline_s``."""
-        heapq.heappush(self.heads, (deadline_s, next(self.seq), q))
-
-    def due(self, now: float, held: Mapping[int, Request]) -> list[Request]:
-        """The held requests whose deadline is ``now`` or past, in deadline order (each
-        once: a request given back may be here twice; they are forgotten here)."""
-        out: dict[int, Request] = {}
-        heads = self.heads
-        get = held.get
-        while heads and heads[0][0] <= now:
-            q = heapq.heappop(heads)[2]
-            while q:
-                r = get(q[0])
-                if r is None:
-                    q.popleft()  # no longer the scheduler's
-                elif r.deadline_s <= now:
-                    out[q.popleft()] = r
-                else:
-                    heapq.heappush(heads, (r.deadline_s, next(self.seq), q))
-                    break
-        heap = self.heap
-        while heap and heap[0][0] <= now:
-            r = get(heapq.heappop(heap)[1])
-            if r is not None and r.deadline_s <= now:
-                out[r.id] = r
-        if len(out) > 1:
-            return sorted(out.values(), key=lambda r: (r.deadline_s, r.id))
-        return list(out.values())
-
-    def first_s(self, held: Mapping[int, Request]) -> float:
-        """The earliest deadline of a held request (inf: none is held); the FIFOs and
-        the heap are cleaned of requests no longer held on the way."""
-        get = held.get
-        heap = self.heap
-        while heap and get(heap[0][1]) is None:
-            heapq.heappop(heap)
-        first = heap[0][0] if heap else math.inf
-        heads = self.heads
-        while heads:
-            d, _, q = heads[0]
-            r = None
-            while q:
-                r = get(q[0])
-                if r is not None:
-                    break
-                q.popleft()
-            if r is None:
-                heapq.heappop(heads)
-            elif r.deadline_s != d:  # (its key a bound no more)
-                heapq.heapreplace(heads, (r.deadline_s, next(self.seq), q))
-            else:
-                break
-        if heads and heads[0][0] < first:
-            first = heads[0][0]
-        return first
-
-    def clear(self) -> None:
-        self.fifos.clear()
-        self.last_s.clear()
-        self.heads.clear()
-        self.heap.clear()
+if TYPE_CHECKING:  # (the same class, as a type checker reads it)
+    from hetserve.engine.deadlines_core import Deadlines
+else:
+    Deadlines = core.Deadlines

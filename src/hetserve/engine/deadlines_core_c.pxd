@@ -1,0 +1,35 @@
+# C types for deadlines_core.py when Cython compiles it (setup.py) as the module
+# deadlines_core_c: Cython takes the .pxd named for the module it builds, so this file
+# carries that name. The .py file is the source and runs as plain Python without this (its
+# annotations are for readers and type checkers: ``annotation_typing=False`` at its top
+# leaves the C types to this file). The held requests by deadline are an extension type
+# with typed attributes (every one readable and writable from Python); its heaps are keyed
+# heaps (core/heaps_core_c.pxd), its FIFOs deques.
+import cython
+
+from hetserve.core.heaps_core_c cimport pop, push
+
+
+cdef class Deadlines:
+    cdef public dict fifos
+    cdef public dict last_s
+    cdef public list heads
+    cdef public list heap
+    cdef public Py_ssize_t seq
+
+    @cython.locals(d=double)
+    cpdef void add(self, object r) except *
+
+    cpdef void again(self, object r) except *
+
+    cpdef object fifo(self, object stream)
+
+    cpdef void head(self, object q, double deadline_s) except *
+
+    @cython.locals(out=dict, heads=list, heap=list)
+    cpdef list due(self, double now, object held)
+
+    @cython.locals(heap=list, heads=list, first=double)
+    cpdef double first_s(self, object held) except? -1.0
+
+    cpdef void clear(self) except *
