@@ -80,7 +80,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
 
 __all__ = [
     "Clockwork", "Flex", "FlexNP", "GroupScheduler", "GroupWorker", "ModelQueue",
-    "earliest_batch", "fit", "largest_batch", "prune", "start_batch",
+    "earliest_batch", "fit", "idle_first", "largest_batch", "prune", "run_free", "start_batch",
 ]  # fmt: skip
 
 _INF = math.inf
@@ -245,6 +245,51 @@ def start_batch(w: GroupWorker, st: ModelQueue, b: int, now: float, bid: int) ->
     return record(Dispatch, (bid, st.name, reqs, (step,)))
 
 
+def run_free(
+    sched: GroupScheduler,
+    w: GroupWorker,
+    now: float,
+    out: list,
+    kind: int,
+    by_deadline: bool,
+    max_batch: int,
+    of_batch: dict,
+) -> None:
+    """``GroupScheduler._on_free`` of the built-in classes, in C: ``w``'s batch choice
+    (``kind`` 1: FLEX's largest batch, ``by_deadline`` its ablation; 2: Clockwork's
+    earliest) and its start as ``_run`` makes it."""
+    if kind == 1:
+        st, b = largest_batch(w, now, out, by_deadline, max_batch)
+    else:
+        st, b = earliest_batch(w, now, out, max_batch)
+    if st is not None and b > 0:
+        bid = sched.new_batch_id()
+        out.append(start_batch(w, st, b, now, bid))
+        of_batch[bid] = w
+
+
+def idle_first(
+    sched: GroupScheduler,
+    st: ModelQueue,
+    now: float,
+    out: list,
+    kind: int,
+    by_deadline: bool,
+    max_batch: int,
+    of_batch: dict,
+) -> None:
+    """``GroupScheduler._idle_first`` of the built-in classes, in C (:func:`run_free` for
+    each idle worker of ``st``, in its order, while ``st``'s requests wait)."""
+    q = st.queue
+    ws = st.workers
+    bits = st.idle.bits
+    while bits and q:
+        low = bits & -bits
+        bits ^= low
+        run_free(sched, ws[low.bit_length() - 1], now, out, kind, by_deadline, max_batch,
+                 of_batch)  # fmt: skip
+
+
 # ---------------------------------------------------------------------- the schedulers
 class GroupScheduler(BaseScheduler):
     """Per-model deadline queues over whole-model workers that may serve several models."""
@@ -265,6 +310,17 @@ class GroupScheduler(BaseScheduler):
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
+        # where the class's batch choice and start are the built-in ones, a freed worker's
+        # decision is :func:`run_free`'s, in C (1: FLEX's, 2: Clockwork's); a subclass that
+        # overrides one of them (``nexus``) has its own methods called (0)
+        cls = type(self)
+        self._kind = 0
+        if cls._on_free is GroupScheduler._on_free and cls._run is GroupScheduler._run:
+            if cls._batch_gen is Flex._batch_gen:
+                self._kind = 1
+            elif cls._batch_gen is Clockwork._batch_gen:
+                self._kind = 2
+        self._by_deadline = getattr(self, "priority", "largest") == "deadline"
         pools = Pools(view, plan)
         self.models: dict[str, ModelQueue] = {}  # the queue of a model's requests
         # ... or, for a model split over groups, of its (model, stream)'s group
@@ -364,6 +420,10 @@ class GroupScheduler(BaseScheduler):
         """The idle workers of ``st``, in its order, each runs its ``batch_gen`` while
         ``st``'s requests wait: what looking at every worker in that order does, where a
         busy one does nothing."""
+        if self._kind:
+            idle_first(self, st, now, out, self._kind, self._by_deadline, self.max_batch,
+                       self.of_batch)  # fmt: skip
+            return
         q, ws = st.queue, st.workers
         bits = st.idle.bits
         on_free = self._on_free
@@ -407,7 +467,11 @@ class GroupScheduler(BaseScheduler):
             w.bid = w.size = 0
             if not w.lost:
                 w.set_idle()
-                self._on_free(w, now, out)
+                if self._kind:
+                    run_free(self, w, now, out, self._kind, self._by_deadline, self.max_batch,
+                             self.of_batch)  # fmt: skip
+                else:
+                    self._on_free(w, now, out)
         return out
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:

@@ -76,3 +76,11 @@ cpdef tuple earliest_batch(GroupWorker w, double now, list out, Py_ssize_t max_b
 @cython.locals(t=double)
 cpdef object start_batch(GroupWorker w, ModelQueue st, Py_ssize_t b, double now,
                          Py_ssize_t bid)
+
+@cython.locals(st=ModelQueue, b=Py_ssize_t, bid=Py_ssize_t)
+cpdef void run_free(object sched, GroupWorker w, double now, list out, int kind,
+                    bint by_deadline, Py_ssize_t max_batch, dict of_batch) except *
+
+@cython.locals(q=list, ws=list)
+cpdef void idle_first(object sched, ModelQueue st, double now, list out, int kind,
+                      bint by_deadline, Py_ssize_t max_batch, dict of_batch) except *
