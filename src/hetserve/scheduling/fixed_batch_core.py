@@ -158,10 +158,6 @@ class FixedBatch(BaseScheduler):
         q = self.queues[model]
         return bool(q) and self._due(q, now)
 
-    def _free_first_worker(self, model: str) -> tuple[WorkerId, PipelinePool] | None:
-        pools = self.pools
-        return free_first_worker(self.first_workers[model], pools.outstanding, pools.lost)
-
     def _dispatch(self, model: str, first: WorkerId, pipe: PipelinePool, now: float) -> Action:
         q = self.queues[model]
         if q.rows == len(q):  # every request one row: the plain pops
