@@ -6,8 +6,9 @@
 # wheel alone is 79 MB, so its Java jars, RLlib, Tune, Train, Data and LLM parts are left
 # out, which serving never imports, and the binaries stripped).
 #
-# Here:  bash benchmarks/gpu_wheels.sh     (writes .whl/site.tar.xz, ~32 MB; .whl/ is
-#        listed in .git/info/exclude so it never lands in git)
+# Here:  bash benchmarks/gpu_wheels.sh     (writes .whl/site.tar.xz, ~32 MB, and
+#        .whl/csrc.tar.xz, the C files Cython made for the compiled modules, ~1 MB: build
+#        here first; .whl/ is listed in .git/info/exclude so it never lands in git)
 # There: tar -xJf .whl/site.tar.xz -C /tmp && export PYTHONPATH=/tmp/site:$PWD/src
 #        python3 benchmarks/gpu_card.py OUT --part 1|2|3|all
 set -euo pipefail
@@ -32,3 +33,7 @@ find "$work/site" -type f \( -name '*.so*' -o -perm -u+x \) -print0 \
 mkdir -p .whl
 tar -cf - -C "$work" site | xz -T2 -6 > .whl/site.tar.xz
 ls -la .whl/site.tar.xz
+# the compiled modules' C files (made here by `make` or `setup.py build_ext`), which
+# docs/results/gpu-h200/lease5/build_c.py compiles there in parallel without Cython
+(cd src && find . -name '*.c' | tar -cf - -T - --transform 's,^\./,src/,' | xz -T2 -6) > .whl/csrc.tar.xz
+ls -la .whl/csrc.tar.xz
