@@ -50,3 +50,22 @@ def test_a_latency_table_is_each_stage_time_and_a_list_of_its_own():
     view.stage_overhead_s[w1] = 0.003
     assert view.latency_table("m", w1, 4) == [view.stage_latency_s("m", w1, b) for b in range(1, 5)]
     assert view.latency_table("m", w0, 4) == [view.stage_latency_s("m", w0, b) for b in range(1, 5)]
+
+
+def test_the_tables_of_many_workers_are_each_ones_table():
+    """``latency_tables`` (one look-up per run of workers of one GPU type and share) gives
+    each worker's ``latency_table``, in the order asked, overheads included, each a list
+    of its own: workers of two GPU types interleaved, with and without overheads."""
+    from hetserve.engine.setup import build_setup
+
+    s = build_setup("hc1-l", ["resnet50"])
+    view = ClusterView.build(s.cluster, s.latency, s.placement)
+    ws = sorted(view.workers, key=lambda w: (view.workers[w].gpu.name, w))
+    ws = [w for pair in zip(ws, reversed(ws), strict=True) for w in pair]  # interleaved
+    assert len({view.workers[w].gpu.name for w in ws}) > 1
+    for overhead in (False, True):
+        if overhead:
+            view.stage_overhead_s.update({w: 0.001 * k for k, w in enumerate(ws[::3])})
+        tables = view.latency_tables("resnet50", ws, 8, (0, 3))
+        assert tables == [view.latency_table("resnet50", w, 8, (0, 3)) for w in ws]
+        assert len({id(t) for t in tables}) == len(ws)

@@ -298,10 +298,13 @@ class ModelledStart:
         self.ex = ex
         self.kernel = ex.kernel
         self.runs = ex._runs  # (the executor's own dicts, shared)
-        # the same runs by (model, worker, blocks, size) as one number (``start``), with
-        # the blocks' bits; and the models' numbers in it
-        self.by_worker: dict[int, tuple[tuple[float, ...], float, float, int]] = {}
+        # the same runs by (model, kind of worker, blocks, size) as one number
+        # (``start``), with the blocks' bits; the models' numbers in it, and the kinds'
+        # (a worker's GPU type and share, all a run depends on), by worker index
+        self.by_kind: dict[int, tuple[tuple[float, ...], float, float, int]] = {}
         self.model_ids: dict[str, int] = {}
+        self.kinds: dict[tuple[str, float], int] = {}
+        self.kind_of: list[int] = []
         self.held = ex.held
         self.overhead_s = ex._overhead_s
         self.jitter_on = ex._jitter_on
@@ -320,18 +323,23 @@ class ModelledStart:
         w = task.worker
         b0 = blocks[0]
         b1 = blocks[1]
-        # first by a number made of the model's, the worker's, the blocks and the size
-        # (no tuple to make and hash per stage), with the blocks' bits; where one is out
-        # of its bits' range, or on a miss, by GPU type and share, not by worker: what
-        # ``_run_times`` reads (at 1,000 workers a key per worker missed for every model
-        # and batch size on each)
+        # first by a number made of the model's, the worker kind's (its GPU type and
+        # share: what ``_run_times`` reads), the blocks and the size (no tuple to make
+        # and hash per stage), with the blocks' bits; where one is out of its bits'
+        # range, or on a miss, by GPU type and share as a tuple. (By worker, 1,000
+        # workers made a key each for every model and size: mostly misses, each a tuple.)
         mi = self.model_ids.get(model, -1)
         if mi < 0:
             mi = self.model_ids[model] = len(self.model_ids)
+        wi = w.index
+        kind_of = self.kind_of
+        k = kind_of[wi] if 0 <= wi < len(kind_of) else -1
+        if k < 0:
+            k = self._kind(w)
         fast = -1
-        if n < 65536 and b1 < 1024 and w.index < 65536 and mi < 1024:
-            fast = (mi << 52) | (w.index << 36) | (b0 << 26) | (b1 << 16) | n
-        hit = self.by_worker.get(fast) if fast >= 0 else None
+        if n < 65536 and b1 < 1024 and k < 65536 and mi < 1024:
+            fast = (mi << 52) | (k << 36) | (b0 << 26) | (b1 << 16) | n
+        hit = self.by_kind.get(fast) if fast >= 0 else None
         if hit is None:
             key = (model, w.gpu_name, w.info.share, n, blocks)
             run = self.runs.get(key)
@@ -340,7 +348,7 @@ class ModelledStart:
             # (the mask of Python ints: a model may have more blocks than a C integer bits)
             hit = (run[0], run[1], run[2], ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1))
             if fast >= 0:
-                self.by_worker[fast] = hit
+                self.by_kind[fast] = hit
         cum, energy, dha, m = hit
         h = self.held[w.id]
         if h.resident.get(model, 0) & m != m:
@@ -371,6 +379,20 @@ class ModelledStart:
             self.heap.push(now + cum[-1], self.done_at, task, task.version)
         else:
             self.call_at(now + cum[-1], self.done_at, task, task.version)
+
+    def _kind(self, w: entities.Slot) -> int:
+        """The number of ``w``'s GPU type and share (the next one where new), kept by
+        its index."""
+        key = (w.gpu_name, w.info.share)
+        k = self.kinds.get(key, -1)
+        if k < 0:
+            k = self.kinds[key] = len(self.kinds)
+        if w.index >= 0:
+            kind_of = self.kind_of
+            while len(kind_of) <= w.index:
+                kind_of.append(-1)
+            kind_of[w.index] = k
+        return k
 
 
 class ModelledLoads:

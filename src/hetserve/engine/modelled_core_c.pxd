@@ -69,13 +69,19 @@ cdef class ModelledStart:
     cdef public object call_at
     cdef public object done_at
     cdef public Residency residency
-    cdef public dict by_worker
+    cdef public dict by_kind
     cdef public dict model_ids
+    cdef public dict kinds
+    cdef public list kind_of
 
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=double, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
-                   mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple)
+                   mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, wi=Py_ssize_t,
+                   kind_of=list, k=Py_ssize_t)
     cpdef start(self, Task task, double now)
+
+    @cython.locals(k=Py_ssize_t, kind_of=list)
+    cdef Py_ssize_t _kind(self, Slot w) except -1
 
 
 cdef class ModelledLoads:

@@ -221,15 +221,16 @@ class EdfAdaptive(BaseScheduler):
         for index, (m, mp) in enumerate(plan.models.items()):
             ws = self.pools.whole_model_workers(m)
             mb = self.max_batch_param or max(p.batch for p in mp.pipelines)
-            # fastest first (batch-1 latency), ties by plan order
-            ws.sort(key=lambda w, m=m: view.stage_latency_s(m, w, 1))
+            # fastest first (batch-1 latency: a table's first entry), ties by plan order
+            tables = view.latency_tables(m, ws, mb)
+            order = sorted(range(len(ws)), key=[t[0] for t in tables].__getitem__)
+            ws = [ws[i] for i in order]
             g = groups.get(tuple(ws))
             if g is None:
                 g = groups[tuple(ws)] = _Group(len(ws))
             st = _ModelState(
-                m, ws, [view.latency_table(m, w, mb) for w in ws], mp.pipelines[0].stages[0].blocks,
-                g, index,
-            )  # fmt: skip
+                m, ws, [tables[i] for i in order], mp.pipelines[0].stages[0].blocks, g, index
+            )
             g.models.append(st)
             self.models[m] = st
         # per worker: the groups it is in, each with the worker's bit in its idle set

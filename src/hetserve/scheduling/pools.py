@@ -27,7 +27,8 @@ class Pools:
 
     def __init__(self, view: ClusterView, plan: Plan) -> None:
         self.pipelines: dict[str, list[PipelinePool]] = {}
-        self.models_of: dict[WorkerId, list[str]] = {}
+        # (first as dicts: plan order, and membership in O(1) where a worker serves many)
+        models_of: dict[WorkerId, dict[str, None]] = {}
         for name, m in plan.models.items():
             pipes = []
             for pi, p in enumerate(m.pipelines):
@@ -41,11 +42,13 @@ class Pools:
                     stages.append((st.blocks, tuple(ws)))
                     if si == 0:
                         for w in ws:
-                            lst = self.models_of.setdefault(w, [])
-                            if name not in lst:
-                                lst.append(name)
+                            of = models_of.get(w)
+                            if of is None:
+                                of = models_of[w] = {}
+                            of[name] = None
                 pipes.append(PipelinePool(name, pi, p.batch, tuple(stages)))
             self.pipelines[name] = pipes
+        self.models_of: dict[WorkerId, list[str]] = {w: list(ms) for w, ms in models_of.items()}
         self.outstanding: dict[WorkerId, int] = {w: 0 for w in view.workers}
         self.lost: set[WorkerId] = set()
         self._routes: dict[int, tuple[WorkerId, ...]] = {}

@@ -72,7 +72,7 @@ Rules every scheduler follows, and every engine relies on:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -231,7 +231,45 @@ class ClusterView:
         """Latency at batch sizes 1..max_batch (index b-1): :meth:`stage_latency_s` of
         each (a new list; the blocks' part is kept per GPU type and share, which is all
         it depends on: 1,000 workers of two types make two tables, not 1,000)."""
-        w = self.workers[worker]
+        base = self._base_table(model, self.workers[worker], max_batch, blocks)
+        if self.stage_overhead_s:
+            o = self.stage_overhead_s.get(worker, 0.0)
+            return [t + o for t in base]
+        return list(base)
+
+    def latency_tables(
+        self,
+        model: str,
+        workers: Sequence[WorkerId],
+        max_batch: int,
+        blocks: tuple[int, int] | None = None,
+    ) -> list[list[float]]:
+        """:meth:`latency_table` of each of ``workers``, in their order (the same lists;
+        the workers of one GPU type and share are looked up once between them: a plan
+        that puts 100 models on 1,000 workers asks for 100,000 tables)."""
+        infos = self.workers
+        over = self.stage_overhead_s
+        out: list[list[float]] = []
+        last_key: tuple[str, float] | None = None
+        base: list[float] = []
+        for w in workers:
+            info = infos[w]
+            key = (info.gpu.name, info.share)
+            if key != last_key:
+                base = self._base_table(model, info, max_batch, blocks)
+                last_key = key
+            if over:
+                o = over.get(w, 0.0)
+                out.append([t + o for t in base])
+            else:
+                out.append(list(base))
+        return out
+
+    def _base_table(
+        self, model: str, w: WorkerInfo, max_batch: int, blocks: tuple[int, int] | None
+    ) -> list[float]:
+        """The blocks' latency at batch sizes 1..max_batch on ``w``'s GPU type and share
+        (kept: not to be changed by the caller)."""
         key = (model, w.gpu.name, w.share, max_batch, blocks)
         base = self._table_cache.get(key)
         if base is None:
@@ -240,10 +278,7 @@ class ClusterView:
             base = self._table_cache[key] = [
                 lat(model, w.gpu, w.share, b, rng) for b in range(1, max_batch + 1)
             ]
-        if self.stage_overhead_s:
-            o = self.stage_overhead_s.get(worker, 0.0)
-            return [t + o for t in base]
-        return list(base)
+        return base
 
 
 @runtime_checkable

@@ -100,8 +100,8 @@ class Reservation(BaseScheduler):
                         order = self._orders[workers] = _slots.PoolOrder([ids[w] for w in workers])
                         for w in workers:
                             core.orders_of[ids[w]].append(order)
-                    for w in workers:
-                        lat = view.latency_table(p.model, w, self._bs(p), blocks)
+                    tables = view.latency_tables(p.model, workers, self._bs(p), blocks)
+                    for w, lat in zip(workers, tables, strict=True):
                         min_gap[w] = min(min_gap.get(w, math.inf), *lat)
         for w in sorted(min_gap):
             core.set_min_gap(ids[w], min_gap[w])

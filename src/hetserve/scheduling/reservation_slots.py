@@ -23,6 +23,11 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+
 _EPS = 1e-12
 _NEG_INF = -math.inf
 _NO_TAG = object()  # (a tag no reservation has: ``Lane.keep``)
@@ -78,25 +83,27 @@ def _at(ts: memoryview, ws: memoryview, n: int, t: float, w: int) -> int:
 
 def _move(ts: memoryview, ws: memoryview, n: int, old_t: float, w: int, new_t: float) -> None:
     """Move worker ``w``'s pair from ``(old_t, w)`` to ``(new_t, w)``: the pairs between
-    its old place and its new one shift by one (a worker has one pair; fronts and solids
-    mostly move a little, so few do)."""
+    its old place and its new one shift by one, in one block (a worker has one pair; the
+    places are found by bisection, so a move that passes a thousand idle workers costs
+    two bisections and a block copy, not a thousand comparisons)."""
     i = _at(ts, ws, n, old_t, w)
-    if new_t > old_t:  # later: the next ones that come before it move down
-        j = i + 1
-        while j < n and (ts[j] < new_t or (ts[j] == new_t and ws[j] < w)):
-            ts[j - 1] = ts[j]
-            ws[j - 1] = ws[j]
-            j += 1
+    j = _at(ts, ws, n, new_t, w)  # (counting its own old pair: after it when later)
+    if new_t > old_t:  # later: the pairs i+1..j-1 come before it, and move down
+        _shift(ts, ws, i, i + 1, j - 1 - i)
         ts[j - 1] = new_t
         ws[j - 1] = w
-    else:  # earlier: the ones before it that come after it move up
-        j = i
-        while j > 0 and (ts[j - 1] > new_t or (ts[j - 1] == new_t and ws[j - 1] > w)):
-            ts[j] = ts[j - 1]
-            ws[j] = ws[j - 1]
-            j -= 1
+    else:  # earlier: the pairs j..i-1 come after it, and move up
+        _shift(ts, ws, j + 1, j, i - j)
         ts[j] = new_t
         ws[j] = w
+
+
+if not cython.compiled:  # (compiled: the inline C of the .pxd, two ``memmove``s)
+
+    def _shift(ts: memoryview, ws: memoryview, dst: int, src: int, count: int) -> None:
+        """Copy the pairs ``src..src+count-1`` to ``dst..``; the two ranges may overlap."""
+        ts[dst : dst + count] = ts[src : src + count]
+        ws[dst : dst + count] = ws[src : src + count]
 
 
 def int_buffer(n: int) -> memoryview:

@@ -3,6 +3,7 @@
 # and runs as plain Python without this). Times are C doubles and workers C integers, in
 # buffers (typed memoryviews); the classes are extension types with typed attributes.
 import cython
+from libc.string cimport memmove
 
 cdef double _EPS
 cdef double _NEG_INF
@@ -25,6 +26,17 @@ cdef Py_ssize_t _at(double[::1] ts, long long[::1] ws, Py_ssize_t n, double t,
 @cython.locals(i=Py_ssize_t, j=Py_ssize_t)
 cdef void _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, double old_t, Py_ssize_t w,
                 double new_t) except *
+
+
+# the pairs src..src+count-1 copied to dst.. (overlapping ranges: ``memmove``); the
+# Python file has the same as slice assignments
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t dst, Py_ssize_t src,
+                        Py_ssize_t count) noexcept:
+    if count > 0:
+        memmove(&ts[dst], &ts[src], count * sizeof(double))
+        memmove(&ws[dst], &ws[src], count * sizeof(long long))
 
 
 @cython.final
