@@ -156,24 +156,24 @@ class _BatchOfOneAsWritten:
     of its batch-1 shortcut): the head request alone, dropped when it cannot finish by its
     deadline, its model's load counted."""
 
-    def _next(self, w, now, out):
+    def _next(self, g, now, out):
         from hetserve.scheduling.protocol import Dispatch, Drop, RouteStep
 
-        q = self.queue[w]
-        while q and self.running[w] is None:
+        q = g.queue
+        while q and g.running is None:
             head = q[0]
             m = head.model
-            finish = max(now + self._warm_s(m, w, 1), self.loading[w].get(m, 0.0))
-            self._dequeue(w, head)
+            finish = max(now + self._warm_s(m, g.id, 1), g.loading.get(m, 0.0))
+            self._dequeue(g, head)
             if head.deadline_s < finish:
                 out.append(Drop((head,), "deadline"))
                 continue
             bid = self.new_batch_id()
-            self.running[w], self.busy_until[w] = bid, finish
-            self.running_model[w] = m
-            if m in self.resident[w]:
-                self.resident[w].move_to_end(m)
-            out.append(Dispatch(bid, m, (head,), (RouteStep(0, w, now, (0, self._nb[m])),)))
+            g.running, g.busy_until = bid, finish
+            g.running_model = m
+            if m in g.resident:
+                g.resident.move_to_end(m)
+            out.append(Dispatch(bid, m, (head,), (RouteStep(0, g.id, now, (0, self._nb[m])),)))
 
 
 @pytest.mark.parametrize("kind", ["pipeswitch", "pt+dha"])

@@ -45,8 +45,10 @@ STEP_BLOCKS = 3
 DISPATCH_REQUESTS = 2
 REPORT_KIND = 0
 REPORT_MODEL = 2
+REPORT_WORKER = 4
 REPORT_REQUESTS = 7
 REPORT_COMPLETED = 8
+REPORT_LAST = 9
 REPORT_REASON = 10
 
 #: ``cython`` where Cython is not installed (for the ``not cython.compiled`` above)

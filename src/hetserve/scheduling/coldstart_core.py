@@ -65,8 +65,46 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
     import cython
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
-if not cython.compiled:  # (compiled: ``record`` is the inline C its .pxd cimports)
-    from hetserve.core.records import record
+if not cython.compiled:  # (compiled: the inline C and constants its .pxd cimports)
+    from hetserve.core.records import (
+        REPORT_COMPLETED,
+        REPORT_KIND,
+        REPORT_LAST,
+        REPORT_MODEL,
+        REPORT_REASON,
+        REPORT_REQUESTS,
+        REPORT_WORKER,
+        REQUEST_DEADLINE_S,
+        REQUEST_ID,
+        REQUEST_MODEL,
+        REQUEST_ROWS,
+        field,
+        record,
+    )
+
+
+class GpuState:
+    """One GPU (a worker of the plan) as :class:`ColdStartCore` keeps it: its memory
+    (``cap`` and ``used``, bytes), its instances (``resident``: model -> last use, least
+    recently used first; ``loading``: model -> when its planned load ends), its queue and
+    the batch it runs (``running``: the batch id, and its model), when that ends
+    (``busy_until``), the batch-1 warm latency of its queue (``queued_s``), and per model
+    its batch-1 warm latency and bytes as first asked. One object per GPU, found once per
+    call: the core's state was a dict per field, each keyed by the worker's name."""
+
+    def __init__(self, wid: WorkerId, cap_b: float) -> None:
+        self.id = wid
+        self.cap = cap_b
+        self.used = 0.0
+        self.resident: OrderedDict[str, float] = OrderedDict()
+        self.loading: dict[str, float] = {}
+        self.queue: deque[Request] = deque()
+        self.running: int | None = None
+        self.running_model: str | None = None
+        self.busy_until = 0.0
+        self.queued_s = 0.0
+        self.warm1: dict[str, float] = {}
+        self.nbytes: dict[str, float] = {}
 
 
 class ColdStartCore:
@@ -75,7 +113,9 @@ class ColdStartCore:
     Where this file is compiled it is an extension type with typed attributes
     (``coldstart_core_c.pxd``) whose methods call each other in C. ``stats`` and
     ``cold_ids`` are the scheduler's own (shared); ``next_batch`` is the last batch id
-    given (what ``BaseScheduler.new_batch_id`` counts: the scheduler's, from then on)."""
+    given (what ``BaseScheduler.new_batch_id`` counts: the scheduler's, from then on).
+    Each GPU's state is a :class:`GpuState` (``gpus``, by worker id); ``resident``,
+    ``loading`` and ``queue`` are the same containers by worker id."""
 
     def __init__(
         self,
@@ -98,26 +138,19 @@ class ColdStartCore:
         if not ws:
             raise HetserveError("coldstart: the plan places no workers")
         self.workers: list[WorkerId] = ws
-        self.cap = {
-            w: max(0.0, view.workers[w].gpu.memory_gb * 1e9 / view.workers[w].share
-                   - self.reserve_b)
+        self.gpus: dict[WorkerId, GpuState] = {
+            w: GpuState(w, max(0.0, view.workers[w].gpu.memory_gb * 1e9 / view.workers[w].share
+                               - self.reserve_b))
             for w in ws
         }  # fmt: skip
-        self.used = dict.fromkeys(ws, 0.0)
-        self.resident: dict[WorkerId, OrderedDict[str, float]] = {w: OrderedDict() for w in ws}
-        self.loading: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}  # -> ready by
-        self.queue: dict[WorkerId, deque[Request]] = {w: deque() for w in ws}
-        self.running: dict[WorkerId, int | None] = dict.fromkeys(ws)
-        self.running_model: dict[WorkerId, str | None] = dict.fromkeys(ws)  # its model
-        self.busy_until = dict.fromkeys(ws, 0.0)
-        self.queued_s = dict.fromkeys(ws, 0.0)  # batch-1 warm latency of the queue
+        self.resident = {w: g.resident for w, g in self.gpus.items()}
+        self.loading = {w: g.loading for w, g in self.gpus.items()}
+        self.queue = {w: g.queue for w, g in self.gpus.items()}
         self.lost: set[WorkerId] = set()
         self.live: list[WorkerId] = list(ws)
         self.where: dict[str, set[WorkerId]] = {}  # model -> live workers holding it
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
-        self._warm1: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self.pending: deque[Request] = deque()
-        self._bytes: dict[WorkerId, dict[str, float]] = {w: {} for w in ws}
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
 
     def new_batch_id(self) -> int:
@@ -132,19 +165,23 @@ class ColdStartCore:
         k = 0
         for m in self.plan.models:
             for _ in range(len(ws)):
-                w = ws[k % len(ws)]
+                g = self.gpus[ws[k % len(ws)]]
                 k += 1
-                if self.used[w] + self.instance_bytes(m, w) <= self.cap[w]:
-                    out.append(self._load(w, m, now))
+                if g.used + self._bytes_on(g, m) <= g.cap:
+                    out.append(self._load(g, m, now))
                     break
         return out
 
     # ------------------------------------------------------------------ estimates
     def instance_bytes(self, model: str, w: WorkerId) -> float:
-        per = self._bytes[w]
+        """The bytes an instance of ``model`` takes on worker ``w``'s GPU."""
+        return self._bytes_on(self.gpus[w], model)
+
+    def _bytes_on(self, g: GpuState, model: str) -> float:
+        per = g.nbytes
         b = per.get(model)
         if b is None:
-            gpu = self.view.workers[w].gpu.name
+            gpu = self.view.workers[g.id].gpu.name
             cold = cold_start_model(self.view.latency)
             if cold is not None:
                 b = float(cold.gpu_bytes(model, gpu))
@@ -169,129 +206,137 @@ class ColdStartCore:
             t = self._warm[key] = self.view.stage_latency_s(model, w, batch)
         return t
 
-    def _warm1_s(self, model: str, w: WorkerId) -> float:
-        per = self._warm1[w]
+    def _warm1_on(self, g: GpuState, model: str) -> float:
+        per = g.warm1
         t = per.get(model)
         if t is None:
-            t = per[model] = self._warm_s(model, w, 1)
+            t = per[model] = self._warm_s(model, g.id, 1)
         return t
 
     def _by_backlog(self, ws: Iterable[WorkerId], now: float) -> list[tuple[float, WorkerId]]:
         """(seconds until the worker's queue would be empty, worker), for each of ``ws``."""
-        bu, qs = self.busy_until, self.queued_s
-        return [((bu[w] if bu[w] > now else now) + qs[w] - now, w) for w in ws]
+        gpus = self.gpus
+        out = []
+        for w in ws:
+            g = gpus[w]
+            bu = g.busy_until
+            out.append(((bu if bu > now else now) + g.queued_s - now, w))
+        return out
 
-    def _dequeue(self, w: WorkerId, r: Request) -> None:
-        q = self.queue[w]
+    def _dequeue(self, g: GpuState, r: Request) -> None:
+        q = g.queue
         if q[0] is r:
             q.popleft()
         else:
             q.remove(r)
-        left = self.queued_s[w] - (
-            self._warm1_s(r.model, w) if r.rows == 1 else self._warm_s(r.model, w, r.rows)
-        )
-        self.queued_s[w] = left if left > 0.0 else 0.0
+        m = field(r, REQUEST_MODEL)
+        rows = field(r, REQUEST_ROWS)
+        left = g.queued_s - (self._warm1_on(g, m) if rows == 1 else self._warm_s(m, g.id, rows))
+        g.queued_s = left if left > 0.0 else 0.0
 
     # ------------------------------------------------------------------ routing
-    def _load(self, w: WorkerId, model: str, now: float) -> Load:
-        self.where.setdefault(model, set()).add(w)
-        self.used[w] += self.instance_bytes(model, w)
-        self.loading[w][model] = now + self._cold_s(model)
+    def _load(self, g: GpuState, model: str, now: float) -> Load:
+        self.where.setdefault(model, set()).add(g.id)
+        g.used += self._bytes_on(g, model)
+        g.loading[model] = now + self._cold_s(model)
         self.stats["loads"] += 1
-        return record(Load, (w, model, (0, self._nb[model]), False))
+        return record(Load, (g.id, model, (0, self._nb[model]), False))
 
-    def _make_room(self, w: WorkerId, model: str, out: list[Action]) -> bool:
-        """Evict idle LRU instances on ``w`` until ``model`` fits; False if it cannot."""
-        need = self.instance_bytes(model, w)
-        if need > self.cap[w]:
+    def _make_room(self, g: GpuState, model: str, out: list[Action]) -> bool:
+        """Evict idle LRU instances on ``g`` until ``model`` fits; False if it cannot."""
+        need = self._bytes_on(g, model)
+        if need > g.cap:
             return False
         # busy: queued, or running (a dispatched batch has left the queue; its weights
         # are in use until it ends: rule 8)
-        busy = {r.model for r in self.queue[w]}
-        if self.running_model[w] is not None:
-            busy.add(self.running_model[w])
-        free = self.cap[w] - self.used[w]
+        busy = {field(r, REQUEST_MODEL) for r in g.queue}
+        if g.running_model is not None:
+            busy.add(g.running_model)
+        free = g.cap - g.used
         victims = []
-        for m in self.resident[w]:  # least recently used first
+        for m in g.resident:  # least recently used first
             if free >= need:
                 break
             if m in busy:
                 continue
             victims.append(m)
-            free += self.instance_bytes(m, w)
+            free += self._bytes_on(g, m)
         if free < need:
             return False
         for m in victims:
-            del self.resident[w][m]
-            self.where[m].discard(w)
-            self.used[w] -= self.instance_bytes(m, w)
+            del g.resident[m]
+            self.where[m].discard(g.id)
+            g.used -= self._bytes_on(g, m)
             self.stats["evictions"] += 1
-            out.append(record(Evict, (w, m, (0, self._nb[m]))))
+            out.append(record(Evict, (g.id, m, (0, self._nb[m]))))
         return True
 
     def _route(self, r: Request, now: float, out: list[Action]) -> bool:
-        m = r.model
+        m = field(r, REQUEST_MODEL)
         holders = self.where.get(m)
         if holders and len(holders) == 1:
             (w,) = holders
+            g = self.gpus[w]
         elif holders:
-            w = min(self._by_backlog(holders, now))[1]
+            g = self.gpus[min(self._by_backlog(holders, now))[1]]
         else:
             for _, w in sorted(self._by_backlog(self.live, now)):
-                if self._make_room(w, m, out):
-                    out.append(self._load(w, m, now))
+                g = self.gpus[w]
+                if self._make_room(g, m, out):
+                    out.append(self._load(g, m, now))
                     break
             else:
                 return False
-        self.queue[w].append(r)
-        self.queued_s[w] += self._warm1_s(m, w) if r.rows == 1 else self._warm_s(m, w, r.rows)
-        if m not in self.resident[w]:
-            self.cold_ids.append(r.id)
+        g.queue.append(r)
+        rows = field(r, REQUEST_ROWS)
+        g.queued_s += self._warm1_on(g, m) if rows == 1 else self._warm_s(m, g.id, rows)
+        if m not in g.resident:
+            self.cold_ids.append(field(r, REQUEST_ID))
             self.stats["cold_requests"] += 1
-        if self.running[w] is None:
-            self._next(w, now, out)
+        if g.running is None:
+            self._next(g, now, out)
         return True
 
-    def _next(self, w: WorkerId, now: float, out: list[Action]) -> None:
-        q = self.queue[w]
-        if not q or self.running[w] is not None:
+    def _next(self, g: GpuState, now: float, out: list[Action]) -> None:
+        q = g.queue
+        if not q or g.running is not None:
             return
         while q:
             head = q[0]
-            m = head.model
+            m = field(head, REQUEST_MODEL)
             if self.max_batch == 1:  # the common case, without building lists
-                finish = self._finish_s(w, m, head.rows, now)
-                self._dequeue(w, head)
-                if head.deadline_s < finish:
+                finish = self._finish_s(g, m, field(head, REQUEST_ROWS), now)
+                self._dequeue(g, head)
+                if field(head, REQUEST_DEADLINE_S) < finish:
                     out.append(record(Drop, ((head,), "deadline", (finish - now, len(q) + 1))))
                     continue
                 take: list[Request] | tuple[Request] = (head,)
             else:
-                take, finish = self._take(w, q, m, now, out)
+                take, finish = self._take(g, q, m, now, out)
                 if not take:
                     continue
             bid = self.new_batch_id()
-            self.running[w] = bid
-            self.running_model[w] = m
-            self.busy_until[w] = finish
-            res = self.resident[w]
+            g.running = bid
+            g.running_model = m
+            g.busy_until = finish
+            res = g.resident
             if m in res:
                 res.move_to_end(m)
-            step = record(RouteStep, (0, w, now, (0, self._nb[m])))
+            step = record(RouteStep, (0, g.id, now, (0, self._nb[m])))
             out.append(record(Dispatch, (bid, m, tuple(take), (step,))))
             return
 
-    def _finish_s(self, w: WorkerId, m: str, n: int, now: float) -> float:
-        """When a batch of ``n`` rows of ``m`` started on ``w`` now would end: its warm
+    def _finish_s(self, g: GpuState, m: str, n: int, now: float) -> float:
+        """When a batch of ``n`` rows of ``m`` started on ``g`` now would end: its warm
         latency, or the model's planned load when that ends later."""
-        finish = now + (self._warm1_s(m, w) if n == 1 else self._warm_s(m, w, n))
-        ready = self.loading[w].get(m)
+        finish = now + (self._warm1_on(g, m) if n == 1 else self._warm_s(m, g.id, n))
+        ready = g.loading.get(m)
         return ready if ready is not None and ready > finish else finish
 
     def _take(
-        self, w: WorkerId, q: deque[Request], m: str, now: float, out: list[Action]
+        self, g: GpuState, q: deque[Request], m: str, now: float, out: list[Action]
     ) -> tuple[list[Request], float]:
-        """The next batch of ``m`` from ``w``'s queue, taken off it, and when it will
+        """The next batch of ``m`` from ``g``'s queue, taken off it, and when it will
         finish; no batch when its late requests were dropped (look again)."""
         take, n = [], 0
         cap = max(self.max_batch, q[0].rows)  # (a request is never split)
@@ -301,15 +346,15 @@ class ColdStartCore:
                     break
                 take.append(r)
                 n += r.rows
-        finish = self._finish_s(w, m, n, now)
+        finish = self._finish_s(g, m, n, now)
         late = [r for r in take if r.deadline_s < finish]
         if late:
             for r in late:
-                self._dequeue(w, r)
+                self._dequeue(g, r)
             out.append(record(Drop, (tuple(late), "deadline", (finish - now, len(q) + len(late)))))
             return [], finish  # the rest (if any) are looked at again, as a smaller batch
         for r in take:
-            self._dequeue(w, r)
+            self._dequeue(g, r)
         return take, finish
 
     def _retry_pending(self, now: float, out: list[Action]) -> None:
@@ -331,33 +376,35 @@ class ColdStartCore:
 
     def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
         out: list[Action] = []
-        w = report.worker
-        if report.kind == "load":
-            m = report.model
-            self.loading[w].pop(m, None)
-            if report.completed and w not in self.lost:
-                self.resident[w][m] = now
-                self.resident[w].move_to_end(m)
+        w = field(report, REPORT_WORKER)
+        g = self.gpus[w]
+        if field(report, REPORT_KIND) == "load":
+            m = field(report, REPORT_MODEL)
+            g.loading.pop(m, None)
+            if field(report, REPORT_COMPLETED) and w not in self.lost:
+                g.resident[m] = now
+                g.resident.move_to_end(m)
             else:
                 self.where.get(m, set()).discard(w)
-                self.used[w] -= self.instance_bytes(m, w)
-                stuck = [r for r in self.queue[w] if r.model == m]
+                g.used -= self._bytes_on(g, m)
+                stuck = [r for r in g.queue if field(r, REQUEST_MODEL) == m]
                 for r in stuck:
-                    self._dequeue(w, r)
+                    self._dequeue(g, r)
                 for r in stuck:
                     if not self._route(r, now, out):
                         self.pending.append(r)
             return out
-        if report.last or not report.completed:
-            self.running[w] = None
-            self.running_model[w] = None
-            self.busy_until[w] = now
-        if not report.completed and report.reason in RETURNED:
-            for r in report.requests:
+        completed = field(report, REPORT_COMPLETED)
+        if field(report, REPORT_LAST) or not completed:
+            g.running = None
+            g.running_model = None
+            g.busy_until = now
+        if not completed and field(report, REPORT_REASON) in RETURNED:
+            for r in field(report, REPORT_REQUESTS):
                 if not self._route(r, now, out):
                     self.pending.append(r)
-        if w not in self.lost and self.running[w] is None:
-            self._next(w, now, out)
+        if g.running is None and w not in self.lost:
+            self._next(g, now, out)
         if self.pending:
             self._retry_pending(now, out)
         return out
@@ -366,14 +413,15 @@ class ColdStartCore:
         self.lost.add(worker)
         self.live = [w for w in self.workers if w not in self.lost]
         out: list[Action] = []
-        queued = list(self.queue[worker])
-        self.queue[worker].clear()
-        self.queued_s[worker] = 0.0
-        for m in list(self.resident[worker]) + list(self.loading[worker]):
+        g = self.gpus[worker]
+        queued = list(g.queue)
+        g.queue.clear()
+        g.queued_s = 0.0
+        for m in list(g.resident) + list(g.loading):
             self.where.get(m, set()).discard(worker)
-        self.resident[worker].clear()
-        self.loading[worker].clear()
-        self.used[worker] = 0.0
+        g.resident.clear()
+        g.loading.clear()
+        g.used = 0.0
         for r in queued:
             if not self._route(r, now, out):
                 self.pending.append(r)

@@ -9,8 +9,37 @@
 # registry wraps its constructor). Dicts, lists and deques stay Python objects.
 import cython
 
-from hetserve.core.records_c cimport record
+from hetserve.core.records_c cimport (
+    REPORT_COMPLETED,
+    REPORT_KIND,
+    REPORT_LAST,
+    REPORT_MODEL,
+    REPORT_REASON,
+    REPORT_REQUESTS,
+    REPORT_WORKER,
+    REQUEST_DEADLINE_S,
+    REQUEST_ID,
+    REQUEST_MODEL,
+    REQUEST_ROWS,
+    field,
+    record,
+)
 
+
+@cython.final
+cdef class GpuState:
+    cdef public object id
+    cdef public double cap
+    cdef public double used
+    cdef public object resident
+    cdef public dict loading
+    cdef public object queue
+    cdef public object running
+    cdef public object running_model
+    cdef public double busy_until
+    cdef public double queued_s
+    cdef public dict warm1
+    cdef public dict nbytes
 
 
 cdef class ColdStartCore:
@@ -22,28 +51,23 @@ cdef class ColdStartCore:
     cdef public list cold_ids
     cdef public Py_ssize_t next_batch
     cdef public list workers
-    cdef public dict cap
-    cdef public dict used
+    cdef public dict gpus
     cdef public dict resident
     cdef public dict loading
     cdef public dict queue
-    cdef public dict running
-    cdef public dict running_model
-    cdef public dict busy_until
-    cdef public dict queued_s
     cdef public set lost
     cdef public list live
     cdef public dict where
     cdef public dict _warm
-    cdef public dict _warm1
     cdef public object pending
-    cdef public dict _bytes
     cdef public dict _nb
 
     cpdef Py_ssize_t new_batch_id(self) except -1
 
-    @cython.locals(per=dict)
     cpdef double instance_bytes(self, object model, object w) except? -1.0
+
+    @cython.locals(per=dict)
+    cpdef double _bytes_on(self, GpuState g, object model) except? -1.0
 
     cpdef double _cold_s(self, object model) except? -1.0
 
@@ -51,29 +75,30 @@ cdef class ColdStartCore:
     cpdef double _warm_s(self, object model, object w, Py_ssize_t batch=*) except? -1.0
 
     @cython.locals(per=dict)
-    cpdef double _warm1_s(self, object model, object w) except? -1.0
+    cpdef double _warm1_on(self, GpuState g, object model) except? -1.0
 
-    @cython.locals(bu=dict, qs=dict)
+    @cython.locals(gpus=dict, out=list, g=GpuState, bu=double)
     cpdef list _by_backlog(self, object ws, double now)
 
-    @cython.locals(left=double)
-    cpdef void _dequeue(self, object w, object r) except *
+    @cython.locals(left=double, rows=Py_ssize_t)
+    cpdef void _dequeue(self, GpuState g, object r) except *
 
-    cpdef object _load(self, object w, object model, double now)
+    cpdef object _load(self, GpuState g, object model, double now)
 
     @cython.locals(need=double, free=double, busy=set, victims=list)
-    cpdef bint _make_room(self, object w, object model, list out) except -1
+    cpdef bint _make_room(self, GpuState g, object model, list out) except -1
 
+    @cython.locals(g=GpuState, rows=Py_ssize_t)
     cpdef bint _route(self, object r, double now, list out) except -1
 
     @cython.locals(finish=double)
-    cpdef void _next(self, object w, double now, list out) except *
+    cpdef void _next(self, GpuState g, double now, list out) except *
 
     @cython.locals(finish=double)
-    cpdef double _finish_s(self, object w, object m, Py_ssize_t n, double now) except? -1.0
+    cpdef double _finish_s(self, GpuState g, object m, Py_ssize_t n, double now) except? -1.0
 
     @cython.locals(take=list, n=Py_ssize_t, cap=Py_ssize_t, finish=double, late=list)
-    cpdef tuple _take(self, object w, object q, object m, double now, list out)
+    cpdef tuple _take(self, GpuState g, object q, object m, double now, list out)
 
     @cython.locals(n=Py_ssize_t)
     cpdef void _retry_pending(self, double now, list out) except *
@@ -81,5 +106,5 @@ cdef class ColdStartCore:
     @cython.locals(out=list)
     cpdef list on_arrival(self, object request, double now)
 
-    @cython.locals(out=list)
+    @cython.locals(out=list, g=GpuState)
     cpdef list on_stage_done(self, object report, double now)
