@@ -7,9 +7,12 @@ from pathlib import Path
 
 from hetserve.core import records
 from hetserve.core.requests import Request
-from hetserve.scheduling.protocol import Dispatch, RouteStep, StageReport
+from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, StageReport
 
-CLASSES = {"REQUEST": Request, "STEP": RouteStep, "DISPATCH": Dispatch, "REPORT": StageReport}
+CLASSES = {
+    "REQUEST": Request, "STEP": RouteStep, "DISPATCH": Dispatch, "REPORT": StageReport,
+    "LOAD": Load,
+}  # fmt: skip
 
 
 def _numbers() -> dict[str, int]:
@@ -18,10 +21,11 @@ def _numbers() -> dict[str, int]:
 
 def test_each_field_number_is_its_fields_place_in_the_class():
     numbers = _numbers()
-    assert len(numbers) == 17
+    assert len(numbers) == 21
     for name, k in numbers.items():
         prefix, field = name.split("_", 1)
         assert CLASSES[prefix]._fields[k] == field.lower(), name
+    assert Evict._fields == Load._fields[:3]  # (an Evict is read by the LOAD_ numbers too)
 
 
 def test_the_c_constants_are_the_same_numbers():

@@ -32,7 +32,7 @@ record = tuple.__new__
 field = operator.getitem
 
 # field numbers (``core.requests.Request``; ``scheduling.protocol``'s ``RouteStep``,
-# ``Dispatch`` and ``StageReport``), as ``records_c.pxd`` has them too
+# ``Dispatch``, ``StageReport`` and ``Load``), as ``records_c.pxd`` has them too
 REQUEST_ID = 0
 REQUEST_MODEL = 1
 REQUEST_STREAM = 2
@@ -50,6 +50,10 @@ REPORT_REQUESTS = 7
 REPORT_COMPLETED = 8
 REPORT_LAST = 9
 REPORT_REASON = 10
+LOAD_WORKER = 0  # (``Evict``'s first three fields are ``Load``'s too)
+LOAD_MODEL = 1
+LOAD_BLOCKS = 2
+LOAD_WAIT = 3
 
 #: ``cython`` where Cython is not installed (for the ``not cython.compiled`` above)
 NO_CYTHON = SimpleNamespace(compiled=False)

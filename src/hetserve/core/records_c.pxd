@@ -52,3 +52,7 @@ cdef enum:
     REPORT_COMPLETED = 8
     REPORT_LAST = 9
     REPORT_REASON = 10
+    LOAD_WORKER = 0
+    LOAD_MODEL = 1
+    LOAD_BLOCKS = 2
+    LOAD_WAIT = 3

@@ -111,6 +111,9 @@ except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called as such)
     from hetserve.core.records import (
+        LOAD_BLOCKS,
+        LOAD_MODEL,
+        LOAD_WORKER,
         STEP_BLOCKS,
         STEP_PLANNED_START_S,
         STEP_STAGE,
@@ -732,10 +735,13 @@ class Kernel:
         hears of it; after a load that ended well, the worker's deferred tasks are
         queued again; after one that failed, the deferred tasks that needed its blocks
         fail with it (nothing else would bring their weights)."""
-        w = self.workers[a.worker]
+        worker = field(a, LOAD_WORKER)
+        model = field(a, LOAD_MODEL)
+        blocks = field(a, LOAD_BLOCKS)
+        w = self.workers[worker]
         if not ok and w.waiting:
-            lo, hi = a.blocks
-            hit = [t for t in w.waiting if t.batch.model == a.model
+            lo, hi = blocks
+            hit = [t for t in w.waiting if t.batch.model == model
                    and t.step.blocks[0] < hi and lo < t.step.blocks[1]]  # fmt: skip
             if hit:
                 w.waiting = [t for t in w.waiting if t not in hit]
@@ -747,8 +753,8 @@ class Kernel:
                 push(w.ready, (t.step.planned_start_s, next(self._seq), t))
         # (``engine.rules.load_report``, made without its Python calls: a cold start's path)
         rep = record(StageReport, (
-            "load", -1, a.model, 0, a.worker, start_s, now, (), ok, False, reason, a.blocks, 0,
-            None, None,
+            "load", -1, model, 0, worker, start_s, now, (), ok, False, reason, blocks, 0, None,
+            None,
         ))  # fmt: skip
         self._report(rep, now)
         if ok and w.running is None and w.ready:
@@ -865,11 +871,11 @@ class Kernel:
         elif kind is Load:
             self._check_load(a)
             self.executor.load(a, now)  # type: ignore[arg-type]
-        elif kind is Evict:
+        elif kind is Evict:  # (read as a ``Load``'s first three fields: its own)
             self._check_load(a)
-            t = self.workers[a.worker].running  # type: ignore[attr-defined]
-            if t is not None and t.batch.model == a.model:  # type: ignore[attr-defined]
-                lo, hi = a.blocks  # type: ignore[attr-defined]
+            t = self.workers[field(a, LOAD_WORKER)].running
+            if t is not None and t.batch.model == field(a, LOAD_MODEL):
+                lo, hi = field(a, LOAD_BLOCKS)
                 if lo < t.step.blocks[1] and t.step.blocks[0] < hi:
                     raise evict_running(a, t.batch.id)  # type: ignore[arg-type]
             self.executor.evict(a, now)  # type: ignore[arg-type]
@@ -879,9 +885,13 @@ class Kernel:
     def _check_load(self, a: Any) -> None:
         """Rule 8 (``engine.rules.check_load``): its test inline, its call only to say
         what is wrong."""
-        nb = self.nblocks.get(a.model)
-        blocks = a.blocks
-        if nb is None or a.worker not in self.workers or not 0 <= blocks[0] < blocks[1] <= nb:
+        nb = self.nblocks.get(field(a, LOAD_MODEL))  # (a ``Load`` or an ``Evict``: ``_act``)
+        blocks = field(a, LOAD_BLOCKS)
+        if (
+            nb is None
+            or field(a, LOAD_WORKER) not in self.workers
+            or not 0 <= blocks[0] < blocks[1] <= nb
+        ):
             check_load(a, self.nblocks, self.workers)
 
     def _drop(self, a: Drop, now: float) -> None:

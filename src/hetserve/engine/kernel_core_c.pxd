@@ -12,7 +12,8 @@ import cython
 
 from hetserve.core.heaps_core_c cimport EventHeap, pop, push
 from hetserve.core.records_c cimport (
-    STEP_BLOCKS, STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, record,
+    LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, STEP_BLOCKS, STEP_PLANNED_START_S, STEP_STAGE,
+    STEP_WORKER, field, record,
 )
 from hetserve.engine.entities_core_c cimport Batch, LinkTable, Slot, Task
 

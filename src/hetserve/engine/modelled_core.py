@@ -78,7 +78,14 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.records import STEP_BLOCKS, field
+    from hetserve.core.records import (
+        LOAD_BLOCKS,
+        LOAD_MODEL,
+        LOAD_WAIT,
+        LOAD_WORKER,
+        STEP_BLOCKS,
+        field,
+    )
 
 if TYPE_CHECKING:
     from hetserve.engine.executor import Kernel
@@ -423,26 +430,30 @@ class ModelledLoads:
 
     def load(self, a: Load, now: float) -> None:
         """``Executor.load``: the blocks not resident nor loading are loaded, if they fit
-        (else, with ``a.wait``, when an eviction makes room; without, it fails)."""
-        h = self.held[a.worker]
+        (else, with ``a.wait``, when an eviction makes room; without, it fails). (The
+        kernel checked ``a``, a ``Load``: its fields are read by number.)"""
+        h = self.held[field(a, LOAD_WORKER)]
         res = self.residency
-        key = (a.model, a.blocks)
-        if key in h.waits and not a.wait:  # the last word on a waiting load: now, or never
+        model = field(a, LOAD_MODEL)
+        blocks = field(a, LOAD_BLOCKS)
+        wait = field(a, LOAD_WAIT)
+        key = (model, blocks)
+        if not wait and key in h.waits:  # the last word on a waiting load: now, or never
             wa, new = h.waits.pop(key)
-            if h.mem_used + res.bytes_of(a.model, new) > h.mem_cap * (1 + 1e-9):
-                h.loading[a.model] = h.loading.get(a.model, 0) & ~new
+            if h.mem_used + res.bytes_of(model, new) > h.mem_cap * (1 + 1e-9):
+                h.loading[model] = h.loading.get(model, 0) & ~new
                 self.kernel.load_finished(wa, now, now, False, "out of memory")
                 return
             self.begin(wa, new, now)
             return
-        if key in h.streams and not a.wait:
+        if not wait and key in h.streams:
             return  # (a waiting load under way already: it reports once, when it ends)
-        m = block_mask(a.blocks)
-        new = m & ~h.resident.get(a.model, 0) & ~h.loading.get(a.model, 0)
-        nbytes = res.bytes_of(a.model, new)
+        m = block_mask(blocks)
+        new = m & ~h.resident.get(model, 0) & ~h.loading.get(model, 0)
+        nbytes = res.bytes_of(model, new)
         if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
-            if a.wait:  # until an eviction makes room; its stages wait for it
-                h.loading[a.model] = h.loading.get(a.model, 0) | new
+            if wait:  # until an eviction makes room; its stages wait for it
+                h.loading[model] = h.loading.get(model, 0) | new
                 h.waits[key] = (a, new)
                 return
             self.kernel.load_finished(a, now, now, False, "out of memory")
@@ -451,45 +462,50 @@ class ModelledLoads:
 
     def begin(self, a: Load, new: int, now: float) -> None:
         """The load of blocks ``new`` starts: memory taken, its end on the clock."""
-        h = self.held[a.worker]
+        worker = field(a, LOAD_WORKER)
+        model = field(a, LOAD_MODEL)
+        wait = field(a, LOAD_WAIT)
+        h = self.held[worker]
         res = self.residency
-        nbytes = res.bytes_of(a.model, new)
+        nbytes = res.bytes_of(model, new)
         h.mem_used += nbytes
-        h.loading[a.model] = h.loading.get(a.model, 0) | new
-        info = self.infos[a.worker]
+        h.loading[model] = h.loading.get(model, 0) | new
+        info = self.infos[worker]
         if new and res.cold_model is not None:
-            end = res.take_host_links(info.gpu_id, info.gpu, h, a.model, now)
+            end = res.take_host_links(info.gpu_id, info.gpu, h, model, now)
             self._at(end, a, (new, now))
-            if a.wait:
-                self.kernel.resume(a.worker, now)  # its stages run layer by layer now
+            if wait:
+                self.kernel.resume(worker, now)  # its stages run layer by layer now
             return
         cluster = self.view.cluster
         path = tuple(cluster.host_path(info.gpu_id))
         bw = min([cluster.links[x].bw_gbps for x in path])
         t0, t1 = self.links.transfer(path, bw, 0.0, nbytes, now)
-        if a.wait:  # a late load streams: its blocks arrive in order, over [t0, t1]
+        if wait:  # a late load streams: its blocks arrive in order, over [t0, t1]
+            blocks = field(a, LOAD_BLOCKS)
             at, done = {}, 0.0
-            for k in range(*a.blocks):
+            for k in range(*blocks):
                 if new >> k & 1:
-                    done += res.bytes_of(a.model, 1 << k)
+                    done += res.bytes_of(model, 1 << k)
                     at[k] = t0 + (t1 - t0) * (done / nbytes if nbytes > 0 else 1.0)
-            h.streams[(a.model, a.blocks)] = (new, at)
-            self.kernel.resume(a.worker, now)
+            h.streams[(model, blocks)] = (new, at)
+            self.kernel.resume(worker, now)
         self._at(t1, a, (new, t0))
 
     def loaded(self, a: Load, info: tuple[int, float], now: float) -> None:
         """The clock's callback at the load's end (``info``: its blocks, when it began)."""
         new, t0 = info
-        h = self.held[a.worker]
-        h.streams.pop((a.model, a.blocks), None)
-        self.residency.loaded(h, a.model, new)
+        model = field(a, LOAD_MODEL)
+        h = self.held[field(a, LOAD_WORKER)]
+        h.streams.pop((model, field(a, LOAD_BLOCKS)), None)
+        self.residency.loaded(h, model, new)
         self.kernel.load_finished(a, t0, now)
 
     def evict(self, a: Evict, now: float) -> None:
         """``Executor.evict``: the blocks freed, and the loads waiting for room begin
         where they now fit."""
-        h = self.held[a.worker]
-        self.residency.evict(h, a.model, a.blocks)
+        h = self.held[field(a, LOAD_WORKER)]
+        self.residency.evict(h, field(a, LOAD_MODEL), field(a, LOAD_BLOCKS))
         for key, (wa, new) in list(h.waits.items()):  # loads waiting for this room
             if h.mem_used + self.residency.bytes_of(wa.model, new) <= h.mem_cap * (1 + 1e-9):
                 del h.waits[key]

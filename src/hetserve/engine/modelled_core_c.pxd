@@ -11,7 +11,14 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport EventHeap
-from hetserve.core.records_c cimport STEP_BLOCKS, field
+from hetserve.core.records_c cimport (
+    LOAD_BLOCKS,
+    LOAD_MODEL,
+    LOAD_WAIT,
+    LOAD_WORKER,
+    STEP_BLOCKS,
+    field,
+)
 from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, Task
 
 
