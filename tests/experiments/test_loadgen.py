@@ -112,3 +112,76 @@ def test_unanswered_requests_and_bad_arguments():
         open_loop("ftp://x", [b""], np.zeros(1))
     with pytest.raises(HetserveError, match="cannot connect"):
         open_loop(f"http://127.0.0.1:{free_port()}", [b""], np.zeros(1))
+
+
+class _ClosingServer:
+    """A raw HTTP/1.1 server (asyncio, in a thread) that answers each POST with its body,
+    except: a request whose body is ``drop`` closes its connection unanswered the first
+    time it comes (the keep-alive race, made to happen), one whose body is ``always`` does
+    so every time, and one whose body is ``half`` gets half a status line and then a
+    closed connection, every time. ``seen`` counts each body as received."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.seen: dict[bytes, int] = {}
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def main() -> None:
+            self.done = asyncio.Event()
+            server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+            ready.set()
+            await self.done.wait()
+            server.close()
+            await server.wait_closed()
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),),
+                                       daemon=True)  # fmt: skip
+        self.thread.start()
+        assert ready.wait(10)
+
+    async def _serve(self, reader, writer) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                n = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-length")))  # fmt: skip
+                body = await reader.readexactly(n)
+                self.seen[body] = self.seen.get(body, 0) + 1
+                if (body == b"drop" and self.seen[body] == 1) or body in (b"always", b"half"):
+                    if body == b"half":
+                        writer.write(b"HTTP/1.1 2")
+                        await writer.drain()
+                    writer.close()
+                    return
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (n, body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.done.set)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+def test_a_request_whose_connection_closes_unanswered_is_sent_once_more():
+    """HTTP keep-alive's race, made to happen: the server closes a connection without
+    answering the request on it. That request goes out again on another connection and is
+    answered; one whose answer had begun is not sent again (status 0), and neither is one
+    the server drops every time (sent twice, then status 0)."""
+    srv = _ClosingServer()
+    try:
+        url = f"http://127.0.0.1:{srv.port}"
+        payloads = [http_request(url, "/", b, {}) for b in (b"ok", b"drop", b"half", b"always")]
+        which = np.array([0, 1, 0, 0, 2, 0, 3, 0])
+        shots = open_loop(url, payloads, np.arange(8) * 0.02, which, connections=2,
+                          timeout_s=2.0)  # fmt: skip
+    finally:
+        srv.stop()
+    assert list(shots.status) == [200, 200, 200, 200, 0, 200, 0, 200]
+    assert shots.bodies[1] == b"drop"
+    assert srv.seen[b"drop"] == 2 and srv.seen[b"half"] == 1 and srv.seen[b"always"] == 2
+    assert shots.resent == 2

@@ -12,6 +12,12 @@ Latency is measured from the request's *scheduled* arrival time, so time a reque
 waiting for a connection (or for a late sender) counts against it: a slow server cannot
 hide behind a slow client (no coordinated omission). ``lag_s`` says how late each request
 actually left.
+
+A request whose connection closes before any byte of its answer has come is sent once
+more, on another connection (``Shots.resent`` counts them). That is HTTP keep-alive's
+race: a server closes a connection it has kept idle too long just as a request goes out
+on it, and never reads the request. A second loss, or a loss after the answer began, is
+the request's: it keeps status 0.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class Shots:
     lag_s: np.ndarray
     headers: list[dict[bytes, bytes] | None]
     bodies: list[bytes | None]
+    resent: int = 0  # requests sent again after their connection closed unanswered
 
 
 def http_request(url: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
@@ -58,6 +65,7 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.transport: Any = None
         self.current = -1
+        self.answering = False  # a byte of the current request's answer has come
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
 
@@ -69,6 +77,7 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         import httptools
 
+        self.answering = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -95,6 +104,7 @@ class _Conn(asyncio.Protocol):
 
     def send(self, i: int, data: bytes) -> None:
         self.current = i
+        self.answering = False
         self.transport.write(data)
 
 
@@ -121,6 +131,7 @@ class _Gen:
         self.sent = 0
         self.grow_to = 0  # open more connections on demand, up to this many in all
         self.opening = 0  # connections being opened for requests that wait
+        self.resent: set[int] = set()  # requests sent again (module docstring)
 
     async def connect(self) -> None:
         _, conn = await asyncio.get_running_loop().create_connection(
@@ -169,8 +180,12 @@ class _Gen:
         self.conns.discard(conn)
         if conn.current >= 0:  # its request got no answer
             i, conn.current = conn.current, -1
-            self.latency[i] = time.perf_counter() - self.t0 - self.arrivals[i]
-            self._one_less()
+            if not conn.answering and i not in self.resent and not self.closing:
+                self.resent.add(i)  # (keep-alive's race: module docstring) once more
+                self.arrive(i)
+            else:
+                self.latency[i] = time.perf_counter() - self.t0 - self.arrivals[i]
+                self._one_less()
         if not self.closing and self.left > 0 and self.reconnects > 0:
             self.reconnects -= 1
             # the server closed it (an idle keep-alive connection times out): a new one
@@ -245,7 +260,7 @@ async def _run(
     for c in list(gen.conns):
         if c.transport is not None:
             c.transport.close()
-    return Shots(gen.status, gen.latency, gen.lag, gen.headers, gen.bodies)
+    return Shots(gen.status, gen.latency, gen.lag, gen.headers, gen.bodies, len(gen.resent))
 
 
 def open_loop(
