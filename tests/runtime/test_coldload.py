@@ -86,11 +86,40 @@ def test_the_loader_copies_in_plan_order_and_layers_wait_for_their_weights(resne
     plan = make_load_plan("dha", resnet18_rows)
     dha = set(plan.dha_layers)
     assert dha  # some rows run from host memory
-    # slow copies (10 ms per MB) so that the pass starts while rows are still arriving
+    # slow copies (10 ms per MB), and in the first load the last row's copy held until
+    # the pass waits on that row: the pass runs while rows are still arriving on any
+    # machine (by timing alone, a machine busy enough finished every copy before the pass
+    # reached the first loaded row: seen on a 16-core GPU machine during a parallel build)
     from hetserve.profiling.layers import leaf_rows
 
+    class _LastHeld(ThreadBackend):
+        last_event = None
+
+        def start(self, rows, part_of, on_row, on_done):
+            if self.last_event is not None:  # (a later load: as ThreadBackend does)
+                return super().start(rows, part_of, on_row, on_done)
+            self.reached_last = threading.Event()
+            last, pairs = rows[-1]
+            held = [(_HeldCopy(dst, self.reached_last), src) for dst, src in pairs]
+            events = super().start([*rows[:-1], (last, held)], part_of, on_row, on_done)
+            self.last_event = events[last]
+            return events
+
+        def wait(self, event):
+            if event is self.last_event:
+                self.reached_last.set()
+            super().wait(event)
+
+    class _HeldCopy:
+        def __init__(self, dst, gate):
+            self.dst, self.gate = dst, gate
+
+        def copy_(self, src):
+            assert self.gate.wait(30), "the pass never waited on the last row"
+            self.dst.copy_(src)
+
     net = build("resnet18")
-    cm = ColdModel(net, ThreadBackend(delay_s_per_byte=1e-8), leaf_rows(net))
+    cm = ColdModel(net, _LastHeld(delay_s_per_byte=1e-8), leaf_rows(net))
     done = threading.Event()
     cm.load(plan, done.set)
     got = cm.run(x)  # runs during the load
