@@ -2,7 +2,8 @@
 the tries that cannot change anything where workers serve many models (issue 41: the
 simulator's speed at 1,000 GPUs and 100 models); edf-adaptive does not even look at the
 models that wait for a timer unless their wait may have ended (``_Group``'s index), and
-an arrival in a group scheduler looks only at idle workers when it cannot preempt. Skipping
+an arrival in a group scheduler looks only at idle workers when it cannot preempt, and a
+freed worker only at the models with requests waiting (the waiting sets). Skipping
 must be exact: every run gives the same outcomes, batches and times as the same scheduler
 trying every model (every worker), as it did before."""
 
@@ -52,16 +53,49 @@ class _EveryFixed(FixedBatch):
         return bool(self.queues[model])  # every model with requests waiting, as before
 
 
-class _PlainFlex(Flex):
+class _EveryModel:
+    """A freed worker looks at every model it serves (no waiting sets), as before."""
+
+    def start(self, view, plan, now):
+        out = super().start(view, plan, now)  # type: ignore[misc]
+        for w in self.workers.values():  # type: ignore[attr-defined]
+            w.waiting = None
+        return out
+
+
+class _PlainFlex(_EveryModel, Flex):
     spare = False  # every worker of the model looked at on each arrival (Algorithm 1)
 
 
-class _PlainFlexNP(FlexNP):
+class _PlainFlexNP(_EveryModel, FlexNP):
     spare = False
 
 
-class _PlainClockwork(Clockwork):
+class _PlainClockwork(_EveryModel, Clockwork):
     spare = False
+
+
+class _LazyFlex(Flex):
+    waiting_from = 1  # a waiting set however few models a worker serves
+
+
+class _LazyFlexNP(FlexNP):
+    waiting_from = 1
+
+
+class _LazyClockwork(Clockwork):
+    waiting_from = 1
+
+
+def _waiting_holds(sched):
+    """A group scheduler's waiting sets: every model with requests queued
+    is in the set of each worker that serves it, in order (one that is not is empty)."""
+    for w in sched.workers.values():
+        order = w.waiting.order
+        assert order == sorted(set(order))  # in the worker's order, once each
+        assert [i for i, h in enumerate(w.waiting.has) if h] == order
+        for i, q in enumerate(w.models):
+            assert not q.queue or w.waiting.has[i], (w.id, q.name)
 
 
 def _run(setup, sched, trace, cfg, lose):
@@ -91,9 +125,13 @@ def test_sparing_tries_changes_nothing(n_models, load, seed, lose, jitter):
         assert _run(setup, edf, trace, cfg, lose) == every
     every = _run(setup, _EveryFixed(**fixed), trace, cfg, lose)
     assert _run(setup, _CountedFixed(**fixed), trace, cfg, lose) == every
-    for plain, spared in ((_PlainFlex, Flex), (_PlainFlexNP, FlexNP), (_PlainClockwork, Clockwork)):
+    for plain, spared, lazy in ((_PlainFlex, Flex, _LazyFlex), (_PlainFlexNP, FlexNP, _LazyFlexNP),
+                                (_PlainClockwork, Clockwork, _LazyClockwork)):  # fmt: skip
         every = _run(setup, plain(max_batch=8), trace, cfg, lose)
-        assert _run(setup, spared(max_batch=8), trace, cfg, lose) == every
+        for cls in (spared, lazy):
+            sched = cls(max_batch=8)
+            assert _run(setup, sched, trace, cfg, lose) == every
+            _waiting_holds(sched)
 
 
 def test_tries_are_spared_where_workers_serve_many_models():
@@ -108,3 +146,31 @@ def test_tries_are_spared_where_workers_serve_many_models():
         _run(setup, sched, trace, SimConfig(), None)
     assert every.tries > edf.tries + 100 and fixed.spared > 100
     assert indexed.tries == edf.tries  # (the same tries; the index only finds them sooner)
+
+
+def test_a_freed_worker_looks_only_at_the_models_with_requests_waiting():
+    """The waiting sets are shared by the workers that serve the same models; models found
+    empty leave them, and every model that waits is in them, mid-run."""
+    setup = build_setup("hc1-s", MODELS, max_batch=8)
+    trace = build_trace(setup, "gamma:cv=2", setup.plan.rates_at(1.2), 1.0, seed=3)
+    for cls in (_LazyFlex, _LazyFlexNP, _LazyClockwork):
+        sched = cls(max_batch=8)
+        sim = Simulator(setup.cluster, setup.latency, setup.plan, setup.placement, sched,
+                        trace, SimConfig())  # fmt: skip
+        seen = []  # (queued models, bits) at each stage's end, mid-run
+        done = sched.on_stage_done
+
+        def on_stage_done(report, now, sched=sched, done=done, seen=seen):
+            out = done(report, now)
+            _waiting_holds(sched)
+            w = sched.workers[report.worker]
+            seen.append((sum(1 for st in w.models if st.queue), len(w.waiting.order)))
+            return out
+
+        sched.on_stage_done = on_stage_done
+        sim.run()
+        assert all(w.waiting.lazy for w in sched.workers.values())
+        sets = {id(w.waiting) for w in sched.workers.values()}
+        assert len(sets) < len(sched.workers)  # shared
+        assert any(b < len(MODELS) for _, b in seen)  # models skipped
+        assert any(q > 0 for q, _ in seen)  # with requests waiting

@@ -2,13 +2,13 @@
 # Cython takes the .pxd named for the module it builds, so this file carries that name.
 # The .py file is the source and runs as plain Python without this (its annotations are
 # for readers and type checkers: ``annotation_typing=False`` at its top leaves the C types
-# to this file). A model's queue, a worker and an idle set are extension types with typed
-# attributes (every one readable and writable from Python, as ``nexus`` and the tests use
-# them); the per-decision steps are functions with typed arguments (C calls from the
-# schedulers' methods, which stay those of Python classes: their base is one, and
-# ``nexus`` and the tests subclass them). An idle set's bits stay a Python integer (a
-# list may hold more workers than a C integer has bits); the queues are keyed heaps
-# (core/heaps_core_c.pxd).
+# to this file). A model's queue, a worker, an idle set and a waiting set are extension
+# types with typed attributes (every one readable and writable from Python, as ``nexus``
+# and the tests use them); the per-decision steps are functions with typed arguments (C
+# calls from the schedulers' methods, which stay those of Python classes: their base is
+# one, and ``nexus`` and the tests subclass them). An idle set's bits stay a Python
+# integer (a list may hold more workers than a C integer has bits); the queues are keyed
+# heaps (core/heaps_core_c.pxd).
 import cython
 
 from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
@@ -19,6 +19,15 @@ cdef double _INF
 
 cdef class _Idle:
     cdef public object bits
+
+
+cdef class _Waiting:
+    cdef public bint lazy
+    cdef public list order
+    cdef public bytearray has
+
+    @cython.locals(k=Py_ssize_t)
+    cpdef void add(self, Py_ssize_t i) except *
 
 
 cdef class GroupWorker
@@ -32,7 +41,9 @@ cdef class ModelQueue:
     cdef public list workers
     cdef public double fastest_1
     cdef public _Idle idle
+    cdef public list waiting_in
 
+    @cython.locals(s=_Waiting, i=Py_ssize_t)
     cpdef void push(self, object r) except *
 
     @cython.locals(best=double, w=GroupWorker, lat=list)
@@ -50,6 +61,7 @@ cdef class GroupWorker:
     cdef public double block_s
     cdef public bint lost
     cdef public list idle_in
+    cdef public _Waiting waiting
 
     @cython.locals(s=_Idle)
     cpdef void set_busy(self) except *
@@ -65,12 +77,14 @@ cpdef void prune(ModelQueue st, double now, list out, Py_ssize_t max_batch) exce
 cpdef Py_ssize_t fit(GroupWorker w, ModelQueue st, double now) except -1
 
 @cython.locals(best=ModelQueue, best_b=Py_ssize_t, best_d=double, st=ModelQueue,
-               b=Py_ssize_t, d=double)
+               b=Py_ssize_t, d=double, models=list, waiting=_Waiting, lazy=bint,
+               order=list, n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
 cpdef tuple largest_batch(GroupWorker w, double now, list out, bint by_deadline,
                           Py_ssize_t max_batch)
 
 @cython.locals(best=ModelQueue, best_b=Py_ssize_t, best_d=double, st=ModelQueue,
-               b=Py_ssize_t)
+               b=Py_ssize_t, models=list, waiting=_Waiting, lazy=bint, order=list,
+               n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
 cpdef tuple earliest_batch(GroupWorker w, double now, list out, Py_ssize_t max_batch)
 
 @cython.locals(t=double)
