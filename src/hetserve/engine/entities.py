@@ -21,7 +21,8 @@ from hetserve.core.compiled import build_of
 from hetserve.engine import entities_core as _pure
 
 __all__ = [
-    "COMPILED", "Batch", "HostLinks", "LinkTable", "Slot", "Task", "build_beside", "core",
+    "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot", "Task",
+    "build_beside", "core",
 ]  # fmt: skip
 
 
@@ -43,7 +44,15 @@ def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
 
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
-    from hetserve.engine.entities_core import Batch, HostLinks, LinkTable, Slot, Task
+    from hetserve.engine.entities_core import (
+        Batch,
+        HostLinks,
+        LinkTable,
+        ObserverCall,
+        ObserverCore,
+        Slot,
+        Task,
+    )
 else:
     Batch, LinkTable, Slot, Task = core.Batch, core.LinkTable, core.Slot, core.Task
-    HostLinks = core.HostLinks
+    HostLinks, ObserverCall, ObserverCore = core.HostLinks, core.ObserverCall, core.ObserverCore

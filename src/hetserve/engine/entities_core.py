@@ -17,7 +17,7 @@ one's classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). The compiled kernel
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hetserve.core.cluster import Cluster
@@ -28,7 +28,7 @@ from hetserve.scheduling.protocol import Dispatch, WorkerInfo
 _NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
 _ROUTE_KEY = 1 << 32  # (``LinkTable.send_between``'s key: a worker's number, another's)
 
-__all__ = ["Batch", "HostLinks", "LinkTable", "Slot", "Task"]
+__all__ = ["Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot", "Task"]
 
 
 class Slot:
@@ -424,3 +424,56 @@ class HostLinks:
             and (not sw or sw[o.index] is None or sw[o.index] != mine)
             and frozenset((g.index, o.index)) in pairs
         ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------- observers
+class ObserverCore:
+    """An observer (``engine.executor.Observer``) whose per-event methods the compiled
+    kernel calls as C methods, with C arguments: the simulator's ledger
+    (``sim/recorder_core.py``) is one. A subclass's Python method, or a method replaced
+    on an instance, is still the one called (the compiled method looks for those first,
+    as Cython's ``cpdef`` methods do). Every method a no-op here (``Observer``'s
+    docstrings say what each is told)."""
+
+    def dispatched(self, batch: Batch, first_block: int, now: float) -> None:
+        """``Observer.dispatched``."""
+
+    def stage_ended(self, task: Task, now: float, status: str, blocks_done: int) -> None:
+        """``Observer.stage_ended``."""
+
+    def ended(
+        self,
+        requests: Sequence[Any],
+        outcomes: Sequence[int] | None,
+        reason: str,
+        now: float,
+        outputs: Sequence[Any] | None,
+    ) -> None:
+        """``Observer.ended``."""
+
+
+class ObserverCall(ObserverCore):
+    """Any other observer, as an :class:`ObserverCore`: each call goes on to its method
+    (the kernel holds its observer as one or the other)."""
+
+    def __init__(self, observer: Any) -> None:
+        self.observer = observer
+
+    def dispatched(self, batch: Batch, first_block: int, now: float) -> None:
+        """``Observer.dispatched``, on to the observer's."""
+        self.observer.dispatched(batch, first_block, now)
+
+    def stage_ended(self, task: Task, now: float, status: str, blocks_done: int) -> None:
+        """``Observer.stage_ended``, on to the observer's."""
+        self.observer.stage_ended(task, now, status, blocks_done)
+
+    def ended(
+        self,
+        requests: Sequence[Any],
+        outcomes: Sequence[int] | None,
+        reason: str,
+        now: float,
+        outputs: Sequence[Any] | None,
+    ) -> None:
+        """``Observer.ended``, on to the observer's."""
+        self.observer.ended(requests, outcomes, reason, now, outputs)

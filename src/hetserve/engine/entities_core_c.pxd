@@ -126,3 +126,16 @@ cdef class HostLinks:
     @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, path=tuple,
                    most=Py_ssize_t, x=Py_ssize_t, out=list)
     cpdef list secondaries(self, object gpu_id, Py_ssize_t k, object model)
+
+
+cdef class ObserverCore:
+    cpdef dispatched(self, Batch batch, Py_ssize_t first_block, double now)
+
+    cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
+
+    cpdef ended(self, object requests, object outcomes, object reason, double now,
+                object outputs)
+
+
+cdef class ObserverCall(ObserverCore):
+    cdef public object observer

@@ -193,7 +193,7 @@ class Kernel:
         self.scheduler = scheduler
         self.executor = executor
         self.clock = clock
-        self.observer = observer if observer is not None else Observer()
+        self.observer = observer if observer is not None else Observer()  # (and ``_obs``)
         self.links = links
         self.strict = strict
         self.workers = {
@@ -224,13 +224,29 @@ class Kernel:
         self._expire_cb = self._expire
         self._arrived_cb = self._arrived
         self.stage_done_at_cb = self.stage_done_at
-        self._reported = type(self.observer).reported is not Observer.reported
         # whether the executor computes outputs to cut per request (the modelled one: no)
         self._outputs = executor.outputs
         # timers on the engine's own virtual clock go straight onto its heap
         self._heap = clock.heap if type(clock) is VirtualClock else None
         executor.attach(self)
         self._exec_start = executor.start  # (as ``attach`` bound it)
+
+    @property
+    def observer(self) -> Observer:
+        """What records the run (``engine.executor.Observer``). The kernel calls its
+        per-event methods through ``_obs``: the observer itself where it is an
+        ``entities.ObserverCore`` (C calls where compiled: the simulator's recorder),
+        else an ``entities.ObserverCall`` in front of it."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: Observer) -> None:
+        self._observer = observer
+        if isinstance(observer, entities.ObserverCore):
+            self._obs = observer
+        else:
+            self._obs = entities.ObserverCall(observer)
+        self._reported = type(observer).reported is not Observer.reported
 
     def detach(self) -> None:
         """After a run: drop the references that make the kernel, its executor and its
@@ -545,7 +561,7 @@ class Kernel:
         t = w.running
         if t is not None:
             w.running = None
-            self.observer.stage_ended(t, now, "failed", 0)
+            self._obs.stage_ended(t, now, "failed", 0)
             victims.append(t)
         victims += [t for _, _, t in w.ready if not t.dead]
         victims += [t for t in w.waiting if not t.dead]
@@ -564,7 +580,7 @@ class Kernel:
             w = task.worker
             if w.running is task:
                 w.running = None
-                self.observer.stage_ended(task, now, "failed", 0)
+                self._obs.stage_ended(task, now, "failed", 0)
             b.alive = False
             for t in b.tasks:
                 t.dead = True
@@ -613,7 +629,7 @@ class Kernel:
         w.running = None
         step = task.step
         blocks = field(step, STEP_BLOCKS)
-        self.observer.stage_ended(task, now, "completed", blocks[1] - blocks[0])
+        self._obs.stage_ended(task, now, "completed", blocks[1] - blocks[0])
         last = task.index == len(b.route) - 1
         reason = ""
         withdraw = None
@@ -647,7 +663,7 @@ class Kernel:
                 if self.open is not None or self.parked or self.payloads:
                     self._close(reqs)
                 # finished: ok or late, as ``core.outcome.finished`` says
-                self.observer.ended(reqs, None, "", now, parts if self._outputs else None)
+                self._obs.ended(reqs, None, "", now, parts if self._outputs else None)
         elif b.gone is not None and len(b.gone) == len(b.requests):
             # every request was cancelled while this stage ran: the next does not start
             reqs = ()
@@ -672,7 +688,7 @@ class Kernel:
             task.transfer_end_s,
         ))  # fmt: skip
         if self._reported:
-            self.observer.reported(rep)
+            self._observer.reported(rep)
         if self.strict:
             acts = self._on_stage_done(rep, now)
             if acts:
@@ -699,7 +715,7 @@ class Kernel:
         if w.running is not task or task.dead:
             return
         w.running = None
-        self.observer.stage_ended(task, now, PREEMPTED, blocks_done)
+        self._obs.stage_ended(task, now, PREEMPTED, blocks_done)
         self._end_batch(task.batch, task, now, PREEMPTED, blocks_done)
         self._try_start(w, now)
 
@@ -714,7 +730,7 @@ class Kernel:
             w.running = None
         else:
             task.start_s = now
-        self.observer.stage_ended(task, now, "failed", 0)
+        self._obs.stage_ended(task, now, "failed", 0)
         self._end_batch(task.batch, task, now, reason, 0)
         if running:
             self._try_start(w, now)
@@ -797,7 +813,7 @@ class Kernel:
 
     def _report(self, rep: StageReport, now: float) -> None:
         if self._reported:
-            self.observer.reported(rep)
+            self._observer.reported(rep)
         self._ask(self.scheduler.on_stage_done, rep, now)
 
     def _timer(self, token: object, at_s: float, now: float) -> None:
@@ -965,7 +981,7 @@ class Kernel:
             pl = self.payloads
             b.payload = [pl.get(r.id) for r in reqs]
         self.batches[bid] = b
-        self.observer.dispatched(b, first, now)
+        self._obs.dispatched(b, first, now)
         task = Task(b, 0, self.workers[field(route[0], STEP_WORKER)])
         b.tasks.append(task)
         if first == 0:
@@ -1148,7 +1164,7 @@ class Kernel:
     ) -> None:  # fmt: skip
         """Requests end, all with one outcome (dropped or failed) and reason."""
         self._close(requests, check)
-        self.observer.ended(requests, (outcome,) * len(requests), reason, now, None)
+        self._obs.ended(requests, (outcome,) * len(requests), reason, now, None)
 
 
 def _live(b: entities.Batch) -> tuple[Request, ...]:

@@ -15,7 +15,7 @@ from hetserve.core.records_c cimport (
     LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, STEP_BLOCKS, STEP_PLANNED_START_S, STEP_STAGE,
     STEP_WORKER, field, record,
 )
-from hetserve.engine.entities_core_c cimport Batch, LinkTable, Slot, Task
+from hetserve.engine.entities_core_c cimport Batch, LinkTable, ObserverCore, Slot, Task
 
 cdef object _NO_PARTS
 
@@ -32,7 +32,8 @@ cdef class Kernel:
     cdef public object scheduler
     cdef public object executor
     cdef public object clock
-    cdef public object observer
+    cdef public object _observer
+    cdef public ObserverCore _obs
     cdef public object links
     cdef public bint strict
     cdef public dict workers

@@ -25,6 +25,7 @@ except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
     from hetserve.core.records import REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
+    from hetserve.engine.entities import ObserverCore
 
 if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those typed)
     from hetserve.core.requests import Request
@@ -33,8 +34,9 @@ if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those ty
 FINISHED = -1  # (while running: finished, ok or late not yet told apart)
 
 
-class Ledger:
-    """The per-event part of the recorder (module docstring), for ``n`` requests."""
+class Ledger(ObserverCore):
+    """The per-event part of the recorder (module docstring), for ``n`` requests: an
+    ``ObserverCore``, whose methods the compiled kernel calls as C methods."""
 
     def __init__(self, n: int) -> None:
         nan = math.nan

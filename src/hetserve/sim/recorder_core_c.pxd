@@ -6,10 +6,10 @@
 import cython
 
 from hetserve.core.records_c cimport REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
-from hetserve.engine.entities_core_c cimport Batch, Slot, Task
+from hetserve.engine.entities_core_c cimport Batch, ObserverCore, Slot, Task
 
 
-cdef class Ledger:
+cdef class Ledger(ObserverCore):
     cdef public list rows
     cdef public list dispatch_s
     cdef public list start_s
