@@ -1,9 +1,9 @@
 # cython: annotation_typing=False
 """What the simulator's recorder (``sim.result.Recorder``, the kernel's observer) does at
-each event: per request its times, outcome, reason and batch, in lists indexed by
-request id (element access is much cheaper than NumPy's here; they become arrays in the
-result); one row per stage execution as it ends; per worker its busy time and busy
-energy, by the worker's index.
+each event: per request its times, outcome, reason and batch, in C arrays indexed by
+request id (``array.array``: an element is a C value, set much more cheaply than a NumPy
+array's from here; they become NumPy arrays in the result); one row per stage execution
+as it ends; per worker its busy time and busy energy, by the worker's index.
 
 This file is plain Python and runs as it is. Where the package was built with Cython
 (``setup.py``; ``recorder_core_c.pxd`` beside it declares the C types, the kernel's
@@ -14,6 +14,7 @@ and ``sim.result`` takes that one where the kernel's entities are compiled too
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +42,14 @@ class Ledger(ObserverCore):
     def __init__(self, n: int) -> None:
         nan = math.nan
         self.rows: list[tuple] = []
-        self.dispatch_s = [nan] * n
-        self.start_s = [nan] * n
-        self.finish_s = [nan] * n
-        self.outcome = [PENDING] * n
-        self.reason = [0] * n
-        self.batch_of = [-1] * n
+        # per request, by its id: C arrays (``array.array``s, typed memoryviews of them in
+        # the compiled build), no Python object per value to make, convert or free
+        self.dispatch_s = array("d", [nan]) * n
+        self.start_s = array("d", [nan]) * n
+        self.finish_s = array("d", [nan]) * n
+        self.outcome = array("b", [PENDING]) * n
+        self.reason = array("h", [0]) * n
+        self.batch_of = array("q", [-1]) * n
         self.reasons: list[str] = [""]
         self._reason_idx: dict[str, int] = {"": 0}
         # per worker, by its index (``Slot.index``)

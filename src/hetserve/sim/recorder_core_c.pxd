@@ -11,12 +11,12 @@ from hetserve.engine.entities_core_c cimport Batch, ObserverCore, Slot, Task
 
 cdef class Ledger(ObserverCore):
     cdef public list rows
-    cdef public list dispatch_s
-    cdef public list start_s
-    cdef public list finish_s
-    cdef public list outcome
-    cdef public list reason
-    cdef public list batch_of
+    cdef public double[:] dispatch_s
+    cdef public double[:] start_s
+    cdef public double[:] finish_s
+    cdef public signed char[:] outcome
+    cdef public short[:] reason
+    cdef public long long[:] batch_of
     cdef public list reasons
     cdef public dict _reason_idx
     cdef public list busy_s
@@ -24,12 +24,13 @@ cdef class Ledger(ObserverCore):
 
     cpdef Py_ssize_t reason_index(self, object text) except -1
 
-    @cython.locals(batch_of=list, dispatch_s=list)
+    @cython.locals(batch_of=cython.longlong[:], dispatch_s=cython.double[:])
     cpdef dispatched(self, Batch batch, Py_ssize_t first_block, double now)
 
-    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, start_s=list, t0=double)
+    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, start_s=cython.double[:], t0=double)
     cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
 
-    @cython.locals(outcome=list, finish_s=list, why=list, ri=Py_ssize_t)
+    @cython.locals(outcome=cython.schar[:], finish_s=cython.double[:], why=cython.short[:],
+                   ri=Py_ssize_t)
     cpdef ended(self, object requests, object outcomes, object reason, double now,
                 object outputs)
