@@ -82,7 +82,13 @@ def summarize(res: SimResult) -> dict[str, Any]:
     s["energy_per_request_j"] = energy / completed if completed else None
     # GPU-hours the plan(s) held, per type (re-planning: as they changed)
     s["gpu_hours"] = {t: v / 3600 for t, v in res.gpu_seconds.items()}
-    hist = Counter(r[5] for r in res.stage_rows if r[2] == 0 and r[8] == "completed")
+    c = res.stages
+    hist = Counter(
+        size
+        for size, stage, status in zip(c.batch_size.tolist(), c.stage.tolist(), c.status,
+                                       strict=True)
+        if stage == 0 and status == "completed"
+    )  # fmt: skip
     s["batch_sizes"] = {str(k): v for k, v in sorted(hist.items())}
     s["mean_batch_size"] = (
         sum(k * v for k, v in hist.items()) / sum(hist.values()) if hist else None

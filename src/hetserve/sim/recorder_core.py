@@ -3,7 +3,8 @@
 each event: per request its times, outcome, reason and batch, in C arrays indexed by
 request id (``array.array``: an element is a C value, set much more cheaply than a NumPy
 array's from here; they become NumPy arrays in the result); one row per stage execution
-as it ends; per worker its busy time and busy energy, by the worker's index.
+as it ends, its fields in columns of the same kind; per worker its busy time and busy
+energy, by the worker's index.
 
 This file is plain Python and runs as it is. Where the package was built with Cython
 (``setup.py``; ``recorder_core_c.pxd`` beside it declares the C types, the kernel's
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those ty
     from hetserve.engine import entities
 
 FINISHED = -1  # (while running: finished, ok or late not yet told apart)
+_NAN = math.nan  # (a C double compiled)
 
 
 class Ledger(ObserverCore):
@@ -41,7 +43,23 @@ class Ledger(ObserverCore):
 
     def __init__(self, n: int) -> None:
         nan = math.nan
-        self.rows: list[tuple] = []
+        # per stage row (``SimResult.stage_rows``' fields), in the order the stages end:
+        # the numbers in C arrays, grown by doubling (``n_rows`` of them used; a transfer
+        # time NaN where there was none), the names in lists
+        self.n_rows = 0
+        cap = n + 16
+        self.row_batch = array("q", [0]) * cap
+        self.row_stage = array("q", [0]) * cap
+        self.row_size = array("q", [0]) * cap
+        self.row_start_s = array("d", [nan]) * cap
+        self.row_end_s = array("d", [nan]) * cap
+        self.row_xfer_start_s = array("d", [nan]) * cap
+        self.row_xfer_end_s = array("d", [nan]) * cap
+        self.row_dispatch_s = array("d", [nan]) * cap
+        self.row_model: list[str] = []
+        self.row_worker: list[str] = []
+        self.row_gpu: list[str] = []
+        self.row_status: list[str] = []
         # per request, by its id: C arrays (``array.array``s, typed memoryviews of them in
         # the compiled build), no Python object per value to make, convert or free
         self.dispatch_s = array("d", [nan]) * n
@@ -55,6 +73,19 @@ class Ledger(ObserverCore):
         # per worker, by its index (``Slot.index``)
         self.busy_s: list[float] = []
         self.busy_energy_j: list[float] = []
+
+    def _grow(self) -> None:
+        """Twice the room for stage rows."""
+        more = len(self.row_batch)
+        nan = math.nan
+        self.row_batch = array("q", self.row_batch) + array("q", [0]) * more
+        self.row_stage = array("q", self.row_stage) + array("q", [0]) * more
+        self.row_size = array("q", self.row_size) + array("q", [0]) * more
+        self.row_start_s = array("d", self.row_start_s) + array("d", [nan]) * more
+        self.row_end_s = array("d", self.row_end_s) + array("d", [nan]) * more
+        self.row_xfer_start_s = array("d", self.row_xfer_start_s) + array("d", [nan]) * more
+        self.row_xfer_end_s = array("d", self.row_xfer_end_s) + array("d", [nan]) * more
+        self.row_dispatch_s = array("d", self.row_dispatch_s) + array("d", [nan]) * more
 
     def reason_index(self, text: str) -> int:
         """The index of a reason text in :attr:`reasons` (added on first use)."""
@@ -79,13 +110,24 @@ class Ledger(ObserverCore):
     def stage_ended(self, task: entities.Task, now: float, status: str, blocks_done: int) -> None:
         b = task.batch
         w = task.worker
-        self.rows.append(
-            (
-                b.id, b.model, field(task.step, STEP_STAGE), w.id, w.gpu_name, b.rows,
-                task.start_s, now, status, task.transfer_start_s, task.transfer_end_s,
-                b.dispatch_s,
-            )
-        )  # fmt: skip
+        j = self.n_rows
+        if j == len(self.row_batch):
+            self._grow()
+        self.row_batch[j] = b.id
+        self.row_stage[j] = field(task.step, STEP_STAGE)
+        self.row_size[j] = b.rows
+        self.row_start_s[j] = task.start_s
+        self.row_end_s[j] = now
+        x = task.transfer_start_s
+        self.row_xfer_start_s[j] = _NAN if x is None else x
+        x = task.transfer_end_s
+        self.row_xfer_end_s[j] = _NAN if x is None else x
+        self.row_dispatch_s[j] = b.dispatch_s
+        self.row_model.append(b.model)
+        self.row_worker.append(w.id)
+        self.row_gpu.append(w.gpu_name)
+        self.row_status.append(status)
+        self.n_rows = j + 1
         if task.ran and task.index == 0 and field(task.step, STEP_BLOCKS)[0] == 0:  # service began
             start_s, t0 = self.start_s, task.start_s
             for r in b.requests:

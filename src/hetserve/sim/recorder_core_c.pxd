@@ -9,8 +9,23 @@ from hetserve.core.records_c cimport REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
 from hetserve.engine.entities_core_c cimport Batch, ObserverCore, Slot, Task
 
 
+cdef double _NAN
+
+
 cdef class Ledger(ObserverCore):
-    cdef public list rows
+    cdef public Py_ssize_t n_rows
+    cdef public long long[:] row_batch
+    cdef public long long[:] row_stage
+    cdef public long long[:] row_size
+    cdef public double[:] row_start_s
+    cdef public double[:] row_end_s
+    cdef public double[:] row_xfer_start_s
+    cdef public double[:] row_xfer_end_s
+    cdef public double[:] row_dispatch_s
+    cdef public list row_model
+    cdef public list row_worker
+    cdef public list row_gpu
+    cdef public list row_status
     cdef public double[:] dispatch_s
     cdef public double[:] start_s
     cdef public double[:] finish_s
@@ -27,7 +42,8 @@ cdef class Ledger(ObserverCore):
     @cython.locals(batch_of=cython.longlong[:], dispatch_s=cython.double[:])
     cpdef dispatched(self, Batch batch, Py_ssize_t first_block, double now)
 
-    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, start_s=cython.double[:], t0=double)
+    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, start_s=cython.double[:], t0=double,
+                   j=Py_ssize_t, x=object)
     cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
 
     @cython.locals(outcome=cython.schar[:], finish_s=cython.double[:], why=cython.short[:],

@@ -4,6 +4,7 @@ part that records it during a run."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 from collections.abc import Sequence
@@ -141,6 +142,42 @@ def write_csv(path: str | Path, header: Sequence[str], columns: list[Column], n:
 
 
 @dataclass
+class StageColumns:
+    """A run's stage executions (one row each, in the order they ended) as columns, the
+    fields of :attr:`SimResult.stage_rows`' tuples in their order. A stage whose input
+    crossed no link has NaN transfer times here (None in the rows)."""
+
+    batch: np.ndarray  # int64
+    model: list[str]
+    stage: np.ndarray  # int64
+    worker: list[str]
+    gpu: list[str]
+    batch_size: np.ndarray  # int64
+    start_s: np.ndarray
+    end_s: np.ndarray
+    status: list[str]
+    transfer_start_s: np.ndarray
+    transfer_end_s: np.ndarray
+    dispatch_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.model)
+
+    def rows(self) -> list[tuple]:
+        """The rows, as tuples of Python values."""
+        xs = [None if x != x else x for x in self.transfer_start_s.tolist()]
+        xe = [None if x != x else x for x in self.transfer_end_s.tolist()]
+        return list(
+            zip(
+                self.batch.tolist(), self.model, self.stage.tolist(), self.worker, self.gpu,
+                self.batch_size.tolist(), self.start_s.tolist(), self.end_s.tolist(),
+                self.status, xs, xe, self.dispatch_s.tolist(),
+                strict=True,
+            )
+        )  # fmt: skip
+
+
+@dataclass
 class SimResult:
     trace: Trace
     end_s: float
@@ -151,8 +188,8 @@ class SimResult:
     reason: np.ndarray  # index into reasons
     reasons: tuple[str, ...]
     batch: np.ndarray
-    # (batch, model, stage, worker, gpu, batch_size, start, end, status, t_start, t_end, disp)
-    stage_rows: list[tuple]
+    # one row per stage execution (``stage_rows``), as columns
+    stages: StageColumns
     worker_busy_s: dict[str, float]
     worker_gpu: dict[str, str]
     worker_share: dict[str, int]
@@ -166,6 +203,13 @@ class SimResult:
     # the events the run's loop took in turn: arrivals and the clock's callbacks (stage
     # ends, transfers, timers, deadline checks): what "events per second" counts
     events: int = 0
+
+    @functools.cached_property
+    def stage_rows(self) -> list[tuple]:
+        """Per stage execution, in the order they ended: (batch, model, stage, worker,
+        gpu, batch_size, start, end, status, t_start, t_end, dispatch); the transfer times
+        None where the input crossed no link (made from ``stages`` on first use)."""
+        return self.stages.rows()
 
     @property
     def models(self) -> np.ndarray:
@@ -194,12 +238,15 @@ class SimResult:
         write_csv(path, REQUEST_COLUMNS, columns, n)
 
     def write_batches_csv(self, path: str | Path) -> None:
-        rows = self.stage_rows
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(BATCH_COLUMNS)
-        times = (6, 7, 9, 10, 11)
-        columns: list[Column] = [("T" if k in times else "O", list(c), None) for k, c in
-                                 enumerate(cols)]  # fmt: skip
-        write_csv(path, BATCH_COLUMNS, columns, len(rows))
+        c = self.stages
+        columns: list[Column] = [
+            ("I", c.batch, None), ("O", c.model, None), ("I", c.stage, None),
+            ("O", c.worker, None), ("O", c.gpu, None), ("I", c.batch_size, None),
+            ("F", c.start_s, None), ("F", c.end_s, None), ("O", c.status, None),
+            ("F", c.transfer_start_s, None), ("F", c.transfer_end_s, None),
+            ("F", c.dispatch_s, None),
+        ]  # fmt: skip
+        write_csv(path, BATCH_COLUMNS, columns, len(c))
 
     def write_workers_csv(self, path: str | Path) -> None:
         """Per worker (virtual GPU): busy time, utilisation, energy (its slice's share of
@@ -250,6 +297,21 @@ class Recorder(Ledger, Observer):
             out[done] = np.where(fin <= dl + ON_TIME_EPS_S, OK, LATE)
         return out
 
+    def _stages(self) -> StageColumns:
+        """The stage rows' columns, each an array of its own (``n_rows`` of them)."""
+        n = self.n_rows
+
+        def col(values: Any, dtype: type[np.generic]) -> np.ndarray:
+            return np.array(values[:n], dtype)
+
+        return StageColumns(
+            col(self.row_batch, np.int64), list(self.row_model), col(self.row_stage, np.int64),
+            list(self.row_worker), list(self.row_gpu), col(self.row_size, np.int64),
+            col(self.row_start_s, np.float64), col(self.row_end_s, np.float64),
+            list(self.row_status), col(self.row_xfer_start_s, np.float64),
+            col(self.row_xfer_end_s, np.float64), col(self.row_dispatch_s, np.float64),
+        )  # fmt: skip
+
     def result(
         self,
         end_s: float,
@@ -271,7 +333,7 @@ class Recorder(Ledger, Observer):
             reason=_column(self.reason, np.int16),
             reasons=tuple(self.reasons),
             batch=_column(self.batch_of, np.int64),
-            stage_rows=self.rows,
+            stages=self._stages(),
             worker_busy_s=busy,
             worker_gpu={w.id: w.gpu.name for w in workers.values()},
             worker_share={w.id: w.info.share for w in workers.values()},
