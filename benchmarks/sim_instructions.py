@@ -9,11 +9,13 @@ instructions per request of each, and of their difference (which also cancels th
 ``--planner deepplan`` counts the cold-start-heavy DeepPlan run instead
 (``benchmarks/against_base.py``'s: 180 BERT-Base instances on ``p3-8xlarge``, PT+DHA load
 plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout).
+``--planner scaling`` counts ``benchmarks/sim_scaling.py``'s run at ``--gpus`` GPUs with
+``--scheduler`` (its seconds: 100 requests/s per GPU; reads no checkout either).
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
-[--planner ppipe|np|deepplan] [--seconds 1,4]`` (needs ``valgrind`` and
-``callgrind_control``; a few minutes). Nothing is downloaded: the checkout is a local copy
-of ``github.com/JonnyKong/PPipe``.
+[--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]`` (needs
+``valgrind`` and ``callgrind_control``; a few minutes). Nothing is downloaded: the
+checkout is a local copy of ``github.com/JonnyKong/PPipe``.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def inner(ppipe: str, planner: str, seconds: float) -> None:
+def inner(ppipe: str, planner: str, seconds: float, scheduler: str, gpus: int) -> None:
     """One run (the valgrind child): setup, then the simulation; prints the requests."""
     if planner == "deepplan":
         return inner_deepplan(seconds)
+    if planner == "scaling":
+        return inner_scaling(scheduler, gpus, seconds)
     sys.path.insert(0, str(HERE))
     from against_base import MAF19_TRIO
     from bench_replan_maf19 import profile_set
@@ -86,18 +90,43 @@ def inner_deepplan(seconds: float) -> None:
     print(f"requests {len(tr)}", flush=True)
 
 
+def inner_scaling(scheduler: str, gpus: int, seconds: float) -> None:
+    """:func:`inner` for ``benchmarks/sim_scaling.py``'s run at ``gpus`` GPUs (100
+    requests/s per GPU) with ``scheduler``: the plan, the trace and the simulator made
+    first; the simulation counted (the scheduler's start, the run, the result)."""
+    sys.path.insert(0, str(HERE))
+    from sim_scaling import setup_and_trace
+
+    from hetserve.experiments.setup import fit_params
+    from hetserve.scheduling import make_scheduler
+    from hetserve.sim.engine import SimConfig, Simulator
+
+    s, tr = setup_and_trace(gpus, seconds)
+    sched = make_scheduler(scheduler, fit_params(s, scheduler, None))
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr,
+                    SimConfig(cut_bytes_factor=s.cut_bytes_factor, warm=s.warm),
+                    graphs=s.model_catalog.graph)  # fmt: skip
+    print("ready", flush=True)
+    sys.stdin.readline()
+    sim.run()
+    print(f"requests {len(tr)}", flush=True)
+
+
 def main() -> None:
     from hetserve.core.provenance import provenance_line
 
     print(provenance_line(), flush=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("ppipe")
-    ap.add_argument("--planner", choices=("ppipe", "np", "deepplan"), default="ppipe")
+    ap.add_argument("--planner", choices=("ppipe", "np", "deepplan", "scaling"),
+                    default="ppipe")  # fmt: skip
     ap.add_argument("--seconds", default="1,4", help="the two durations of arrivals")
+    ap.add_argument("--scheduler", default="reservation", help="--planner scaling's")
+    ap.add_argument("--gpus", type=int, default=1000, help="--planner scaling's")
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner is not None:
-        inner(a.ppipe, a.planner, a.inner)
+        inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
@@ -107,7 +136,8 @@ def main() -> None:
             out = f"{tmp}/cg.out"
             proc = subprocess.Popen(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                 sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d)],
+                 sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d),
+                 "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
             )  # fmt: skip

@@ -75,17 +75,17 @@ class Ledger(ObserverCore):
         self.busy_energy_j: list[float] = []
 
     def _grow(self) -> None:
-        """Twice the room for stage rows."""
+        """Twice the room for stage rows (each column's bytes copied whole)."""
         more = len(self.row_batch)
         nan = math.nan
-        self.row_batch = array("q", self.row_batch) + array("q", [0]) * more
-        self.row_stage = array("q", self.row_stage) + array("q", [0]) * more
-        self.row_size = array("q", self.row_size) + array("q", [0]) * more
-        self.row_start_s = array("d", self.row_start_s) + array("d", [nan]) * more
-        self.row_end_s = array("d", self.row_end_s) + array("d", [nan]) * more
-        self.row_xfer_start_s = array("d", self.row_xfer_start_s) + array("d", [nan]) * more
-        self.row_xfer_end_s = array("d", self.row_xfer_end_s) + array("d", [nan]) * more
-        self.row_dispatch_s = array("d", self.row_dispatch_s) + array("d", [nan]) * more
+        self.row_batch = array("q", bytes(self.row_batch)) + array("q", [0]) * more
+        self.row_stage = array("q", bytes(self.row_stage)) + array("q", [0]) * more
+        self.row_size = array("q", bytes(self.row_size)) + array("q", [0]) * more
+        self.row_start_s = array("d", bytes(self.row_start_s)) + array("d", [nan]) * more
+        self.row_end_s = array("d", bytes(self.row_end_s)) + array("d", [nan]) * more
+        self.row_xfer_start_s = array("d", bytes(self.row_xfer_start_s)) + array("d", [nan]) * more
+        self.row_xfer_end_s = array("d", bytes(self.row_xfer_end_s)) + array("d", [nan]) * more
+        self.row_dispatch_s = array("d", bytes(self.row_dispatch_s)) + array("d", [nan]) * more
 
     def reason_index(self, text: str) -> int:
         """The index of a reason text in :attr:`reasons` (added on first use)."""
