@@ -57,11 +57,12 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(tmp_path, engine):
     body, hdr = binary_body(x)
     infer = f"{url}/v2/models/resnet18/infer"
     try:
-        # 16 requests of one row each (a batch each): on a busy machine the first ones are
+        # 32 requests of one row each (a batch each): on a busy machine the first ones are
         # answered while the last are still on their way, and at least 4 must be in
         # flight when all have arrived (8 requests left only 2 in flight once, under Ray
-        # with the whole suite running beside it)
-        n = 16
+        # with the whole suite running beside it; 16 left 3 once, with the suite and two
+        # callgrind runs beside it)
+        n = 32
         with concurrent.futures.ThreadPoolExecutor(n) as pool:
             futs = [pool.submit(httpx.post, infer, content=body, headers=hdr, timeout=120)
                     for _ in range(n)]  # fmt: skip
