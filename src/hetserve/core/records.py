@@ -5,9 +5,12 @@ Python calls, on the hot paths of the compiled modules.
   order (a NamedTuple's own ``__new__`` is a Python function, a frame per record): here
   ``tuple.__new__``, one C call.
 - ``field(rec, k)`` reads a record's ``k``-th field (``rec[k]``; ``rec.name`` is a lookup
-  in the class's dictionary and a call of the field's descriptor). The field numbers the
-  compiled modules read per request are named here (``REQUEST_MODEL``: ``Request``'s
-  ``model``; a test holds them to the classes' ``_fields``).
+  in the class's dictionary and a call of the field's descriptor).
+- ``fields(rec)`` is ``rec``, to unpack: compiled, a record's items are read in C where
+  Cython would unpack anything but an exact tuple through the iterator protocol.
+
+The field numbers the compiled modules read per request are named here
+(``REQUEST_MODEL``: ``Request``'s ``model``; a test holds them to the classes' ``_fields``).
 
 A module that Cython compiles (``setup.py``) ``cimport``s these names from
 ``records_c.pxd`` instead: inline C that allocates the record and sets its fields (without
@@ -21,8 +24,9 @@ from __future__ import annotations
 import operator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
-__all__ = ["LAYOUT", "NO_CYTHON", "field", "record"]
+__all__ = ["LAYOUT", "NO_CYTHON", "field", "fields", "record"]
 
 #: ``record(cls, items)``: ``cls`` (a tuple subclass without fields of its own, as
 #: ``typing.NamedTuple`` makes them) holding ``items``
@@ -30,6 +34,12 @@ record = tuple.__new__
 
 #: ``field(rec, k)``: ``rec[k]``
 field = operator.getitem
+
+
+def fields(rec: Any) -> Any:
+    """``rec``, to unpack (the compiled one reads a NamedTuple's items in C)."""
+    return rec
+
 
 # field numbers (``core.requests.Request``; ``scheduling.protocol``'s ``RouteStep``,
 # ``Dispatch``, ``StageReport`` and ``Load``), as ``records_c.pxd`` has them too

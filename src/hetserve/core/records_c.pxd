@@ -33,6 +33,15 @@ cdef inline object field(object rec, Py_ssize_t k):
     return rec[k]
 
 
+cdef inline tuple fields(object rec):
+    """``rec`` as a tuple, to unpack: a tuple (a NamedTuple too) as it is, read in C
+    (unpacking a NamedTuple straight would go through the iterator protocol, which
+    Cython uses for all but exact tuples); anything else copied into one."""
+    if PyTuple_Check(rec):
+        return <tuple>rec
+    return tuple(rec)
+
+
 # the field numbers of core/records.py
 cdef enum:
     REQUEST_ID = 0

@@ -239,9 +239,10 @@ class LinkTable:
             if free_s > start:
                 start = free_s
         end = start + n_bytes * 8 / (route[1] * 1e9) + route[2]
+        end_s = end  # (compiled: the one float object every lane gets, made once)
         for ls in lane_lists:
-            ls[_earliest_lane(ls)] = end
-        return start, end
+            ls[_earliest_lane(ls)] = end_s
+        return start, end_s
 
     def gather(
         self, sources: Iterable[tuple[str, int]], dst: str, per_request_bytes: float, now: float

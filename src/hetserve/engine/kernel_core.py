@@ -114,11 +114,14 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         LOAD_BLOCKS,
         LOAD_MODEL,
         LOAD_WORKER,
+        REQUEST_ID,
+        REQUEST_MODEL,
         STEP_BLOCKS,
         STEP_PLANNED_START_S,
         STEP_STAGE,
         STEP_WORKER,
         field,
+        fields,
         record,
     )
     from hetserve.engine.entities import Batch, Task
@@ -137,20 +140,20 @@ def check_dispatch(
     first block. (Rule 4's check, with the other rules' in ``engine.rules``; here, beside
     the kernel, so that it is compiled with it.)"""
     # (the NamedTuples' fields in their order: one unpacking each, no attribute lookups)
-    bid, model, reqs, route = d
+    bid, model, reqs, route = fields(d)
     if bid in live or not reqs or not route:
         raise ProtocolError(f"Dispatch {bid}: batch ids must be new; requests and route non-empty")
     nb = nblocks.get(model)
     if nb is None:
         raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")
     if len(route) == 1:  # the common case, checked quickly
-        stage, worker, at, blocks = route[0]
+        stage, worker, at, blocks = fields(route[0])
         if stage == 0 and blocks == (0, nb) and worker in workers and type(at) is float:
             return 0
-    s0, _, _, blocks = route[0]
+    s0, _, _, blocks = fields(route[0])
     first = pos = blocks[0]
     for k, st in enumerate(route):
-        stage, worker, at, blocks = st
+        stage, worker, at, blocks = fields(st)
         if stage != s0 + k or blocks[0] != pos or blocks[1] <= pos or s0 < 0:
             raise ProtocolError(
                 f"Dispatch {bid}: route must cover blocks contiguously with "
@@ -210,7 +213,7 @@ class Kernel:
         # their client cancelled): the scheduler's later Dispatch or Drop of one leaves it out
         self.gone: set[int] = set()
         self.deadlines = Deadlines()
-        self._out_bytes: dict[tuple[str, int], float] = {}  # (model, block) -> its bytes out
+        self._out_bytes: dict[str, dict[int, float]] = {}  # model -> block -> its bytes out
         self._expiry_s = math.inf  # the kernel's deadline timer (inf: none set)
         self._seq = itertools.count(1)
         self._ask = self._ask_strict if strict else self._ask_guarded
@@ -473,15 +476,21 @@ class Kernel:
         n = len(times)
         i = 0
         now = 0.0
+        # (the next arrival's time, a C double compiled: no float made per comparison; the
+        # arrival's own objects, its time's and its id's, made once and passed on)
+        t_next = times[0] if n else math.inf
         while True:
-            if i < n and times[i] < heap.first_s():
-                now = clock.t = times[i]
-                r = record(Request, (i, models[i], streams[i], times[i], deadlines_s[i], None, 1))
-                held[i] = r
-                acts = on_arrival(r, now)
+            if t_next < heap.first_s():
+                t_obj = times[i]
+                rid = i
+                now = t_next
+                clock.t = t_obj
+                r = record(Request, (rid, models[i], streams[i], t_obj, deadlines_s[i], None, 1))
+                held[rid] = r
+                acts = on_arrival(r, t_obj)
                 if acts:
                     self._apply_strict(acts, now)
-                if watched(i) is r:  # ``_watch``, inline (a stream's deadlines come in order)
+                if watched(rid) is r:  # ``_watch``, inline (a stream's deadlines come in order)
                     q = fifo_of(streams[i])
                     t = deadlines_s[i]
                     if q is None:
@@ -489,11 +498,12 @@ class Kernel:
                     else:
                         if not q:
                             new_head(q, t)
-                        q.append(i)
+                        q.append(rid)
                     if t < self._expiry_s:
                         self._expiry_s = t
                         heap.push(t, expire, None, t)  # (``clock.call_at``, without its call)
                 i += 1
+                t_next = times[i] if i < n else math.inf
                 continue
             if heap.first_s() > horizon or not len(heap):
                 return now
@@ -681,16 +691,18 @@ class Kernel:
                 nbytes = self._cut_bytes(b.model, blocks[1] - 1, b.rows)
                 span = links.send_between(w, nw, nbytes, now)
             self._transfer(ntask, span, now)
-        # (engine.rules.stage_done_report, made without its Python calls: the hot path)
+        # (engine.rules.stage_done_report, made without its Python calls: the hot path;
+        # ``now_s``: the one float object of ``now``, for the report and the call)
+        now_s = now
         rep = record(StageReport, (
-            "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now, reqs, True,
-            last, reason, blocks, blocks[1] - blocks[0], task.transfer_start_s,
+            "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now_s, reqs,
+            True, last, reason, blocks, blocks[1] - blocks[0], task.transfer_start_s,
             task.transfer_end_s,
         ))  # fmt: skip
         if self._reported:
             self._observer.reported(rep)
         if self.strict:
-            acts = self._on_stage_done(rep, now)
+            acts = self._on_stage_done(rep, now_s)
             if acts:
                 self._apply_strict(acts, now)
         else:
@@ -943,14 +955,19 @@ class Kernel:
     def _dispatch(self, d: Dispatch, now: float) -> None:
         first = check_dispatch(d, self.nblocks, self.workers, self.batches)
         held, parked = self.held, self.parked
-        bid, model, reqs, route = d  # (one unpacking: cheaper than reading the fields)
+        bid, model, reqs, route = fields(d)  # (one unpacking: cheaper than the fields)
         pop = held.pop
         trim = False
         for k, r in enumerate(reqs):
-            rid = r.id
+            if type(r) is Request:  # (its fields read in C)
+                rid = field(r, REQUEST_ID)
+                r_model = field(r, REQUEST_MODEL)
+            else:
+                rid = r.id
+                r_model = r.model
             got = pop(rid, None)
-            if got is None or r.model != model:
-                if got is None and rid in self.gone and r.model == model:
+            if got is None or r_model != model:
+                if got is None and rid in self.gone and r_model == model:
                     trim = True  # ended meanwhile (deadline, cancelled): left out below
                     continue
                 if got is not None:
@@ -1026,10 +1043,12 @@ class Kernel:
         """Activation bytes crossing the cut after ``after_block`` for a batch of ``rows``
         rows (the view's ``cut_bytes_factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32
         bytes); the graph's bytes per cut are read once."""
-        key = (model, after_block)
-        out = self._out_bytes.get(key)
+        per = self._out_bytes.get(model)  # (by model, then block: no tuple key to make)
+        if per is None:
+            per = self._out_bytes[model] = {}
+        out = per.get(after_block)
         if out is None:
-            out = self._out_bytes[key] = self.view.latency.out_bytes(model, after_block)
+            out = per[after_block] = self.view.latency.out_bytes(model, after_block)
         return out * rows * self.view.cut_bytes_factor
 
     def _transfer(self, task: entities.Task, span: tuple[float, float], now: float) -> None:

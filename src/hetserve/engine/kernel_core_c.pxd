@@ -12,8 +12,8 @@ import cython
 
 from hetserve.core.heaps_core_c cimport EventHeap, pop, push
 from hetserve.core.records_c cimport (
-    LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, STEP_BLOCKS, STEP_PLANNED_START_S, STEP_STAGE,
-    STEP_WORKER, field, record,
+    LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, REQUEST_ID, REQUEST_MODEL, STEP_BLOCKS,
+    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record,
 )
 from hetserve.engine.entities_core_c cimport Batch, LinkTable, ObserverCore, Slot, Task
 
@@ -64,15 +64,16 @@ cdef class Kernel:
     cdef public EventHeap _heap
     cdef public dict _out_bytes
 
+    @cython.locals(per=dict)
     cpdef double _cut_bytes(self, object model, Py_ssize_t after_block,
                             Py_ssize_t rows) except? -1.0
 
     @cython.locals(clock=object, heap=EventHeap, held=dict, n=Py_ssize_t, i=Py_ssize_t,
-                   now=double, last=double, t=double, task=Task)
+                   now=double, last=double, t=double, task=Task, t_next=double, rid=object)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
-                   parked=dict, end_block=Py_ssize_t, links=LinkTable)
+                   parked=dict, end_block=Py_ssize_t, links=LinkTable, now_s=object)
     cpdef stage_done(self, Task task, double now, object output=*)
 
     cpdef stage_done_at(self, Task task, object version, double now)
@@ -98,7 +99,7 @@ cdef class Kernel:
                    b=Batch, task=Task, blk=Py_ssize_t)
     cpdef _dispatch(self, object d, double now)
 
-    cpdef _transfer(self, Task task, object span, double now)
+    cpdef _transfer(self, Task task, tuple span, double now)
 
     cpdef _arrived(self, Task task, object _, double now)
 

@@ -41,10 +41,12 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
         REQUEST_MODEL,
         REQUEST_ROWS,
         field,
+        fields,
         record,
     )
 
 _EPS = 1e-12
+_INF = math.inf
 _NEG_INF = -math.inf
 # a stage's transfers from the previous stage's worker: per receiving worker (worker,
 # links crossed, seconds per bit, delay s), and the least s/bit and delay over them
@@ -53,18 +55,23 @@ Xfers = tuple[dict[int, tuple[int, tuple[int, ...], float, float]], float, float
 
 def reserve(table: slots.SlotTable, bid: int, pr: Probed) -> list:
     """Commit a probe (``pr``)'s reservations for batch ``bid``, each tagged ``(bid, stage)``;
-    returns them as ``(resource, start, duration, stage)``."""
+    returns them as ``(resource, start, duration, stage, tag)`` (a stage's reservations
+    share their tag: one tuple per stage)."""
     entries = []
     stage = 0
     path_w = pr.path_w
+    tag = None
     for k in range(pr.n_resv):
         r = pr.resv_r[k]
         start = pr.resv_t[k]
         dur = pr.resv_d[k]
-        table.add(r, start, start + dur, (bid, stage))
-        entries.append((r, start, dur, stage))
+        if tag is None:
+            tag = (bid, stage)
+        table.add(r, start, start + dur, tag)
+        entries.append((r, start, dur, stage, tag))
         if r == path_w[stage]:
             stage += 1
+            tag = None
     return entries
 
 
@@ -112,7 +119,8 @@ def probe(
             xs = {}
             t_lb = t_g
         else:
-            hit = xfers[si].get(last)
+            by_last = xfers[si]
+            hit = by_last.get(last)
             if hit is None:
                 hit = miss(si, last)
                 # (it may have numbered new links: the table's buffers may have grown)
@@ -123,7 +131,7 @@ def probe(
             min_inv = hit[1]
             min_delay = hit[2]
             t_lb = t_g + bits * min_inv + min_delay  # no transfer arrives earlier
-        best_t = math.inf
+        best_t = _INF
         best_w = -1
         best_s = 0.0
         best_tl = 0.0
@@ -190,8 +198,8 @@ def probe(
         if best_w < 0:
             out.n_stages = 0
             out.n_resv = 0
-            out.finish_s = math.inf
-            out.wait_s = math.inf
+            out.finish_s = _INF
+            out.wait_s = _INF
             return
         for lk in best_links:
             out.add_resv(lk, best_tl, best_ln)
@@ -476,7 +484,7 @@ class Algorithm1:
         """Feedback correction: the batch's reservations follow reality
         (:meth:`SlotTable.correct`). Returns whether any reservation moved."""
         # (a StageReport's fields in their order: one unpacking, no attribute lookups)
-        _, bid, _, stage, worker, start_s, end_s, _, completed, last, _, _, _, xs, xe = r  # type: ignore[misc]
+        _, bid, _, stage, worker, start_s, end_s, _, completed, last, _, _, _, xs, xe = fields(r)
         entries = self.batch_resv.get(bid)
         if entries is None:
             return False

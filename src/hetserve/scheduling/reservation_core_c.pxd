@@ -8,26 +8,28 @@ import cython
 
 from hetserve.core.records_c cimport (
     REPORT_COMPLETED, REPORT_KIND, REPORT_MODEL, REPORT_REASON, REPORT_REQUESTS,
-    REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_MODEL, REQUEST_ROWS, field, record,
+    REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_MODEL, REQUEST_ROWS, field, fields, record,
 )
 
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push
 from hetserve.scheduling.reservation_slots_c cimport PoolOrder, SlotTable
 
 cdef double _EPS
+cdef double _INF
 cdef double _NEG_INF
 cdef tuple _NO_XFER
 
 cdef class Probed
 
 @cython.locals(entries=list, stage=Py_ssize_t, r=Py_ssize_t, start=double, dur=double,
-               path_w="long long[::1]", k=Py_ssize_t)
+               path_w="long long[::1]", k=Py_ssize_t, tag=tuple)
 cpdef list reserve(SlotTable table, object bid, Probed pr)
 
 
 @cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double,
                last=Py_ssize_t, path_w="long long[::1]", start_s="double[::1]", busy=double,
-               min_inv=double, min_delay=double, xs=dict, si=Py_ssize_t, st=tuple, l_i=double, bits=double,
+               min_inv=double, min_delay=double, xs=dict, by_last=dict, si=Py_ssize_t, st=tuple,
+               l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
                n_w=Py_ssize_t, solid_t="double[::1]", k0=Py_ssize_t, hi=Py_ssize_t,

@@ -424,7 +424,8 @@ class SlotTable:
         last: bool,
     ) -> tuple[bool, list | None]:
         """Feedback correction of batch ``bid``'s reservations (``entries`` as
-        :meth:`reserve` made them) by its stage ``stage``'s report: that stage's worker
+        ``reservation_core.reserve`` made them: ``(resource, start, duration, stage,
+        tag)``) by its stage ``stage``'s report: that stage's worker
         (``worker``) and transfer move to when they really ran (``start_s``..``end_s``,
         ``x_start_s``..``x_end_s`` where ``has_transfer``); later stages move by the
         stage's overrun (or gain), or are released if the batch stops here (not
@@ -448,13 +449,13 @@ class SlotTable:
             else:
                 continue
             if abs(a - start) > _EPS or abs(b - start - dur) > _EPS:
-                self.replace(r, (bid, stage), a, b)
+                self.replace(r, x[4], a, b)
                 changed = True
         if not completed or last:
             if not completed:  # the rest of the batch will not run
                 for x in entries:
                     if x[3] > stage:
-                        self.remove(x[0], (bid, x[3]))
+                        self.remove(x[0], x[4])
                         changed = True
             return changed, None
         if abs(delay) > _EPS:  # later stages move with the overrun (or the gain)
@@ -465,8 +466,8 @@ class SlotTable:
                 dur = x[2]
                 st = x[3]
                 if st > stage:
-                    self.replace(r, (bid, st), start + delay, start + delay + dur)
+                    self.replace(r, x[4], start + delay, start + delay + dur)
                     start += delay
-                shifted.append((r, start, dur, st))
+                shifted.append((r, start, dur, st, x[4]))
             return True, shifted
         return changed, entries
