@@ -4,6 +4,10 @@ Python calls, on the hot paths of the compiled modules.
 - ``record(cls, items)`` makes a record of class ``cls`` from a tuple of its fields in
   order (a NamedTuple's own ``__new__`` is a Python function, a frame per record): here
   ``tuple.__new__``, one C call.
+- ``record2``, ``record4``, ``record7`` and ``record15`` (``cls`` and its two, four,
+  seven or fifteen fields) are ``record`` for the records the hot paths make per request
+  (a timer, a dispatch or a route step, a request, a stage report): compiled, without
+  the tuple of the fields that ``record`` takes and copies.
 - ``field(rec, k)`` reads a record's ``k``-th field (``rec[k]``; ``rec.name`` is a lookup
   in the class's dictionary and a call of the field's descriptor).
 - ``fields(rec)`` is ``rec``, to unpack: compiled, a record's items are read in C where
@@ -26,11 +30,45 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["LAYOUT", "NO_CYTHON", "field", "fields", "record"]
+__all__ = [
+    "LAYOUT",
+    "NO_CYTHON",
+    "field",
+    "fields",
+    "record",
+    "record2",
+    "record4",
+    "record7",
+    "record15",
+]
 
 #: ``record(cls, items)``: ``cls`` (a tuple subclass without fields of its own, as
 #: ``typing.NamedTuple`` makes them) holding ``items``
 record = tuple.__new__
+
+
+def record2(cls: type, a: Any, b: Any) -> Any:
+    """``record(cls, (a, b))``."""
+    return tuple.__new__(cls, (a, b))
+
+
+def record4(cls: type, a: Any, b: Any, c: Any, d: Any) -> Any:
+    """``record(cls, (a, b, c, d))``."""
+    return tuple.__new__(cls, (a, b, c, d))
+
+
+def record7(cls: type, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any) -> Any:
+    """``record(cls, (a, ..., g))``."""
+    return tuple.__new__(cls, (a, b, c, d, e, f, g))
+
+
+def record15(
+    cls: type, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any,
+    j: Any, k: Any, l: Any, m: Any, n: Any, o: Any,
+) -> Any:  # fmt: skip
+    """``record(cls, (a, ..., o))``."""
+    return tuple.__new__(cls, (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o))
+
 
 #: ``field(rec, k)``: ``rec[k]``
 field = operator.getitem

@@ -26,6 +26,67 @@ cdef inline object record(type cls, tuple items):
     return out
 
 
+cdef inline object _item(object out, Py_ssize_t i, object x):
+    Py_INCREF(x)
+    PyTuple_SET_ITEM(out, i, x)
+    return out
+
+
+cdef inline object record2(type cls, object a, object b):
+    """``record(cls, (a, b))`` without the tuple ``(a, b)``."""
+    cdef object out = PyType_GenericAlloc(cls, 2)
+    _item(out, 0, a)
+    _item(out, 1, b)
+    return out
+
+
+cdef inline object record4(type cls, object a, object b, object c, object d):
+    """``record(cls, (a, b, c, d))`` without the tuple of the four."""
+    cdef object out = PyType_GenericAlloc(cls, 4)
+    _item(out, 0, a)
+    _item(out, 1, b)
+    _item(out, 2, c)
+    _item(out, 3, d)
+    return out
+
+
+cdef inline object record7(type cls, object a, object b, object c, object d, object e,
+                           object f, object g):
+    """``record(cls, (a, ..., g))`` without the tuple of the seven (a ``Request``)."""
+    cdef object out = PyType_GenericAlloc(cls, 7)
+    _item(out, 0, a)
+    _item(out, 1, b)
+    _item(out, 2, c)
+    _item(out, 3, d)
+    _item(out, 4, e)
+    _item(out, 5, f)
+    _item(out, 6, g)
+    return out
+
+
+cdef inline object record15(type cls, object a, object b, object c, object d, object e,
+                            object f, object g, object h, object i, object j, object k,
+                            object l, object m, object n, object o):
+    """``record(cls, (a, ..., o))`` without the tuple of the fifteen (a ``StageReport``)."""
+    cdef object out = PyType_GenericAlloc(cls, 15)
+    _item(out, 0, a)
+    _item(out, 1, b)
+    _item(out, 2, c)
+    _item(out, 3, d)
+    _item(out, 4, e)
+    _item(out, 5, f)
+    _item(out, 6, g)
+    _item(out, 7, h)
+    _item(out, 8, i)
+    _item(out, 9, j)
+    _item(out, 10, k)
+    _item(out, 11, l)
+    _item(out, 12, m)
+    _item(out, 13, n)
+    _item(out, 14, o)
+    return out
+
+
 cdef inline object field(object rec, Py_ssize_t k):
     """``rec[k]``: a tuple's item read in C (anything else indexed as Python does)."""
     if PyTuple_Check(rec) and 0 <= k < PyTuple_GET_SIZE(rec):

@@ -22,7 +22,7 @@ from hetserve.engine import entities_core as _pure
 
 __all__ = [
     "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot", "Task",
-    "build_beside", "core",
+    "build_beside", "core", "new_batch", "new_task",
 ]  # fmt: skip
 
 
@@ -52,7 +52,10 @@ if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
         ObserverCore,
         Slot,
         Task,
+        new_batch,
+        new_task,
     )
 else:
     Batch, LinkTable, Slot, Task = core.Batch, core.LinkTable, core.Slot, core.Task
     HostLinks, ObserverCall, ObserverCore = core.HostLinks, core.ObserverCall, core.ObserverCore
+    new_batch, new_task = core.new_batch, core.new_task

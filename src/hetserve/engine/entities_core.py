@@ -28,7 +28,17 @@ from hetserve.scheduling.protocol import Dispatch, WorkerInfo
 _NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
 _ROUTE_KEY = 1 << 32  # (``LinkTable.send_between``'s key: a worker's number, another's)
 
-__all__ = ["Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot", "Task"]
+__all__ = [
+    "Batch",
+    "HostLinks",
+    "LinkTable",
+    "ObserverCall",
+    "ObserverCore",
+    "Slot",
+    "Task",
+    "new_batch",
+    "new_task",
+]
 
 
 class Slot:
@@ -72,19 +82,42 @@ class Batch:
     )
 
     def __init__(self, d: Dispatch, now: float, rows: int) -> None:
-        self.d = d
-        self.id, self.model, self.requests, self.route = d  # (cheaper than four field reads)
-        self.rows = rows  # its size: the requests' rows together
-        self.stage = 0
-        self.dispatch_s = now
-        self.alive = True
-        self.tasks: list[Task] = []
-        # ids of its requests cancelled while it was under way (None: none): they have
-        # ended; the batch runs on for the others, and the kernel leaves them out at its end
-        self.gone: set[int] | None = None
-        # the stage's input: the requests' inputs (or parked parts) for the first step,
-        # the previous step's output after it
-        self.payload: Any = None
+        bid, model, requests, route = d
+        _init_batch(self, d, bid, model, requests, route, now, rows)
+
+
+def _init_batch(
+    b: Batch, d: Dispatch, bid: int, model: str, requests: Any, route: Any, now: float, rows: int
+) -> None:
+    """A batch's fields (``Batch.__init__``, :func:`new_batch`): ``bid``, ``model``,
+    ``requests`` and ``route`` are ``d``'s fields."""
+    b.d = d
+    b.id = bid
+    b.model = model
+    b.requests = requests
+    b.route = route
+    b.rows = rows  # its size: the requests' rows together
+    b.stage = 0
+    b.dispatch_s = now
+    b.alive = True
+    b.tasks = []
+    # ids of its requests cancelled while it was under way (None: none): they have ended;
+    # the batch runs on for the others, and the kernel leaves them out at its end
+    b.gone = None
+    # the stage's input: the requests' inputs (or parked parts) for the first step, the
+    # previous step's output after it
+    b.payload = None
+
+
+def new_batch(
+    d: Dispatch, bid: int, model: str, requests: Any, route: Any, now: float, rows: int
+) -> Batch:
+    """``Batch(d, now, rows)`` from ``d``'s fields as the caller read them; compiled, made
+    in C (no call through Python, no field read through the NamedTuple's Python
+    ``__getitem__``)."""
+    b = Batch.__new__(Batch)
+    _init_batch(b, d, bid, model, requests, route, now, rows)
+    return b
 
 
 class Task:
@@ -110,23 +143,35 @@ class Task:
     )
 
     def __init__(self, batch: Batch, index: int, worker: Slot) -> None:
-        self.batch = batch
-        self.index = index
-        self.step = batch.route[index]
-        self.worker = worker
-        self.version = 0
-        self.dead = False
-        self.ran = False
-        self.stop = False
-        self.start_s = _NAN
-        self.run: Any = None
-        self.transfer_start_s: float | None = None
-        self.transfer_end_s: float | None = None
+        _init_task(self, batch, index, worker)
 
     @property
     def last(self) -> bool:
         """The route's last step."""
         return self.index == len(self.batch.route) - 1
+
+
+def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> None:
+    """A task's fields (``Task.__init__``, :func:`new_task`)."""
+    t.batch = batch
+    t.index = index
+    t.step = batch.route[index]
+    t.worker = worker
+    t.version = 0
+    t.dead = False
+    t.ran = False
+    t.stop = False
+    t.start_s = _NAN
+    t.run = None
+    t.transfer_start_s = None
+    t.transfer_end_s = None
+
+
+def new_task(batch: Batch, index: int, worker: Slot) -> Task:
+    """``Task(batch, index, worker)``; compiled, made in C (no call through Python)."""
+    t = Task.__new__(Task)
+    _init_task(t, batch, index, worker)
+    return t
 
 
 class LinkTable:

@@ -20,6 +20,7 @@ cdef Py_ssize_t _earliest_lane(list ls) except -1
 
 cdef class Task
 cdef class Slot
+cdef class Batch
 
 
 cdef class LinkTable:
@@ -139,3 +140,14 @@ cdef class ObserverCore:
 
 cdef class ObserverCall(ObserverCore):
     cdef public object observer
+
+
+cdef void _init_batch(Batch b, object d, object bid, object model, object requests,
+                      object route, double now, Py_ssize_t rows) except *
+
+cpdef Batch new_batch(object d, object bid, object model, object requests, object route,
+                      double now, Py_ssize_t rows)
+
+cdef void _init_task(Task t, Batch batch, Py_ssize_t index, Slot worker) except *
+
+cpdef Task new_task(Batch batch, Py_ssize_t index, Slot worker)

@@ -123,8 +123,10 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         field,
         fields,
         record,
+        record7,
+        record15,
     )
-    from hetserve.engine.entities import Batch, Task
+    from hetserve.engine.entities import new_batch, new_task
 
 LOG = logging.getLogger("hetserve.engine")
 _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
@@ -485,7 +487,7 @@ class Kernel:
                 rid = i
                 now = t_next
                 clock.t = t_obj
-                r = record(Request, (rid, models[i], streams[i], t_obj, deadlines_s[i], None, 1))
+                r = record7(Request, rid, models[i], streams[i], t_obj, deadlines_s[i], None, 1)
                 held[rid] = r
                 acts = on_arrival(r, t_obj)
                 if acts:
@@ -677,13 +679,14 @@ class Kernel:
         elif b.gone is not None and len(b.gone) == len(b.requests):
             # every request was cancelled while this stage ran: the next does not start
             reqs = ()
-            withdraw = Task(b, b.stage + 1, self.workers[field(b.route[b.stage + 1], STEP_WORKER)])
+            nw = self.workers[field(b.route[b.stage + 1], STEP_WORKER)]
+            withdraw = new_task(b, b.stage + 1, nw)
         else:
             reqs = b.requests if b.gone is None else _live(b)
             b.stage += 1
             b.payload = output
             nw = self.workers[field(b.route[b.stage], STEP_WORKER)]
-            ntask = Task(b, b.stage, nw)
+            ntask = new_task(b, b.stage, nw)
             b.tasks.append(ntask)
             span = (now, now)
             links = self.links
@@ -694,11 +697,11 @@ class Kernel:
         # (engine.rules.stage_done_report, made without its Python calls: the hot path;
         # ``now_s``: the one float object of ``now``, for the report and the call)
         now_s = now
-        rep = record(StageReport, (
-            "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now_s, reqs,
-            True, last, reason, blocks, blocks[1] - blocks[0], task.transfer_start_s,
-            task.transfer_end_s,
-        ))  # fmt: skip
+        rep = record15(
+            StageReport, "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s,
+            now_s, reqs, True, last, reason, blocks, blocks[1] - blocks[0],
+            task.transfer_start_s, task.transfer_end_s,
+        )  # fmt: skip
         if self._reported:
             self._observer.reported(rep)
         if self.strict:
@@ -956,7 +959,6 @@ class Kernel:
         first = check_dispatch(d, self.nblocks, self.workers, self.batches)
         held, parked = self.held, self.parked
         bid, model, reqs, route = fields(d)  # (one unpacking: cheaper than the fields)
-        pop = held.pop
         trim = False
         for k, r in enumerate(reqs):
             if type(r) is Request:  # (its fields read in C)
@@ -965,7 +967,7 @@ class Kernel:
             else:
                 rid = r.id
                 r_model = r.model
-            got = pop(rid, None)
+            got = held.pop(rid, None)
             if got is None or r_model != model:
                 if got is None and rid in self.gone and r_model == model:
                     trim = True  # ended meanwhile (deadline, cancelled): left out below
@@ -991,7 +993,8 @@ class Kernel:
                 self.clock.call_at(now, self._withdrawn, d)
                 return
             d = d._replace(requests=reqs)
-        b = Batch(d, now, len(reqs) if self._unit else sum([r.rows for r in reqs]))
+        n_rows = len(reqs) if self._unit else sum([r.rows for r in reqs])
+        b = new_batch(d, bid, model, reqs, route, now, n_rows)
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
             b.payload = [parked[r.id][2] for r in reqs]
         elif self.payloads:
@@ -999,7 +1002,7 @@ class Kernel:
             b.payload = [pl.get(r.id) for r in reqs]
         self.batches[bid] = b
         self._obs.dispatched(b, first, now)
-        task = Task(b, 0, self.workers[field(route[0], STEP_WORKER)])
+        task = new_task(b, 0, self.workers[field(route[0], STEP_WORKER)])
         b.tasks.append(task)
         if first == 0:
             self._input_arrived(task, now)

@@ -13,9 +13,11 @@ import cython
 from hetserve.core.heaps_core_c cimport EventHeap, pop, push
 from hetserve.core.records_c cimport (
     LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, REQUEST_ID, REQUEST_MODEL, STEP_BLOCKS,
-    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record,
+    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record, record7, record15,
 )
-from hetserve.engine.entities_core_c cimport Batch, LinkTable, ObserverCore, Slot, Task
+from hetserve.engine.entities_core_c cimport (
+    Batch, LinkTable, ObserverCore, Slot, Task, new_batch, new_task,
+)
 
 cdef object _NO_PARTS
 

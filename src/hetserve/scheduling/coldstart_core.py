@@ -80,6 +80,7 @@ if not cython.compiled:  # (compiled: the inline C and constants its .pxd cimpor
         REQUEST_ROWS,
         field,
         record,
+        record4,
     )
 
 
@@ -240,7 +241,7 @@ class ColdStartCore:
         g.used += self._bytes_on(g, model)
         g.loading[model] = now + self._cold_s(model)
         self.stats["loads"] += 1
-        return record(Load, (g.id, model, (0, self._nb[model]), False))
+        return record4(Load, g.id, model, (0, self._nb[model]), False)
 
     def _make_room(self, g: GpuState, model: str, out: list[Action]) -> bool:
         """Evict idle LRU instances on ``g`` until ``model`` fits; False if it cannot."""
@@ -322,8 +323,8 @@ class ColdStartCore:
             res = g.resident
             if m in res:
                 res.move_to_end(m)
-            step = record(RouteStep, (0, g.id, now, (0, self._nb[m])))
-            out.append(record(Dispatch, (bid, m, tuple(take), (step,))))
+            step = record4(RouteStep, 0, g.id, now, (0, self._nb[m]))
+            out.append(record4(Dispatch, bid, m, tuple(take), (step,)))
             return
 
     def _finish_s(self, g: GpuState, m: str, n: int, now: float) -> float:

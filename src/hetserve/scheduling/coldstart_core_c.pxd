@@ -23,6 +23,7 @@ from hetserve.core.records_c cimport (
     REQUEST_ROWS,
     field,
     record,
+    record4,
 )
 
 

@@ -62,7 +62,15 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.records import REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
+    from hetserve.core.records import (
+        REQUEST_DEADLINE_S,
+        REQUEST_ID,
+        REQUEST_ROWS,
+        field,
+        record,
+        record2,
+        record4,
+    )
 
 __all__ = ["EdfAdaptive", "try_model"]
 
@@ -166,7 +174,7 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
                     # the token names the model's state and the time; only the
                     # latest armed time counts
                     st.timer_at = t_wait
-                    out.append(record(SetTimer, (t_wait, (st, t_wait))))
+                    out.append(record2(SetTimer, t_wait, (st, t_wait)))
                 st.waiting = st.kind[rank]
                 if g.indexed and n < len(lat):  # (else it stays unsettled: it never waits)
                     # the wait holds while now <= head's deadline - latency(n + 1)
@@ -189,8 +197,8 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
         bid = sched.new_batch_id()
         sched.pools.dispatched(bid, (w,))
         sched._set_busy(w)
-        route = (record(RouteStep, (0, w, now, st.blocks)),)
-        out.append(record(Dispatch, (bid, st.name, reqs, route)))
+        route = (record4(RouteStep, 0, w, now, st.blocks),)
+        out.append(record4(Dispatch, bid, st.name, reqs, route))
 
 
 class EdfAdaptive(BaseScheduler):

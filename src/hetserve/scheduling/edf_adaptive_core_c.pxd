@@ -11,7 +11,9 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
-from hetserve.core.records_c cimport REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
+from hetserve.core.records_c cimport (
+    REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record, record2, record4,
+)
 
 
 cdef class _Group:

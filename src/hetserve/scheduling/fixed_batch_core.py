@@ -46,7 +46,7 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.records import record
+    from hetserve.core.records import record, record2, record4
 
 __all__ = ["FixedBatch", "free_first_worker", "try_model"]
 
@@ -101,7 +101,7 @@ def try_model(sched: FixedBatch, model: str, now: float, out: list) -> None:
         head = q[0]
         sched.armed[model] = head.id
         at = head.arrival_s + delay
-        out.append(record(SetTimer, (at, (model, head.id))))
+        out.append(record2(SetTimer, at, (model, head.id)))
         if sched.spare:
             heapq.heappush(sched.pending, (at, head.id, model))
 
@@ -178,11 +178,11 @@ class FixedBatch(BaseScheduler):
                 if si == 0
                 else min(ws, key=lambda x: (x in self.pools.lost, self.pools.outstanding[x]))
             )
-            route.append(RouteStep(si, w, now, blocks))
+            route.append(record4(RouteStep, si, w, now, blocks))
             workers.append(w)
         bid = self.new_batch_id()
         self.pools.dispatched(bid, tuple(workers))
-        return Dispatch(bid, model, reqs, tuple(route))
+        return record4(Dispatch, bid, model, reqs, tuple(route))
 
     def _try(self, model: str, now: float, out: list[Action]) -> None:
         try_model(self, model, now, out)

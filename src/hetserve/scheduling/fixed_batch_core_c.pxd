@@ -8,7 +8,7 @@
 # stays a deque of its own.
 import cython
 
-from hetserve.core.records_c cimport record
+from hetserve.core.records_c cimport record, record2, record4
 
 
 @cython.locals(wp=tuple)

@@ -76,7 +76,14 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.records import REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record
+    from hetserve.core.records import (
+        REQUEST_DEADLINE_S,
+        REQUEST_ID,
+        REQUEST_ROWS,
+        field,
+        record,
+        record4,
+    )
 
 __all__ = [
     "Clockwork", "Flex", "FlexNP", "GroupScheduler", "GroupWorker", "ModelQueue",
@@ -312,8 +319,8 @@ def start_batch(w: GroupWorker, st: ModelQueue, b: int, now: float, bid: int) ->
     w.start = now
     w.end = now + t
     w.block_s = t / st.blocks[1]
-    step = record(RouteStep, (0, w.id, now, st.blocks))
-    return record(Dispatch, (bid, st.name, reqs, (step,)))
+    step = record4(RouteStep, 0, w.id, now, st.blocks)
+    return record4(Dispatch, bid, st.name, reqs, (step,))
 
 
 def run_free(

@@ -43,6 +43,8 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
         field,
         fields,
         record,
+        record2,
+        record4,
     )
 
 _EPS = 1e-12
@@ -459,7 +461,7 @@ class Algorithm1:
                     t_at = self.timer_at.get(model)
                     if t_at is None or t_at > at + _EPS or t_at < now:
                         self.timer_at[model] = at
-                        out.append(record(SetTimer, (at, ("reservation", model, at))))
+                        out.append(record2(SetTimer, at, ("reservation", model, at)))
                     return
                 chosen = pr
             reqs, taken = pop_edf(q, chosen.batch, n)
@@ -474,11 +476,11 @@ class Algorithm1:
             starts = chosen.start_s
             blocks = chosen.pipe.blocks
             route = tuple([
-                record(RouteStep, (si, names[path_w[si]], starts[si], blocks[si]))
+                record4(RouteStep, si, names[path_w[si]], starts[si], blocks[si])
                 for si in range(chosen.n_stages)
             ])  # fmt: skip
             self.batch_route[bid] = (model, route)
-            out.append(record(Dispatch, (bid, model, reqs, route)))
+            out.append(record4(Dispatch, bid, model, reqs, route))
 
     def correct(self, r: object) -> bool:
         """Feedback correction: the batch's reservations follow reality

@@ -9,6 +9,7 @@ import cython
 from hetserve.core.records_c cimport (
     REPORT_COMPLETED, REPORT_KIND, REPORT_MODEL, REPORT_REASON, REPORT_REQUESTS,
     REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_MODEL, REQUEST_ROWS, field, fields, record,
+    record2, record4,
 )
 
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push

@@ -70,9 +70,9 @@ class Ledger(ObserverCore):
         self.batch_of = array("q", [-1]) * n
         self.reasons: list[str] = [""]
         self._reason_idx: dict[str, int] = {"": 0}
-        # per worker, by its index (``Slot.index``)
-        self.busy_s: list[float] = []
-        self.busy_energy_j: list[float] = []
+        # per worker, by its index (``Slot.index``): C arrays too (``size`` makes room)
+        self.busy_s = array("d")
+        self.busy_energy_j = array("d")
 
     def _grow(self) -> None:
         """Twice the room for stage rows (each column's bytes copied whole)."""

@@ -34,8 +34,8 @@ cdef class Ledger(ObserverCore):
     cdef public long long[:] batch_of
     cdef public list reasons
     cdef public dict _reason_idx
-    cdef public list busy_s
-    cdef public list busy_energy_j
+    cdef public double[:] busy_s
+    cdef public double[:] busy_energy_j
 
     cpdef Py_ssize_t reason_index(self, object text) except -1
 

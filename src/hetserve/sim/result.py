@@ -7,6 +7,7 @@ import csv
 import functools
 import io
 import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,9 +283,9 @@ class Recorder(Ledger, Observer):
         """Make room for the workers' busy time and energy (before the run; a new plan's
         workers during it)."""
         more = n_workers - len(self.busy_s)
-        if more > 0:
-            self.busy_s += [0.0] * more
-            self.busy_energy_j += [0.0] * more
+        if more > 0:  # (C arrays: each copied whole, with the room added)
+            self.busy_s = array("d", bytes(self.busy_s)) + array("d", [0.0]) * more
+            self.busy_energy_j = array("d", bytes(self.busy_energy_j)) + array("d", [0.0]) * more
 
     def _outcomes(self, finish_s: np.ndarray) -> np.ndarray:
         """Per request its outcome: a finished one (at ``finish_s``) ok or late by
