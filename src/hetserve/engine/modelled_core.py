@@ -382,10 +382,11 @@ class ModelledStart:
         if dha > 0:
             cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
         task.run = (cum, energy)
+        end_s = cum[-1]  # (a C double compiled: the end's time without a float made)
         if self.heap is not None:
-            self.heap.push(now + cum[-1], self.done_at, task, task.version)
+            self.heap.push(now + end_s, self.done_at, task, task.version)
         else:
-            self.call_at(now + cum[-1], self.done_at, task, task.version)
+            self.call_at(now + end_s, self.done_at, task, task.version)
 
     def _kind(self, w: entities.Slot) -> int:
         """The number of ``w``'s GPU type and share (the next one where new), kept by

@@ -81,10 +81,10 @@ cdef class ModelledStart:
     cdef public dict kinds
     cdef public list kind_of
 
-    @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=double, dha=double, j=double,
+    @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, wi=Py_ssize_t,
-                   kind_of=list, k=Py_ssize_t)
+                   kind_of=list, k=Py_ssize_t, end_s=double)
     cpdef start(self, Task task, double now)
 
     @cython.locals(k=Py_ssize_t, kind_of=list)

@@ -46,7 +46,6 @@ from hetserve.scheduling.protocol import (
     Action,
     BaseScheduler,
     ClusterView,
-    RouteStep,
     StageReport,
     WorkerId,
     register,
@@ -128,12 +127,11 @@ class Reservation(BaseScheduler):
             self.queue, self._next_batch,
         )  # fmt: skip
         # (the core's own, for a look from outside: model -> timer, batch -> reservations
-        # as (resource, start, duration, stage, tag), batch -> (model, route))
+        # as (resource, start, duration, stage, tag))
         self.timer_at: dict[str, float] = self.algorithm.timer_at
         self.batch_resv: dict[int, list[tuple[int, float, float, int, tuple[int, int]]]] = (
             self.algorithm.batch_resv
         )
-        self.batch_route: dict[int, tuple[str, tuple[RouteStep, ...]]] = self.algorithm.batch_route
         # from now on the per-request calls are the core's own bound methods: the engine
         # calls the core directly, with no frame of this class's between (C calls where
         # compiled; the methods below are the same calls, for before ``start``)

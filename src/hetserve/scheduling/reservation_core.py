@@ -78,6 +78,7 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed) -> list:
 
 
 _NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
+_NO_XFERS: dict[int, tuple[int, tuple[int, ...], float, float]] = {}  # (the first stage's: none)
 
 
 def probe(
@@ -111,14 +112,14 @@ def probe(
     busy = 0.0
     min_inv = 0.0
     min_delay = 0.0
-    xs: dict[int, tuple[int, tuple[int, ...], float, float]] = {}
+    xs = _NO_XFERS
     for si in range(len(info)):
         st = info[si]
         l_i: float = st[0]
         bits: float = st[1]
         order: slots.PoolOrder = st[2]
         if last < 0:
-            xs = {}
+            xs = _NO_XFERS
             t_lb = t_g
         else:
             by_last = xfers[si]
@@ -169,7 +170,7 @@ def probe(
                 break
             if lost and w in lost:
                 continue
-            xf = xs.get(w, _NO_XFER)
+            xf = xs.get(w, _NO_XFER) if xs else _NO_XFER  # (none into the first stage)
             links = xf[1]
             if links:
                 l_n = bits * xf[2] + xf[3]
@@ -306,8 +307,9 @@ class Algorithm1:
     to. Per model, a heap of waiting requests by deadline (``queues``, with their
     ``rows``: those of the scheduler's ``DeadlineQueues``, ``queue``); the pipelines to probe
     (``pipes``); the wake-up timer each model waits for (``timer_at``); each batch's
-    reservations (``batch_resv``) and route (``batch_route``); ``next_batch``: the last
-    batch id given (what ``BaseScheduler.new_batch_id`` counts)."""
+    reservations (``batch_resv``; its route is the kernel's, ``Kernel.batches``);
+    ``next_batch``: the last batch id given (what ``BaseScheduler.new_batch_id``
+    counts)."""
 
     def __init__(
         self,
@@ -331,7 +333,6 @@ class Algorithm1:
         self.rows: dict[str, int] = queue.rows  # type: ignore[attr-defined]
         self.timer_at: dict[str, float] = {}
         self.batch_resv: dict[int, list] = {}
-        self.batch_route: dict[int, tuple] = {}
         self.next_batch = next_batch
 
     # ------------------------------------------------------------------ the protocol
@@ -433,8 +434,10 @@ class Algorithm1:
                 if best is None or pr.wait_s < best.wait_s - _EPS:
                     best = pr
             # step 2: from there down, the largest batch that meets the head's deadline
-            head = q[0][0] + _EPS
-            least = q[0][2].rows  # (a batch holds the head's rows at least)
+            top = q[0]
+            head_dl = top[0]  # (the head's deadline, a C double compiled)
+            head = head_dl + _EPS
+            least = field(top[2], REQUEST_ROWS)  # (a batch holds the head's rows at least)
             chosen = self.largest_in_time(best, head, now, least)
             if chosen is None and len(firsts) > 1:
                 # not even batch 1 makes it there: before dropping the head, the other
@@ -455,7 +458,7 @@ class Algorithm1:
             if n < chosen.batch:
                 pr = chosen
                 self.probe_into(pr, chosen.pipe, n, now)
-                slack = q[0][0] - pr.finish_s - self.margin_s
+                slack = head_dl - pr.finish_s - self.margin_s
                 if slack > _EPS:  # wait till the last moment the n can still make it
                     at = now + slack
                     t_at = self.timer_at.get(model)
@@ -479,7 +482,6 @@ class Algorithm1:
                 record4(RouteStep, si, names[path_w[si]], starts[si], blocks[si])
                 for si in range(chosen.n_stages)
             ])  # fmt: skip
-            self.batch_route[bid] = (model, route)
             out.append(record4(Dispatch, bid, model, reqs, route))
 
     def correct(self, r: object) -> bool:
@@ -497,7 +499,6 @@ class Algorithm1:
         )  # fmt: skip
         if keep is None:
             del self.batch_resv[bid]
-            self.batch_route.pop(bid, None)
         elif keep is not entries:
             self.batch_resv[bid] = keep
         return changed

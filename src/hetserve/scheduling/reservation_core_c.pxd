@@ -19,6 +19,7 @@ cdef double _EPS
 cdef double _INF
 cdef double _NEG_INF
 cdef tuple _NO_XFER
+cdef dict _NO_XFERS
 
 cdef class Probed
 
@@ -82,7 +83,6 @@ cdef class Algorithm1:
     cdef public dict rows
     cdef public dict timer_at
     cdef public dict batch_resv
-    cdef public dict batch_route
     cdef public object next_batch
 
     @cython.locals(q=list)
@@ -104,6 +104,7 @@ cdef class Algorithm1:
                                  Py_ssize_t least)
 
     @cython.locals(q=list, pipes=list, table=SlotTable, rows=dict, firsts=list, best=Probed,
+                   top=tuple, head_dl=double,
                    p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
                    starts="double[::1]", path_w="long long[::1]", si=Py_ssize_t,
