@@ -425,12 +425,10 @@ class Algorithm1:
         rows = self.rows
         while q:
             # step 1: the pipeline whose probe at its planned batch size waits least
-            firsts = []
             best = None
             for p in pipes:
                 pr = p.first
                 self.probe_into(pr, p, p.bs, now)
-                firsts.append(pr)
                 if best is None or pr.wait_s < best.wait_s - _EPS:
                     best = pr
             # step 2: from there down, the largest batch that meets the head's deadline
@@ -439,11 +437,13 @@ class Algorithm1:
             head = head_dl + _EPS
             least = field(top[2], REQUEST_ROWS)  # (a batch holds the head's rows at least)
             chosen = self.largest_in_time(best, head, now, least)
-            if chosen is None and len(firsts) > 1:
+            if chosen is None and len(pipes) > 1:
                 # not even batch 1 makes it there: before dropping the head, the other
                 # pipelines that are free right now (a request that waited for a fuller
-                # batch on one pipeline may still fit another that sits idle)
-                for pr in firsts:
+                # batch on one pipeline may still fit another that sits idle); each
+                # pipeline's ``first`` holds its probe at its planned batch size still
+                for p in pipes:
+                    pr = p.first
                     if pr is not best and pr.wait_s <= _EPS:
                         chosen = self.largest_in_time(pr, head, now, least)
                         if chosen is not None:
@@ -478,10 +478,13 @@ class Algorithm1:
             path_w = chosen.path_w
             starts = chosen.start_s
             blocks = chosen.pipe.blocks
-            route = tuple([
-                record4(RouteStep, si, names[path_w[si]], starts[si], blocks[si])
-                for si in range(chosen.n_stages)
-            ])  # fmt: skip
+            if chosen.n_stages == 1:  # (one stage: its tuple made at once)
+                route = (record4(RouteStep, 0, names[path_w[0]], starts[0], blocks[0]),)
+            else:
+                route = tuple([
+                    record4(RouteStep, si, names[path_w[si]], starts[si], blocks[si])
+                    for si in range(chosen.n_stages)
+                ])  # fmt: skip
             out.append(record4(Dispatch, bid, model, reqs, route))
 
     def correct(self, r: object) -> bool:

@@ -103,7 +103,7 @@ cdef class Algorithm1:
     cpdef object largest_in_time(self, Probed first, double head_s, double now,
                                  Py_ssize_t least)
 
-    @cython.locals(q=list, pipes=list, table=SlotTable, rows=dict, firsts=list, best=Probed,
+    @cython.locals(q=list, pipes=list, table=SlotTable, rows=dict, best=Probed, route=tuple,
                    top=tuple, head_dl=double,
                    p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
