@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hetserve.core import records
 from hetserve.core.requests import Request
-from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, StageReport
+from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, SetTimer, StageReport
 
 CLASSES = {
     "REQUEST": Request, "STEP": RouteStep, "DISPATCH": Dispatch, "REPORT": StageReport,
@@ -39,3 +39,27 @@ def test_a_record_is_its_class_made_from_its_fields():
     assert type(r) is Request and r == Request(3, "m", "s", 0.5, 1.5, None, 2)
     assert records.field(r, records.REQUEST_DEADLINE_S) == r.deadline_s == 1.5
     assert records.field(r, records.REQUEST_ROWS) == r.rows == 2
+
+
+def test_the_fixed_arity_records_are_record_of_their_fields():
+    step = records.record4(RouteStep, 0, "w0", 0.25, (0, 3))
+    d = records.record4(Dispatch, 7, "m", (), (step,))
+    made = [
+        (records.record2(SetTimer, 1.5, ("m", 1.5)), SetTimer(1.5, ("m", 1.5))),
+        (step, RouteStep(0, "w0", 0.25, (0, 3))),
+        (d, Dispatch(7, "m", (), (step,))),
+        (
+            records.record7(Request, 3, "m", "s", 0.5, 1.5, None, 2),
+            Request(3, "m", "s", 0.5, 1.5, None, 2),
+        ),
+    ]
+    report = ("stage", 7, "m", 0, "w0", 0.25, 0.5, (), True, True, "", (0, 3), 3, None, None)
+    made.append((records.record15(StageReport, *report), StageReport(*report)))
+    for got, want in made:
+        assert type(got) is type(want) and got == want
+
+
+def test_fields_unpacks_a_record_as_its_class_does():
+    d = Dispatch(7, "m", (), ())
+    bid, model, reqs, route = records.fields(d)
+    assert (bid, model, reqs, route) == (d.batch_id, d.model, d.requests, d.route)
