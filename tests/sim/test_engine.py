@@ -1,4 +1,5 @@
 import filecmp
+import functools
 import itertools
 
 import numpy as np
@@ -265,6 +266,31 @@ def test_preemption_at_block_boundary_returns_requests():
     busy = res.worker_busy_s[w]
     assert busy == pytest.approx(sum(lat[:3]) + sum(lat))  # wasted work counts as busy
     assert [r[8] for r in res.stage_rows] == ["preempted", "completed"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(mask=st.integers(0, 2**40 - 1), lo=st.integers(0, 40), hi=st.integers(0, 40))
+def test_the_bytes_of_blocks_are_the_sum_of_each_blocks(mask, lo, hi):
+    """``Residency.bytes_of``: the parameter bytes of the blocks a mask sets (bits past the
+    model's blocks ignored), added in block order: a random mask, and a range of blocks."""
+    res = _residency()
+    bb = res.block_bytes("resnet50")
+    rng = ((1 << max(lo, hi)) - 1) ^ ((1 << min(lo, hi)) - 1)
+    for m in (mask, rng):
+        want = 0.0
+        for i in range(len(bb)):
+            if m >> i & 1:
+                want += bb[i]
+        assert res.bytes_of("resnet50", m) == want
+
+
+@functools.cache
+def _residency():  # type: ignore[no-untyped-def]
+    s = build_setup("hc1-s", ["resnet50"], max_batch=1)
+    tr = Trace(np.array([0.0]), np.array([0], dtype=np.int32),
+               (Stream("resnet50", "resnet50", 1.0),), 1.0)  # fmt: skip
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, BaseScheduler(), tr, SimConfig())
+    return sim.executor.residency
 
 
 def test_load_then_run_and_memory_limit():

@@ -151,6 +151,9 @@ def bind(
         return wid
 
     if plan.shared_pools:
+        # (one tuple per GPU type and share, shared by its stages: schedulers key pools by
+        # their workers, and equal keys that are one object compare at once)
+        pools: dict[tuple[str, int], tuple[str, ...]] = {}
         for name, m in plan.models.items():
             for pi, p in enumerate(m.pipelines):
                 for si, st in enumerate(p.stages):
@@ -160,9 +163,12 @@ def bind(
                         raise HetserveError(
                             f"plan uses {gt}, which cluster {cluster.name} does not have"
                         )
-                    stages[(name, pi, si)] = tuple(
-                        add(g, s, st.share) for g in gpus for s in range(st.share)
-                    )
+                    pool = pools.get((gt, st.share))
+                    if pool is None:
+                        pool = pools[(gt, st.share)] = tuple(
+                            add(g, s, st.share) for g in gpus for s in range(st.share)
+                        )
+                    stages[(name, pi, si)] = pool
         return Placement(tuple(slots.values()), stages)
 
     # disjoint pools and groups: order each type's GPUs round-robin across nodes

@@ -163,6 +163,8 @@ class Residency:
         self.cluster = cluster
         self.latency = latency
         self._graphs = graphs
+        # (asked once: a check against a protocol looks up its members each time)
+        self._graph_blocks = isinstance(latency, GraphBlocksModel)
         self._bytes_cache: dict[str, list[float]] = {}
         self._mask_bytes: dict[tuple[str, int], float] = {}
         # loads that follow load plans (core.layerlatency), over host links they share
@@ -186,7 +188,7 @@ class Residency:
         else:
             n = self.latency.num_blocks(model)
             out = [0.0] * n
-            if isinstance(self.latency, GraphBlocksModel):
+            if self._graph_blocks:
                 g, b = self.latency.graph(model), self.latency.blocks(model)
                 out = [sum(g.layers[i].param_bytes for i in b.layers(k)) for k in range(n)]
             else:
@@ -206,8 +208,12 @@ class Residency:
             return hit
         bb = self.block_bytes(model)
         total = 0.0
-        for i in range(len(bb)):
-            if mask >> i & 1:
+        # (its bits as text, the lowest last: a shift of a mask of many blocks makes an
+        # integer per block)
+        bits = bin(mask)
+        top = len(bits) - 1
+        for i in range(min(len(bb), top - 1)):
+            if bits[top - i] == "1":
                 total += bb[i]
         self._mask_bytes[key] = total
         return total
@@ -217,12 +223,19 @@ class Residency:
         for (model, pi, si), ws in placement.stages.items():
             st = plan.models[model].pipelines[pi].stages[si]
             m = block_mask(st.blocks)
+            whole = self.bytes_of(model, m)  # (a worker with none of the model's blocks yet)
             for wid in ws:
                 h = held[wid]
-                new = m & ~h.resident.get(model, 0)
+                resident = h.resident
+                old = resident.get(model, 0)
+                if not old:
+                    h.mem_used += whole
+                    resident[model] = m
+                    continue
+                new = m & ~old
                 if new:
                     h.mem_used += self.bytes_of(model, new)
-                    h.resident[model] = h.resident.get(model, 0) | new
+                    resident[model] = old | new
         infos = {s.id: s for s in placement.workers}
         for wid, h in held.items():
             if h.mem_used > h.mem_cap * (1 + 1e-9):

@@ -36,13 +36,17 @@ cdef class Residency:
     cdef public object cluster
     cdef public object latency
     cdef public object _graphs
+    cdef public bint _graph_blocks
     cdef public dict _bytes_cache
     cdef public dict _mask_bytes
     cdef public object cold_model
     cdef public HostLinks host_links
 
-    @cython.locals(key=tuple, bb=list, total=double, i=Py_ssize_t)
+    @cython.locals(key=tuple, bb=list, total=double, i=Py_ssize_t, bits=str, top=Py_ssize_t)
     cpdef double bytes_of(self, object model, object mask) except? -1.0
+
+    @cython.locals(h=Held, resident=dict, whole=double)
+    cpdef void warm_start(self, object plan, object placement, dict held) except *
 
     cdef public dict _parts
     cdef public dict _timelines

@@ -120,7 +120,13 @@ class _ModelState:
         self.workers = workers  # fastest first
         self.lat = lat  # by rank: latency at batch 1..max_batch
         rows: dict[tuple[float, ...], int] = {}  # by rank: which latency row (GPU type)
-        self.kind = [rows.setdefault(tuple(x), len(rows)) for x in lat]
+        seen: dict[int, int] = {}  # (by table: workers of one GPU type may share one)
+        self.kind = kind = []
+        for x in lat:
+            k = seen.get(id(x))
+            if k is None:
+                k = seen[id(x)] = rows.setdefault(tuple(x), len(rows))
+            kind.append(k)
         self.rank = {w: i for i, w in enumerate(workers)}
         self.queue: list[tuple[float, int, Request]] = []
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
@@ -246,10 +252,9 @@ class EdfAdaptive(BaseScheduler):
         for ws, g in groups.items():
             g.indexed = self.spare and len(g.models) >= self.index_from
             parts: dict[tuple[int, ...], int] = {}
-            g.part = [
-                parts.setdefault(tuple(st.kind[r] for st in g.models), len(parts))
-                for r in range(len(ws))
-            ]
+            # (by rank: the models' latency rows there, one tuple per rank)
+            kinds = [st.kind for st in g.models]  # (each as long as ``ws``)
+            g.part = [parts.setdefault(col, len(parts)) for col in zip(*kinds, strict=True)]
             for r, w in enumerate(ws):
                 self.served_by.setdefault(w, []).append((g, 1 << r))
         return []

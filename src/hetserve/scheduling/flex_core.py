@@ -87,7 +87,8 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
 
 __all__ = [
     "Clockwork", "Flex", "FlexNP", "GroupScheduler", "GroupWorker", "ModelQueue",
-    "earliest_batch", "fit", "idle_first", "largest_batch", "prune", "run_free", "start_batch",
+    "earliest_batch", "fit", "idle_first", "join", "largest_batch", "prune", "run_free",
+    "start_batch",
 ]  # fmt: skip
 
 _INF = math.inf
@@ -195,6 +196,19 @@ class GroupWorker:
 
 
 # ---------------------------------------------------------------------- the steps
+def join(st: ModelQueue, workers: dict[WorkerId, GroupWorker], wid: WorkerId, lat: list) -> None:
+    """Worker ``wid`` (made and added to ``workers`` where new) serves ``st``'s model at
+    latencies ``lat`` (by batch size): each lists the other."""
+    w = workers.get(wid)
+    if w is None:
+        w = workers[wid] = GroupWorker(wid)
+    w.lat[st.name] = lat
+    w.models.append(st)
+    st.workers.append(w)
+    if lat[0] < st.fastest_1:
+        st.fastest_1 = lat[0]
+
+
 def prune(st: ModelQueue, now: float, out: list, max_batch: int) -> None:
     """Drop the most urgent requests of ``st`` while they cannot make it even alone."""
     q = st.queue
@@ -436,21 +450,19 @@ class GroupScheduler(BaseScheduler):
 
     def _queue(self, m: str, blocks: tuple[int, int], worker_ids: Sequence[WorkerId]) -> ModelQueue:
         st = ModelQueue(m, tuple(blocks))
+        view = self.view
+        infos, over = view.workers, view.stage_overhead_s
+        workers, tables = self.workers, self._tables
         for wid in worker_ids:
-            w = self.workers.get(wid)
-            if w is None:
-                w = self.workers[wid] = GroupWorker(wid)
-            info = self.view.workers[wid]
-            key = (m, info.gpu.name, info.share)
-            lat = self._tables.get(key)
+            info = infos[wid]
+            # (a table per GPU type, share and the worker's own overhead, if any)
+            key = (m, info.gpu.name, info.share, over.get(wid, 0.0) if over else 0.0)
+            lat = tables.get(key)
             if lat is None:
-                base = self.view.latency_table(m, wid, self.max_batch)
+                base = view.latency_table(m, wid, self.max_batch)
                 lat = [float(t + self.overhead_s * (b + 1)) for b, t in enumerate(base)]
-                self._tables[key] = lat
-            w.lat[m] = lat
-            w.models.append(st)
-            st.workers.append(w)
-            st.fastest_1 = min(st.fastest_1, lat[0])
+                tables[key] = lat
+            join(st, workers, wid, lat)
         key = tuple(worker_ids)
         idle = self._idle_sets.get(key)
         if idle is None:

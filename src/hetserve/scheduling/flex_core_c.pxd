@@ -72,6 +72,8 @@ cdef class GroupWorker:
     cpdef void set_idle(self) except *
 
 
+@cython.locals(w=GroupWorker)
+cpdef void join(ModelQueue st, dict workers, object wid, list lat) except *
 @cython.locals(q=list, d=double, rows=Py_ssize_t, need=double)
 cpdef void prune(ModelQueue st, double now, list out, Py_ssize_t max_batch) except *
 

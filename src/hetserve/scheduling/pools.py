@@ -27,8 +27,10 @@ class Pools:
 
     def __init__(self, view: ClusterView, plan: Plan) -> None:
         self.pipelines: dict[str, list[PipelinePool]] = {}
-        # (first as dicts: plan order, and membership in O(1) where a worker serves many)
-        models_of: dict[WorkerId, dict[str, None]] = {}
+        # the models by the workers of their first stages (in plan order), then by worker:
+        # a plan that puts 100 models on the same 1,000 workers visits each worker once
+        firsts: dict[tuple[WorkerId, ...], list[str]] = {}
+        same: dict[tuple[WorkerId, ...], tuple[WorkerId, ...]] = {}
         for name, m in plan.models.items():
             pipes = []
             for pi, p in enumerate(m.pipelines):
@@ -39,16 +41,35 @@ class Pools:
                         raise HetserveError(
                             f"placement has no workers for {name} pipeline {pi} stage {si}"
                         )
-                    stages.append((st.blocks, tuple(ws)))
+                    # (one tuple for equal lists of workers: the schedulers key their pools
+                    # by it, and a dict compares a key that is not the same object
+                    # element by element: 1,000 workers each)
+                    t = tuple(ws)
+                    t = same.setdefault(t, t)
+                    stages.append((st.blocks, t))
                     if si == 0:
-                        for w in ws:
-                            of = models_of.get(w)
-                            if of is None:
-                                of = models_of[w] = {}
-                            of[name] = None
+                        names = firsts.get(t)
+                        if names is None:
+                            firsts[t] = [name]
+                        elif names[-1] != name:  # (a model's pipelines come together)
+                            names.append(name)
                 pipes.append(PipelinePool(name, pi, p.batch, tuple(stages)))
             self.pipelines[name] = pipes
-        self.models_of: dict[WorkerId, list[str]] = {w: list(ms) for w, ms in models_of.items()}
+        of: dict[WorkerId, list[list[str]]] = {}  # (workers in the order first met)
+        for ws, names in firsts.items():
+            for w in ws:
+                got = of.get(w)
+                if got is None:
+                    of[w] = [names]
+                elif got[-1] is not names:
+                    got.append(names)
+        rank = {name: i for i, name in enumerate(plan.models)}
+        self.models_of: dict[WorkerId, list[str]] = {
+            w: list(got[0])
+            if len(got) == 1
+            else sorted({n for ns in got for n in ns}, key=rank.__getitem__)
+            for w, got in of.items()
+        }
         self.outstanding: dict[WorkerId, int] = {w: 0 for w in view.workers}
         self.lost: set[WorkerId] = set()
         self._routes: dict[int, tuple[WorkerId, ...]] = {}

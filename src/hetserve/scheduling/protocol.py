@@ -244,26 +244,51 @@ class ClusterView:
         max_batch: int,
         blocks: tuple[int, int] | None = None,
     ) -> list[list[float]]:
-        """:meth:`latency_table` of each of ``workers``, in their order (the same lists;
+        """:meth:`latency_table` of each of ``workers``, in their order (equal lists;
         the workers of one GPU type and share are looked up once between them: a plan
-        that puts 100 models on 1,000 workers asks for 100,000 tables)."""
+        that puts 100 models on 1,000 workers asks for 100,000 tables). Without
+        per-worker overheads those workers share one list: not to be changed."""
         infos = self.workers
         over = self.stage_overhead_s
         out: list[list[float]] = []
-        last_key: tuple[str, float] | None = None
+        last_gpu: GpuType | None = None
+        last_share = 0
         base: list[float] = []
         for w in workers:
             info = infos[w]
-            key = (info.gpu.name, info.share)
-            if key != last_key:
+            if info.gpu is not last_gpu or info.share != last_share:
                 base = self._base_table(model, info, max_batch, blocks)
-                last_key = key
+                last_gpu, last_share = info.gpu, info.share
             if over:
                 o = over.get(w, 0.0)
                 out.append([t + o for t in base])
             else:
-                out.append(list(base))
+                out.append(base)
         return out
+
+    def by_kind(self, workers: Sequence[WorkerId]) -> dict[tuple[str, int], list[WorkerId]]:
+        """``workers`` by GPU type and share (keys ``(GPU name, share)``, in the order
+        first met; each list in ``workers``' order): what a stage's latency depends on."""
+        out: dict[tuple[str, int], list[WorkerId]] = {}
+        infos = self.workers
+        for w in workers:
+            info = infos[w]
+            key = (info.gpu.name, info.share)
+            got = out.get(key)
+            if got is None:
+                out[key] = [w]
+            else:
+                got.append(w)
+        return out
+
+    def least_latency_s(
+        self, model: str, worker: WorkerId, max_batch: int, blocks: tuple[int, int] | None = None
+    ) -> float:
+        """The least of the blocks' latencies at batch sizes 1..max_batch on the worker's
+        GPU type and share, without its ``stage_overhead_s``: the least entry of
+        :meth:`latency_table` is this plus the overhead (adding a number keeps the
+        order of floats), the same for every worker of the type and share."""
+        return min(self._base_table(model, self.workers[worker], max_batch, blocks))
 
     def _base_table(
         self, model: str, w: WorkerInfo, max_batch: int, blocks: tuple[int, int] | None

@@ -87,7 +87,11 @@ class Reservation(BaseScheduler):
         # that are as good as taken (what keeps the table's fast path exact)
         self._orders: dict[tuple[WorkerId, ...], Any] = {}
         ids = self.table.ids
-        min_gap: dict[WorkerId, float] = {}
+        # per pool: its workers by GPU type and share, and for each the least latency of
+        # any stage it serves, without the workers' overheads (a plan that puts 100
+        # models on 1,000 workers: a look-up per model and kind, not per model and worker)
+        kinds: dict[tuple[WorkerId, ...], dict[tuple[str, int], list[WorkerId]]] = {}
+        floors: dict[tuple[WorkerId, ...], dict[tuple[str, int], float]] = {}
         for pipes in self.pools.pipelines.values():
             for p in pipes:
                 self._xfers[(p.model, p.index)] = (
@@ -99,9 +103,24 @@ class Reservation(BaseScheduler):
                         order = self._orders[workers] = _slots.PoolOrder([ids[w] for w in workers])
                         for w in workers:
                             core.orders_of[ids[w]].append(order)
-                    tables = view.latency_tables(p.model, workers, self._bs(p), blocks)
-                    for w, lat in zip(workers, tables, strict=True):
-                        min_gap[w] = min(min_gap.get(w, math.inf), *lat)
+                        kinds[workers] = view.by_kind(workers)
+                        floors[workers] = {}
+                    floor = floors[workers]
+                    for kind, ws in kinds[workers].items():
+                        t = view.least_latency_s(p.model, ws[0], self._bs(p), blocks)
+                        if t < floor.get(kind, math.inf):
+                            floor[kind] = t
+        # per worker: the least over its pools, plus its overhead (the least entry of
+        # every latency table of a stage it serves)
+        over = view.stage_overhead_s
+        min_gap: dict[WorkerId, float] = {}
+        for workers, floor in floors.items():
+            for kind, ws in kinds[workers].items():
+                least = floor[kind]
+                for w in ws:
+                    t = least + over.get(w, 0.0) if over else least
+                    if t < min_gap.get(w, math.inf):
+                        min_gap[w] = t
         for w in sorted(min_gap):
             core.set_min_gap(ids[w], min_gap[w])
         for workers, order in self._orders.items():
