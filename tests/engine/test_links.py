@@ -5,6 +5,7 @@ as Python."""
 
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,130 @@ def test_a_path_pinned_later_is_the_one_send_between_takes():
         assert start == first_end  # when b's one lane frees
         assert end == start + 1e6 * 8 / 25e9 + 2e-6  # b's bandwidth and delay alone
         assert t._lanes["b"] == [end] and t._lanes["a"] == [first_end, 0.0]  # a not taken
+
+
+# ---------------------------------------------------------------------- host links
+class _PlainHostLinks:
+    """Host links as the docstrings say, by link name, with no heap and no numbering: the
+    loads over each link, and the DHA runs as (end, path) pairs."""
+
+    def __init__(self, cluster) -> None:  # type: ignore[no-untyped-def]
+        self.cluster = cluster
+        self.busy: dict[str, int] = {}
+        self.runs: list[tuple[float, list[str]]] = []
+
+    def _expire(self, now: float) -> None:
+        self.runs = [(end, p) for end, p in self.runs if end > now + 1e-12]
+
+    def _most(self, path: list[str]) -> int:
+        return max(self.busy.get(x, 0) for x in path)
+
+    def dha_run(self, gpu: str, now: float, dha_s: float, own: list[str]) -> float:
+        self._expire(now)
+        path = self.cluster.host_path(gpu)
+        users = 0
+        for x in path:
+            runs = sum(p.count(x) for _, p in self.runs)
+            users = max(users, self.busy.get(x, 0) + runs - own.count(x))
+        f = float(users + 1)
+        self.runs.append((now + f * dha_s, path))
+        return f
+
+    def take(self, gpu: str, n_parts: int, now: float, cands, mine):  # type: ignore[no-untyped-def]
+        self._expire(now)
+        gpus = [gpu]
+        if n_parts > 1:
+            ranked = sorted(cands, key=lambda c: (self._most(self.cluster.host_path(c[0])), c[1]))
+            seen = {mine}
+            for gid, _, switch, _ in ranked:
+                if switch in seen and switch is not None:
+                    continue
+                seen.add(switch)
+                gpus.append(gid)
+                if len(gpus) == n_parts:
+                    break
+            else:
+                return None  # (too few GPUs: an error)
+        paths = [self.cluster.host_path(g) for g in gpus]
+        scale = [float(self._most(p) + 1) for p in paths]
+        held = [x for p in paths for x in p]
+        for x in held:
+            self.busy[x] = self.busy.get(x, 0) + 1
+        return scale, held
+
+    def release(self, held: list[str]) -> None:
+        for x in held:
+            self.busy[x] -= 1
+
+
+host_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("take"), st.integers(0, 3), st.integers(1, 3),
+                  st.sampled_from([0.0, 0.001, 0.004])),
+        st.tuples(st.just("release"), st.integers(0, 7)),
+        st.tuples(st.just("dha"), st.integers(0, 3), st.sampled_from([0.001, 0.003]),
+                  st.integers(-1, 7), st.sampled_from([0.0, 0.001, 0.002])),
+    ),
+    max_size=40,
+)  # fmt: skip
+
+
+def _four_v100s(switches: bool):  # type: ignore[no-untyped-def]
+    """p3.8xlarge's node (two PCIe switches of two GPUs), or the same without switches:
+    then every other GPU can carry a part, and which go first depends on their loads."""
+    from hetserve.core.cluster import parse_cluster
+    from hetserve.core.presets import preset
+
+    if switches:
+        return preset("p3-8xlarge")
+    node = {"name": "n", "gpus": {"V100-16GB": 4}, "nic_gbps": 10,
+            "nvlink": [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]}  # fmt: skip
+    return parse_cluster({"name": "four", "nodes": [node]}, "test")
+
+
+@pytest.mark.parametrize("switches", [True, False])
+@settings(max_examples=150, deadline=None)
+@given(ops=host_ops)
+def test_host_links_count_loads_and_dha_runs_as_a_plain_model(switches, ops):
+    """``HostLinks`` (compiled, and as Python): each load's part factors and links, each
+    DHA run's factor (its own load's links not counted) and the runs' expiry, against a
+    plain model of the counts, on a node of four GPUs joined by NVLink, with two PCIe
+    switches and without."""
+    from hetserve.core.errors import HetserveError
+
+    cluster = _four_v100s(switches)
+    gpus = [g.id for g in cluster.gpus]
+    for cls in dict.fromkeys([entities.HostLinks, entities_core.HostLinks]):  # (compiled, Python)
+        hl, plain = cls(cluster), _PlainHostLinks(cluster)
+        cands = {g: hl._candidates(g) for g in gpus}
+        loads: list[tuple[tuple[int, ...], list[str]]] = []
+        now = 0.0
+        for op in ops:
+            if op[0] == "take":
+                _, gi, n, dt = op
+                now += dt
+                g = gpus[gi]
+                want = plain.take(g, n, now, cands[g], hl._switch[g])
+                if want is None:
+                    try:
+                        hl.take(g, n, "m", now)
+                    except HetserveError:
+                        continue
+                    raise AssertionError("a load over too few GPUs was taken")
+                scale, held = hl.take(g, n, "m", now)
+                assert (scale, [hl.names[x] for x in held]) == want
+                loads.append((held, want[1]))
+            elif op[0] == "release":
+                if loads:
+                    held, names = loads.pop(op[1] % len(loads))
+                    hl.release(held)
+                    plain.release(names)
+            else:
+                _, gi, dha_s, k, dt = op
+                now += dt
+                own = loads[k % len(loads)] if loads and k >= 0 else ((), [])
+                f = hl.dha_run(gpus[gi], now, dha_s, own[0])
+                assert f == plain.dha_run(gpus[gi], now, dha_s, own[1])
+        assert {hl.names[i]: b for i, b in enumerate(hl.busy) if b} == {
+            x: b for x, b in plain.busy.items() if b
+        }

@@ -22,8 +22,14 @@ from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
-from hetserve.core.heaps import pop, push
 from hetserve.scheduling.protocol import Dispatch, WorkerInfo
+
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: the heap type its .pxd cimports)
+    from hetserve.core.heaps import EventHeap
 
 _NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
 _ROUTE_KEY = 1 << 32  # (``LinkTable.send_between``'s key: a worker's number, another's)
@@ -303,6 +309,30 @@ class LinkTable:
         return min(t0, t1), t1
 
 
+def _most(busy: list[int], path: tuple[int, ...]) -> int:
+    """The most loads over any link of ``path`` (not empty: a host path has the GPU's own
+    link at least)."""
+    most = busy[path[0]]
+    for x in path:
+        if busy[x] > most:
+            most = busy[x]
+    return most
+
+
+def _users(busy: list[int], dha: list[int], path: tuple[int, ...], own: tuple[int, ...]) -> int:
+    """The most users of any link of ``path``: loads and DHA runs, less the links in
+    ``own`` (a run's own model's load: once per time it holds each)."""
+    users = 0
+    for x in path:
+        u = busy[x] + dha[x]
+        for y in own:
+            if y == x:
+                u -= 1
+        if u > users:
+            users = u
+    return users
+
+
 def _earliest_lane(ls: list[float]) -> int:
     """The first of a link's lanes that frees earliest (``min`` and ``index``, written
     out: two calls into Python per link crossed, a C loop compiled)."""
@@ -333,17 +363,20 @@ class HostLinks:
         self.busy: list[int] = []  # loads over each link
         self._paths: dict[str, tuple[int, ...]] = {}
         self.dha_busy: list[int] = []  # DHA runs reading over each link
-        self._until: list[tuple[float, int, tuple[int, ...]]] = []  # DHA runs: (end, seq, path)
-        self._seq = 0
+        # DHA runs by when their reads end (``core.heaps.EventHeap``: each one's path as its
+        # first argument; the order of runs that end together does not matter)
+        self._until = EventHeap()
         self._cands: dict[str, list[tuple[str, int, object, tuple[int, ...]]]] = {}
         self._switch: dict[str, object] = {}
 
     def expire(self, now: float) -> None:
         """Forget the DHA runs whose reads have ended by ``now``."""
         until, dha = self._until, self.dha_busy
-        while until and until[0][0] <= now + 1e-12:
-            for x in pop(until)[2]:
+        while len(until) and until.first_s() <= now + 1e-12:
+            until.pop_into()
+            for x in until.a:
                 dha[x] -= 1
+        until.a = None
 
     def dha_factor(
         self, gpu_id: str, now: float, own: tuple[int, ...] = ()
@@ -351,24 +384,19 @@ class HostLinks:
         """The factor a DHA run starting ``now`` on ``gpu_id`` takes (users on the busiest
         link of its host path, itself included; ``own``: links held by its own model's
         cold load, not counted) and the path."""
-        if self._until:
+        if len(self._until):
             self.expire(now)
         path = self.path(gpu_id)
-        busy, dha = self.busy, self.dha_busy
-        users = 0
-        for x in path:
-            u = busy[x] + dha[x]
-            if own:
-                u -= own.count(x)
-            if u > users:
-                users = u
-        return float(users + 1), path
+        return float(_users(self.busy, self.dha_busy, path, own) + 1), path
 
     def dha_run(self, gpu_id: str, now: float, dha_s: float, own: tuple[int, ...] = ()) -> float:
         """A run on ``gpu_id`` that reads host memory for ``dha_s`` seconds when alone
         starts ``now``: its factor (``dha_factor``); it holds its host path for as long as
         it reads, ``factor * dha_s`` (``hold_until``)."""
-        f, path = self.dha_factor(gpu_id, now, own)
+        if len(self._until):  # (``dha_factor``, without its tuple)
+            self.expire(now)
+        path = self.path(gpu_id)
+        f = float(_users(self.busy, self.dha_busy, path, own) + 1)
         self.hold_until(path, now + f * dha_s)
         return f
 
@@ -377,8 +405,7 @@ class HostLinks:
         dha = self.dha_busy
         for x in path:
             dha[x] += 1
-        self._seq += 1
-        push(self._until, (end_s, self._seq, path))
+        self._until.push(end_s, None, path, None)
 
     def path(self, gpu_id: str) -> tuple[int, ...]:
         """The links of ``gpu_id``'s host path, by number (``names``)."""
@@ -402,13 +429,22 @@ class HostLinks:
         """A planned load in ``n_parts`` parts on ``gpu_id`` (``now``: when, to forget
         the DHA runs over by then): each part's load-time factor, and the links it holds
         (by number) until :meth:`release`."""
-        if now is not None and self._until:
+        if now is not None and len(self._until):
             self.expire(now)
         busy = self.busy
-        gpus = [gpu_id, *self.secondaries(gpu_id, n_parts - 1, model)] if n_parts > 1 else [gpu_id]
-        paths = [self.path(g) for g in gpus]
-        scale = [float(max([busy[x] for x in p]) + 1) for p in paths]
-        held = paths[0] if len(paths) == 1 else tuple([x for p in paths for x in p])
+        path = self.path(gpu_id)
+        # each part's factor from the loads already there (the worker's part first), then
+        # every link crossed counted once per part that crosses it
+        scale = [float(_most(busy, path) + 1)]
+        if n_parts > 1:
+            links = list(path)
+            for g in self.secondaries(gpu_id, n_parts - 1, model):
+                p = self.path(g)
+                scale.append(float(_most(busy, p) + 1))
+                links.extend(p)
+            held = tuple(links)
+        else:
+            held = path
         for x in held:
             busy[x] += 1
         return scale, held
@@ -430,12 +466,7 @@ class HostLinks:
         # GPUs have distinct indexes: the order is total, and the switches never compared)
         ranked = []
         for c in cands:
-            path = c[3]
-            most = busy[path[0]]
-            for x in path:
-                if busy[x] > most:
-                    most = busy[x]
-            ranked.append((most, c[1], c))
+            ranked.append((_most(busy, c[3]), c[1], c))
         ranked.sort()
         seen_switch: set[object] = {self._switch[gpu_id]}
         out = []

@@ -9,12 +9,16 @@
 # of DHA runs is a keyed heap (core/heaps_core_c.pxd).
 import cython
 
-from hetserve.core.heaps_core_c cimport pop, push
+from hetserve.core.heaps_core_c cimport EventHeap
 
 cdef double _NAN
 cdef Py_ssize_t _ROUTE_KEY
 
 
+@cython.locals(most=Py_ssize_t, x=Py_ssize_t)
+cdef Py_ssize_t _most(list busy, tuple path) except -1
+@cython.locals(users=Py_ssize_t, u=Py_ssize_t, x=Py_ssize_t, y=Py_ssize_t)
+cdef Py_ssize_t _users(list busy, list dha, tuple path, tuple own) except -1
 @cython.locals(free_s=double, i=Py_ssize_t, k=Py_ssize_t, v=double)
 cdef Py_ssize_t _earliest_lane(list ls) except -1
 
@@ -96,16 +100,14 @@ cdef class HostLinks:
     cdef public dict _paths
     cdef public dict _routes
     cdef public list dha_busy
-    cdef public list _until
-    cdef public Py_ssize_t _seq
+    cdef public EventHeap _until
     cdef public dict _cands
     cdef public dict _switch
 
-    @cython.locals(until=list, dha=list, x=Py_ssize_t)
+    @cython.locals(until=EventHeap, dha=list, x=Py_ssize_t)
     cpdef void expire(self, double now) except *
 
-    @cython.locals(path=tuple, busy=list, dha=list, users=Py_ssize_t, u=Py_ssize_t,
-                   x=Py_ssize_t)
+    @cython.locals(path=tuple)
     cpdef tuple dha_factor(self, object gpu_id, double now, tuple own=*)
 
     @cython.locals(f=double, path=tuple)
@@ -118,14 +120,14 @@ cdef class HostLinks:
     @cython.locals(p=tuple, ids=list)
     cpdef tuple path(self, object gpu_id)
 
-    @cython.locals(busy=list, gpus=list, paths=list, scale=list, held=tuple, x=Py_ssize_t)
+    @cython.locals(busy=list, path=tuple, p=tuple, links=list, scale=list, held=tuple,
+                   x=Py_ssize_t)
     cpdef tuple take(self, object gpu_id, Py_ssize_t n_parts, object model, object now=*)
 
     @cython.locals(busy=list, x=Py_ssize_t)
     cpdef void release(self, tuple held) except *
 
-    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, path=tuple,
-                   most=Py_ssize_t, x=Py_ssize_t, out=list)
+    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, out=list)
     cpdef list secondaries(self, object gpu_id, Py_ssize_t k, object model)
 
 
