@@ -12,10 +12,17 @@ plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout
 ``--planner scaling`` counts ``benchmarks/sim_scaling.py``'s run at ``--gpus`` GPUs with
 ``--scheduler`` (its seconds: 100 requests/s per GPU; reads no checkout either).
 
+``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``: a 32 KB
+first-level data cache, as this machine's) and counts the data reads and writes that miss
+it per request: what grows with a cluster's size where instructions hardly do (a time
+profile drifts with the machine; these counts do not).
+
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
-[--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]`` (needs
-``valgrind`` and ``callgrind_control``; a few minutes). Nothing is downloaded: the
-checkout is a local copy of ``github.com/JonnyKong/PPipe``.
+[--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
+[--cache-sim]`` (needs ``valgrind`` and ``callgrind_control``; a few minutes, about
+twice as long with ``--cache-sim``). Nothing is downloaded: the checkout is a local copy
+of ``github.com/JonnyKong/PPipe``. ``--planner deepplan`` and ``scaling`` read no
+checkout: any path will do.
 """
 
 from __future__ import annotations
@@ -123,6 +130,8 @@ def main() -> None:
     ap.add_argument("--seconds", default="1,4", help="the two durations of arrivals")
     ap.add_argument("--scheduler", default="reservation", help="--planner scaling's")
     ap.add_argument("--gpus", type=int, default=1000, help="--planner scaling's")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="also count first-level data cache misses (D1) per request")  # fmt: skip
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner is not None:
@@ -134,8 +143,9 @@ def main() -> None:
     for d in (float(x) for x in a.seconds.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             out = f"{tmp}/cg.out"
+            sim = ["--cache-sim=yes"] if a.cache_sim else []
             proc = subprocess.Popen(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                ["valgrind", "--tool=callgrind", *sim, f"--callgrind-out-file={out}",
                  sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d),
                  "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -151,15 +161,21 @@ def main() -> None:
                            capture_output=True)  # fmt: skip
             rest, err = proc.communicate("go\n")
             req = re.search(r"requests (\d+)", rest)
-            total = re.search(r"^summary: (\d+)", Path(out).read_text(), re.M)
-            if proc.returncode != 0 or req is None or total is None:
+            text = Path(out).read_text()
+            events = re.search(r"^events: (.+)$", text, re.M)
+            total = re.search(r"^summary: (.+)$", text, re.M)
+            if proc.returncode != 0 or req is None or total is None or events is None:
                 raise SystemExit(f"the run of {d:g} s failed:\n{err[-2000:]}")
-        got.append((int(req.group(1)), int(total.group(1))))
-        n, ins = got[-1]
+        counts = dict(zip(events.group(1).split(), map(int, total.group(1).split()), strict=False))
+        miss = counts.get("D1mr", 0) + counts.get("D1mw", 0)
+        got.append((int(req.group(1)), counts["Ir"], miss))
+        n, ins, miss = got[-1]
+        extra = f", {miss:,} D1 misses ({miss / n:,.1f} per request)" if a.cache_sim else ""
         print(f"{d:g} s of arrivals: {n:,} requests, {ins:,} instructions after the setup "
-              f"({ins / n:,.0f} per request)")  # fmt: skip
-    (n0, i0), (n1, i1) = got[0], got[-1]
-    print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request "
+              f"({ins / n:,.0f} per request){extra}")  # fmt: skip
+    (n0, i0, m0), (n1, i1, m1) = got[0], got[-1]
+    extra = f", {(m1 - m0) / (n1 - n0):,.1f} D1 misses" if a.cache_sim else ""
+    print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request{extra} "
           f"(the difference of the two runs)")  # fmt: skip
 
 

@@ -178,6 +178,28 @@ def test_an_event_heap_pops_by_time_then_by_the_order_pushed(ops, weight):
         assert h.first_s() == (ref[0][0] if ref else float("inf"))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_an_event_heap_pops_in_order_when_it_holds_thousands(seed):
+    """As above, over a long seeded walk (20,000 pushes and pops, more pushes than pops:
+    the heap grows to about 2,000 entries, many levels deep, with ties at every level),
+    which the short examples above seldom reach: every pop the earliest by time, then by
+    the order pushed."""
+    import random
+
+    rng = random.Random(seed)
+    for h in _event_heaps():
+        ref: list = []
+        for step in range(20_000):
+            if rng.random() < 0.55 or not ref:
+                t = float(rng.randrange(50))
+                heapq.heappush(ref, (t, step))
+                h.push(t, None, step, None)
+            else:
+                want = heapq.heappop(ref)
+                assert (h.pop_into(), h.a) == want, (type(h), step)
+        assert len(h) == len(ref) > 1_000
+
+
 def test_an_empty_event_heap_says_so():
     for h in _event_heaps():
         assert len(h) == 0 and h.first_s() == float("inf")

@@ -162,26 +162,56 @@ def test_the_build_takes_the_c_types_of_its_pxd():
     assert hasattr(pure.SlotTable(), "__dict__")  # (the Python file: plain classes)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.integers(1, 7),
-    st.lists(st.tuples(st.integers(0, 6), st.integers(-2, 12)), max_size=40),
+    st.integers(1, 20),
+    st.lists(st.tuples(st.integers(0, 19), st.integers(-4, 40), st.booleans()), max_size=150),
 )
 def test_a_pool_order_stays_sorted_by_time_then_worker(n, moves):
-    """Moving a worker's front (or solid) keeps the pool's pairs sorted by (time, worker),
-    ties included: the same list ``sorted`` gives, compiled and in Python."""
+    """Moving a worker's front or solid keeps the pool's pairs sorted by (time, worker),
+    ties included: the same lists ``sorted`` gives, compiled and in Python. (The orders
+    are rings of a power of two: pools of 1 to 20 workers fill theirs, or not, and their
+    starts go round.)"""
     for mod in (pure, compiled) if compiled is not None else (pure,):
         order = mod.PoolOrder(list(range(10, 10 + n)))
-        now = {10 + k: float("-inf") for k in range(n)}
-        for k, t in moves:
+        front = {10 + k: float("-inf") for k in range(n)}
+        solid = dict(front)
+        for k, t, of_solid in moves:
             w = 10 + k % n
             new = t / 4
+            now = solid if of_solid else front
             if new == now[w]:
                 continue
-            mod.SlotTable._moved(_table_with(mod, order, w), w, now[w], now[w], new, now[w])
+            old_f, old_s = front[w], solid[w]
             now[w] = new
-            assert order.by_front == sorted((t_, w_) for w_, t_ in now.items()), mod
-            assert order.by_solid == sorted((float("-inf"), w_) for w_ in now), mod
+            mod.SlotTable._moved(_table_with(mod, order, w), w, old_f, old_s, front[w], solid[w])
+            assert order.by_front == sorted((t_, w_) for w_, t_ in front.items()), mod
+            assert order.by_solid == sorted((t_, w_) for w_, t_ in solid.items()), mod
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 9, 16, 33, 100])
+def test_a_pool_order_stays_sorted_over_long_random_walks(n):
+    """As above, over 1,500 moves a pool (seeded): long walks take every way a ring
+    move goes (a worker from the end to the start and back, its start round the ring
+    many times), which the short examples above seldom do."""
+    import random
+
+    rng = random.Random(n)
+    for mod in (pure, compiled) if compiled is not None else (pure,):
+        order = mod.PoolOrder(list(range(10, 10 + n)))
+        front = {10 + k: float("-inf") for k in range(n)}
+        solid = dict(front)
+        for _ in range(1500):
+            w = 10 + rng.randrange(n)
+            now = solid if rng.random() < 0.3 else front
+            new = rng.randrange(-8, 4 * n) / 4
+            if new == now[w]:
+                continue
+            old_f, old_s = front[w], solid[w]
+            now[w] = new
+            mod.SlotTable._moved(_table_with(mod, order, w), w, old_f, old_s, front[w], solid[w])
+            assert order.by_front == sorted((t_, w_) for w_, t_ in front.items()), mod
+            assert order.by_solid == sorted((t_, w_) for w_, t_ in solid.items()), mod
 
 
 def _table_with(mod, order, w):

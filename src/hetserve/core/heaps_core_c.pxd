@@ -41,9 +41,7 @@ cdef class EventHeap:
     cdef public double[::1] ts
     cdef public long long[::1] ss
     cdef public long long[::1] ks
-    cdef public list fns
-    cdef public list args_a
-    cdef public list args_b
+    cdef public list calls
     cdef public long long[::1] free
     cdef public Py_ssize_t n_free
     cdef public object fn
@@ -59,8 +57,9 @@ cdef class EventHeap:
     @cython.locals(seq=cython.longlong, t=double)
     cpdef tuple pop(self)
 
-    @cython.locals(t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, seq=cython.longlong, kk=Py_ssize_t,
-                   pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double, rt=double)
+    @cython.locals(calls=list, t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, seq=cython.longlong, kk=Py_ssize_t,
+                   pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double, rt=double,
+                   last=Py_ssize_t)
     cpdef double pop_into(self) except? -1.0
 
     @cython.locals(cap=Py_ssize_t, i=Py_ssize_t)

@@ -74,6 +74,7 @@ cdef class ModelledStart:
     cdef public object kernel
     cdef public dict runs
     cdef public dict held
+    cdef public list held_at
     cdef public double overhead_s
     cdef public bint jitter_on
     cdef public EventHeap heap
@@ -88,7 +89,7 @@ cdef class ModelledStart:
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, wi=Py_ssize_t,
-                   kind_of=list, k=Py_ssize_t, end_s=double)
+                   kind_of=list, k=Py_ssize_t, end_s=double, held_at=list)
     cpdef start(self, Task task, double now)
 
     @cython.locals(k=Py_ssize_t, kind_of=list)

@@ -144,15 +144,19 @@ def probe(
         # the rest by front: once max(t_lb, front) + l_i cannot beat the best, stop
         # (candidates j = k0..n-1: by_solid's from the first that begins after t_lb, as if
         # their front were -inf; then j = n..2n-1: by_front's)
+        # (the orders are rings: the j-th pair at (start + j) & mask)
         n_w = order.n
         solid_t = order.solid_t
+        mask = order.mask
+        sh = order.solid_h
+        fh = order.front_h - n_w  # (by_front's j - n_w: at (front_h + j - n_w) & mask)
         k0 = n_w
-        if solid_t[n_w - 1] > t_lb:  # (bisect_right by time)
+        if solid_t[(sh + n_w - 1) & mask] > t_lb:  # (bisect_right by time)
             k0 = 0
             hi = n_w
             while k0 < hi:
                 mid = (k0 + hi) >> 1
-                if t_lb < solid_t[mid]:
+                if t_lb < solid_t[(sh + mid) & mask]:
                     hi = mid
                 else:
                     k0 = mid + 1
@@ -162,10 +166,10 @@ def probe(
         for j in range(k0, 2 * n_w):
             if j < n_w:
                 f_w = _NEG_INF
-                w = order.solid_w[j]
+                w = order.solid_w[(sh + j) & mask]
             else:
-                f_w = _NEG_INF if all_inf else order.front_t[j - n_w]
-                w = order.front_w[j - n_w]
+                f_w = _NEG_INF if all_inf else order.front_t[(fh + j) & mask]
+                w = order.front_w[(fh + j) & mask]
             if (f_w if f_w > t_lb else t_lb) + l_i >= best_t - _EPS:
                 break
             if lost and w in lost:

@@ -34,7 +34,8 @@ cpdef list reserve(SlotTable table, object bid, Probed pr)
                l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
-               n_w=Py_ssize_t, solid_t="double[::1]", k0=Py_ssize_t, hi=Py_ssize_t,
+               n_w=Py_ssize_t, solid_t="double[::1]", mask=Py_ssize_t, sh=Py_ssize_t,
+               fh=Py_ssize_t, k0=Py_ssize_t, hi=Py_ssize_t,
                mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, tl=double, arr=double,
                f=double, s=double, lk=Py_ssize_t)

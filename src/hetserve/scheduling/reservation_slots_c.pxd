@@ -12,6 +12,9 @@ cdef object _NO_TAG
 
 cdef class PoolOrder:
     cdef public Py_ssize_t n
+    cdef public Py_ssize_t mask
+    cdef public Py_ssize_t front_h
+    cdef public Py_ssize_t solid_h
     cdef public double[::1] front_t
     cdef public long long[::1] front_w
     cdef public double[::1] solid_t
@@ -19,24 +22,41 @@ cdef class PoolOrder:
     cdef public double min_gap
 
 
-@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, u=double)
-cdef Py_ssize_t _at(double[::1] ts, long long[::1] ws, Py_ssize_t n, double t,
-                    Py_ssize_t w) except -1
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, p=Py_ssize_t, u=double)
+cdef Py_ssize_t _at(double[::1] ts, long long[::1] ws, Py_ssize_t n, Py_ssize_t h,
+                    Py_ssize_t mask, double t, Py_ssize_t w) except -1
 
-@cython.locals(i=Py_ssize_t, j=Py_ssize_t)
-cdef void _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, double old_t, Py_ssize_t w,
-                double new_t) except *
+@cython.locals(i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t, out_in=Py_ssize_t, p=Py_ssize_t)
+cdef Py_ssize_t _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, Py_ssize_t h,
+                      Py_ssize_t mask, double old_t, Py_ssize_t w, double new_t) except -1
 
-
-# the pairs src..src+count-1 copied to dst.. (overlapping ranges: ``memmove``); the
-# Python file has the same as slice assignments
+# the pairs src..src+count-1 of a ring that starts at h copied to dst.. (dst one from src:
+# the ranges overlap): one ``memmove`` a buffer where the span does not cross the
+# buffers' end, else pair by pair; the Python file has the pair-by-pair loop
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t dst, Py_ssize_t src,
-                        Py_ssize_t count) noexcept:
-    if count > 0:
-        memmove(&ts[dst], &ts[src], count * sizeof(double))
-        memmove(&ws[dst], &ws[src], count * sizeof(long long))
+cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssize_t mask,
+                        Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) noexcept:
+    cdef Py_ssize_t lo, a, b, q
+    if count <= 0:
+        return
+    lo = dst if dst < src else src
+    a = (h + lo) & mask
+    if a + count <= mask:  # (the span lo..lo+count lies in one piece)
+        memmove(&ts[a + dst - lo], &ts[a + src - lo], count * sizeof(double))
+        memmove(&ws[a + dst - lo], &ws[a + src - lo], count * sizeof(long long))
+    elif dst < src:
+        for q in range(count):
+            a = (h + dst + q) & mask
+            b = (h + src + q) & mask
+            ts[a] = ts[b]
+            ws[a] = ws[b]
+    else:
+        for q in range(count - 1, -1, -1):
+            a = (h + dst + q) & mask
+            b = (h + src + q) & mask
+            ts[a] = ts[b]
+            ws[a] = ws[b]
 
 
 @cython.final
