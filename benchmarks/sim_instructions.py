@@ -17,12 +17,15 @@ first-level data cache, as this machine's) and counts the data reads and writes 
 it per request: what grows with a cluster's size where instructions hardly do (a time
 profile drifts with the machine; these counts do not).
 
+``--keep DIR`` keeps each run's callgrind output (the simulation's part) for
+``callgrind_annotate``.
+
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--cache-sim]`` (needs ``valgrind`` and ``callgrind_control``; a few minutes, about
-twice as long with ``--cache-sim``). Nothing is downloaded: the checkout is a local copy
-of ``github.com/JonnyKong/PPipe``. ``--planner deepplan`` and ``scaling`` read no
-checkout: any path will do.
+[--cache-sim] [--keep DIR]`` (needs ``valgrind`` and ``callgrind_control``; a few
+minutes, about twice as long with ``--cache-sim``). Nothing is downloaded: the checkout
+is a local copy of ``github.com/JonnyKong/PPipe``. ``--planner deepplan`` and
+``scaling`` read no checkout: any path will do.
 """
 
 from __future__ import annotations
@@ -132,6 +135,9 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1000, help="--planner scaling's")
     ap.add_argument("--cache-sim", action="store_true",
                     help="also count first-level data cache misses (D1) per request")  # fmt: skip
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="keep each run's callgrind output in DIR (callgrind_annotate reads "
+                    "them: which functions, which libraries)")  # fmt: skip
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner is not None:
@@ -160,6 +166,9 @@ def main() -> None:
             subprocess.run(["callgrind_control", "--dump=setup", str(proc.pid)], check=True,
                            capture_output=True)  # fmt: skip
             rest, err = proc.communicate("go\n")
+            if a.keep:  # (the dump of the simulation alone; the setup's is ``.1``)
+                Path(a.keep).mkdir(parents=True, exist_ok=True)
+                shutil.copy(out, Path(a.keep) / f"{a.planner}-{d:g}s.callgrind")
             req = re.search(r"requests (\d+)", rest)
             text = Path(out).read_text()
             events = re.search(r"^events: (.+)$", text, re.M)
