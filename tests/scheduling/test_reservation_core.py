@@ -162,23 +162,15 @@ def test_the_build_takes_the_c_types_of_its_pxd():
     assert hasattr(pure.SlotTable(), "__dict__")  # (the Python file: plain classes)
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.integers(1, 20),
-    st.lists(st.tuples(st.integers(0, 19), st.integers(-4, 40), st.booleans()), max_size=150),
-)
-def test_a_pool_order_stays_sorted_by_time_then_worker(n, moves):
-    """Moving a worker's front or solid keeps the pool's pairs sorted by (time, worker),
-    ties included: the same lists ``sorted`` gives, compiled and in Python. (The orders
-    are rings of a power of two: pools of 1 to 20 workers fill theirs, or not, and their
-    starts go round.)"""
+def _walk_pool_order(n: int, moves) -> None:  # type: ignore[no-untyped-def]
+    """Workers 10..10+n-1 of one pool order; each move ``(worker, time, of_solid)`` sets
+    that worker's front (or solid), through the table's ``_moved``; after each, both
+    orders are what ``sorted`` gives, compiled and in Python."""
     for mod in (pure, compiled) if compiled is not None else (pure,):
         order = mod.PoolOrder(list(range(10, 10 + n)))
         front = {10 + k: float("-inf") for k in range(n)}
         solid = dict(front)
-        for k, t, of_solid in moves:
-            w = 10 + k % n
-            new = t / 4
+        for w, new, of_solid in moves:
             now = solid if of_solid else front
             if new == now[w]:
                 continue
@@ -189,6 +181,19 @@ def test_a_pool_order_stays_sorted_by_time_then_worker(n, moves):
             assert order.by_solid == sorted((t_, w_) for w_, t_ in solid.items()), mod
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 20),
+    st.lists(st.tuples(st.integers(0, 19), st.integers(-4, 40), st.booleans()), max_size=150),
+)
+def test_a_pool_order_stays_sorted_by_time_then_worker(n, moves):
+    """Moving a worker's front or solid keeps the pool's pairs sorted by (time, worker),
+    ties included: the same lists ``sorted`` gives, compiled and in Python. (The orders
+    are rings of a power of two: pools of 1 to 20 workers fill theirs, or not, and their
+    starts go round.)"""
+    _walk_pool_order(n, [(10 + k % n, t / 4, of_solid) for k, t, of_solid in moves])
+
+
 @pytest.mark.parametrize("n", [2, 3, 5, 8, 9, 16, 33, 100])
 def test_a_pool_order_stays_sorted_over_long_random_walks(n):
     """As above, over 1,500 moves a pool (seeded): long walks take every way a ring
@@ -197,21 +202,11 @@ def test_a_pool_order_stays_sorted_over_long_random_walks(n):
     import random
 
     rng = random.Random(n)
-    for mod in (pure, compiled) if compiled is not None else (pure,):
-        order = mod.PoolOrder(list(range(10, 10 + n)))
-        front = {10 + k: float("-inf") for k in range(n)}
-        solid = dict(front)
-        for _ in range(1500):
-            w = 10 + rng.randrange(n)
-            now = solid if rng.random() < 0.3 else front
-            new = rng.randrange(-8, 4 * n) / 4
-            if new == now[w]:
-                continue
-            old_f, old_s = front[w], solid[w]
-            now[w] = new
-            mod.SlotTable._moved(_table_with(mod, order, w), w, old_f, old_s, front[w], solid[w])
-            assert order.by_front == sorted((t_, w_) for w_, t_ in front.items()), mod
-            assert order.by_solid == sorted((t_, w_) for w_, t_ in solid.items()), mod
+    moves = [
+        (10 + rng.randrange(n), rng.randrange(-8, 4 * n) / 4, rng.random() < 0.3)
+        for _ in range(1500)
+    ]
+    _walk_pool_order(n, moves)
 
 
 def _table_with(mod, order, w):
