@@ -145,26 +145,28 @@ def _move(
     return h
 
 
-if not cython.compiled:  # (compiled: the inline C of the .pxd, a ``memmove`` a buffer)
+def _shift_pairs(
+    ts: memoryview, ws: memoryview, h: int, mask: int, dst: int, src: int, count: int
+) -> None:
+    """Copy the pairs ``src..src+count-1`` of a ring that starts at ``h`` to ``dst..``,
+    pair by pair (places counted from the start; the two ranges overlap, ``dst`` one from
+    ``src``)."""
+    if dst < src:
+        for q in range(count):
+            a = (h + dst + q) & mask
+            b = (h + src + q) & mask
+            ts[a] = ts[b]
+            ws[a] = ws[b]
+    else:
+        for q in range(count - 1, -1, -1):
+            a = (h + dst + q) & mask
+            b = (h + src + q) & mask
+            ts[a] = ts[b]
+            ws[a] = ws[b]
 
-    def _shift(
-        ts: memoryview, ws: memoryview, h: int, mask: int, dst: int, src: int, count: int
-    ) -> None:
-        """Copy the pairs ``src..src+count-1`` of a ring that starts at ``h`` to ``dst..``
-        (places counted from the start; the two ranges overlap, ``dst`` one from
-        ``src``)."""
-        if dst < src:
-            for q in range(count):
-                a = (h + dst + q) & mask
-                b = (h + src + q) & mask
-                ts[a] = ts[b]
-                ws[a] = ws[b]
-        else:
-            for q in range(count - 1, -1, -1):
-                a = (h + dst + q) & mask
-                b = (h + src + q) & mask
-                ts[a] = ts[b]
-                ws[a] = ws[b]
+
+if not cython.compiled:  # (compiled: the inline C of the .pxd, a ``memmove`` a buffer)
+    _shift = _shift_pairs
 
 
 def int_buffer(n: int) -> memoryview:

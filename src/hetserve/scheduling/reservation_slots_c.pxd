@@ -30,14 +30,18 @@ cdef Py_ssize_t _at(double[::1] ts, long long[::1] ws, Py_ssize_t n, Py_ssize_t 
 cdef Py_ssize_t _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, Py_ssize_t h,
                       Py_ssize_t mask, double old_t, Py_ssize_t w, double new_t) except -1
 
+@cython.locals(q=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t)
+cdef void _shift_pairs(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssize_t mask,
+                       Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) except *
+
 # the pairs src..src+count-1 of a ring that starts at h copied to dst.. (dst one from src:
 # the ranges overlap): one ``memmove`` a buffer where the span does not cross the
-# buffers' end, else pair by pair; the Python file has the pair-by-pair loop
+# buffers' end, else pair by pair (``_shift_pairs``, which the Python file takes for all)
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssize_t mask,
-                        Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) noexcept:
-    cdef Py_ssize_t lo, a, b, q
+                        Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) except *:
+    cdef Py_ssize_t lo, a
     if count <= 0:
         return
     lo = dst if dst < src else src
@@ -45,18 +49,8 @@ cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssiz
     if a + count <= mask:  # (the span lo..lo+count lies in one piece)
         memmove(&ts[a + dst - lo], &ts[a + src - lo], count * sizeof(double))
         memmove(&ws[a + dst - lo], &ws[a + src - lo], count * sizeof(long long))
-    elif dst < src:
-        for q in range(count):
-            a = (h + dst + q) & mask
-            b = (h + src + q) & mask
-            ts[a] = ts[b]
-            ws[a] = ws[b]
     else:
-        for q in range(count - 1, -1, -1):
-            a = (h + dst + q) & mask
-            b = (h + src + q) & mask
-            ts[a] = ts[b]
-            ws[a] = ws[b]
+        _shift_pairs(ts, ws, h, mask, dst, src, count)
 
 
 @cython.final
