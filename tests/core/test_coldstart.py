@@ -1,5 +1,6 @@
 """The cold-start timeline: hand-worked examples (DeepPlan's Figures 7-9), a naive
-event-by-event computation, and bad input."""
+event-by-event computation (with shared host links, for every layer), one set of parts
+for every sharing, and bad input."""
 
 import heapq
 
@@ -7,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetserve.core.coldstart import DHA, LOAD, LoadPlan, timeline, warm_latency_s
+from hetserve.core.coldstart import (
+    DHA,
+    LOAD,
+    LoadPlan,
+    TimelineParts,
+    timeline,
+    warm_latency_s,
+)
 from hetserve.core.errors import HetserveError
 from hetserve.core.layertable import LayerRow
 
@@ -82,9 +90,11 @@ def test_a_shared_link_doubles_its_loads():
     assert ms(timeline(rows, LoadPlan.all_loaded(3), load_scale=[2.0])) == 13
 
 
-def naive(rows, plan, nvlink_gbps=None):
+def naive(rows, plan, nvlink_gbps=None, load_scale=()):
     """An event-by-event computation: a heap of (time, event) with load streams, migration
-    streams and the execution stream as explicit processes."""
+    streams and the execution stream as explicit processes; part ``k``'s loads take
+    ``load_scale[k]`` times as long (1 where not given). Returns (per layer: when its
+    weights are on the primary, its execution start and stall; the latency)."""
     n = len(rows)
     ready = [None] * n
     events = []
@@ -94,9 +104,13 @@ def naive(rows, plan, nvlink_gbps=None):
             ready[i] = 0.0
         else:
             queues.setdefault(p, []).append(i)
+
+    def load_s(i, p):
+        return rows[i].load_us * 1e-6 * (load_scale[p] if p < len(load_scale) else 1.0)
+
     seq = 0
     for p, q in queues.items():
-        heapq.heappush(events, (rows[q[0]].load_us * 1e-6, seq, "loaded", p, 0))
+        heapq.heappush(events, (load_s(q[0], p), seq, "loaded", p, 0))
         seq += 1
     fwd_busy = {}
     while events:
@@ -105,7 +119,7 @@ def naive(rows, plan, nvlink_gbps=None):
         if what == "loaded":
             if k + 1 < len(queues[p]):
                 nxt = queues[p][k + 1]
-                heapq.heappush(events, (t + rows[nxt].load_us * 1e-6, seq, "loaded", p, k + 1))
+                heapq.heappush(events, (t + load_s(nxt, p), seq, "loaded", p, k + 1))
                 seq += 1
             if p == 0:
                 ready[i] = t
@@ -117,10 +131,13 @@ def naive(rows, plan, nvlink_gbps=None):
         else:
             ready[i] = t
     t = max(ready) if not plan.pipelined else 0.0
+    starts, stalls = [], []
     for i in range(n):
-        t = max(t, ready[i])
-        t += (rows[i].exec_host_us if plan.modes[i] == DHA else rows[i].exec_gpu_us) * 1e-6
-    return t
+        s = max(t, ready[i])
+        starts.append(s)
+        stalls.append(s - t)
+        t = s + (rows[i].exec_host_us if plan.modes[i] == DHA else rows[i].exec_gpu_us) * 1e-6
+    return ready, starts, stalls, t
 
 
 layer = st.tuples(
@@ -141,7 +158,35 @@ def test_timeline_equals_an_event_by_event_computation(spec, choice, pipelined):
     modes = tuple(DHA if p < 0 else LOAD for p in parts)
     plan = LoadPlan("x", modes, tuple(parts), pipelined)
     nv = 50.0
-    assert timeline(rows, plan, nv).latency_s == pytest.approx(naive(rows, plan, nv), abs=1e-12)
+    assert timeline(rows, plan, nv).latency_s == pytest.approx(naive(rows, plan, nv)[3], abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(layer, min_size=1, max_size=12),
+    st.lists(st.integers(-1, 2), min_size=12, max_size=12),
+    st.booleans(),
+    st.lists(st.lists(st.sampled_from([1.0, 1.5, 2.0, 3.0, 7.0]), max_size=3), max_size=6),
+)
+def test_one_set_of_parts_gives_the_timeline_of_every_sharing(spec, choice, pipelined, scales):
+    # the simulator keeps one ``TimelineParts`` per architecture, plan and GPU type and asks
+    # it for each sharing of the host links; each answer is the event-by-event timeline
+    rows = rows_of(spec)
+    parts = choice[: len(rows)]
+    plan = LoadPlan("x", tuple(DHA if p < 0 else LOAD for p in parts), tuple(parts), pipelined)
+    made = TimelineParts(rows, plan, 50.0)
+    for scale in [*scales, []]:
+        tl = made.timeline(scale)
+        ready, starts, stalls, latency_s = naive(rows, plan, 50.0, scale)
+        assert tl.ready_s == pytest.approx(ready, abs=1e-12)
+        assert tl.exec_start_s == pytest.approx(starts, abs=1e-12)
+        assert tl.stall_s == pytest.approx(stalls, abs=1e-12)
+        assert tl.latency_s == pytest.approx(latency_s, abs=1e-12)
+        assert tl.exec_end_s[-1] == tl.latency_s
+        assert tl.load_done_s == max(ready)
+        fresh = timeline(rows, plan, 50.0, scale)  # (the same numbers, made anew)
+        same = ("ready_s", "exec_start_s", "stall_s", "latency_s")
+        assert [getattr(fresh, f) for f in same] == [getattr(tl, f) for f in same]
 
 
 def test_bad_plans_are_one_line_errors():

@@ -200,3 +200,46 @@ def test_the_batch_of_one_shortcut_decides_as_written(kind):
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][1], out[1][1])
     assert out[0][2] == out[1][2]
+
+
+def test_instances_of_one_architecture_and_plan_are_asked_about_once():
+    """The engine and the scheduler keep what they ask of the latency model once per
+    canonical instance (``ColdStartModel.canonical_instance``): with a latency model that
+    names every model its own, the run ends the same; with one that wrongly names ResNet-50's
+    instances BERT-Base's, it does not (so the sharing is used, and only where the model
+    says)."""
+
+    class Alone(LayerLatency):
+        def canonical_instance(self, model):
+            return model
+
+    class Wrong(LayerLatency):
+        def canonical_instance(self, model):
+            return "bert-base@0"
+
+    names = [*(f"bert-base@{i}" for i in range(200)), *(f"resnet50@{i}" for i in range(100)),
+             "gpt2"]  # fmt: skip
+    plan, lat, pl = setup(names, "pt+dha", 0.2)
+    assert lat.canonical_instance("bert-base@7") == lat.canonical_instance("bert-base@0")
+    assert lat.canonical_instance("resnet50@3") != lat.canonical_instance("bert-base@3")
+    tr = generate([Stream(m, m, 0.2, Poisson(100 / len(names))) for m in names], 20.0, 3)
+    out, ids = [], []
+    for cls in (LayerLatency, Alone, Wrong):
+        sched = make_scheduler("coldstart")
+        sim = Simulator(P3, cls(plan.load_plans), plan, pl, sched, tr, SimConfig(warm=False))
+        starter = sim.executor._starter  # (the stage start: its runs by number)
+        res = sim.run()
+        out.append((res.outcome, res.finish_s, res.stage_rows, sched.stats))
+        ids.append(starter.model_ids)
+    # one number per canonical instance: BERT-Base's instances share one, and no other
+    by_arch = {base_model(m): set() for m in ids[0]}
+    for m, i in ids[0].items():
+        by_arch[base_model(m)].add(i)
+    assert len(ids[0]) > 250 and all(len(v) == 1 for v in by_arch.values())
+    assert len(set(ids[0].values())) == len(by_arch) == 3
+    assert len(set(ids[1].values())) == len(ids[1])  # (alone: each its own)
+    assert out[0][3]["evictions"] > 500 and out[0][3]["cold_requests"] > 500
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])  # (NaN where unfinished: equal)
+    assert out[0][2:] == out[1][2:]
+    assert not np.array_equal(out[2][1], out[0][1], equal_nan=True)

@@ -149,17 +149,50 @@ class ModelLoadPlan:
 @dataclass(frozen=True)
 class Timeline:
     """Per layer (seconds from the cold start): when its weights are on the primary GPU
-    (``ready_s``; 0 for DHA and weightless layers), its execution start and end, and its
-    stall; the total latency and the bytes involved."""
+    (``ready_s``; 0 for DHA and weightless layers), how long it executes (``exec_s``),
+    when execution may begin (``begin_s``: 0 pipelined, else when every load has ended)
+    and the bytes involved; replayed from these when first read, each layer's execution
+    start and end and its stall, and the total latency (a simulated cold start reads the
+    arrivals only)."""
 
     ready_s: tuple[float, ...]
-    exec_start_s: tuple[float, ...]
-    exec_end_s: tuple[float, ...]
-    stall_s: tuple[float, ...]
-    latency_s: float
+    exec_s: tuple[float, ...]
+    begin_s: float
     gpu_bytes: int  # weights resident on the primary GPU once loaded
     loaded_bytes: tuple[int, ...] = field(default=())  # per part
     dha_bytes: int = 0  # weights left in host memory
+
+    @cached_property
+    def latency_s(self) -> float:
+        prev = self.begin_s  # (the execution stream, as ``_schedule`` replays it)
+        for x, a in zip(self.exec_s, self.ready_s, strict=True):
+            prev = (a if a > prev else prev) + x
+        return prev
+
+    @cached_property
+    def _schedule(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """(execution starts, ends, stalls): the execution stream layer by layer."""
+        prev = self.begin_s
+        starts, ends, stalls = [], [], []
+        for x, a in zip(self.exec_s, self.ready_s, strict=True):
+            s = a if a > prev else prev
+            stalls.append(s - prev)
+            starts.append(s)
+            prev = s + x
+            ends.append(prev)
+        return tuple(starts), tuple(ends), tuple(stalls)
+
+    @property
+    def exec_start_s(self) -> tuple[float, ...]:
+        return self._schedule[0]
+
+    @property
+    def exec_end_s(self) -> tuple[float, ...]:
+        return self._schedule[1]
+
+    @property
+    def stall_s(self) -> tuple[float, ...]:
+        return self._schedule[2]
 
     @property
     def total_stall_s(self) -> float:
@@ -177,6 +210,63 @@ def _check(rows: Sequence[LayerRow], plan: LoadPlan) -> None:
         )
 
 
+class TimelineParts:
+    """What a plan's timeline over some layer rows is made of, less the link shares: per
+    layer its execution time, per part its loaded layers' load and NVLink forward times,
+    and the plan's totals. :meth:`timeline` gives the timeline for any ``load_scale``. The
+    simulator keeps one of these per architecture, load plan and GPU type, and asks it for
+    each sharing of the host links that a cold start meets (a 180-instance run on four
+    GPUs meets about 130: its first loads start together, each sharing more)."""
+
+    def __init__(
+        self, rows: Sequence[LayerRow], plan: LoadPlan, nvlink_gbps: float | None = None
+    ) -> None:
+        _check(rows, plan)
+        if plan.n_parts > 1 and not nvlink_gbps:
+            raise HetserveError(
+                f"load plan {plan.kind} loads over {plan.n_parts} GPUs' host links: parallel "
+                f"transmission needs NVLink between them (no NVLink bandwidth given)"
+            )
+        self.n_parts = plan.n_parts
+        self.pipelined = plan.pipelined
+        # per part, its loaded layers (weights, not DHA) in order: (layer, load s, forward s)
+        self.loads: list[list[tuple[int, float, float]]] = [[] for _ in range(plan.n_parts)]
+        exec_s = []
+        loaded = [0] * plan.n_parts
+        dha = 0
+        for i, (r, m, p) in enumerate(zip(rows, plan.modes, plan.parts, strict=True)):
+            exec_s.append((r.exec_host_us if m == DHA else r.exec_gpu_us) * 1e-6)
+            if m == DHA:
+                dha += r.param_bytes
+            if m == DHA or r.param_bytes == 0:
+                continue
+            loaded[p] += r.param_bytes
+            fwd = r.param_bytes / (nvlink_gbps * 1e9) if p > 0 and nvlink_gbps else 0.0
+            self.loads[p].append((i, r.load_us * 1e-6, fwd))
+        self.exec_s: tuple[float, ...] = tuple(exec_s)
+        self.loaded_bytes = tuple(loaded)
+        self.dha_bytes = dha
+
+    def timeline(self, load_scale: Sequence[float] = ()) -> Timeline:
+        """The timeline with part ``k``'s load times multiplied by ``load_scale[k]``."""
+        n_parts = self.n_parts
+        scale = list(load_scale) + [1.0] * (n_parts - len(load_scale))
+        ready = [0.0] * len(self.exec_s)  # (0: DHA layers and layers without weights)
+        for p in range(n_parts):
+            share = scale[p]
+            link_free = fwd_free = 0.0  # the part's host link; a secondary's forwards
+            for i, load_s, fwd_s in self.loads[p]:
+                t = link_free = link_free + load_s * share
+                if p > 0:
+                    t = fwd_free = (fwd_free if fwd_free > t else t) + fwd_s
+                ready[i] = t
+        begin_s = max(ready, default=0.0) if not self.pipelined else 0.0
+        return Timeline(
+            tuple(ready), self.exec_s, begin_s, sum(self.loaded_bytes), self.loaded_bytes,
+            self.dha_bytes,
+        )  # fmt: skip
+
+
 def timeline(
     rows: Sequence[LayerRow],
     plan: LoadPlan,
@@ -184,43 +274,7 @@ def timeline(
     load_scale: Sequence[float] = (),
 ) -> Timeline:
     """The module docstring's timeline of ``plan`` over the layer times ``rows``."""
-    _check(rows, plan)
-    if plan.n_parts > 1 and not nvlink_gbps:
-        raise HetserveError(
-            f"load plan {plan.kind} loads over {plan.n_parts} GPUs' host links: parallel "
-            f"transmission needs NVLink between them (no NVLink bandwidth given)"
-        )
-    scale = list(load_scale) + [1.0] * (plan.n_parts - len(load_scale))
-    link_free = [0.0] * plan.n_parts  # each part's host link
-    fwd_free = [0.0] * plan.n_parts  # each secondary's migration stream
-    loaded = [0] * plan.n_parts
-    ready = []
-    for r, m, p in zip(rows, plan.modes, plan.parts, strict=True):
-        if m == DHA or r.param_bytes == 0:
-            ready.append(0.0)
-            continue
-        loaded[p] += r.param_bytes
-        link_free[p] += r.load_us * 1e-6 * scale[p]
-        t = link_free[p]
-        if p > 0:
-            assert nvlink_gbps is not None
-            fwd_free[p] = max(fwd_free[p], t) + r.param_bytes / (nvlink_gbps * 1e9)
-            t = fwd_free[p]
-        ready.append(t)
-    start0 = max(ready, default=0.0) if not plan.pipelined else 0.0
-    prev = start0
-    starts, ends, stalls = [], [], []
-    for r, m, a in zip(rows, plan.modes, ready, strict=True):
-        s = max(prev, a)
-        stalls.append(s - prev)
-        prev = s + (r.exec_host_us if m == DHA else r.exec_gpu_us) * 1e-6
-        starts.append(s)
-        ends.append(prev)
-    dha = sum(r.param_bytes for r, m in zip(rows, plan.modes, strict=True) if m == DHA)
-    return Timeline(
-        tuple(ready), tuple(starts), tuple(ends), tuple(stalls), prev,
-        sum(loaded), tuple(loaded), dha,
-    )  # fmt: skip
+    return TimelineParts(rows, plan, nvlink_gbps).timeline(load_scale)
 
 
 def warm_latency_s(rows: Sequence[LayerRow], plan: LoadPlan) -> float:

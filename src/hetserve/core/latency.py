@@ -83,20 +83,40 @@ class ColdStartModel(LatencyModel, Protocol):
     engines and the cold-start scheduler ask :func:`cold_start_model` for it instead of
     probing for methods."""
 
-    def model_load_plan(self, model: str) -> ModelLoadPlan: ...
+    def model_load_plan(self, model: str) -> ModelLoadPlan:
+        """The model's load plan (a one-line error where it has none)."""
+        ...
 
-    def gpu_bytes(self, model: str, gpu: str | GpuType) -> float: ...
+    def gpu_bytes(self, model: str, gpu: str | GpuType) -> float:
+        """The weights one instance keeps in a GPU's memory (its loaded layers), bytes."""
+        ...
 
-    def dha_s(self, model: str, gpu: str | GpuType, share: int, batch: int) -> float: ...
+    def dha_s(self, model: str, gpu: str | GpuType, share: int, batch: int) -> float:
+        """The part of a warm run spent on layers that read host memory (DHA)."""
+        ...
 
     def load_timeline(
         self, model: str, gpu: str | GpuType, load_scale: Sequence[float] = ()
-    ) -> Timeline: ...
+    ) -> Timeline:
+        """A cold start's timeline on a GPU type, part ``k``'s loads ``load_scale[k]``
+        times as long (its host link shared)."""
+        ...
 
     def cold_run_s(
         self, model: str, gpu: str | GpuType, share: int, batch: int, load: Timeline,
         offset_s: float,
-    ) -> float: ...  # fmt: skip
+    ) -> float:  # fmt: skip
+        """How long a batch takes that starts ``offset_s`` after its load (``load``, a
+        timeline) began, each layer waiting for its weights."""
+        ...
+
+    def canonical_instance(self, model: str) -> str:
+        """A model whose every answer here (latency, energy, weights, load plan, cold
+        starts) is the same as ``model``'s on every GPU type, the same one for all such
+        models: the instances of one architecture under one load plan (DeepPlan's Fig. 13
+        serves 180 of BERT-Base) share one. Callers keep what they ask of this model once
+        per canonical instance; ``model`` itself where it shares with none."""
+        ...
 
 
 def cold_start_model(latency: LatencyModel) -> ColdStartModel | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from hetserve.core.coldstart import DHA, LoadPlan, ModelLoadPlan, Timeline, timeline
+from hetserve.core.coldstart import DHA, LoadPlan, ModelLoadPlan, Timeline, TimelineParts
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import DEFAULT_CATALOG, GpuCatalog, GpuType
 from hetserve.core.layertable import (
@@ -49,16 +49,41 @@ class LayerLatency:
         self.load_plans = dict(load_plans)
         self.catalog = catalog
         self._tables = tables  # a model's layer table by name (a ModelCatalog's)
+        self._gpus: dict[str, GpuType] = {}  # (the catalog's, by the name asked for)
         self._csv: list[LayerRow] = read_layers_csv(layers_csv) if layers_csv else []
         self._rows: dict[tuple[str, str, int], list[LayerRow]] = {}
         self._warm: dict[tuple[str, str, int, int], tuple[float, float]] = {}
         self._gpu_bytes: dict[str, float] = {}
-        self._timelines: dict[tuple[int, str, tuple[float, ...]], Timeline] = {}
-        self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool]] = {}
+        self._timelines: dict[tuple[str, str, tuple[float, ...]], Timeline] = {}
+        self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool, Timeline]] = {}
+        # A run, the weights and the timeline depend on a model's architecture (its layer
+        # rows) and its load plan, not on its name: the instances of one architecture
+        # under one plan (DeepPlan's Fig. 13: 180 copies of BERT-Base) share them, by
+        # (architecture, the plan's identity, ...). The plans are held by this object's
+        # own ``load_plans``, so an identity is not reused while it is kept.
+        self._shared: dict[str, tuple[str, int]] = {}  # model -> (architecture, plan id)
+        self._canonical: dict[str, str] = {}  # model -> its canonical instance
+        self._instances: dict[tuple[str, int, float | None], str] = {}
+        self._warm_by_arch: dict[tuple[str, int, str, int, int], tuple[float, float]] = {}
+        self._bytes_by_arch: dict[tuple[str, int, str], float] = {}
+        # (each layer's run at a share and batch, last first, their sum, pipelined or not)
+        self._exec_by_arch: dict[
+            tuple[str, int, str, int, int], tuple[float, list[float], bool]
+        ] = {}
+        # (the timeline's also on the NVLink bandwidth, which the instances may not share)
+        self._parts: dict[tuple[str, int, float | None, str], TimelineParts] = {}
+        self._timelines_by_arch: dict[
+            tuple[str, int, float | None, str, tuple[float, ...]], Timeline
+        ] = {}
 
     # ---- inputs
     def _gpu(self, gpu: str | GpuType) -> GpuType:
-        return gpu if isinstance(gpu, GpuType) else self.catalog.get(gpu)
+        if isinstance(gpu, GpuType):
+            return gpu
+        hit = self._gpus.get(gpu)
+        if hit is None:
+            hit = self._gpus[gpu] = self.catalog.get(gpu)
+        return hit
 
     def model_load_plan(self, model: str) -> ModelLoadPlan:
         lp = self.load_plans.get(model) or self.load_plans.get(base_model(model))
@@ -93,6 +118,23 @@ class LayerLatency:
     def plan_of(self, model: str) -> LoadPlan:
         return self.model_load_plan(model).plan
 
+    def canonical_instance(self, model: str) -> str:
+        """The first model asked about of those with ``model``'s architecture, load plan
+        and NVLink bandwidth: what every answer here depends on (``ColdStartModel``)."""
+        hit = self._canonical.get(model)
+        if hit is None:
+            key = (*self._shared_key(model), self.model_load_plan(model).nvlink_gbps)
+            hit = self._canonical[model] = self._instances.setdefault(key, model)
+        return hit
+
+    def _shared_key(self, model: str) -> tuple[str, int]:
+        """(architecture, the load plan's identity): what the model shares with the other
+        instances of its architecture under the same plan (``__init__``)."""
+        hit = self._shared.get(model)
+        if hit is None:
+            hit = self._shared[model] = (base_model(model), id(self.plan_of(model)))
+        return hit
+
     # ---- the LatencyModel protocol
     def num_blocks(self, model: str) -> int:
         return 1
@@ -106,16 +148,21 @@ class LayerLatency:
         key = (model, g.name, share, batch)
         hit = self._warm.get(key)
         if hit is None:
-            rows = self.rows(model, g, batch)
-            modes = self.plan_of(model).modes
-            _check_len(model, rows, modes)
-            on_gpu = dha = 0.0
-            for r, m in zip(rows, modes, strict=True):
-                if m == DHA:
-                    dha += r.exec_host_us
-                else:
-                    on_gpu += r.exec_gpu_us
-            hit = self._warm[key] = (share * 1e-6 * (on_gpu + dha), share * 1e-6 * dha)
+            arch_key = (*self._shared_key(model), g.name, share, batch)
+            hit = self._warm_by_arch.get(arch_key)
+            if hit is None:
+                rows = self.rows(model, g, batch)
+                modes = self.plan_of(model).modes
+                _check_len(model, rows, modes)
+                on_gpu = dha = 0.0
+                for r, m in zip(rows, modes, strict=True):
+                    if m == DHA:
+                        dha += r.exec_host_us
+                    else:
+                        on_gpu += r.exec_gpu_us
+                hit = (share * 1e-6 * (on_gpu + dha), share * 1e-6 * dha)
+                self._warm_by_arch[arch_key] = hit
+            self._warm[key] = hit
         return hit
 
     def latency(
@@ -140,26 +187,40 @@ class LayerLatency:
         """Weights one instance holds in GPU memory (its loaded layers)."""
         g = self._gpu(gpu)
         key = f"{model}@{g.name}"
-        if key not in self._gpu_bytes:
-            rows = self.rows(model, g)
-            modes = self.plan_of(model).modes
-            _check_len(model, rows, modes)
-            self._gpu_bytes[key] = float(
-                sum(r.param_bytes for r, m in zip(rows, modes, strict=True) if m != DHA)
-            )
-        return self._gpu_bytes[key]
+        hit = self._gpu_bytes.get(key)
+        if hit is None:
+            arch_key = (*self._shared_key(model), g.name)
+            hit = self._bytes_by_arch.get(arch_key)
+            if hit is None:
+                rows = self.rows(model, g)
+                modes = self.plan_of(model).modes
+                _check_len(model, rows, modes)
+                hit = float(
+                    sum(r.param_bytes for r, m in zip(rows, modes, strict=True) if m != DHA)
+                )
+                self._bytes_by_arch[arch_key] = hit
+            self._gpu_bytes[key] = hit
+        return hit
 
     def load_timeline(
         self, model: str, gpu: str | GpuType, load_scale: Sequence[float] = ()
     ) -> Timeline:
         """The cold start's timeline at batch 1 (when each layer's weights arrive); the
-        same object for the same plan, GPU type and link shares."""
-        lp = self.model_load_plan(model)
+        same object for the same architecture, load plan, GPU type and link shares."""
         g = self._gpu(gpu)
-        key = (id(lp.plan), g.name, tuple(load_scale))
+        scale = tuple(load_scale)
+        key = (model, g.name, scale)
         tl = self._timelines.get(key)
         if tl is None:
-            tl = timeline(self.rows(model, g), lp.plan, lp.nvlink_gbps, load_scale)
+            lp = self.model_load_plan(model)
+            arch_key = (*self._shared_key(model), lp.nvlink_gbps, g.name, scale)
+            tl = self._timelines_by_arch.get(arch_key)
+            if tl is None:
+                parts = self._parts.get(arch_key[:4])
+                if parts is None:
+                    parts = TimelineParts(self.rows(model, g), lp.plan, lp.nvlink_gbps)
+                    self._parts[arch_key[:4]] = parts
+                tl = self._timelines_by_arch[arch_key] = parts.timeline(scale)
             self._timelines[key] = tl
         return tl
 
@@ -178,26 +239,36 @@ class LayerLatency:
         The execution recursion ``e_i = max(e_{i-1}, ready_i) + x_i`` unrolls to
         ``e_n = max(offset + sum(x), max_i(ready_i + sum_{j >= i} x_j))``, so one pass per
         (timeline, batch) gives every offset."""
-        g = self._gpu(gpu)
-        key = (id(load), g.name, share, batch)
+        # (by the GPU as given, a name or a type; the timeline is kept with its terms, so
+        # that its identity, in the key, is not reused by another while they are kept)
+        key = (id(load), gpu if isinstance(gpu, str) else gpu.name, share, batch)
         hit = self._cold.get(key)
         if hit is None:
-            rows = self.rows(model, g, batch)
-            plan = self.plan_of(model)
-            xs = [
-                share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
-                for r, m in zip(rows, plan.modes, strict=True)
-            ]
-            total, suffix, peak = sum(xs), 0.0, 0.0
-            for x, a in zip(reversed(xs), reversed(load.ready_s), strict=True):
+            g = self._gpu(gpu)
+            arch_key = (*self._shared_key(model), g.name, share, batch)
+            run = self._exec_by_arch.get(arch_key)
+            if run is None:
+                rows = self.rows(model, g, batch)
+                plan = self.plan_of(model)
+                _check_len(model, rows, plan.modes)
+                xs = [
+                    share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
+                    for r, m in zip(rows, plan.modes, strict=True)
+                ]
+                run = self._exec_by_arch[arch_key] = (sum(xs), xs[::-1], plan.pipelined)
+            total, backwards, pipelined = run
+            suffix = peak = 0.0
+            for x, a in zip(backwards, reversed(load.ready_s), strict=True):
                 suffix += x
-                peak = max(peak, a + suffix)
-            hit = (total, peak, plan.pipelined)
-            self._cold[key] = hit
-        total, peak, pipelined = hit
+                v = a + suffix
+                if v > peak:
+                    peak = v
+            hit = self._cold[key] = (total, peak, pipelined, load)
+        total, peak, pipelined, _ = hit
         if not pipelined:
             return max(offset_s, load.load_done_s) + total - offset_s
-        return max(offset_s + total, peak) - offset_s
+        end = offset_s + total
+        return (end if end > peak else peak) - offset_s
 
 
 def _check_len(model: str, rows: Sequence[LayerRow], modes: Sequence[str]) -> None:

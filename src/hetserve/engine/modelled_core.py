@@ -175,6 +175,18 @@ class Residency:
         # model's load plans are fixed: ``LayerLatency`` copies them when it is made)
         self._parts: dict[str, int] = {}
         self._timelines: dict[tuple[str, str, tuple[float, ...]], tuple[Any, float]] = {}
+        # each model's canonical instance (``ColdStartModel.canonical_instance``): the
+        # weights, parts and timelines above are kept once per canonical instance
+        self._canon: dict[str, str] = {}
+
+    def canonical(self, model: str) -> str:
+        """``model``'s canonical instance as the cold-start model says (``model`` itself
+        without one): what it answers for the one it answers for all."""
+        hit = self._canon.get(model)
+        if hit is None:
+            cold = self.cold_model
+            hit = self._canon[model] = cold.canonical_instance(model) if cold else model
+        return hit
 
     def block_bytes(self, model: str) -> list[float]:
         """Parameter bytes of each block (for memory and load times)."""
@@ -182,6 +194,10 @@ class Residency:
         if hit is not None:
             return hit
         cold = self.cold_model
+        c = self.canonical(model)
+        if c != model:  # (its canonical instance's, the same list)
+            hit = self._bytes_cache[model] = self.block_bytes(c)
+            return hit
         if cold is not None:
             gpu = cold.model_load_plan(model).gpu
             self._bytes_cache[model] = [cold.gpu_bytes(model, gpu)]
@@ -250,14 +266,15 @@ class Residency:
         ``gpu_id``: it takes its host links; returns when it ends."""
         cold = self.cold_model
         assert cold is not None
-        n_parts = self._parts.get(model)
+        c = self.canonical(model)
+        n_parts = self._parts.get(c)
         if n_parts is None:
-            n_parts = self._parts[model] = cold.model_load_plan(model).plan.n_parts
+            n_parts = self._parts[c] = cold.model_load_plan(c).plan.n_parts
         scale, links = self.host_links.take(gpu_id, n_parts, model, now)
-        key = (model, gpu.name, tuple(scale))
+        key = (c, gpu.name, tuple(scale))
         hit = self._timelines.get(key)
         if hit is None:
-            tl = cold.load_timeline(model, gpu, scale)
+            tl = cold.load_timeline(c, gpu, scale)
             hit = self._timelines[key] = (tl, tl.load_done_s)
         h.cold[model] = (now, hit[0], links)
         return now + hit[1]
@@ -323,6 +340,7 @@ class ModelledStart:
         # (a worker's GPU type and share, all a run depends on), by worker index
         self.by_kind: dict[int, tuple[tuple[float, ...], float, float, int]] = {}
         self.model_ids: dict[str, int] = {}
+        self.canon_ids: dict[str, int] = {}  # (by canonical instance: ``Residency.canonical``)
         self.kinds: dict[tuple[str, float], int] = {}
         self.kind_of: list[int] = []
         self.held = ex.held
@@ -353,8 +371,12 @@ class ModelledStart:
         # range, or on a miss, by GPU type and share as a tuple. (By worker, 1,000
         # workers made a key each for every model and size: mostly misses, each a tuple.)
         mi = self.model_ids.get(model, -1)
-        if mi < 0:
-            mi = self.model_ids[model] = len(self.model_ids)
+        if mi < 0:  # (one number per canonical instance: its runs are its instances')
+            c = self.residency.canonical(model)
+            mi = self.canon_ids.get(c, -1)
+            if mi < 0:
+                mi = self.canon_ids[c] = len(self.canon_ids)
+            self.model_ids[model] = mi
         wi = w.index
         kind_of = self.kind_of
         k = kind_of[wi] if 0 <= wi < len(kind_of) else -1

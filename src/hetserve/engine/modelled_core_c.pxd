@@ -50,6 +50,9 @@ cdef class Residency:
 
     cdef public dict _parts
     cdef public dict _timelines
+    cdef public dict _canon
+
+    cpdef object canonical(self, object model)
 
     @cython.locals(scale=list, links=tuple, hit=tuple)
     cpdef double take_host_links(self, object gpu_id, object gpu, Held h, object model,
@@ -83,6 +86,7 @@ cdef class ModelledStart:
     cdef public Residency residency
     cdef public dict by_kind
     cdef public dict model_ids
+    cdef public dict canon_ids
     cdef public dict kinds
     cdef public list kind_of
 

@@ -93,8 +93,9 @@ class GpuState:
     its batch-1 warm latency and bytes as first asked. One object per GPU, found once per
     call: the core's state was a dict per field, each keyed by the worker's name."""
 
-    def __init__(self, wid: WorkerId, cap_b: float) -> None:
+    def __init__(self, wid: WorkerId, cap_b: float, gpu_name: str = "") -> None:
         self.id = wid
+        self.gpu_name = gpu_name  # (its GPU type's name: what the latency model is asked)
         self.cap = cap_b
         self.used = 0.0
         self.resident: OrderedDict[str, float] = OrderedDict()
@@ -139,11 +140,16 @@ class ColdStartCore:
         if not ws:
             raise HetserveError("coldstart: the plan places no workers")
         self.workers: list[WorkerId] = ws
-        self.gpus: dict[WorkerId, GpuState] = {
-            w: GpuState(w, max(0.0, view.workers[w].gpu.memory_gb * 1e9 / view.workers[w].share
-                               - self.reserve_b))
-            for w in ws
-        }  # fmt: skip
+        self.gpus: dict[WorkerId, GpuState] = {}
+        for w in ws:
+            info = view.workers[w]
+            gpu = info.gpu
+            cap_b = max(0.0, gpu.memory_gb * 1e9 / info.share - self.reserve_b)
+            self.gpus[w] = GpuState(w, cap_b, gpu.name)
+        self.cold = cold_start_model(view.latency)  # (None: no load plans to follow)
+        # each model's canonical instance (``ColdStartModel.canonical_instance``): bytes
+        # and warm latencies are asked once per canonical instance
+        self._canon: dict[str, str] = {}
         self.resident = {w: g.resident for w, g in self.gpus.items()}
         self.loading = {w: g.loading for w, g in self.gpus.items()}
         self.queue = {w: g.queue for w, g in self.gpus.items()}
@@ -178,14 +184,23 @@ class ColdStartCore:
         """The bytes an instance of ``model`` takes on worker ``w``'s GPU."""
         return self._bytes_on(self.gpus[w], model)
 
+    def _canonical(self, model: str) -> str:
+        hit = self._canon.get(model)
+        if hit is None:
+            cold = self.cold
+            hit = self._canon[model] = cold.canonical_instance(model) if cold else model
+        return hit
+
     def _bytes_on(self, g: GpuState, model: str) -> float:
         per = g.nbytes
         b = per.get(model)
         if b is None:
-            gpu = self.view.workers[g.id].gpu.name
-            cold = cold_start_model(self.view.latency)
-            if cold is not None:
-                b = float(cold.gpu_bytes(model, gpu))
+            cold = self.cold
+            c = self._canonical(model)
+            if c != model:
+                b = self._bytes_on(g, c)
+            elif cold is not None:
+                b = float(cold.gpu_bytes(model, g.gpu_name))
             else:
                 lp = self.plan.load_plans.get(model)
                 b = lp.predicted.get("gpu_mb", 0.0) * 1e6 if lp else 0.0
@@ -195,7 +210,7 @@ class ColdStartCore:
     def _cold_s(self, model: str) -> float:
         lp = self.plan.load_plans.get(model)
         if lp is None:
-            cold = cold_start_model(self.view.latency)
+            cold = self.cold
             if cold is not None:
                 lp = cold.model_load_plan(model)
         return lp.predicted.get("cold_ms", 0.0) / 1e3 if lp else 0.0
@@ -204,7 +219,11 @@ class ColdStartCore:
         key = (model, w, batch)
         t = self._warm.get(key)
         if t is None:
-            t = self._warm[key] = self.view.stage_latency_s(model, w, batch)
+            c = self._canonical(model)
+            if c != model:
+                t = self._warm[key] = self._warm_s(c, w, batch)
+            else:
+                t = self._warm[key] = self.view.stage_latency_s(model, w, batch)
         return t
 
     def _warm1_on(self, g: GpuState, model: str) -> float:

@@ -30,6 +30,7 @@ from hetserve.core.records_c cimport (
 @cython.final
 cdef class GpuState:
     cdef public object id
+    cdef public str gpu_name
     cdef public double cap
     cdef public double used
     cdef public object resident
@@ -62,6 +63,10 @@ cdef class ColdStartCore:
     cdef public dict _warm
     cdef public object pending
     cdef public dict _nb
+    cdef public object cold
+    cdef public dict _canon
+
+    cpdef object _canonical(self, object model)
 
     cpdef Py_ssize_t new_batch_id(self) except -1
 
