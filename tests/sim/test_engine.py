@@ -551,8 +551,9 @@ def test_request_overhead_is_added_to_the_first_stage():
 def test_a_run_sets_the_older_objects_aside_and_gives_them_back(monkeypatch):
     """``Simulator.run`` freezes the objects from before it for the collector's sake and
     unfreezes them after, also when the run fails (and collects the young generation less
-    often meanwhile); a caller's own freeze is left alone. (On CPython 3.12 the
-    interpreter's own frozen objects, ``INTERPRETER_FROZEN``, are not a caller's.)"""
+    often meanwhile); the objects its own start makes are set aside too. A caller's own
+    freeze is left alone. (On CPython 3.12 the interpreter's own frozen objects,
+    ``INTERPRETER_FROZEN``, are not a caller's.)"""
     import gc
 
     from hetserve.sim.engine import INTERPRETER_FROZEN, YOUNG_LESS_OFTEN, older_objects_frozen
@@ -561,8 +562,11 @@ def test_a_run_sets_the_older_objects_aside_and_gives_them_back(monkeypatch):
     assert gc.get_freeze_count() <= own
     before = gc.get_threshold()
     seen = []
-    with older_objects_frozen():
+    with older_objects_frozen() as set_aside:
         seen.append((gc.get_freeze_count(), gc.get_threshold()))
+        made = [[i] for i in range(1000)]  # (as a run's start makes its tables)
+        set_aside()
+        assert gc.get_freeze_count() >= seen[0][0] + len(made)
     assert seen[0][0] > own and gc.get_freeze_count() <= own
     # (meanwhile the young generation is collected less often; its threshold set back after)
     assert seen[0][1] == (before[0] * YOUNG_LESS_OFTEN, *before[1:])
@@ -576,15 +580,22 @@ def test_a_run_sets_the_older_objects_aside_and_gives_them_back(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(gc, "freeze", lambda: calls.append("freeze"))
             m.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
-            with older_objects_frozen():
+            with older_objects_frozen() as set_aside:
                 assert gc.get_threshold() == before
+                set_aside()
         assert calls == [] and gc.get_freeze_count() > own
     finally:
         gc.unfreeze()
     s = linear_setup(n_gpus=1, alpha_s=0.01, beta_s=0.0, max_batch=2)
     tr = generate([Stream("s", "m", 0.5, Poisson(20.0))], 2.0, seed=1)
-    res = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("fixed-batch"),
-                    tr, SimConfig()).run()  # fmt: skip
+    sched = make_scheduler("fixed-batch")
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr, SimConfig())
+    freezes = []  # (at each freeze: whether the scheduler had started, its pools made)
+    real_freeze = gc.freeze
+    with monkeypatch.context() as m:
+        m.setattr(gc, "freeze", lambda: freezes.append(hasattr(sched, "pools")) or real_freeze())
+        res = sim.run()
+    assert freezes == [False, True]  # before the run, then once its start is done
     assert len(res.outcome) == len(tr) and gc.get_freeze_count() <= own
 
 
