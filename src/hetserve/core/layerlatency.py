@@ -57,24 +57,18 @@ class LayerLatency:
         self._timelines: dict[tuple[str, str, tuple[float, ...]], Timeline] = {}
         self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool, Timeline]] = {}
         # A run, the weights and the timeline depend on a model's architecture (its layer
-        # rows) and its load plan, not on its name: the instances of one architecture
-        # under one plan (DeepPlan's Fig. 13: 180 copies of BERT-Base) share them, by
-        # (architecture, the plan's identity, ...). The plans are held by this object's
-        # own ``load_plans``, so an identity is not reused while it is kept.
-        self._shared: dict[str, tuple[str, int]] = {}  # model -> (architecture, plan id)
+        # rows), its load plan and its NVLink bandwidth, not on its name: the instances
+        # that agree on these (DeepPlan's Fig. 13: 180 copies of BERT-Base) share one
+        # canonical instance, and a model's first question about anything is answered by
+        # its canonical instance's. (The plan by identity: the plans are held by this
+        # object's own ``load_plans``, so an identity is not reused while it is kept.)
         self._canonical: dict[str, str] = {}  # model -> its canonical instance
         self._instances: dict[tuple[str, int, float | None], str] = {}
-        self._warm_by_arch: dict[tuple[str, int, str, int, int], tuple[float, float]] = {}
-        self._bytes_by_arch: dict[tuple[str, int, str], float] = {}
-        # (each layer's run at a share and batch, last first, their sum, pipelined or not)
-        self._exec_by_arch: dict[
-            tuple[str, int, str, int, int], tuple[float, list[float], bool]
-        ] = {}
-        # (the timeline's also on the NVLink bandwidth, which the instances may not share)
-        self._parts: dict[tuple[str, int, float | None, str], TimelineParts] = {}
-        self._timelines_by_arch: dict[
-            tuple[str, int, float | None, str, tuple[float, ...]], Timeline
-        ] = {}
+        # (per canonical instance and GPU type, a timeline's parts; per canonical
+        # instance, GPU type, share and batch, each layer's run, last first, their sum
+        # and whether the plan is pipelined)
+        self._parts: dict[tuple[str, str], TimelineParts] = {}
+        self._exec: dict[tuple[str, str, int, int], tuple[float, list[float], bool]] = {}
 
     # ---- inputs
     def _gpu(self, gpu: str | GpuType) -> GpuType:
@@ -120,19 +114,13 @@ class LayerLatency:
 
     def canonical_instance(self, model: str) -> str:
         """The first model asked about of those with ``model``'s architecture, load plan
-        and NVLink bandwidth: what every answer here depends on (``ColdStartModel``)."""
+        and NVLink bandwidth: what every answer here depends on (``ColdStartModel``;
+        ``__init__``)."""
         hit = self._canonical.get(model)
         if hit is None:
-            key = (*self._shared_key(model), self.model_load_plan(model).nvlink_gbps)
+            lp = self.model_load_plan(model)
+            key = (base_model(model), id(lp.plan), lp.nvlink_gbps)
             hit = self._canonical[model] = self._instances.setdefault(key, model)
-        return hit
-
-    def _shared_key(self, model: str) -> tuple[str, int]:
-        """(architecture, the load plan's identity): what the model shares with the other
-        instances of its architecture under the same plan (``__init__``)."""
-        hit = self._shared.get(model)
-        if hit is None:
-            hit = self._shared[model] = (base_model(model), id(self.plan_of(model)))
         return hit
 
     # ---- the LatencyModel protocol
@@ -148,9 +136,10 @@ class LayerLatency:
         key = (model, g.name, share, batch)
         hit = self._warm.get(key)
         if hit is None:
-            arch_key = (*self._shared_key(model), g.name, share, batch)
-            hit = self._warm_by_arch.get(arch_key)
-            if hit is None:
+            c = self.canonical_instance(model)
+            if c != model:
+                hit = self._run_s(c, g, share, batch)
+            else:
                 rows = self.rows(model, g, batch)
                 modes = self.plan_of(model).modes
                 _check_len(model, rows, modes)
@@ -161,7 +150,6 @@ class LayerLatency:
                     else:
                         on_gpu += r.exec_gpu_us
                 hit = (share * 1e-6 * (on_gpu + dha), share * 1e-6 * dha)
-                self._warm_by_arch[arch_key] = hit
             self._warm[key] = hit
         return hit
 
@@ -189,16 +177,16 @@ class LayerLatency:
         key = f"{model}@{g.name}"
         hit = self._gpu_bytes.get(key)
         if hit is None:
-            arch_key = (*self._shared_key(model), g.name)
-            hit = self._bytes_by_arch.get(arch_key)
-            if hit is None:
+            c = self.canonical_instance(model)
+            if c != model:
+                hit = self.gpu_bytes(c, g)
+            else:
                 rows = self.rows(model, g)
                 modes = self.plan_of(model).modes
                 _check_len(model, rows, modes)
                 hit = float(
                     sum(r.param_bytes for r, m in zip(rows, modes, strict=True) if m != DHA)
                 )
-                self._bytes_by_arch[arch_key] = hit
             self._gpu_bytes[key] = hit
         return hit
 
@@ -212,15 +200,16 @@ class LayerLatency:
         key = (model, g.name, scale)
         tl = self._timelines.get(key)
         if tl is None:
-            lp = self.model_load_plan(model)
-            arch_key = (*self._shared_key(model), lp.nvlink_gbps, g.name, scale)
-            tl = self._timelines_by_arch.get(arch_key)
-            if tl is None:
-                parts = self._parts.get(arch_key[:4])
+            c = self.canonical_instance(model)
+            if c != model:
+                tl = self.load_timeline(c, g, scale)
+            else:
+                parts = self._parts.get((model, g.name))
                 if parts is None:
+                    lp = self.model_load_plan(model)
                     parts = TimelineParts(self.rows(model, g), lp.plan, lp.nvlink_gbps)
-                    self._parts[arch_key[:4]] = parts
-                tl = self._timelines_by_arch[arch_key] = parts.timeline(scale)
+                    self._parts[(model, g.name)] = parts
+                tl = parts.timeline(scale)
             self._timelines[key] = tl
         return tl
 
@@ -245,17 +234,17 @@ class LayerLatency:
         hit = self._cold.get(key)
         if hit is None:
             g = self._gpu(gpu)
-            arch_key = (*self._shared_key(model), g.name, share, batch)
-            run = self._exec_by_arch.get(arch_key)
+            c = self.canonical_instance(model)
+            run = self._exec.get((c, g.name, share, batch))
             if run is None:
-                rows = self.rows(model, g, batch)
-                plan = self.plan_of(model)
-                _check_len(model, rows, plan.modes)
+                rows = self.rows(c, g, batch)
+                plan = self.plan_of(c)
+                _check_len(c, rows, plan.modes)
                 xs = [
                     share * 1e-6 * (r.exec_host_us if m == DHA else r.exec_gpu_us)
                     for r, m in zip(rows, plan.modes, strict=True)
                 ]
-                run = self._exec_by_arch[arch_key] = (sum(xs), xs[::-1], plan.pipelined)
+                run = self._exec[(c, g.name, share, batch)] = (sum(xs), xs[::-1], plan.pipelined)
             total, backwards, pipelined = run
             suffix = peak = 0.0
             for x, a in zip(backwards, reversed(load.ready_s), strict=True):
