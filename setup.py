@@ -93,16 +93,16 @@ RECORDS_PXD = "src/hetserve/core/records_c.pxd"  # (inline C only: no module of 
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions, the records' inline C)
-    ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD]),
+    ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD, RECORDS_PXD]),
     (
         "hetserve.engine.deadlines_core_c",
         "src/hetserve/engine/deadlines_core.py",
-        ["src/hetserve/engine/deadlines_core_c.pxd", HEAPS_PXD],
+        ["src/hetserve/engine/deadlines_core_c.pxd", HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.engine.entities_core_c",
         "src/hetserve/engine/entities_core.py",
-        [ENTITIES_PXD, HEAPS_PXD],
+        [ENTITIES_PXD, HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.engine.kernel_core_c",

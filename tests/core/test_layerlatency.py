@@ -85,6 +85,15 @@ def _run_through(rows, plan, tl, offset_s, share=1):
     return t - offset_s
 
 
+def _from_terms(terms: tuple[float, float, bool, float], offset_s: float) -> float:
+    """A cold run's time from its terms, as ``ColdStartModel.cold_run_terms`` says (what
+    the simulator's residency works out per run)."""
+    total_s, peak_s, pipelined, load_done_s = terms
+    if pipelined:
+        return max(offset_s + total_s, peak_s) - offset_s
+    return max(offset_s, load_done_s) + total_s - offset_s
+
+
 def test_a_cold_run_follows_its_own_timeline_even_one_made_elsewhere(tmp_path):
     # timelines made by the caller and dropped at once: their identities are reused, and
     # a run must still follow the timeline it is given
@@ -99,6 +108,7 @@ def test_a_cold_run_follows_its_own_timeline_even_one_made_elsewhere(tmp_path):
         for offset_s in (0.0, 2e-5, 1e-3):
             got = lat.cold_run_s("arch-a@0", "V100", 1, 1, tl, offset_s)
             assert got == pytest.approx(_run_through(rows, plan, tl, offset_s), abs=1e-12)
+            assert got == _from_terms(lat.cold_run_terms("arch-a@0", "V100", 1, 1, tl), offset_s)
         del tl
     baseline = LoadPlan.all_loaded(4, "baseline", pipelined=False)
     lat = LayerLatency({"arch-b@0": ModelLoadPlan(baseline, "V100")}, layers)
@@ -107,3 +117,4 @@ def test_a_cold_run_follows_its_own_timeline_even_one_made_elsewhere(tmp_path):
     for offset_s in (0.0, 1e-4, 1.0):
         got = lat.cold_run_s("arch-b@0", "V100", 2, 2, tl, offset_s)
         assert got == pytest.approx(_run_through(rows, baseline, tl, offset_s, 2), abs=1e-12)
+        assert got == _from_terms(lat.cold_run_terms("arch-b@0", "V100", 2, 2, tl), offset_s)

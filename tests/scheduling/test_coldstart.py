@@ -10,7 +10,7 @@ from hetserve.core.layerlatency import LayerLatency, base_model
 from hetserve.core.outcome import PENDING
 from hetserve.core.plan import bind
 from hetserve.core.presets import preset
-from hetserve.core.requests import Stream
+from hetserve.core.requests import Request, Stream
 from hetserve.planning.deepplan import plan_cold_starts
 from hetserve.scheduling.protocol import make_scheduler
 from hetserve.sim.engine import SimConfig, Simulator
@@ -243,3 +243,25 @@ def test_instances_of_one_architecture_and_plan_are_asked_about_once():
     np.testing.assert_array_equal(out[0][1], out[1][1])  # (NaN where unfinished: equal)
     assert out[0][2:] == out[1][2:]
     assert not np.array_equal(out[2][1], out[0][1], equal_nan=True)
+
+
+def test_the_counters_go_on_across_a_new_plan_s_core():
+    """The counters (``stats``) are the scheduler's over every plan it serves: each
+    ``start`` makes a new core, which counts on from where the last one stopped."""
+    from hetserve.scheduling import ClusterView
+
+    names = [f"bert-base@{i}" for i in range(180)]
+    plan, lat, pl = setup(names, "pt+dha")
+    tr = generate([Stream(m, m, 0.1, Poisson(100 / len(names))) for m in names], 10.0, 2)
+    sched = make_scheduler("coldstart", {"preload": False})
+    assert sched.stats == {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
+    Simulator(P3, lat, plan, pl, sched, tr, SimConfig(warm=False)).run()
+    first = dict(sched.stats)
+    assert first["requests"] == len(tr) and first["loads"] > 0
+    assert first["evictions"] > 0 and first["cold_requests"] >= first["loads"]
+    sched.start(ClusterView.build(P3, lat, pl), plan, 10.0)  # (a new core)
+    assert sched.stats == first
+    sched.on_arrival(Request(10**6, names[0], names[0], 10.0, 11.0), 10.0)
+    assert sched.stats == {**first, "requests": first["requests"] + 1,
+                           "cold_requests": first["cold_requests"] + 1,
+                           "loads": first["loads"] + 1}  # fmt: skip

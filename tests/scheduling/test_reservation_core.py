@@ -215,3 +215,135 @@ def _table_with(mod, order, w):
     t.grow(w + 1)
     t.orders_of[w].append(order)
     return t
+
+
+BATCH_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("book"), st.integers(0, 9)),  # a batch of that many rows
+        st.tuples(st.just("release"), st.integers(0, 1000)),  # a live batch, by position
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(BATCH_OPS)
+def test_the_bookings_keep_each_batch_s_rows_in_order_and_reuse_released_ones(ops):
+    """``Bookings``, compiled and in Python, against a dict of lists: each live batch's
+    rows read back as booked, in order; released rows are used again (the rows in use
+    never exceed the most that were live at once), and the buffers grow as needed."""
+    for mod in (reservation_slots, reservation_slots_c) if compiled else (reservation_slots,):
+        bk = mod.Bookings(4)
+        live: dict[int, tuple[int, list]] = {}  # batch -> (first row, its rows as booked)
+        most = 0
+        for k, (op, x) in enumerate(ops):
+            if op == "book":
+                rows, first, prev = [], -1, -1
+                for i in range(x):
+                    row = (k * 10 + i, k + i / 8, i / 4, i // 2, (k, i // 2))
+                    j = bk.new_row(*row)
+                    if prev < 0:
+                        first = j
+                    else:
+                        bk.nxt[prev] = j
+                    prev = j
+                    rows.append(row)
+                live[k] = (first, rows)
+            elif live:
+                b = sorted(live)[x % len(live)]
+                bk.release(live.pop(b)[0])
+            most = max(most, sum(len(r) for _, r in live.values()))
+            for first, rows in live.values():
+                assert bk.entries(first) == rows, mod
+        assert bk.top <= max(most, 0) or not ops, mod
+        assert len(bk.tags) >= bk.top and all(t is None for t in bk.tags[bk.top :]), mod
+
+
+def _correct_as_a_list(table, entries, stage, worker, start_s, end_s, xs, xe, has_x, completed,
+                       last):  # fmt: skip
+    """The feedback correction as it was written over a list of ``(resource, start,
+    duration, stage, tag)`` tuples (its specification): whether any reservation moved,
+    and the entries kept (None: none)."""
+    eps = 1e-12
+    delay = 0.0
+    changed = False
+    for r, start, dur, st_, tag in entries:
+        if st_ != stage:
+            continue
+        if r == worker:
+            a, b = start_s, end_s
+            delay = b - (start + dur)
+        elif has_x:
+            a, b = xs, xe
+        else:
+            continue
+        if abs(a - start) > eps or abs(b - start - dur) > eps:
+            table.replace(r, tag, a, b)
+            changed = True
+    if not completed or last:
+        if not completed:
+            for r, _, _, st_, tag in entries:
+                if st_ > stage:
+                    table.remove(r, tag)
+                    changed = True
+        return changed, None
+    if abs(delay) > eps:
+        out = []
+        for r, start, dur, st_, tag in entries:
+            if st_ > stage:
+                table.replace(r, tag, start + delay, start + delay + dur)
+                start += delay
+            out.append((r, start, dur, st_, tag))
+        return True, out
+    return changed, entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 3),  # stages
+    # per stage reported: its start and end moved (ms), and whether it completed
+    st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3), st.booleans()), max_size=3),
+    st.booleans(),
+)
+def test_the_correction_over_bookings_is_the_correction_over_a_list(n, reports, has_x):
+    """A batch of ``n`` stages (worker ``s``, links 4 and 5 into each later stage),
+    corrected stage by stage by reports that move its runs and transfers, or stop it:
+    the table's reservations and the batch's rows are those of the correction written
+    over a list of tuples."""
+    for mod in (reservation_slots, reservation_slots_c) if compiled else (reservation_slots,):
+        tables = [mod.SlotTable(), mod.SlotTable()]
+        for t in tables:
+            t.grow(6)
+        bk = mod.Bookings(2)
+        entries, first, prev = [], -1, -1
+        for s in range(n):
+            tag = (7, s)
+            rs = [4, 5, s] if s else [s]
+            for r in rs:
+                row = (r, s * 0.01, 0.004 if r == s else 0.001, s, tag)
+                for t in tables:
+                    t.add(r, row[1], row[1] + row[2], tag)
+                j = bk.new_row(*row)
+                if prev < 0:
+                    first = j
+                else:
+                    bk.nxt[prev] = j
+                prev = j
+                entries.append(row)
+        kept = entries
+        for s, (da, db, completed) in enumerate(reports[:n]):
+            start, end = s * 0.01 + da / 1000, s * 0.01 + 0.004 + db / 1000
+            last = s == n - 1
+            x = (start - 0.001, start) if has_x and s else (0.0, 0.0)
+            args = (s, s, start, end, x[0], x[1], has_x and s > 0, completed, last)
+            changed, keep = tables[0].correct(7, bk, first, *args)
+            want_changed, want = _correct_as_a_list(tables[1], kept, *args)
+            assert changed == want_changed, mod
+            assert [tables[0].intervals(r) for r in range(6)] == [
+                tables[1].intervals(r) for r in range(6)
+            ], mod
+            assert keep == (want is not None), mod
+            if want is None:
+                break
+            assert bk.entries(first) == want, mod
+            kept = want

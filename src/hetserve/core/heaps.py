@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from hetserve.core import heaps_core as _pure
+from hetserve.core import records
 from hetserve.core.compiled import build_of
 
 __all__ = [
@@ -25,10 +26,10 @@ __all__ = [
     "push",
 ]  # fmt: skip
 
-core, COMPILED = build_of(_pure)
+core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
 #: what a build that ``cimport``s this one was made against (``core.compiled.build_of``):
 #: the declarations it calls (a change to the Python file alone rebuilds this build only)
-LAYOUT = (Path(_pure.__file__).with_name("heaps_core_c.pxd"),)
+LAYOUT = (Path(_pure.__file__).with_name("heaps_core_c.pxd"), *records.LAYOUT)
 
 if COMPILED:
     push, pop, bisect_s = core.push, core.pop, core.bisect_s

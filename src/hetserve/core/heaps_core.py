@@ -27,10 +27,11 @@ from typing import Any
 
 try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
     import cython
-
-    COMPILED = bool(cython.compiled)
 except ImportError:  # (Cython is not installed: this file runs as plain Python)
-    COMPILED = False
+    from hetserve.core.records import NO_CYTHON as cython
+COMPILED = bool(cython.compiled)
+if not cython.compiled:  # (compiled: the inline C its .pxd cimports)
+    from hetserve.core.records import pop_last
 
 _heappush = heapq.heappush
 _INF = math.inf
@@ -96,7 +97,7 @@ def pop(heap: list[Any]) -> Any:
     """``heapq.heappop`` for a keyed heap (IndexError where it is empty)."""
     if not COMPILED:
         return _heappop(heap)
-    last = heap.pop()
+    last = pop_last(heap)  # (compiled: the list keeps its memory)
     if not heap:
         return last
     top = heap[0]

@@ -5,6 +5,8 @@
 # builds that ``cimport`` them, Python functions for everyone else).
 import cython
 
+from hetserve.core.records_c cimport pop_last
+
 cdef bint COMPILED
 cdef object _heappush
 cdef object _heappop

@@ -110,6 +110,17 @@ class ColdStartModel(LatencyModel, Protocol):
         timeline) began, each layer waiting for its weights."""
         ...
 
+    def cold_run_terms(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, load: Timeline
+    ) -> tuple[float, float, bool, float]:
+        """What :meth:`cold_run_s` is for every offset: ``(total_s, peak_s, pipelined,
+        load_done_s)``, where a batch starting ``offset_s`` after the load began takes
+        ``max(offset_s + total_s, peak_s) - offset_s`` when ``pipelined``, else
+        ``max(offset_s, load_done_s) + total_s - offset_s`` (the same floats as
+        :meth:`cold_run_s`): a caller that asks once per load may work out each run
+        itself."""
+        ...
+
     def canonical_instance(self, model: str) -> str:
         """A model whose every answer here (latency, energy, weights, load plan, cold
         starts) is the same as ``model``'s on every GPU type, the same one for all such

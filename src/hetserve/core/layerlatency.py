@@ -55,7 +55,7 @@ class LayerLatency:
         self._warm: dict[tuple[str, str, int, int], tuple[float, float]] = {}
         self._gpu_bytes: dict[str, float] = {}
         self._timelines: dict[tuple[str, str, tuple[float, ...]], Timeline] = {}
-        self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool, Timeline]] = {}
+        self._cold: dict[tuple[int, str, int, int], tuple[float, float, bool, float, Timeline]] = {}
         # A run, the weights and the timeline depend on a model's architecture (its layer
         # rows), its load plan and its NVLink bandwidth, not on its name: the instances
         # that agree on these (DeepPlan's Fig. 13: 180 copies of BERT-Base) share one
@@ -223,7 +223,18 @@ class LayerLatency:
         offset_s: float,
     ) -> float:
         """How long a batch takes that starts ``offset_s`` after its model's load began,
-        each layer waiting for its weights (``load``: the load's timeline).
+        each layer waiting for its weights (``load``: the load's timeline)."""
+        total, peak, pipelined, done = self.cold_run_terms(model, gpu, share, batch, load)
+        if not pipelined:
+            return max(offset_s, done) + total - offset_s
+        end = offset_s + total
+        return (end if end > peak else peak) - offset_s
+
+    def cold_run_terms(
+        self, model: str, gpu: str | GpuType, share: int, batch: int, load: Timeline
+    ) -> tuple[float, float, bool, float]:
+        """:meth:`cold_run_s` for every offset (``ColdStartModel.cold_run_terms``):
+        ``(total_s, peak_s, pipelined, load_done_s)``.
 
         The execution recursion ``e_i = max(e_{i-1}, ready_i) + x_i`` unrolls to
         ``e_n = max(offset + sum(x), max_i(ready_i + sum_{j >= i} x_j))``, so one pass per
@@ -252,12 +263,8 @@ class LayerLatency:
                 v = a + suffix
                 if v > peak:
                     peak = v
-            hit = self._cold[key] = (total, peak, pipelined, load)
-        total, peak, pipelined, _ = hit
-        if not pipelined:
-            return max(offset_s, load.load_done_s) + total - offset_s
-        end = offset_s + total
-        return (end if end > peak else peak) - offset_s
+            hit = self._cold[key] = (total, peak, pipelined, load.load_done_s, load)
+        return hit[0], hit[1], hit[2], hit[3]
 
 
 def _check_len(model: str, rows: Sequence[LayerRow], modes: Sequence[str]) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "NO_CYTHON",
     "field",
     "fields",
+    "pop_last",
     "record",
     "record2",
     "record4",
@@ -72,6 +73,11 @@ def record15(
 
 #: ``field(rec, k)``: ``rec[k]``
 field = operator.getitem
+
+
+def pop_last(items: list[Any]) -> Any:
+    """``items.pop()``; compiled (``records_c.pxd``), one that keeps the list's memory."""
+    return items.pop()
 
 
 def fields(rec: Any) -> Any:

@@ -3,7 +3,8 @@
 # ones only where ``not cython.compiled``. No module of this name is built: the functions
 # are copied into each build that cimports them (``setup.py`` lists this file among their
 # dependencies; ``core.records.LAYOUT`` makes a build made before a change to it stale).
-from cpython.ref cimport Py_INCREF
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 
 
@@ -11,6 +12,23 @@ cdef extern from "Python.h":
     # a new instance of ``cls`` (a tuple subclass) with ``n`` empty items (tuple's own
     # ``tp_alloc``, which NamedTuple classes inherit)
     object PyType_GenericAlloc(type cls, Py_ssize_t n)
+    # a list's length set, its items and memory left as they are
+    void Py_SET_SIZE(list o, Py_ssize_t n)
+
+
+cdef inline object pop_last(list items):
+    """``items.pop()`` (IndexError where empty) that keeps the list's memory: a list that
+    shrinks below half of what it holds gives memory back, and one that grows past it asks
+    for more (a heap of one, filled and emptied per request, did both each time). The
+    list's reference to the item becomes the caller's."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(items)
+    cdef object x
+    if n == 0:
+        raise IndexError("pop from empty list")
+    x = <object>PyList_GET_ITEM(items, n - 1)  # (a new reference: ``x``'s own)
+    Py_SET_SIZE(items, n - 1)
+    Py_DECREF(x)  # (the list's, which it no longer holds)
+    return x
 
 
 cdef inline object record(type cls, tuple items):

@@ -148,6 +148,23 @@ class Held:
         self.streams: dict[tuple[str, tuple[int, int]], tuple[int, dict[int, float]]] = {}
 
 
+class RunTerms:
+    """What a run takes that starts while a planned load is under way, for every offset
+    from its start (``ColdStartModel.cold_run_terms``), at the last worker share and
+    batch size asked (``share``, ``batch``; -1: none yet): one per load timeline, shared
+    by the loads that follow it."""
+
+    __slots__ = ("batch", "load_done_s", "peak_s", "pipelined", "share", "total_s")
+
+    def __init__(self) -> None:
+        self.share = -1
+        self.batch = -1
+        self.total_s = 0.0
+        self.peak_s = 0.0
+        self.pipelined = False
+        self.load_done_s = 0.0
+
+
 class Residency:
     """Block bytes, memory, warm starts, planned loads over the host links they share,
     cold runs and DHA contention."""
@@ -171,10 +188,11 @@ class Residency:
         self.cold_model = cold_start_model(latency)
         self.host_links = entities.HostLinks(cluster)
         # per model, its load plan's parts; per (model, GPU type, link shares), the load's
-        # timeline and when it ends: what the latency model says, asked once (a latency
-        # model's load plans are fixed: ``LayerLatency`` copies them when it is made)
+        # timeline, when it ends and its runs' terms (:class:`RunTerms`): what the latency
+        # model says, asked once (a latency model's load plans are fixed: ``LayerLatency``
+        # copies them when it is made)
         self._parts: dict[str, int] = {}
-        self._timelines: dict[tuple[str, str, tuple[float, ...]], tuple[Any, float]] = {}
+        self._timelines: dict[tuple[str, str, tuple[float, ...]], tuple[Any, float, RunTerms]] = {}
         # each model's canonical instance (``ColdStartModel.canonical_instance``): the
         # weights, parts and timelines above are kept once per canonical instance
         self._canon: dict[str, str] = {}
@@ -275,18 +293,33 @@ class Residency:
         hit = self._timelines.get(key)
         if hit is None:
             tl = cold.load_timeline(c, gpu, scale)
-            hit = self._timelines[key] = (tl, tl.load_done_s)
-        h.cold[model] = (now, hit[0], links)
+            hit = self._timelines[key] = (tl, tl.load_done_s, RunTerms())
+        h.cold[model] = (now, hit[0], links, hit[2])
         return now + hit[1]
 
     def cold_run_s(self, h: Held, info: WorkerInfo, model: str, batch: int, now: float) -> float:
         """A run of ``model`` while its planned cold start is under way: layer by layer,
-        each as its weights arrive."""
+        each as its weights arrive (``ColdStartModel.cold_run_s``, worked out here from
+        its terms, which the load's :class:`RunTerms` keeps)."""
         cold = h.cold[model]
-        assert self.cold_model is not None
-        return self.cold_model.cold_run_s(
-            model, info.gpu, info.share, batch, cold[1], now - cold[0]
-        )
+        t: RunTerms = cold[3]
+        share = info.share
+        if t.batch != batch or t.share != share:
+            assert self.cold_model is not None
+            total, peak, pipelined, done = self.cold_model.cold_run_terms(
+                model, info.gpu, share, batch, cold[1]
+            )
+            t.batch = batch
+            t.share = share
+            t.total_s = total
+            t.peak_s = peak
+            t.pipelined = pipelined
+            t.load_done_s = done
+        offset_s = now - cold[0]
+        if not t.pipelined:
+            return max(offset_s, t.load_done_s) + t.total_s - offset_s
+        end = offset_s + t.total_s
+        return (end if end > t.peak_s else t.peak_s) - offset_s
 
     def dha_contention(
         self,
@@ -324,6 +357,21 @@ class Residency:
 
 
 # ---------------------------------------------------------------------- the executor
+class LastRun:
+    """A worker's last stage run as :class:`ModelledStart` found it: ``n`` rows of
+    ``model``'s blocks ``b0`` to ``b1`` (end excluded), and ``run``, its block end times,
+    energy, DHA seconds and the blocks' bits. One per worker, written over."""
+
+    __slots__ = ("b0", "b1", "model", "n", "run")
+
+    def __init__(self) -> None:
+        self.model: object = None
+        self.b0 = -1
+        self.b1 = -1
+        self.n = -1
+        self.run: tuple = ()
+
+
 class ModelledStart:
     """The modelled executor's stage start (``engine.modelled``, whose module docstring
     says what a stage takes), here so that it is compiled with the kernel: it runs for
@@ -343,6 +391,8 @@ class ModelledStart:
         self.canon_ids: dict[str, int] = {}  # (by canonical instance: ``Residency.canonical``)
         self.kinds: dict[tuple[str, float], int] = {}
         self.kind_of: list[int] = []
+        # per worker index, its last run (:class:`LastRun`, written over on a miss)
+        self.last_at: list[LastRun | None] = []
         self.held = ex.held
         # the same Held by worker index (``Slot.index``; None where not looked up yet):
         # one list read per stage instead of a look-up by name in a dict of every worker
@@ -365,36 +415,22 @@ class ModelledStart:
         w = task.worker
         b0 = blocks[0]
         b1 = blocks[1]
-        # first by a number made of the model's, the worker kind's (its GPU type and
-        # share: what ``_run_times`` reads), the blocks and the size (no tuple to make
-        # and hash per stage), with the blocks' bits; where one is out of its bits'
-        # range, or on a miss, by GPU type and share as a tuple. (By worker, 1,000
-        # workers made a key each for every model and size: mostly misses, each a tuple.)
-        mi = self.model_ids.get(model, -1)
-        if mi < 0:  # (one number per canonical instance: its runs are its instances')
-            c = self.residency.canonical(model)
-            mi = self.canon_ids.get(c, -1)
-            if mi < 0:
-                mi = self.canon_ids[c] = len(self.canon_ids)
-            self.model_ids[model] = mi
         wi = w.index
-        kind_of = self.kind_of
-        k = kind_of[wi] if 0 <= wi < len(kind_of) else -1
-        if k < 0:
-            k = self._kind(w)
-        fast = -1
-        if n < 65536 and b1 < 1024 and k < 65536 and mi < 1024:
-            fast = (mi << 52) | (k << 36) | (b0 << 26) | (b1 << 16) | n
-        hit = self.by_kind.get(fast) if fast >= 0 else None
-        if hit is None:
-            key = (model, w.gpu_name, w.info.share, n, blocks)
-            run = self.runs.get(key)
-            if run is None:
-                run = self.runs[key] = ex._run_times(model, w.info, n, blocks)
-            # (the mask of Python ints: a model may have more blocks than a C integer bits)
-            hit = (run[0], run[1], run[2], ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1))
-            if fast >= 0:
-                self.by_kind[fast] = hit
+        # the worker's last run first: a worker serves one stage of a pool, mostly at one
+        # size, so its last (model, blocks, size) is most often this one's (no number to
+        # make and look up; its kind is the worker's own)
+        last_at = self.last_at
+        last = last_at[wi] if 0 <= wi < len(last_at) else None
+        if (
+            last is not None
+            and last.model is model
+            and last.b0 == b0
+            and last.b1 == b1
+            and last.n == n
+        ):
+            hit = last.run
+        else:
+            hit = self._run_of(model, w, wi, n, blocks, b0, b1)
         cum, energy, dha, m = hit
         held_at = self.held_at
         h = held_at[wi] if 0 <= wi < len(held_at) else None
@@ -433,6 +469,60 @@ class ModelledStart:
             self.heap.push(now + end_s, self.done_at, task, task.version)
         else:
             self.call_at(now + end_s, self.done_at, task, task.version)
+
+    def _run_of(
+        self,
+        model: str,
+        w: entities.Slot,
+        wi: int,
+        n: int,
+        blocks: tuple[int, int],
+        b0: int,
+        b1: int,
+    ) -> tuple[tuple[float, ...], float, float, int]:
+        """A stage's run (block end times, energy, DHA seconds, the blocks' bits) of
+        ``n`` rows of ``model``'s ``blocks`` on ``w``, by the worker kind's number (made
+        of the model's, the worker kind's (its GPU type and share: what ``_run_times``
+        reads), the blocks and the size: no tuple to make and hash), else by GPU type and
+        share as a tuple; kept as the worker's last run (``start``). (By worker, 1,000
+        workers made a key each for every model and size: mostly misses, each a tuple.)"""
+        mi = self.model_ids.get(model, -1)
+        if mi < 0:  # (one number per canonical instance: its runs are its instances')
+            c = self.residency.canonical(model)
+            mi = self.canon_ids.get(c, -1)
+            if mi < 0:
+                mi = self.canon_ids[c] = len(self.canon_ids)
+            self.model_ids[model] = mi
+        kind_of = self.kind_of
+        k = kind_of[wi] if 0 <= wi < len(kind_of) else -1
+        if k < 0:
+            k = self._kind(w)
+        fast = -1
+        if n < 65536 and b1 < 1024 and k < 65536 and mi < 1024:
+            fast = (mi << 52) | (k << 36) | (b0 << 26) | (b1 << 16) | n
+        hit = self.by_kind.get(fast) if fast >= 0 else None
+        if hit is None:
+            key = (model, w.gpu_name, w.info.share, n, blocks)
+            run = self.runs.get(key)
+            if run is None:
+                run = self.runs[key] = self.ex._run_times(model, w.info, n, blocks)
+            # (the mask of Python ints: a model may have more blocks than a C integer bits)
+            hit = (run[0], run[1], run[2], ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1))
+            if fast >= 0:
+                self.by_kind[fast] = hit
+        last_at = self.last_at
+        if wi >= 0:
+            while len(last_at) <= wi:
+                last_at.append(None)
+            last = last_at[wi]
+            if last is None:
+                last = last_at[wi] = LastRun()
+            last.model = model
+            last.b0 = b0
+            last.b1 = b1
+            last.n = n
+            last.run = hit
+        return hit
 
     def _kind(self, w: entities.Slot) -> int:
         """The number of ``w``'s GPU type and share (the next one where new), kept by
@@ -631,8 +721,9 @@ class ModelledExecutor(BaseExecutor):
             self.held[wid] = self.held_class(info)
             self.infos[wid] = info
         starter = self.__dict__.get("_starter")
-        if starter is not None:  # (its Held by worker index: looked up anew)
+        if starter is not None:  # (its Held and last runs by worker index: anew)
             starter.held_at.clear()
+            starter.last_at.clear()
         done("")
 
     def warm_start(self) -> None:

@@ -32,6 +32,16 @@ cdef class Held:
     cdef public dict streams
 
 
+@cython.final
+cdef class RunTerms:
+    cdef public Py_ssize_t share
+    cdef public Py_ssize_t batch
+    cdef public double total_s
+    cdef public double peak_s
+    cdef public bint pipelined
+    cdef public double load_done_s
+
+
 cdef class Residency:
     cdef public object cluster
     cdef public object latency
@@ -58,7 +68,7 @@ cdef class Residency:
     cpdef double take_host_links(self, object gpu_id, object gpu, Held h, object model,
                                  double now) except? -1.0
 
-    @cython.locals(cold=tuple)
+    @cython.locals(cold=tuple, t=RunTerms, share=Py_ssize_t, offset_s=double, end=double)
     cpdef double cold_run_s(self, Held h, object info, object model, Py_ssize_t batch,
                             double now) except? -1.0
 
@@ -70,6 +80,14 @@ cdef class Residency:
     cpdef void loaded(self, Held h, object model, object new) except *
 
     cpdef void evict(self, Held h, object model, object blocks) except *
+
+
+cdef class LastRun:
+    cdef public object model
+    cdef public Py_ssize_t b0
+    cdef public Py_ssize_t b1
+    cdef public Py_ssize_t n
+    cdef public tuple run
 
 
 cdef class ModelledStart:
@@ -89,12 +107,18 @@ cdef class ModelledStart:
     cdef public dict canon_ids
     cdef public dict kinds
     cdef public list kind_of
+    cdef public list last_at
 
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
-                   mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, wi=Py_ssize_t,
-                   kind_of=list, k=Py_ssize_t, end_s=double, held_at=list)
+                   hit=tuple, wi=Py_ssize_t, end_s=double, held_at=list, last=LastRun,
+                   last_at=list)
     cpdef start(self, Task task, double now)
+
+    @cython.locals(mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, kind_of=list, k=Py_ssize_t,
+                   last_at=list, last=LastRun)
+    cdef tuple _run_of(self, object model, Slot w, Py_ssize_t wi, Py_ssize_t n,
+                       object blocks, Py_ssize_t b0, Py_ssize_t b1)
 
     @cython.locals(k=Py_ssize_t, kind_of=list)
     cdef Py_ssize_t _kind(self, Slot w) except -1

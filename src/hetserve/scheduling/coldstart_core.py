@@ -113,8 +113,10 @@ class ColdStartCore:
     """The ``coldstart`` scheduler's state and decisions for one plan (module docstring):
     :class:`ColdStart` makes one at its ``start`` and hands it the protocol's calls.
     Where this file is compiled it is an extension type with typed attributes
-    (``coldstart_core_c.pxd``) whose methods call each other in C. ``stats`` and
-    ``cold_ids`` are the scheduler's own (shared); ``next_batch`` is the last batch id
+    (``coldstart_core_c.pxd``) whose methods call each other in C. ``stats`` reads its
+    counters (C integers where compiled: a dict of them made a dict update per request),
+    which start from the ``stats`` it is given (the scheduler's until then); ``cold_ids``
+    is the scheduler's own (shared); ``next_batch`` is the last batch id
     given (what ``BaseScheduler.new_batch_id`` counts: the scheduler's, from then on).
     Each GPU's state is a :class:`GpuState` (``gpus``, by worker id); ``resident``,
     ``loading`` and ``queue`` are the same containers by worker id."""
@@ -133,7 +135,11 @@ class ColdStartCore:
         self.plan = plan
         self.max_batch = max_batch
         self.reserve_b = reserve_b
-        self.stats = stats
+        # the counters (``stats`` reads them), from where ``stats`` left them
+        self.n_cold = stats.get("cold_requests", 0)
+        self.n_loads = stats.get("loads", 0)
+        self.n_evictions = stats.get("evictions", 0)
+        self.n_requests = stats.get("requests", 0)
         self.cold_ids = cold_ids
         self.next_batch = next_batch
         ws = sorted({w for ids in view.placement.stages.values() for w in ids})
@@ -159,6 +165,17 @@ class ColdStartCore:
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self.pending: deque[Request] = deque()
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counters (module docstring), as a new dict: requests that went to a GPU
+        where their model was not resident, loads, evictions and requests."""
+        return {
+            "cold_requests": self.n_cold,
+            "loads": self.n_loads,
+            "evictions": self.n_evictions,
+            "requests": self.n_requests,
+        }
 
     def new_batch_id(self) -> int:
         self.next_batch += 1
@@ -259,7 +276,7 @@ class ColdStartCore:
         self.where.setdefault(model, set()).add(g.id)
         g.used += self._bytes_on(g, model)
         g.loading[model] = now + self._cold_s(model)
-        self.stats["loads"] += 1
+        self.n_loads += 1
         return record4(Load, g.id, model, (0, self._nb[model]), False)
 
     def _make_room(self, g: GpuState, model: str, out: list[Action]) -> bool:
@@ -287,7 +304,7 @@ class ColdStartCore:
             del g.resident[m]
             self.where[m].discard(g.id)
             g.used -= self._bytes_on(g, m)
-            self.stats["evictions"] += 1
+            self.n_evictions += 1
             out.append(record(Evict, (g.id, m, (0, self._nb[m]))))
         return True
 
@@ -312,7 +329,7 @@ class ColdStartCore:
         g.queued_s += self._warm1_on(g, m) if rows == 1 else self._warm_s(m, g.id, rows)
         if m not in g.resident:
             self.cold_ids.append(field(r, REQUEST_ID))
-            self.stats["cold_requests"] += 1
+            self.n_cold += 1
         if g.running is None:
             self._next(g, now, out)
         return True
@@ -388,7 +405,7 @@ class ColdStartCore:
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        self.stats["requests"] += 1
+        self.n_requests += 1
         out: list[Action] = []
         if not self._route(request, now, out):
             self.pending.append(request)
@@ -466,12 +483,19 @@ class ColdStart(BaseScheduler):
         self.max_batch = int(max_batch)
         self.reserve_b = float(memory_reserve_gb) * 1e9
         self.preload = bool(preload)
-        self.stats = {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
+        self._stats = {"cold_requests": 0, "loads": 0, "evictions": 0, "requests": 0}
         self.cold_ids: list[int] = []  # requests queued where their model was not resident
         self.core: ColdStartCore | None = None
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counters (module docstring) over every plan this scheduler served, as a
+        new dict: ``cold_requests``, ``loads``, ``evictions`` and ``requests``."""
+        return self.core.stats if self.core is not None else dict(self._stats)
+
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
+        # (a new plan's core counts on from the last one's)
         self.core = core = self.core_class(
             view, plan, self.max_batch, self.reserve_b, self.stats, self.cold_ids,
             self._next_batch,

@@ -49,7 +49,10 @@ cdef class ColdStartCore:
     cdef public object plan
     cdef public Py_ssize_t max_batch
     cdef public double reserve_b
-    cdef public dict stats
+    cdef public Py_ssize_t n_cold
+    cdef public Py_ssize_t n_loads
+    cdef public Py_ssize_t n_evictions
+    cdef public Py_ssize_t n_requests
     cdef public list cold_ids
     cdef public Py_ssize_t next_batch
     cdef public list workers

@@ -119,12 +119,6 @@ class DeadlineQueues:
         self._q: dict[str, list[tuple[float, int, Request]]] = {m: [] for m in models}
         self.rows: dict[str, int] = dict.fromkeys(self._q, 0)  # each queue's rows together
 
-    @property
-    def heaps(self) -> dict[str, list[tuple[float, int, Request]]]:
-        """The queues themselves, by model (``(deadline, id, request)`` heaps), for a
-        scheduler's compiled core that works on them in place (with :attr:`rows`)."""
-        return self._q
-
     def __getitem__(self, model: str) -> list[tuple[float, int, Request]]:
         return self._q[model]
 

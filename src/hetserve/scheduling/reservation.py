@@ -37,11 +37,7 @@ from typing import Annotated, Any
 from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.scheduling.params import Range
-from hetserve.scheduling.pools import (
-    DeadlineQueues,
-    PipelinePool,
-    Pools,
-)
+from hetserve.scheduling.pools import PipelinePool, Pools
 from hetserve.scheduling.protocol import (
     Action,
     BaseScheduler,
@@ -68,6 +64,7 @@ class Reservation(BaseScheduler):
         super().__init__()
         self.max_batch = max_batch
         self.margin_s = float(margin_s)
+        self.algorithm: Any = None  # (``start`` makes it: ``reservation_core.Algorithm1``)
 
     def start(self, view: ClusterView, plan: Plan, now: float) -> list[Action]:
         super().start(view, plan, now)
@@ -77,7 +74,6 @@ class Reservation(BaseScheduler):
         self.table = ReservationTable()
         self.table.name_all(sorted(view.workers))
         core = self.table.core
-        self.queue = DeadlineQueues(plan.models, "reservation")
         self.links: dict[tuple[WorkerId, WorkerId], tuple[list[str], float, float]] = {}
         # per pipeline, per stage: its transfers by the previous stage's worker
         # (and the call that makes one that is not there yet)
@@ -129,7 +125,7 @@ class Reservation(BaseScheduler):
             if until > now and w in view.workers:
                 self.table.add(w, now, until, ("busy", w))
         # Algorithm 1 and the feedback correction (``reservation_core.Algorithm1``): the
-        # pipelines it probes, by model, and the queues, shared with ``self.queue``
+        # pipelines it probes, by model; it keeps the models' queues
         self._pipes: dict[tuple[str, int], Any] = {}
         pipes: dict[str, list[Any]] = {}
         for m, pools in self.pools.pipelines.items():
@@ -143,14 +139,10 @@ class Reservation(BaseScheduler):
                 pipes[m].append(pipe)
         self.algorithm = _core.Algorithm1(
             core, self.table.names, self.table.ids, self._lost, self.margin_s, pipes,
-            self.queue, self._next_batch,
+            plan.models, self._next_batch,
         )  # fmt: skip
-        # (the core's own, for a look from outside: model -> timer, batch -> reservations
-        # as (resource, start, duration, stage, tag))
+        # (the core's own, for a look from outside: model -> timer)
         self.timer_at: dict[str, float] = self.algorithm.timer_at
-        self.batch_resv: dict[int, list[tuple[int, float, float, int, tuple[int, int]]]] = (
-            self.algorithm.batch_resv
-        )
         # from now on the per-request calls are the core's own bound methods: the engine
         # calls the core directly, with no frame of this class's between (C calls where
         # compiled; the methods below are the same calls, for before ``start``)
@@ -158,6 +150,16 @@ class Reservation(BaseScheduler):
         self.on_timer = self.algorithm.on_timer  # type: ignore[method-assign]
         self.on_stage_done = self.algorithm.on_stage_done  # type: ignore[method-assign]
         return []
+
+    @property
+    def batch_resv(self) -> dict[int, list[tuple[int, float, float, int, tuple[int, int]]]]:
+        """Each batch's reservations still held, for a look from outside: ``(resource,
+        start, duration, stage, tag)`` each, in the order they were made (the core keeps
+        them as rows of a ledger, ``reservation_slots.Bookings``)."""
+        alg = self.algorithm
+        if alg is None:
+            return {}
+        return {bid: alg.booked.entries(first) for bid, first in alg.batch_resv.items()}
 
     # ------------------------------------------------------------------ probe / reserve
     def _link(self, a: WorkerId, b: WorkerId) -> tuple[list[str], float, float]:

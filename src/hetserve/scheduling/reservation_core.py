@@ -18,8 +18,9 @@ beside that one (``reservation_table.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from hetserve.core.errors import HetserveError
 from hetserve.core.heaps import pop, pop_edf, push
 from hetserve.scheduling import reservation_slots as slots
 from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, SetTimer
@@ -55,11 +56,12 @@ _NEG_INF = -math.inf
 Xfers = tuple[dict[int, tuple[int, tuple[int, ...], float, float]], float, float]
 
 
-def reserve(table: slots.SlotTable, bid: int, pr: Probed) -> list:
-    """Commit a probe (``pr``)'s reservations for batch ``bid``, each tagged ``(bid, stage)``;
-    returns them as ``(resource, start, duration, stage, tag)`` (a stage's reservations
-    share their tag: one tuple per stage)."""
-    entries = []
+def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) -> int:
+    """Commit a probe (``pr``)'s reservations for batch ``bid``, each tagged ``(bid, stage)``
+    (one tuple per stage, which its reservations share); each one a row of ``bk``, in
+    order; returns the first row (-1: none)."""
+    first = -1
+    prev = -1
     stage = 0
     path_w = pr.path_w
     tag = None
@@ -70,11 +72,16 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed) -> list:
         if tag is None:
             tag = (bid, stage)
         table.add(r, start, start + dur, tag)
-        entries.append((r, start, dur, stage, tag))
+        row = bk.new_row(r, start, dur, stage, tag)
+        if prev < 0:
+            first = row
+        else:
+            bk.nxt[prev] = row  # (read anew: a new row may have grown the buffers)
+        prev = row
         if r == path_w[stage]:
             stage += 1
             tag = None
-    return entries
+    return first
 
 
 _NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
@@ -305,13 +312,29 @@ class Probed:
         ]
 
 
+class ModelQueue:
+    """A model's waiting requests as :class:`Algorithm1` keeps them: a heap by deadline,
+    then request id (``heap``: ``(deadline_s, id, request)`` entries), their rows
+    together (``rows``) and the pipelines that serve the model (``pipes``). Found once
+    per call: the three were dicts by model's name, each looked up on its own."""
+
+    __slots__ = ("heap", "pipes", "rows")
+
+    def __init__(self, pipes: list[Pipe]) -> None:
+        self.heap: list = []
+        self.rows = 0
+        self.pipes = pipes
+
+
 class Algorithm1:
     """PPipe Algorithm 1 with the feedback correction: the ``reservation`` scheduler's
     decisions, which ``scheduling/reservation.py`` sets up and hands the protocol's calls
     to. Per model, a heap of waiting requests by deadline (``queues``, with their
-    ``rows``: those of the scheduler's ``DeadlineQueues``, ``queue``); the pipelines to probe
-    (``pipes``); the wake-up timer each model waits for (``timer_at``); each batch's
-    reservations (``batch_resv``; its route is the kernel's, ``Kernel.batches``);
+    ``rows``) and the pipelines to probe (``pipes``), a :class:`ModelQueue` each
+    (``queues``); the wake-up timer each model waits for (``timer_at``); each batch's
+    reservations (``batch_resv``: its first row of ``booked``, a
+    :class:`~hetserve.scheduling.reservation_slots.Bookings`; its route is the
+    kernel's, ``Kernel.batches``);
     ``next_batch``: the last batch id given (what ``BaseScheduler.new_batch_id``
     counts)."""
 
@@ -323,7 +346,7 @@ class Algorithm1:
         lost: set[int],
         margin_s: float,
         pipes: dict[str, list[Pipe]],
-        queue: object,
+        models: Iterable[str],
         next_batch: int,
     ) -> None:
         self.table = table
@@ -332,25 +355,23 @@ class Algorithm1:
         self.lost = lost
         self.margin_s = margin_s
         self.pipes = pipes
-        self.queue = queue
-        self.queues: dict[str, list] = queue.heaps  # type: ignore[attr-defined]
-        self.rows: dict[str, int] = queue.rows  # type: ignore[attr-defined]
+        self.queues: dict[str, ModelQueue] = {m: ModelQueue(pipes.get(m, [])) for m in models}
         self.timer_at: dict[str, float] = {}
-        self.batch_resv: dict[int, list] = {}
+        self.batch_resv: dict[int, int] = {}
+        self.booked = table.bookings()
         self.next_batch = next_batch
 
     # ------------------------------------------------------------------ the protocol
     def on_arrival(self, request: object, now: float) -> list:
         """A request joins its model's queue; then Algorithm 1 for that model."""
         model = field(request, REQUEST_MODEL)
-        q = self.queues.get(model)
-        if q is None:
-            self.queue.push(request)  # type: ignore[attr-defined]  # (raises: no pipeline serves it)
-        # ``DeadlineQueues.push``, inline (the hot path)
-        push(q, (field(request, REQUEST_DEADLINE_S), field(request, REQUEST_ID), request))
-        self.rows[model] += field(request, REQUEST_ROWS)
+        mq = self.queues.get(model)
+        if mq is None:
+            raise HetserveError(f"reservation: no pipeline serves model {model!r}")
+        push(mq.heap, (field(request, REQUEST_DEADLINE_S), field(request, REQUEST_ID), request))
+        mq.rows += field(request, REQUEST_ROWS)
         out: list = []
-        self.try_model(model, now, out)
+        self.try_model(mq, model, now, out)
         return out
 
     def on_timer(self, token: object, now: float) -> list:
@@ -362,7 +383,7 @@ class Algorithm1:
             return []
         del self.timer_at[model]
         out: list = []
-        self.try_model(model, now, out)
+        self.try_model(self.queues[model], model, now, out)
         return out
 
     def on_stage_done(self, report: object, now: float) -> list:
@@ -371,15 +392,19 @@ class Algorithm1:
         if field(report, REPORT_KIND) != "stage":
             return []
         changed = self.correct(report)  # (the tables say who is busy: no counts kept)
+        model = field(report, REPORT_MODEL)
         if not field(report, REPORT_COMPLETED) and field(report, REPORT_REASON) in RETURNED:
-            self.queue.requeue(field(report, REPORT_REQUESTS))  # type: ignore[attr-defined]
+            mq = self.queues[model]  # (back in their queue: they keep their deadlines)
+            for r in field(report, REPORT_REQUESTS):
+                push(mq.heap, (field(r, REQUEST_DEADLINE_S), field(r, REQUEST_ID), r))
+                mq.rows += field(r, REQUEST_ROWS)
             changed = True
         if not changed:
             # everything ran as reserved: nothing a new decision could use (Algorithm 1
             # runs on arrivals, at the wake-up timer and when resources change)
             return []
         out: list = []
-        self.try_model(field(report, REPORT_MODEL), now, out)
+        self.try_model(self.queues[model], model, now, out)
         return out
 
     # ------------------------------------------------------------------ the steps
@@ -417,16 +442,15 @@ class Algorithm1:
             bs -= 1
         return None
 
-    def try_model(self, model: str, now: float, out: list) -> None:
-        """Algorithm 1 for ``model``'s queue, until it is empty or waits; the actions go
-        to ``out``."""
-        q = self.queues[model]
+    def try_model(self, mq: ModelQueue, model: str, now: float, out: list) -> None:
+        """Algorithm 1 for ``model``'s queue (``mq``), until it is empty or waits; the
+        actions go to ``out``."""
+        q = mq.heap
         if not q:
             return
-        pipes = self.pipes[model]
+        pipes = mq.pipes
         table = self.table
         table.now = now
-        rows = self.rows
         while q:
             # step 1: the pipeline whose probe at its planned batch size waits least
             best = None
@@ -454,11 +478,11 @@ class Algorithm1:
                             break
             if chosen is None:
                 r = pop(q)[2]
-                rows[model] -= r.rows
+                mq.rows -= field(r, REQUEST_ROWS)
                 out.append(record(Drop, ((r,), "deadline", ())))
                 continue
             # (from here on only ``chosen`` is read: the probes below write over it)
-            n = rows[model]
+            n = mq.rows
             if n < chosen.batch:
                 pr = chosen
                 self.probe_into(pr, chosen.pipe, n, now)
@@ -472,12 +496,12 @@ class Algorithm1:
                     return
                 chosen = pr
             reqs, taken = pop_edf(q, chosen.batch, n)
-            rows[model] = n - taken
+            mq.rows = n - taken
             if taken < chosen.batch:  # (the next request's rows did not fit)
                 self.probe_into(chosen, chosen.pipe, taken, now)
             self.next_batch += 1
             bid = self.next_batch
-            self.batch_resv[bid] = reserve(table, bid, chosen)
+            self.batch_resv[bid] = reserve(table, bid, chosen, self.booked)
             names = self.names
             path_w = chosen.path_w
             starts = chosen.start_s
@@ -496,16 +520,15 @@ class Algorithm1:
         (:meth:`SlotTable.correct`). Returns whether any reservation moved."""
         # (a StageReport's fields in their order: one unpacking, no attribute lookups)
         _, bid, _, stage, worker, start_s, end_s, _, completed, last, _, _, _, xs, xe = fields(r)
-        entries = self.batch_resv.get(bid)
-        if entries is None:
+        first = self.batch_resv.get(bid)
+        if first is None:
             return False
         has_x = xs is not None and xe is not None
-        changed, keep = self.table.correct(
-            bid, entries, stage, self.ids[worker], start_s, end_s,
+        changed, kept = self.table.correct(
+            bid, self.booked, first, stage, self.ids[worker], start_s, end_s,
             xs if has_x else 0.0, xe if has_x else 0.0, has_x, completed, last,
         )  # fmt: skip
-        if keep is None:
+        if not kept:
+            self.booked.release(first)
             del self.batch_resv[bid]
-        elif keep is not entries:
-            self.batch_resv[bid] = keep
         return changed

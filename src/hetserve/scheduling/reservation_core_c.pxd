@@ -13,7 +13,7 @@ from hetserve.core.records_c cimport (
 )
 
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push
-from hetserve.scheduling.reservation_slots_c cimport PoolOrder, SlotTable
+from hetserve.scheduling.reservation_slots_c cimport Bookings, PoolOrder, SlotTable
 
 cdef double _EPS
 cdef double _INF
@@ -23,9 +23,10 @@ cdef dict _NO_XFERS
 
 cdef class Probed
 
-@cython.locals(entries=list, stage=Py_ssize_t, r=Py_ssize_t, start=double, dur=double,
-               path_w="long long[::1]", k=Py_ssize_t, tag=tuple)
-cpdef list reserve(SlotTable table, object bid, Probed pr)
+@cython.locals(first=Py_ssize_t, prev=Py_ssize_t, row=Py_ssize_t, stage=Py_ssize_t,
+               r=Py_ssize_t, start=double, dur=double, path_w="long long[::1]",
+               k=Py_ssize_t, tag=tuple)
+cpdef Py_ssize_t reserve(SlotTable table, object bid, Probed pr, Bookings bk) except? -2
 
 
 @cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double,
@@ -72,6 +73,13 @@ cdef class Probed:
     cpdef void add_resv(self, Py_ssize_t r, double start, double dur) except *
 
 
+@cython.final
+cdef class ModelQueue:
+    cdef public list heap
+    cdef public Py_ssize_t rows
+    cdef public list pipes
+
+
 cdef class Algorithm1:
     cdef public SlotTable table
     cdef public list names
@@ -79,19 +87,18 @@ cdef class Algorithm1:
     cdef public set lost
     cdef public double margin_s
     cdef public dict pipes
-    cdef public object queue
     cdef public dict queues
-    cdef public dict rows
     cdef public dict timer_at
     cdef public dict batch_resv
+    cdef public Bookings booked
     cdef public object next_batch
 
-    @cython.locals(q=list)
+    @cython.locals(mq=ModelQueue)
     cpdef list on_arrival(self, object request, double now)
 
     cpdef list on_timer(self, object token, double now)
 
-    @cython.locals(changed=bint, out=list)
+    @cython.locals(changed=bint, out=list, mq=ModelQueue)
     cpdef list on_stage_done(self, object report, double now)
 
     @cython.locals(pr=Probed)
@@ -104,13 +111,13 @@ cdef class Algorithm1:
     cpdef object largest_in_time(self, Probed first, double head_s, double now,
                                  Py_ssize_t least)
 
-    @cython.locals(q=list, pipes=list, table=SlotTable, rows=dict, best=Probed, route=tuple,
+    @cython.locals(q=list, pipes=list, table=SlotTable, best=Probed, route=tuple,
                    top=tuple, head_dl=double,
                    p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
                    starts="double[::1]", path_w="long long[::1]", si=Py_ssize_t,
                    blocks=list, route=tuple)
-    cpdef void try_model(self, object model, double now, list out) except *
+    cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
 
-    @cython.locals(entries=list, has_x=bint, changed=bint)
+    @cython.locals(has_x=bint, changed=bint, kept=bint, first=Py_ssize_t)
     cpdef bint correct(self, object r) except? -1

@@ -292,6 +292,86 @@ class Lane:
         return [(self.s[i], self.e[i], self.tags[i]) for i in range(self.lo, self.hi)]
 
 
+class Bookings:
+    """Every batch's reservations as ``reservation_core.reserve`` made them, one row each
+    in buffers (compiled, C numbers: no tuple and floats made per reservation): each
+    one's resource (``r``), start (``t``), duration (``d``), stage (``st``) and tag
+    (``tags``: the ``(batch, stage)`` tuple that a stage's rows share), and the next row
+    of its batch (``nxt``; -1 after the last). A batch is known by its first row. The
+    rows of a batch :meth:`release` gives back are used again (``free``: the first of
+    them, chained by ``nxt``); ``top``: the rows used so far."""
+
+    def __init__(self, cap: int = 64) -> None:
+        self.r = int_buffer(cap)
+        self.t = double_buffer(cap, 0.0)
+        self.d = double_buffer(cap, 0.0)
+        self.st = int_buffer(cap)
+        self.nxt = int_buffer(cap)
+        self.tags: list = [None] * cap
+        self.top = 0
+        self.free = -1
+
+    def new_row(self, r: int, t: float, d: float, st: int, tag: object) -> int:
+        """A row for a reservation, the last of its batch so far (``nxt`` -1)."""
+        k = self.free
+        if k >= 0:
+            self.free = self.nxt[k]
+        else:
+            k = self.top
+            if k == len(self.tags):
+                self._grow()
+            self.top = k + 1
+        self.r[k] = r
+        self.t[k] = t
+        self.d[k] = d
+        self.st[k] = st
+        self.nxt[k] = -1
+        self.tags[k] = tag
+        return k
+
+    def _grow(self) -> None:
+        """Twice the rows (the buffers copied)."""
+        n = len(self.tags)
+        r = int_buffer(2 * n)
+        t = double_buffer(2 * n, 0.0)
+        d = double_buffer(2 * n, 0.0)
+        st = int_buffer(2 * n)
+        nxt = int_buffer(2 * n)
+        for i in range(n):
+            r[i] = self.r[i]
+            t[i] = self.t[i]
+            d[i] = self.d[i]
+            st[i] = self.st[i]
+            nxt[i] = self.nxt[i]
+        self.r = r
+        self.t = t
+        self.d = d
+        self.st = st
+        self.nxt = nxt
+        self.tags.extend([None] * n)
+
+    def release(self, first: int) -> None:
+        """The rows of the batch whose first row is ``first`` are free again."""
+        k = first
+        while k >= 0:
+            nx = self.nxt[k]
+            self.tags[k] = None
+            self.nxt[k] = self.free
+            self.free = k
+            k = nx
+
+    def entries(self, first: int) -> list[tuple[int, float, float, int, object]]:
+        """The batch's reservations as ``(resource, start, duration, stage, tag)``, in the
+        order they were made."""
+        out = []
+        k = first
+        while k >= 0:
+            out.append((int(self.r[k]), float(self.t[k]), float(self.d[k]), int(self.st[k]),
+                        self.tags[k]))  # fmt: skip
+            k = self.nxt[k]
+        return out
+
+
 class SlotTable:
     """Reserved intervals ``[start, end)`` per resource, each tagged (a :class:`Lane`
     each).
@@ -336,6 +416,11 @@ class SlotTable:
             self.lanes.append(Lane())
             self.orders_of.append([])
         self.n = n
+
+    def bookings(self) -> Bookings:
+        """An empty ledger of batches' reservations (:class:`Bookings`) of this table's
+        build (compiled or not: :meth:`correct` takes its own kind)."""
+        return Bookings()
 
     def intervals(self, r: int) -> list[tuple[float, float, object]]:
         """Resource ``r``'s reservations as ``(start, end, tag)``, by start."""
@@ -477,7 +562,8 @@ class SlotTable:
     def correct(
         self,
         bid: int,
-        entries: list,
+        bk: Bookings,
+        first: int,
         stage: int,
         worker: int,
         start_s: float,
@@ -487,52 +573,54 @@ class SlotTable:
         has_transfer: bool,
         completed: bool,
         last: bool,
-    ) -> tuple[bool, list | None]:
-        """Feedback correction of batch ``bid``'s reservations (``entries`` as
-        ``reservation_core.reserve`` made them: ``(resource, start, duration, stage,
-        tag)``) by its stage ``stage``'s report: that stage's worker
-        (``worker``) and transfer move to when they really ran (``start_s``..``end_s``,
-        ``x_start_s``..``x_end_s`` where ``has_transfer``); later stages move by the
-        stage's overrun (or gain), or are released if the batch stops here (not
-        ``completed``). Returns whether any reservation moved, and the entries to keep
-        (None: the batch has no more)."""
+    ) -> tuple[bool, bool]:
+        """Feedback correction of batch ``bid``'s reservations (the rows of ``bk`` from
+        ``first`` on, as ``reservation_core.reserve`` made them) by its stage ``stage``'s
+        report: that stage's worker (``worker``) and transfer move to when they really ran
+        (``start_s``..``end_s``, ``x_start_s``..``x_end_s`` where ``has_transfer``); later
+        stages move by the stage's overrun (or gain), their rows with them, or are
+        released if the batch stops here (not ``completed``). Returns whether any
+        reservation moved, and whether the batch keeps its rows (False: it has no more
+        reservations to correct; the caller releases the rows)."""
         delay = 0.0
         changed = False
-        for x in entries:
-            if x[3] != stage:
-                continue
-            r = x[0]
-            start = x[1]
-            dur = x[2]
-            if r == worker:
-                a = start_s
-                b = end_s
-                delay = b - (start + dur)
-            elif has_transfer:
-                a = x_start_s
-                b = x_end_s
-            else:
-                continue
-            if abs(a - start) > _EPS or abs(b - start - dur) > _EPS:
-                self.replace(r, x[4], a, b)
-                changed = True
+        k = first
+        while k >= 0:
+            if bk.st[k] == stage:
+                r = bk.r[k]
+                start = bk.t[k]
+                dur = bk.d[k]
+                moves = True
+                if r == worker:
+                    a = start_s
+                    b = end_s
+                    delay = b - (start + dur)
+                elif has_transfer:
+                    a = x_start_s
+                    b = x_end_s
+                else:
+                    moves = False
+                if moves and (abs(a - start) > _EPS or abs(b - start - dur) > _EPS):
+                    self.replace(r, bk.tags[k], a, b)
+                    changed = True
+            k = bk.nxt[k]
         if not completed or last:
             if not completed:  # the rest of the batch will not run
-                for x in entries:
-                    if x[3] > stage:
-                        self.remove(x[0], x[4])
+                k = first
+                while k >= 0:
+                    if bk.st[k] > stage:
+                        self.remove(bk.r[k], bk.tags[k])
                         changed = True
-            return changed, None
+                    k = bk.nxt[k]
+            return changed, False
         if abs(delay) > _EPS:  # later stages move with the overrun (or the gain)
-            shifted = []
-            for x in entries:
-                r = x[0]
-                start = x[1]
-                dur = x[2]
-                st = x[3]
-                if st > stage:
-                    self.replace(r, x[4], start + delay, start + delay + dur)
-                    start += delay
-                shifted.append((r, start, dur, st, x[4]))
-            return True, shifted
-        return changed, entries
+            k = first
+            while k >= 0:
+                if bk.st[k] > stage:
+                    start = bk.t[k]
+                    dur = bk.d[k]
+                    self.replace(bk.r[k], bk.tags[k], start + delay, start + delay + dur)
+                    bk.t[k] = start + delay
+                k = bk.nxt[k]
+            return True, True
+        return changed, True

@@ -81,6 +81,32 @@ cdef class Lane:
     cpdef list intervals(self)
 
 
+@cython.final
+cdef class Bookings:
+    cdef public long long[::1] r
+    cdef public double[::1] t
+    cdef public double[::1] d
+    cdef public long long[::1] st
+    cdef public long long[::1] nxt
+    cdef public list tags
+    cdef public Py_ssize_t top
+    cdef public Py_ssize_t free
+
+    @cython.locals(k=Py_ssize_t)
+    cpdef Py_ssize_t new_row(self, Py_ssize_t r, double t, double d, Py_ssize_t st,
+                             object tag) except -1
+
+    @cython.locals(n=Py_ssize_t, i=Py_ssize_t, r="long long[::1]", t="double[::1]",
+                   d="double[::1]", st="long long[::1]", nxt="long long[::1]")
+    cpdef void _grow(self) except *
+
+    @cython.locals(k=Py_ssize_t, nx=Py_ssize_t)
+    cpdef void release(self, Py_ssize_t first) except *
+
+    @cython.locals(out=list, k=Py_ssize_t)
+    cpdef list entries(self, Py_ssize_t first)
+
+
 cdef class SlotTable:
     cdef public list lanes
     cdef public Py_ssize_t n
@@ -89,6 +115,8 @@ cdef class SlotTable:
     cdef public double[::1] min_gap
     cdef public list orders_of
     cdef public double now
+
+    cpdef Bookings bookings(self)
 
     cpdef list intervals(self, Py_ssize_t r)
 
@@ -123,8 +151,8 @@ cdef class SlotTable:
     @cython.locals(lane=Lane)
     cpdef void replace(self, Py_ssize_t r, object tag, double start, double end) except *
 
-    @cython.locals(delay=double, changed=bint, x=tuple, r=Py_ssize_t, start=double,
-                   dur=double, a=double, b=double, shifted=list, st=Py_ssize_t)
-    cpdef tuple correct(self, object bid, list entries, Py_ssize_t stage, Py_ssize_t worker,
-                        double start_s, double end_s, double x_start_s, double x_end_s,
-                        bint has_transfer, bint completed, bint last)
+    @cython.locals(delay=double, changed=bint, k=Py_ssize_t, r=Py_ssize_t, start=double,
+                   dur=double, a=double, b=double, moves=bint)
+    cpdef tuple correct(self, object bid, Bookings bk, Py_ssize_t first, Py_ssize_t stage,
+                        Py_ssize_t worker, double start_s, double end_s, double x_start_s,
+                        double x_end_s, bint has_transfer, bint completed, bint last)
