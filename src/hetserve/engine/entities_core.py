@@ -462,6 +462,24 @@ class HostLinks:
         if cands is None:
             cands = self._cands[gpu_id] = self._candidates(gpu_id)
         busy = self.busy
+        if k == 1:  # (the common case, two parts: the first of the order below, found
+            # without ranking them all)
+            own = self._switch[gpu_id]
+            best = None
+            best_m = 0
+            best_i = 0
+            for c in cands:
+                s_ = c[2]
+                if s_ is not None and s_ == own:
+                    continue
+                m = _most(busy, c[3])
+                i = c[1]
+                if best is None or m < best_m or (m == best_m and i < best_i):
+                    best = c
+                    best_m = m
+                    best_i = i
+            if best is not None:
+                return [best[0]]
         # by the loads on the busiest link of each one's host path, then by index (a node's
         # GPUs have distinct indexes: the order is total, and the switches never compared)
         ranked = []

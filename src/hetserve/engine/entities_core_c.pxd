@@ -127,7 +127,8 @@ cdef class HostLinks:
     @cython.locals(busy=list, x=Py_ssize_t)
     cpdef void release(self, tuple held) except *
 
-    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, out=list)
+    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, out=list, best=tuple,
+                   best_m=Py_ssize_t, best_i=Py_ssize_t, m=Py_ssize_t, i=Py_ssize_t)
     cpdef list secondaries(self, object gpu_id, Py_ssize_t k, object model)
 
 

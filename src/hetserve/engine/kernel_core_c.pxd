@@ -24,8 +24,7 @@ cdef object _NO_PARTS
 
 @cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
                first=Py_ssize_t)
-cpdef Py_ssize_t check_dispatch(object d, object nblocks, object workers,
-                                object live) except -1
+cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live) except -1
 
 
 cdef class Kernel:

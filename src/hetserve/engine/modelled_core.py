@@ -132,9 +132,12 @@ class Held:
     """One worker's memory as modelled: resident and loading blocks per model (bit
     masks), the planned loads under way, the bytes in use and the capacity."""
 
-    __slots__ = ("cold", "loading", "mem_cap", "mem_used", "resident", "streams", "waits")
+    __slots__ = (
+        "cold", "gpu_name", "loading", "mem_cap", "mem_used", "resident", "streams", "waits",
+    )  # fmt: skip
 
     def __init__(self, info: WorkerInfo) -> None:
+        self.gpu_name: str = info.gpu.name  # (read per planned load: a pydantic attribute)
         self.mem_cap = info.gpu.memory_gb * 1e9 / info.share
         self.mem_used = 0.0
         self.resident: dict[str, int] = {}  # model -> bitmask of blocks
@@ -289,7 +292,7 @@ class Residency:
         if n_parts is None:
             n_parts = self._parts[c] = cold.model_load_plan(c).plan.n_parts
         scale, links = self.host_links.take(gpu_id, n_parts, model, now)
-        key = (c, gpu.name, tuple(scale))
+        key = (c, h.gpu_name, tuple(scale))
         hit = self._timelines.get(key)
         if hit is None:
             tl = cold.load_timeline(c, gpu, scale)

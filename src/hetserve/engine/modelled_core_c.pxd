@@ -23,6 +23,7 @@ from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, Task
 
 
 cdef class Held:
+    cdef public str gpu_name
     cdef public double mem_cap
     cdef public double mem_used
     cdef public dict resident

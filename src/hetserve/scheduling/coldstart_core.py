@@ -100,13 +100,17 @@ class GpuState:
         self.used = 0.0
         self.resident: OrderedDict[str, float] = OrderedDict()
         self.loading: dict[str, float] = {}
-        self.queue: deque[Request] = deque()
+        self.queue: list[Request] = []  # (short: a list's C calls beat a deque's by name)
         self.running: int | None = None
         self.running_model: str | None = None
         self.busy_until = 0.0
         self.queued_s = 0.0
         self.warm1: dict[str, float] = {}
         self.nbytes: dict[str, float] = {}
+        # (the last model ``warm1`` was read for, and its value: a request's route, start
+        # and dequeue read it three times)
+        self.last_m: object = None
+        self.last_warm1 = 0.0
 
 
 class ColdStartCore:
@@ -165,6 +169,7 @@ class ColdStartCore:
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self.pending: deque[Request] = deque()
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
+        self._cold_by: dict[str, float] = {}  # (each model's planned cold start, s)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -225,12 +230,15 @@ class ColdStartCore:
         return b
 
     def _cold_s(self, model: str) -> float:
-        lp = self.plan.load_plans.get(model)
-        if lp is None:
-            cold = self.cold
-            if cold is not None:
-                lp = cold.model_load_plan(model)
-        return lp.predicted.get("cold_ms", 0.0) / 1e3 if lp else 0.0
+        t = self._cold_by.get(model)
+        if t is None:
+            lp = self.plan.load_plans.get(model)
+            if lp is None:
+                cold = self.cold
+                if cold is not None:
+                    lp = cold.model_load_plan(model)
+            t = self._cold_by[model] = lp.predicted.get("cold_ms", 0.0) / 1e3 if lp else 0.0
+        return t
 
     def _warm_s(self, model: str, w: WorkerId, batch: int = 1) -> float:
         key = (model, w, batch)
@@ -244,10 +252,14 @@ class ColdStartCore:
         return t
 
     def _warm1_on(self, g: GpuState, model: str) -> float:
+        if g.last_m is model:
+            return g.last_warm1
         per = g.warm1
         t = per.get(model)
         if t is None:
             t = per[model] = self._warm_s(model, g.id, 1)
+        g.last_m = model
+        g.last_warm1 = t
         return t
 
     def _by_backlog(self, ws: Iterable[WorkerId], now: float) -> list[tuple[float, WorkerId]]:
@@ -263,7 +275,7 @@ class ColdStartCore:
     def _dequeue(self, g: GpuState, r: Request) -> None:
         q = g.queue
         if q[0] is r:
-            q.popleft()
+            del q[0]
         else:
             q.remove(r)
         m = field(r, REQUEST_MODEL)
@@ -312,8 +324,8 @@ class ColdStartCore:
         m = field(r, REQUEST_MODEL)
         holders = self.where.get(m)
         if holders and len(holders) == 1:
-            (w,) = holders
-            g = self.gpus[w]
+            for w in holders:  # (its one worker: a loop over a set is C, an unpacking not)
+                g = self.gpus[w]
         elif holders:
             g = self.gpus[min(self._by_backlog(holders, now))[1]]
         else:
@@ -371,7 +383,7 @@ class ColdStartCore:
         return ready if ready is not None and ready > finish else finish
 
     def _take(
-        self, g: GpuState, q: deque[Request], m: str, now: float, out: list[Action]
+        self, g: GpuState, q: list[Request], m: str, now: float, out: list[Action]
     ) -> tuple[list[Request], float]:
         """The next batch of ``m`` from ``g``'s queue, taken off it, and when it will
         finish; no batch when its late requests were dropped (look again)."""

@@ -35,13 +35,15 @@ cdef class GpuState:
     cdef public double used
     cdef public object resident
     cdef public dict loading
-    cdef public object queue
+    cdef public list queue
     cdef public object running
     cdef public object running_model
     cdef public double busy_until
     cdef public double queued_s
     cdef public dict warm1
     cdef public dict nbytes
+    cdef public object last_m
+    cdef public double last_warm1
 
 
 cdef class ColdStartCore:
@@ -68,6 +70,7 @@ cdef class ColdStartCore:
     cdef public dict _nb
     cdef public object cold
     cdef public dict _canon
+    cdef public dict _cold_by
 
     cpdef object _canonical(self, object model)
 
@@ -97,7 +100,7 @@ cdef class ColdStartCore:
     @cython.locals(need=double, free=double, busy=set, victims=list)
     cpdef bint _make_room(self, GpuState g, object model, list out) except -1
 
-    @cython.locals(g=GpuState, rows=Py_ssize_t)
+    @cython.locals(g=GpuState, rows=Py_ssize_t, holders=set)
     cpdef bint _route(self, object r, double now, list out) except -1
 
     @cython.locals(finish=double)
