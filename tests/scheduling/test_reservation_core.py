@@ -226,6 +226,20 @@ BATCH_OPS = st.lists(
 )
 
 
+def _book(bk, rows) -> int:  # type: ignore[no-untyped-def]
+    """``rows`` booked in ``bk`` as one batch's, in order (as ``reserve`` books them):
+    its first row (-1: none)."""
+    first = prev = -1
+    for row in rows:
+        j = bk.new_row(*row)
+        if prev < 0:
+            first = j
+        else:
+            bk.nxt[prev] = j
+        prev = j
+    return first
+
+
 @settings(max_examples=200, deadline=None)
 @given(BATCH_OPS)
 def test_the_bookings_keep_each_batch_s_rows_in_order_and_reuse_released_ones(ops):
@@ -238,17 +252,8 @@ def test_the_bookings_keep_each_batch_s_rows_in_order_and_reuse_released_ones(op
         most = 0
         for k, (op, x) in enumerate(ops):
             if op == "book":
-                rows, first, prev = [], -1, -1
-                for i in range(x):
-                    row = (k * 10 + i, k + i / 8, i / 4, i // 2, (k, i // 2))
-                    j = bk.new_row(*row)
-                    if prev < 0:
-                        first = j
-                    else:
-                        bk.nxt[prev] = j
-                    prev = j
-                    rows.append(row)
-                live[k] = (first, rows)
+                rows = [(k * 10 + i, k + i / 8, i / 4, i // 2, (k, i // 2)) for i in range(x)]
+                live[k] = (_book(bk, rows), rows)
             elif live:
                 b = sorted(live)[x % len(live)]
                 bk.release(live.pop(b)[0])
@@ -315,21 +320,15 @@ def test_the_correction_over_bookings_is_the_correction_over_a_list(n, reports, 
         for t in tables:
             t.grow(6)
         bk = mod.Bookings(2)
-        entries, first, prev = [], -1, -1
-        for s in range(n):
-            tag = (7, s)
-            rs = [4, 5, s] if s else [s]
-            for r in rs:
-                row = (r, s * 0.01, 0.004 if r == s else 0.001, s, tag)
-                for t in tables:
-                    t.add(r, row[1], row[1] + row[2], tag)
-                j = bk.new_row(*row)
-                if prev < 0:
-                    first = j
-                else:
-                    bk.nxt[prev] = j
-                prev = j
-                entries.append(row)
+        entries = [
+            (r, s * 0.01, 0.004 if r == s else 0.001, s, (7, s))
+            for s in range(n)
+            for r in ([4, 5, s] if s else [s])
+        ]
+        for r, start, dur, _, tag in entries:
+            for t in tables:
+                t.add(r, start, start + dur, tag)
+        first = _book(bk, entries)
         kept = entries
         for s, (da, db, completed) in enumerate(reports[:n]):
             start, end = s * 0.01 + da / 1000, s * 0.01 + 0.004 + db / 1000
