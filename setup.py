@@ -153,6 +153,20 @@ EXTENSIONS = [
 ]
 
 
+# The compiled modules index their buffers and lists without Python's checks: no bounds
+# check (an index out of range is a bug, never an input: the plain-Python build raises
+# there, and the tests run both builds), no negative index counted from the end (write
+# ``x[len(x) - 1]``, not ``x[-1]``), no check that a buffer view was set. Issue 41: 6% of
+# the PPipe plan's instructions per request and of the NP plan's, 1.5% of DeepPlan's
+# (``benchmarks/sim_instructions.py``).
+DIRECTIVES = {
+    "language_level": 3,
+    "boundscheck": False,
+    "wraparound": False,
+    "initializedcheck": False,
+}
+
+
 def _stale_c(source: str, pxds: list[str]) -> None:
     """Cython regenerates a ``.c`` file when its source changes, not when a ``.pxd`` that
     types a pure-Python source does (it does not follow a ``.pxd`` named for the module):
@@ -171,7 +185,7 @@ else:
         _stale_c(src, pxds)
     ext_modules = cythonize(
         [Extension(name, [src], depends=pxds, optional=True) for name, src, pxds in EXTENSIONS],
-        compiler_directives={"language_level": 3},
+        compiler_directives=DIRECTIVES,
         quiet=True,
     )
 

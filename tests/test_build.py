@@ -65,3 +65,39 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
     ):  # fmt: skip
         assert f"{name} was not built" in out.stdout + out.stderr
     assert not list((tmp_path / "src").rglob("*.so"))
+
+
+def _negative_indices(source: str) -> list[int]:
+    """The lines of ``source`` that index or slice with a negative constant (``x[-1]``,
+    ``x[:-2]``)."""
+    import ast
+
+    def negative(node: ast.AST | None) -> bool:
+        return (
+            isinstance(node, ast.UnaryOp)
+            and isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant)
+        ) or (isinstance(node, ast.Constant) and isinstance(node.value, int) and node.value < 0)
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript):
+            s = node.slice
+            parts: list[ast.AST | None] = []
+            for p in s.elts if isinstance(s, ast.Tuple) else [s]:
+                parts += [p.lower, p.upper, p.step] if isinstance(p, ast.Slice) else [p]
+            if any(negative(p) for p in parts):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_compiled_sources_index_from_the_front():
+    """``setup.py`` builds without wraparound (``DIRECTIVES``): there ``x[-1]`` reads
+    before the first item instead of the last. No compiled source indexes or slices with
+    a negative constant (the check finds them where they are)."""
+    seeded = "a = x[-1]\nb = y[1:-2]\nc = z[len(z) - 1]\nd = w[:, -3]\n"
+    assert _negative_indices(seeded) == [1, 2, 4]
+    for f in FILES:
+        if f.endswith(".py") and not f.endswith("__init__.py") and "/src/" in f"/{f}":
+            found = _negative_indices((ROOT / f).read_text())
+            assert not found, f"{f}: negative indices on lines {found}"

@@ -179,6 +179,9 @@ class EventHeap:
         self.n_free = cap
         for i in range(cap):
             self.free[i] = cap - 1 - i
+        # the time of the clock that drives the heap (``engine.clock.VirtualClock.t``: its
+        # loop sets it as it pops; compiled, a C double)
+        self.now_s = 0.0
         # what :meth:`pop_into` took off last
         self.fn: Any = None
         self.a: Any = None

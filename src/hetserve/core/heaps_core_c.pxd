@@ -46,6 +46,7 @@ cdef class EventHeap:
     cdef public list calls
     cdef public long long[::1] free
     cdef public Py_ssize_t n_free
+    cdef public double now_s
     cdef public object fn
     cdef public object a
     cdef public object b

@@ -8,10 +8,11 @@ order they were set and a run is a deterministic function of its inputs and seed
 boundary computed from a stage's start) is kept as it is: it pops next.
 
 The simulator's loop pops entries itself (it merges the trace's arrivals with them) and
-sets ``t``; :meth:`VirtualClock.run` does the same for a runtime engine in tests. The
-kernel and the modelled executor push their hot callbacks (stage ends, timers) onto
-``heap`` themselves (``heap.push``: a C call where the heaps are compiled), not through
-:meth:`call_at` (a Python call each).
+sets the time (the heap's ``now_s``, a C double where the heaps are compiled: no float
+made per event; ``t`` reads and writes it); :meth:`VirtualClock.run` does the same for
+a runtime engine in tests. The kernel and the modelled executor push their hot callbacks
+(stage ends, timers) onto ``heap`` themselves (``heap.push``: a C call where the heaps
+are compiled), not through :meth:`call_at` (a Python call each).
 """
 
 from __future__ import annotations
@@ -27,14 +28,22 @@ from hetserve.engine.executor import Callback
 class VirtualClock:
     """Callbacks in time order, no waiting."""
 
-    __slots__ = ("heap", "t")
+    __slots__ = ("heap",)
 
     def __init__(self) -> None:
         self.heap = EventHeap()
-        self.t = 0.0
+
+    @property
+    def t(self) -> float:
+        """The current time (the heap's ``now_s``)."""
+        return self.heap.now_s
+
+    @t.setter
+    def t(self, t: float) -> None:
+        self.heap.now_s = t
 
     def now(self) -> float:
-        return self.t
+        return self.heap.now_s
 
     def call_at(self, t: float, fn: Callback, a: Any = None, b: Any = None) -> None:
         self.heap.push(t, fn, a, b)
@@ -48,7 +57,7 @@ class VirtualClock:
         heap = self.heap
         while len(heap) and heap.first_s() <= until:
             t, _, fn, a, b = heap.pop()
-            self.t = t
+            heap.now_s = t
             fn(a, b, t)
 
 

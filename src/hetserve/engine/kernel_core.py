@@ -150,7 +150,13 @@ def check_dispatch(
         raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")
     if len(route) == 1:  # the common case, checked quickly
         stage, worker, at, blocks = fields(route[0])
-        if stage == 0 and blocks == (0, nb) and worker in workers and type(at) is float:
+        if (  # (not ``blocks == (0, nb)``: no tuple made to compare)
+            stage == 0
+            and blocks[0] == 0
+            and blocks[1] == nb
+            and worker in workers
+            and type(at) is float
+        ):
             return 0
     s0, _, _, blocks = fields(route[0])
     first = pos = blocks[0]
@@ -385,7 +391,7 @@ class Kernel:
             return False
         b.gone.add(r.id)
         self._end((r,), CANCELLED, reason, now)
-        task = b.tasks[-1]
+        task = b.tasks[len(b.tasks) - 1]
         if len(b.gone) == len(b.requests) and task.worker.running is not task:
             self._end_batch(b, task, now, WITHDRAWN, 0)  # (not started: it never will)
         return True
@@ -486,7 +492,7 @@ class Kernel:
                 t_obj = times[i]
                 rid = i
                 now = t_next
-                clock.t = t_obj
+                heap.now_s = t_next  # (the clock's ``t``: a C double, no float made)
                 r = record7(Request, rid, models[i], streams[i], t_obj, deadlines_s[i], None, 1)
                 held[rid] = r
                 acts = on_arrival(r, t_obj)
@@ -512,7 +518,7 @@ class Kernel:
             last = now
             now = heap.pop_into()
             fn, a, b = heap.fn, heap.a, heap.b
-            clock.t = now
+            heap.now_s = now
             if fn is done_at:  # ``stage_done_at``, inline
                 task = a
                 if task.version == b:
@@ -588,7 +594,7 @@ class Kernel:
         is cut here), requests the scheduler still holds are dropped (``held_reason``).
         Nothing is reported to the scheduler."""
         for b in list(self.batches.values()):
-            task = b.tasks[-1]
+            task = b.tasks[len(b.tasks) - 1]
             w = task.worker
             if w.running is task:
                 w.running = None
@@ -1124,7 +1130,7 @@ class Kernel:
         b = self.batches.get(p.batch_id)
         if b is None or not b.alive:
             return  # finished or gone: nothing to stop (a race a real system has too)
-        task = b.tasks[-1]
+        task = b.tasks[len(b.tasks) - 1]
         if task.worker.id != p.worker:
             return
         if task.worker.running is task:

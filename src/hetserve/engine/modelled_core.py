@@ -339,8 +339,9 @@ class Residency:
         docstring)."""
         cold = h.cold.get(model)
         f = self.host_links.dha_run(gpu_id, now, dha, cold[2] if cold is not None else ())
-        if f > 1 and cum[-1] > 0:
-            ratio = (cum[-1] + (f - 1) * dha) / cum[-1]
+        last = cum[len(cum) - 1]  # (not ``cum[-1]``: the build does no wraparound)
+        if f > 1 and last > 0:
+            ratio = (last + (f - 1) * dha) / last
             cum = tuple([c * ratio for c in cum])
             energy *= ratio
         return cum, energy
@@ -455,7 +456,7 @@ class ModelledStart:
                 return
             else:  # a planned cold start under way: layer by layer, as its weights arrive
                 dur = self.residency.cold_run_s(h, w.info, model, n, now)
-                energy *= dur / max(cum[-1], 1e-12)
+                energy *= dur / max(cum[len(cum) - 1], 1e-12)
                 cum = (dur,)
         if self.overhead_s and task.index == 0:
             extra = self.overhead_s * n
@@ -467,7 +468,7 @@ class ModelledStart:
         if dha > 0:
             cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
         task.run = (cum, energy)
-        end_s = cum[-1]  # (a C double compiled: the end's time without a float made)
+        end_s = cum[len(cum) - 1]  # (a C double compiled: the end's time, no float made)
         if self.heap is not None:
             self.heap.push(now + end_s, self.done_at, task, task.version)
         else:

@@ -73,7 +73,7 @@ cdef class Residency:
     cpdef double cold_run_s(self, Held h, object info, object model, Py_ssize_t batch,
                             double now) except? -1.0
 
-    @cython.locals(cold=tuple, f=double, ratio=double)
+    @cython.locals(cold=tuple, f=double, ratio=double, last=double)
     cpdef tuple dha_contention(self, Held h, object gpu_id, object model, double dha,
                                tuple cum, double energy, double now)
 

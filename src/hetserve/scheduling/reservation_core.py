@@ -184,7 +184,9 @@ def probe(
             xf = xs.get(w, _NO_XFER) if xs else _NO_XFER  # (none into the first stage)
             links = xf[1]
             if links:
-                l_n = bits * xf[2] + xf[3]
+                x_inv = xf[2]  # (compiled: C doubles, the product and sum without floats made)
+                x_delay = xf[3]
+                l_n = bits * x_inv + x_delay
                 tl = t_g
                 for lk in links:
                     if t_g < front[lk] - _EPS:

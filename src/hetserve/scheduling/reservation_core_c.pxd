@@ -38,7 +38,7 @@ cpdef Py_ssize_t reserve(SlotTable table, object bid, Probed pr, Bookings bk) ex
                n_w=Py_ssize_t, solid_t="double[::1]", mask=Py_ssize_t, sh=Py_ssize_t,
                fh=Py_ssize_t, k0=Py_ssize_t, hi=Py_ssize_t,
                mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
-               w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, tl=double, arr=double,
+               w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, x_inv=double, x_delay=double, tl=double, arr=double,
                f=double, s=double, lk=Py_ssize_t)
 cpdef void probe(SlotTable table, list info, list xfers, object miss, set lost, double now,
                  Probed out) except *
