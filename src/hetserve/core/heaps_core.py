@@ -31,7 +31,7 @@ except ImportError:  # (Cython is not installed: this file runs as plain Python)
     from hetserve.core.records import NO_CYTHON as cython
 COMPILED = bool(cython.compiled)
 if not cython.compiled:  # (compiled: the inline C its .pxd cimports)
-    from hetserve.core.records import pop_last
+    from hetserve.core.records import pop_last, take
 
 _heappush = heapq.heappush
 _INF = math.inf
@@ -271,12 +271,9 @@ class EventHeap:
             t0 = self.ts[0]
             k = self.ks[0]
             calls = self.calls
-            self.fn = calls[3 * k]
-            self.a = calls[3 * k + 1]
-            self.b = calls[3 * k + 2]
-            calls[3 * k] = None
-            calls[3 * k + 1] = None
-            calls[3 * k + 2] = None
+            self.fn = take(calls, 3 * k)
+            self.a = take(calls, 3 * k + 1)
+            self.b = take(calls, 3 * k + 2)
             self.free[self.n_free] = k
             self.n_free += 1
             self.n -= 1

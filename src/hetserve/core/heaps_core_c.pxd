@@ -5,7 +5,7 @@
 # builds that ``cimport`` them, Python functions for everyone else).
 import cython
 
-from hetserve.core.records_c cimport pop_last
+from hetserve.core.records_c cimport pop_last, take
 
 cdef bint COMPILED
 cdef object _heappush

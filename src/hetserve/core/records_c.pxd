@@ -3,7 +3,7 @@
 # ones only where ``not cython.compiled``. No module of this name is built: the functions
 # are copied into each build that cimports them (``setup.py`` lists this file among their
 # dependencies; ``core.records.LAYOUT`` makes a build made before a change to it stale).
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 
@@ -27,6 +27,17 @@ cdef inline object pop_last(list items):
         raise IndexError("pop from empty list")
     x = <object>PyList_GET_ITEM(items, n - 1)  # (a new reference: ``x``'s own)
     Py_SET_SIZE(items, n - 1)
+    Py_DECREF(x)  # (the list's, which it no longer holds)
+    return x
+
+
+cdef inline object take(list items, Py_ssize_t i):
+    """``items[i]``, leaving None in its place (``i`` in range: the build checks no
+    bounds). The list's reference to the item becomes the caller's: no reference counted
+    up and down, no call."""
+    cdef object x = <object>PyList_GET_ITEM(items, i)  # (a new reference: ``x``'s own)
+    Py_INCREF(None)
+    PyList_SET_ITEM(items, i, None)  # (takes the reference to None just made)
     Py_DECREF(x)  # (the list's, which it no longer holds)
     return x
 

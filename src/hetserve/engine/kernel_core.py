@@ -647,7 +647,9 @@ class Kernel:
         w.running = None
         step = task.step
         blocks = field(step, STEP_BLOCKS)
-        self._obs.stage_ended(task, now, "completed", blocks[1] - blocks[0])
+        blk0 = blocks[0]  # (C integers compiled: ``check_dispatch`` took them as such)
+        blk1 = blocks[1]
+        self._obs.stage_ended(task, now, "completed", blk1 - blk0)
         last = task.index == len(b.route) - 1
         reason = ""
         withdraw = None
@@ -660,7 +662,7 @@ class Kernel:
             # the batch and its tasks a cycle no more: freed as soon as they are dropped,
             # not by the garbage collector (which a cycle a batch made run ~8x as often)
             del b.tasks[:]  # (``list.clear`` compiled is a call by name)
-            end_block = blocks[1]
+            end_block = blk1
             reqs = b.requests
             if b.gone is not None:  # (some were cancelled: their parts are discarded)
                 keep = [k for k, r in enumerate(reqs) if r.id not in b.gone]
@@ -694,18 +696,19 @@ class Kernel:
             nw = self.workers[field(b.route[b.stage], STEP_WORKER)]
             ntask = new_task(b, b.stage, nw)
             b.tasks.append(ntask)
-            span = (now, now)
             links = self.links
             if links is not None:
-                nbytes = self._cut_bytes(b.model, blocks[1] - 1, b.rows)
+                nbytes = self._cut_bytes(b.model, blk1 - 1, b.rows)
                 span = links.send_between(w, nw, nbytes, now)
+            else:
+                span = (now, now)
             self._transfer(ntask, span, now)
         # (engine.rules.stage_done_report, made without its Python calls: the hot path;
         # ``now_s``: the one float object of ``now``, for the report and the call)
         now_s = now
         rep = record15(
             StageReport, "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s,
-            now_s, reqs, True, last, reason, blocks, blocks[1] - blocks[0],
+            now_s, reqs, True, last, reason, blocks, blk1 - blk0,
             task.transfer_start_s, task.transfer_end_s,
         )  # fmt: skip
         if self._reported:

@@ -74,7 +74,8 @@ cdef class Kernel:
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
-                   parked=dict, end_block=Py_ssize_t, links=LinkTable, now_s=object)
+                   parked=dict, end_block=Py_ssize_t, links=LinkTable, now_s=object,
+                   blk0=Py_ssize_t, blk1=Py_ssize_t)
     cpdef stage_done(self, Task task, double now, object output=*)
 
     cpdef stage_done_at(self, Task task, object version, double now)

@@ -84,6 +84,8 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
     return first
 
 
+_MOVED = slots.MOVED  # (``SlotTable.correct``'s flags; compiled, C integers)
+_KEPT = slots.KEPT
 _NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
 _NO_XFERS: dict[int, tuple[int, tuple[int, ...], float, float]] = {}  # (the first stage's: none)
 
@@ -526,11 +528,11 @@ class Algorithm1:
         if first is None:
             return False
         has_x = xs is not None and xe is not None
-        changed, kept = self.table.correct(
+        res = self.table.correct(
             bid, self.booked, first, stage, self.ids[worker], start_s, end_s,
             xs if has_x else 0.0, xe if has_x else 0.0, has_x, completed, last,
         )  # fmt: skip
-        if not kept:
+        if not res & _KEPT:
             self.booked.release(first)
             del self.batch_resv[bid]
-        return changed
+        return (res & _MOVED) != 0

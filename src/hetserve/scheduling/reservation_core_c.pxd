@@ -18,6 +18,8 @@ from hetserve.scheduling.reservation_slots_c cimport Bookings, PoolOrder, SlotTa
 cdef double _EPS
 cdef double _INF
 cdef double _NEG_INF
+cdef Py_ssize_t _MOVED
+cdef Py_ssize_t _KEPT
 cdef tuple _NO_XFER
 cdef dict _NO_XFERS
 
@@ -119,5 +121,5 @@ cdef class Algorithm1:
                    blocks=list, route=tuple)
     cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
 
-    @cython.locals(has_x=bint, changed=bint, kept=bint, first=Py_ssize_t)
+    @cython.locals(has_x=bint, res=int, first=Py_ssize_t)
     cpdef bint correct(self, object r) except? -1

@@ -31,6 +31,11 @@ except ImportError:  # (plain Python, without Cython installed)
 _EPS = 1e-12
 _NEG_INF = -math.inf
 _NO_TAG = object()  # (a tag no reservation has: ``Lane.keep``)
+# :meth:`SlotTable.correct`'s flags: a reservation moved; the batch keeps its rows
+MOVED = 1
+KEPT = 2
+_MOVED = MOVED  # (compiled: C integers)
+_KEPT = KEPT
 #: the C types a build that ``cimport``s this one was made against (``core.compiled``)
 LAYOUT = Path(__file__).with_name("reservation_slots_c.pxd")
 
@@ -573,15 +578,16 @@ class SlotTable:
         has_transfer: bool,
         completed: bool,
         last: bool,
-    ) -> tuple[bool, bool]:
+    ) -> int:
         """Feedback correction of batch ``bid``'s reservations (the rows of ``bk`` from
         ``first`` on, as ``reservation_core.reserve`` made them) by its stage ``stage``'s
         report: that stage's worker (``worker``) and transfer move to when they really ran
         (``start_s``..``end_s``, ``x_start_s``..``x_end_s`` where ``has_transfer``); later
         stages move by the stage's overrun (or gain), their rows with them, or are
-        released if the batch stops here (not ``completed``). Returns whether any
-        reservation moved, and whether the batch keeps its rows (False: it has no more
-        reservations to correct; the caller releases the rows)."""
+        released if the batch stops here (not ``completed``). Returns ``MOVED`` (1) where
+        any reservation moved, plus ``KEPT`` (2) where the batch keeps its rows (without
+        it, the batch has no more reservations to correct: the caller releases the
+        rows). (Two flags in one integer: no tuple made per report.)"""
         delay = 0.0
         changed = False
         k = first
@@ -612,7 +618,7 @@ class SlotTable:
                         self.remove(bk.r[k], bk.tags[k])
                         changed = True
                     k = bk.nxt[k]
-            return changed, False
+            return _MOVED if changed else 0
         if abs(delay) > _EPS:  # later stages move with the overrun (or the gain)
             k = first
             while k >= 0:
@@ -622,5 +628,5 @@ class SlotTable:
                     self.replace(bk.r[k], bk.tags[k], start + delay, start + delay + dur)
                     bk.t[k] = start + delay
                 k = bk.nxt[k]
-            return True, True
-        return changed, True
+            return _MOVED | _KEPT
+        return (_MOVED | _KEPT) if changed else _KEPT

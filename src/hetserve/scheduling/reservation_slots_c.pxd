@@ -8,6 +8,8 @@ from libc.string cimport memmove
 cdef double _EPS
 cdef double _NEG_INF
 cdef object _NO_TAG
+cdef Py_ssize_t _MOVED
+cdef Py_ssize_t _KEPT
 
 
 cdef class PoolOrder:
@@ -153,6 +155,7 @@ cdef class SlotTable:
 
     @cython.locals(delay=double, changed=bint, k=Py_ssize_t, r=Py_ssize_t, start=double,
                    dur=double, a=double, b=double, moves=bint)
-    cpdef tuple correct(self, object bid, Bookings bk, Py_ssize_t first, Py_ssize_t stage,
+    cpdef int correct(self, object bid, Bookings bk, Py_ssize_t first, Py_ssize_t stage,
                         Py_ssize_t worker, double start_s, double end_s, double x_start_s,
-                        double x_end_s, bint has_transfer, bint completed, bint last)
+                        double x_end_s, bint has_transfer, bint completed,
+                        bint last) except -1
