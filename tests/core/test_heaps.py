@@ -200,6 +200,27 @@ def test_an_event_heap_pops_in_order_when_it_holds_thousands(seed):
         assert len(h) == len(ref) > 1_000
 
 
+def test_an_event_heap_holds_its_callbacks_once():
+    """A popped entry's callback and arguments are the caller's (``fn``, ``a``, ``b``),
+    no longer the heap's: their reference counts come back to what they were once the
+    caller lets go (the compiled pop hands the heap's references over, ``take``: a count
+    off by one either way would leak them or free them early)."""
+    import sys
+
+    fn, a, b = object(), object(), object()
+    before = [sys.getrefcount(x) for x in (fn, a, b)]
+    for h in _event_heaps():
+        for k in range(100):  # (popped at once, and from a heap of many)
+            h.push(float(k), fn, a, b)
+            if k % 3 == 0:
+                h.pop_into()
+        while len(h):
+            h.pop_into()
+            assert (h.fn, h.a, h.b) == (fn, a, b)
+        h.fn = h.a = h.b = None
+        assert [sys.getrefcount(x) for x in (fn, a, b)] == before, type(h)
+
+
 def test_an_empty_event_heap_says_so():
     for h in _event_heaps():
         assert len(h) == 0 and h.first_s() == float("inf")

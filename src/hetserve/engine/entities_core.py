@@ -289,7 +289,9 @@ class LinkTable:
             free_s = ls[_earliest_lane(ls)]
             if free_s > start:
                 start = free_s
-        end = start + n_bytes * 8 / (route[1] * 1e9) + route[2]
+        bw_gbps = route[1]  # (compiled: C doubles, the arithmetic without floats made)
+        delay_s = route[2]
+        end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
         end_s = end  # (compiled: the one float object every lane gets, made once)
         for ls in lane_lists:
             ls[_earliest_lane(ls)] = end_s

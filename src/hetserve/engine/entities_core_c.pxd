@@ -45,7 +45,7 @@ cdef class LinkTable:
     cpdef tuple send(self, object a, object b, double n_bytes, double now)
 
     @cython.locals(key=Py_ssize_t, route=tuple, lane_lists=tuple, ls=list, start=double,
-                   end=double, free_s=double, end_s=object)
+                   end=double, free_s=double, end_s=object, bw_gbps=double, delay_s=double)
     cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
 
 

@@ -1058,10 +1058,12 @@ class Kernel:
         per = self._out_bytes.get(model)  # (by model, then block: no tuple key to make)
         if per is None:
             per = self._out_bytes[model] = {}
-        out = per.get(after_block)
-        if out is None:
-            out = per[after_block] = self.view.latency.out_bytes(model, after_block)
-        return out * rows * self.view.cut_bytes_factor
+        x = per.get(after_block)
+        if x is None:
+            x = per[after_block] = self.view.latency.out_bytes(model, after_block)
+        out = x  # (compiled: C doubles, the product without floats made)
+        factor = self.view.cut_bytes_factor
+        return out * rows * factor
 
     def _transfer(self, task: entities.Task, span: tuple[float, float], now: float) -> None:
         """A stage's input on its way (``span``: the transfer's start and end)."""

@@ -65,7 +65,7 @@ cdef class Kernel:
     cdef public EventHeap _heap
     cdef public dict _out_bytes
 
-    @cython.locals(per=dict)
+    @cython.locals(per=dict, out=double, factor=double)
     cpdef double _cut_bytes(self, object model, Py_ssize_t after_block,
                             Py_ssize_t rows) except? -1.0
 
