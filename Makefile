@@ -11,6 +11,7 @@ CORE   := src/hetserve/core/heaps_core.py src/hetserve/core/heaps_core_c.pxd \
           src/hetserve/engine/entities_core.py src/hetserve/engine/entities_core_c.pxd \
           src/hetserve/engine/kernel_core.py src/hetserve/engine/kernel_core_c.pxd \
           src/hetserve/engine/modelled_core.py src/hetserve/engine/modelled_core_c.pxd \
+          src/hetserve/scheduling/policy_core.py src/hetserve/scheduling/policy_core_c.pxd \
           src/hetserve/scheduling/coldstart_core.py src/hetserve/scheduling/coldstart_core_c.pxd \
           src/hetserve/scheduling/flex_core.py src/hetserve/scheduling/flex_core_c.pxd \
           src/hetserve/scheduling/edf_adaptive_core.py \

@@ -10,7 +10,9 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
   ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
   ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
   modelled executor, its residency and stage start);
-- ``scheduling/reservation_slots.py`` (the reservation table, which the next one
+- ``scheduling/policy_core.py`` (a scheduler's core as the kernel calls it, which the
+  kernel and the cores of ``reservation`` and ``coldstart`` ``cimport``),
+  ``scheduling/reservation_slots.py`` (the reservation table, which the next one
   ``cimport``s), ``scheduling/reservation_core.py``, ``scheduling/coldstart_core.py``,
   ``scheduling/flex_core.py``, ``scheduling/edf_adaptive_core.py`` and
   ``scheduling/fixed_batch_core.py`` (those schedulers' decisions);
@@ -73,6 +75,9 @@ FALLBACK = {
     "hetserve.scheduling.flex_core_c": (
         "the Python file src/hetserve/scheduling/flex_core.py runs instead"
     ),
+    "hetserve.scheduling.policy_core_c": (
+        "the Python file src/hetserve/scheduling/policy_core.py runs instead"
+    ),
     "hetserve.scheduling.reservation_slots_c": (
         "the Python files src/hetserve/scheduling/reservation_slots.py and "
         "reservation_core.py run instead"
@@ -90,10 +95,16 @@ ENTITIES_PXD = "src/hetserve/engine/entities_core_c.pxd"
 HEAPS_PXD = "src/hetserve/core/heaps_core_c.pxd"
 SLOTS_PXD = "src/hetserve/scheduling/reservation_slots_c.pxd"
 RECORDS_PXD = "src/hetserve/core/records_c.pxd"  # (inline C only: no module of its own)
+POLICY_PXD = "src/hetserve/scheduling/policy_core_c.pxd"
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions, the records' inline C)
     ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD, RECORDS_PXD]),
+    (
+        "hetserve.scheduling.policy_core_c",
+        "src/hetserve/scheduling/policy_core.py",
+        [POLICY_PXD, RECORDS_PXD],
+    ),
     (
         "hetserve.engine.deadlines_core_c",
         "src/hetserve/engine/deadlines_core.py",
@@ -107,7 +118,13 @@ EXTENSIONS = [
     (
         "hetserve.engine.kernel_core_c",
         "src/hetserve/engine/kernel_core.py",
-        ["src/hetserve/engine/kernel_core_c.pxd", ENTITIES_PXD, HEAPS_PXD, RECORDS_PXD],
+        [
+            "src/hetserve/engine/kernel_core_c.pxd",
+            ENTITIES_PXD,
+            HEAPS_PXD,
+            RECORDS_PXD,
+            POLICY_PXD,
+        ],
     ),
     (
         "hetserve.engine.modelled_core_c",
@@ -117,7 +134,7 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.coldstart_core_c",
         "src/hetserve/scheduling/coldstart_core.py",
-        ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD],
+        ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD, POLICY_PXD],
     ),
     (
         "hetserve.scheduling.edf_adaptive_core_c",
@@ -142,7 +159,13 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.reservation_core_c",
         "src/hetserve/scheduling/reservation_core.py",
-        ["src/hetserve/scheduling/reservation_core_c.pxd", SLOTS_PXD, HEAPS_PXD, RECORDS_PXD],
+        [
+            "src/hetserve/scheduling/reservation_core_c.pxd",
+            SLOTS_PXD,
+            HEAPS_PXD,
+            RECORDS_PXD,
+            POLICY_PXD,
+        ],
     ),
     (
         "hetserve.sim.recorder_core_c",

@@ -36,6 +36,8 @@ FILES = [
     "src/hetserve/scheduling/fixed_batch_core_c.pxd",
     "src/hetserve/scheduling/flex_core.py",
     "src/hetserve/scheduling/flex_core_c.pxd",
+    "src/hetserve/scheduling/policy_core.py",
+    "src/hetserve/scheduling/policy_core_c.pxd",
     "src/hetserve/scheduling/reservation_core.py",
     "src/hetserve/scheduling/reservation_core_c.pxd",
     "src/hetserve/scheduling/reservation_slots.py",
@@ -62,6 +64,7 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
         "heaps_core_c", "deadlines_core_c", "entities_core_c", "kernel_core_c", "modelled_core_c",
         "coldstart_core_c", "flex_core_c", "edf_adaptive_core_c", "fixed_batch_core_c",
         "reservation_core_c", "reservation_slots_c", "recorder_core_c", "csv_cells",
+        "policy_core_c",
     ):  # fmt: skip
         assert f"{name} was not built" in out.stdout + out.stderr
     assert not list((tmp_path / "src").rglob("*.so"))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from hetserve.core import records
 from hetserve.engine import entities
 from hetserve.engine import kernel_core as _pure
+from hetserve.scheduling import policy_core
 
 __all__ = ["COMPILED", "Kernel", "core"]
 
@@ -23,7 +24,7 @@ __all__ = ["COMPILED", "Kernel", "core"]
 def _core() -> tuple[ModuleType, bool]:
     """The compiled build where there is one (``entities.build_beside``; it cimports
     ``core.records``' inline C too)."""
-    return entities.build_beside(_pure, *records.LAYOUT)
+    return entities.build_beside(_pure, *records.LAYOUT, *policy_core.LAYOUT)
 
 
 core, COMPILED = _core()

@@ -127,6 +127,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         record15,
     )
     from hetserve.engine.entities import new_batch, new_task
+    from hetserve.scheduling.policy_core import core_of
 
 LOG = logging.getLogger("hetserve.engine")
 _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
@@ -228,6 +229,11 @@ class Kernel:
         self._apply = self._apply_strict if strict else self._apply_guarded
         self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
         self._on_stage_done = scheduler.on_stage_done  # (the same)
+        # the scheduler's compiled core, where its arrivals and stage reports are that
+        # core's own (``scheduling.policy_core.core_of``; set by ``start``): the kernel
+        # calls it as C, and makes no report for a stage that completed (strict only: a
+        # server's guards call the protocol)
+        self._core = None
         self._unit = True  # every request so far has one row: a batch's rows are its length
         self._rebound = False  # :meth:`rebind` was called: :meth:`run` reads the callbacks again
         # one bound method each: :meth:`run` knows these callbacks by them
@@ -335,6 +341,7 @@ class Kernel:
         from a clock callback; :meth:`run` refreshes its own copies after it."""
         self._on_arrival = self.scheduler.on_arrival
         self._on_stage_done = self.scheduler.on_stage_done
+        self._core = core_of(self.scheduler) if self.strict else None
         self._rebound = True
 
     # ------------------------------------------------------------------ entry points
@@ -344,6 +351,7 @@ class Kernel:
         # (after its start: a wrapper may bind its inner scheduler's methods then)
         self._on_arrival = self.scheduler.on_arrival
         self._on_stage_done = self.scheduler.on_stage_done
+        self._core = core_of(self.scheduler) if self.strict else None
 
     def arrive(self, r: Request, now: float, payload: Any = None) -> None:
         """A request arrives (each once: the driver gives every request a new id); it
@@ -481,6 +489,7 @@ class Kernel:
         dl = self.deadlines
         watch, fifo_of, new_head, watched = dl.add, dl.fifos.get, dl.head, held.get
         expire = self._expire_cb
+        core = self._core  # (where there is one: its arrivals as C calls)
         n = len(times)
         i = 0
         now = 0.0
@@ -495,7 +504,7 @@ class Kernel:
                 heap.now_s = t_next  # (the clock's ``t``: a C double, no float made)
                 r = record7(Request, rid, models[i], streams[i], t_obj, deadlines_s[i], None, 1)
                 held[rid] = r
-                acts = on_arrival(r, t_obj)
+                acts = core.on_arrival(r, now) if core is not None else on_arrival(r, t_obj)
                 if acts:
                     self._apply_strict(acts, now)
                 if watched(rid) is r:  # ``_watch``, inline (a stream's deadlines come in order)
@@ -535,6 +544,7 @@ class Kernel:
                 if self._rebound:  # (a switch between plans began: ``rebind``)
                     self._rebound = False
                     on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
+                    core = self._core
 
     def _run_plain(
         self,
@@ -703,22 +713,34 @@ class Kernel:
             else:
                 span = (now, now)
             self._transfer(ntask, span, now)
-        # (engine.rules.stage_done_report, made without its Python calls: the hot path;
-        # ``now_s``: the one float object of ``now``, for the report and the call)
-        now_s = now
-        rep = record15(
-            StageReport, "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s,
-            now_s, reqs, True, last, reason, blocks, blk1 - blk0,
-            task.transfer_start_s, task.transfer_end_s,
-        )  # fmt: skip
-        if self._reported:
-            self._observer.reported(rep)
-        if self.strict:
-            acts = self._on_stage_done(rep, now_s)
+        core = self._core
+        if core is not None and not self._reported:
+            # the report's fields to the scheduler's core, as C: no report made
+            # (``scheduling.policy_core``; what ``on_stage_done`` of the report would do)
+            acts = core.stage_report(
+                "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now,
+                reqs, True, last, reason, blocks, blk1 - blk0, task.transfer_start_s,
+                task.transfer_end_s, now,
+            )  # fmt: skip
             if acts:
                 self._apply_strict(acts, now)
         else:
-            self._ask_guarded(self.scheduler.on_stage_done, rep, now)
+            # (engine.rules.stage_done_report, made without its Python calls; ``now_s``:
+            # the one float object of ``now``, for the report and the call)
+            now_s = now
+            rep = record15(
+                StageReport, "stage", b.id, b.model, field(step, STEP_STAGE), w.id,
+                task.start_s, now_s, reqs, True, last, reason, blocks, blk1 - blk0,
+                task.transfer_start_s, task.transfer_end_s,
+            )  # fmt: skip
+            if self._reported:
+                self._observer.reported(rep)
+            if self.strict:
+                acts = self._on_stage_done(rep, now_s)
+                if acts:
+                    self._apply_strict(acts, now)
+            else:
+                self._ask_guarded(self.scheduler.on_stage_done, rep, now)
         if withdraw is not None and b.alive:
             self._end_batch(b, withdraw, now, WITHDRAWN, 0)
         if w.running is None and w.ready:

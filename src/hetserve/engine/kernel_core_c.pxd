@@ -18,6 +18,7 @@ from hetserve.core.records_c cimport (
 from hetserve.engine.entities_core_c cimport (
     Batch, LinkTable, ObserverCore, Slot, Task, new_batch, new_task,
 )
+from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of
 
 cdef object _NO_PARTS
 
@@ -53,6 +54,7 @@ cdef class Kernel:
     cdef public object _apply
     cdef public object _on_arrival
     cdef public object _on_stage_done
+    cdef public PolicyCore _core
     cdef public object _exec_start
     cdef public bint _unit
     cdef public bint _rebound
@@ -70,12 +72,13 @@ cdef class Kernel:
                             Py_ssize_t rows) except? -1.0
 
     @cython.locals(clock=object, heap=EventHeap, held=dict, n=Py_ssize_t, i=Py_ssize_t,
-                   now=double, last=double, t=double, task=Task, t_next=double, rid=object)
+                   now=double, last=double, t=double, task=Task, t_next=double, rid=object,
+                   core=PolicyCore)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
                    parked=dict, end_block=Py_ssize_t, links=LinkTable, now_s=object,
-                   blk0=Py_ssize_t, blk1=Py_ssize_t)
+                   blk0=Py_ssize_t, blk1=Py_ssize_t, core=PolicyCore)
     cpdef stage_done(self, Task task, double now, object output=*)
 
     cpdef stage_done_at(self, Task task, object version, double now)

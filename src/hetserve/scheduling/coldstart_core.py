@@ -67,13 +67,6 @@ except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: the inline C and constants its .pxd cimports)
     from hetserve.core.records import (
-        REPORT_COMPLETED,
-        REPORT_KIND,
-        REPORT_LAST,
-        REPORT_MODEL,
-        REPORT_REASON,
-        REPORT_REQUESTS,
-        REPORT_WORKER,
         REQUEST_DEADLINE_S,
         REQUEST_ID,
         REQUEST_MODEL,
@@ -82,6 +75,7 @@ if not cython.compiled:  # (compiled: the inline C and constants its .pxd cimpor
         record,
         record4,
     )
+    from hetserve.scheduling.policy_core import PolicyCore
 
 
 class GpuState:
@@ -113,7 +107,7 @@ class GpuState:
         self.last_warm1 = 0.0
 
 
-class ColdStartCore:
+class ColdStartCore(PolicyCore):
     """The ``coldstart`` scheduler's state and decisions for one plan (module docstring):
     :class:`ColdStart` makes one at its ``start`` and hands it the protocol's calls.
     Where this file is compiled it is an extension type with typed attributes
@@ -423,14 +417,34 @@ class ColdStartCore:
             self.pending.append(request)
         return out
 
-    def on_stage_done(self, report: StageReport, now: float) -> list[Action]:
+    def stage_report(
+        self,
+        kind: str,
+        batch_id: int,
+        model: str,
+        stage: int,
+        worker: WorkerId,
+        start_s: float,
+        end_s: float,
+        requests: tuple[Request, ...],
+        completed: bool,
+        last: bool,
+        reason: str,
+        blocks: tuple[int, int],
+        blocks_done: int,
+        transfer_start_s: float | None,
+        transfer_end_s: float | None,
+        now: float,
+    ) -> list[Action]:
+        """A stage's or a load's report (``on_stage_done``, its fields:
+        ``policy_core.PolicyCore``)."""
         out: list[Action] = []
-        w = field(report, REPORT_WORKER)
+        w = worker
         g = self.gpus[w]
-        if field(report, REPORT_KIND) == "load":
-            m = field(report, REPORT_MODEL)
+        if kind == "load":
+            m = model
             g.loading.pop(m, None)
-            if field(report, REPORT_COMPLETED) and w not in self.lost:
+            if completed and w not in self.lost:
                 g.resident[m] = now
                 g.resident.move_to_end(m)
             else:
@@ -443,13 +457,12 @@ class ColdStartCore:
                     if not self._route(r, now, out):
                         self.pending.append(r)
             return out
-        completed = field(report, REPORT_COMPLETED)
-        if field(report, REPORT_LAST) or not completed:
+        if last or not completed:
             g.running = None
             g.running_model = None
             g.busy_until = now
-        if not completed and field(report, REPORT_REASON) in RETURNED:
-            for r in field(report, REPORT_REQUESTS):
+        if not completed and reason in RETURNED:
+            for r in requests:
                 if not self._route(r, now, out):
                     self.pending.append(r)
         if g.running is None and w not in self.lost:

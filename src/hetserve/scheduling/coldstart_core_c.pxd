@@ -10,13 +10,6 @@
 import cython
 
 from hetserve.core.records_c cimport (
-    REPORT_COMPLETED,
-    REPORT_KIND,
-    REPORT_LAST,
-    REPORT_MODEL,
-    REPORT_REASON,
-    REPORT_REQUESTS,
-    REPORT_WORKER,
     REQUEST_DEADLINE_S,
     REQUEST_ID,
     REQUEST_MODEL,
@@ -25,6 +18,7 @@ from hetserve.core.records_c cimport (
     record,
     record4,
 )
+from hetserve.scheduling.policy_core_c cimport PolicyCore
 
 
 @cython.final
@@ -46,7 +40,7 @@ cdef class GpuState:
     cdef public double last_warm1
 
 
-cdef class ColdStartCore:
+cdef class ColdStartCore(PolicyCore):
     cdef public object view
     cdef public object plan
     cdef public Py_ssize_t max_batch
@@ -119,4 +113,8 @@ cdef class ColdStartCore:
     cpdef list on_arrival(self, object request, double now)
 
     @cython.locals(out=list, g=GpuState)
-    cpdef list on_stage_done(self, object report, double now)
+    cpdef list stage_report(self, object kind, object batch_id, object model, Py_ssize_t stage,
+                            object worker, double start_s, double end_s, object requests,
+                            bint completed, bint last, object reason, object blocks,
+                            Py_ssize_t blocks_done, object transfer_start_s,
+                            object transfer_end_s, double now)

@@ -32,21 +32,16 @@ except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
     from hetserve.core.records import (
-        REPORT_COMPLETED,
-        REPORT_KIND,
-        REPORT_MODEL,
-        REPORT_REASON,
-        REPORT_REQUESTS,
         REQUEST_DEADLINE_S,
         REQUEST_ID,
         REQUEST_MODEL,
         REQUEST_ROWS,
         field,
-        fields,
         record,
         record2,
         record4,
     )
+    from hetserve.scheduling.policy_core import PolicyCore
 
 _EPS = 1e-12
 _INF = math.inf
@@ -330,7 +325,7 @@ class ModelQueue:
         self.pipes = pipes
 
 
-class Algorithm1:
+class Algorithm1(PolicyCore):
     """PPipe Algorithm 1 with the feedback correction: the ``reservation`` scheduler's
     decisions, which ``scheduling/reservation.py`` sets up and hands the protocol's calls
     to. Per model, a heap of waiting requests by deadline (``queues``, with their
@@ -340,7 +335,8 @@ class Algorithm1:
     :class:`~hetserve.scheduling.reservation_slots.Bookings`; its route is the
     kernel's, ``Kernel.batches``);
     ``next_batch``: the last batch id given (what ``BaseScheduler.new_batch_id``
-    counts)."""
+    counts). A ``policy_core.PolicyCore``: the compiled kernel calls its arrivals and
+    stage reports as C methods."""
 
     def __init__(
         self,
@@ -390,16 +386,38 @@ class Algorithm1:
         self.try_model(self.queues[model], model, now, out)
         return out
 
-    def on_stage_done(self, report: object, now: float) -> list:
-        """The feedback correction; preempted requests back in their queue; Algorithm 1
-        again where anything moved."""
-        if field(report, REPORT_KIND) != "stage":
+    def stage_report(
+        self,
+        kind: str,
+        batch_id: int,
+        model: str,
+        stage: int,
+        worker: str,
+        start_s: float,
+        end_s: float,
+        requests: tuple,
+        completed: bool,
+        last: bool,
+        reason: str,
+        blocks: tuple[int, int],
+        blocks_done: int,
+        transfer_start_s: float | None,
+        transfer_end_s: float | None,
+        now: float,
+    ) -> list:
+        """A stage report (``on_stage_done``, its fields: ``PolicyCore``): the feedback
+        correction; preempted requests back in their queue; Algorithm 1 again where
+        anything moved."""
+        if kind != "stage":
             return []
-        changed = self.correct(report)  # (the tables say who is busy: no counts kept)
-        model = field(report, REPORT_MODEL)
-        if not field(report, REPORT_COMPLETED) and field(report, REPORT_REASON) in RETURNED:
+        # (the tables say who is busy: no counts kept)
+        changed = self.correct(
+            batch_id, stage, worker, start_s, end_s, transfer_start_s, transfer_end_s,
+            completed, last,
+        )  # fmt: skip
+        if not completed and reason in RETURNED:
             mq = self.queues[model]  # (back in their queue: they keep their deadlines)
-            for r in field(report, REPORT_REQUESTS):
+            for r in requests:
                 push(mq.heap, (field(r, REQUEST_DEADLINE_S), field(r, REQUEST_ID), r))
                 mq.rows += field(r, REQUEST_ROWS)
             changed = True
@@ -519,11 +537,22 @@ class Algorithm1:
                 ])  # fmt: skip
             out.append(record4(Dispatch, bid, model, reqs, route))
 
-    def correct(self, r: object) -> bool:
-        """Feedback correction: the batch's reservations follow reality
-        (:meth:`SlotTable.correct`). Returns whether any reservation moved."""
-        # (a StageReport's fields in their order: one unpacking, no attribute lookups)
-        _, bid, _, stage, worker, start_s, end_s, _, completed, last, _, _, _, xs, xe = fields(r)
+    def correct(
+        self,
+        bid: int,
+        stage: int,
+        worker: str,
+        start_s: float,
+        end_s: float,
+        xs: float | None,
+        xe: float | None,
+        completed: bool,
+        last: bool,
+    ) -> bool:
+        """Feedback correction of a stage report's (its batch, stage, worker, start, end,
+        transfer start and end, whether it completed, whether it was the last): the
+        batch's reservations follow reality (:meth:`SlotTable.correct`). Returns whether
+        any reservation moved."""
         first = self.batch_resv.get(bid)
         if first is None:
             return False

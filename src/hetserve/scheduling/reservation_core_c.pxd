@@ -7,12 +7,12 @@
 import cython
 
 from hetserve.core.records_c cimport (
-    REPORT_COMPLETED, REPORT_KIND, REPORT_MODEL, REPORT_REASON, REPORT_REQUESTS,
-    REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_MODEL, REQUEST_ROWS, field, fields, record,
-    record2, record4,
+    REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_MODEL, REQUEST_ROWS, field, record, record2,
+    record4,
 )
 
 from hetserve.core.heaps_core_c cimport pop, pop_edf, push
+from hetserve.scheduling.policy_core_c cimport PolicyCore
 from hetserve.scheduling.reservation_slots_c cimport Bookings, PoolOrder, SlotTable
 
 cdef double _EPS
@@ -82,7 +82,7 @@ cdef class ModelQueue:
     cdef public list pipes
 
 
-cdef class Algorithm1:
+cdef class Algorithm1(PolicyCore):
     cdef public SlotTable table
     cdef public list names
     cdef public dict ids
@@ -101,7 +101,11 @@ cdef class Algorithm1:
     cpdef list on_timer(self, object token, double now)
 
     @cython.locals(changed=bint, out=list, mq=ModelQueue)
-    cpdef list on_stage_done(self, object report, double now)
+    cpdef list stage_report(self, object kind, object batch_id, object model, Py_ssize_t stage,
+                            object worker, double start_s, double end_s, object requests,
+                            bint completed, bint last, object reason, object blocks,
+                            Py_ssize_t blocks_done, object transfer_start_s,
+                            object transfer_end_s, double now)
 
     @cython.locals(pr=Probed)
     cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
@@ -122,4 +126,6 @@ cdef class Algorithm1:
     cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
 
     @cython.locals(has_x=bint, res=int, first=Py_ssize_t)
-    cpdef bint correct(self, object r) except? -1
+    cpdef bint correct(self, object bid, Py_ssize_t stage, object worker, double start_s,
+                       double end_s, object xs, object xe, bint completed,
+                       bint last) except? -1

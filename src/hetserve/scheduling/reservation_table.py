@@ -14,13 +14,16 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from hetserve.core import heaps, records
+from hetserve.scheduling import policy_core
 from hetserve.scheduling import reservation_core as _pure
 from hetserve.scheduling import reservation_slots as _pure_slots
 
 slots, COMPILED = heaps.build_beside(_pure_slots)
 core = _pure
 if COMPILED:  # (the core cimports the keyed heaps and the table's types)
-    core, COMPILED = heaps.build_beside(_pure, _pure_slots.LAYOUT, *records.LAYOUT)
+    core, COMPILED = heaps.build_beside(
+        _pure, _pure_slots.LAYOUT, *records.LAYOUT, *policy_core.LAYOUT
+    )
     if not COMPILED:
         slots = _pure_slots
 

@@ -1,0 +1,197 @@
+"""A scheduler's compiled core as the kernel calls it (``scheduling/policy_core.py``): the
+kernel takes the core only where the scheduler's arrivals and stage reports are that
+core's own methods, calls its arrivals and completed stages' reports directly (no
+``StageReport`` made), and the runs end exactly as through the protocol's calls."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from hetserve.core.layerlatency import LayerLatency
+from hetserve.core.outcome import OK
+from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+from hetserve.core.presets import preset
+from hetserve.core.requests import Stream
+from hetserve.engine import kernel
+from hetserve.engine.clock import VirtualClock
+from hetserve.engine.modelled import ModelledExecutor
+from hetserve.engine.setup import Setup, build_setup
+from hetserve.experiments.setup import build_trace
+from hetserve.planning.deepplan import plan_cold_starts
+from hetserve.scheduling import coldstart, make_scheduler
+from hetserve.scheduling import policy_core as pure_policy
+from hetserve.scheduling.coldstart import ColdStart
+from hetserve.scheduling.reservation import Reservation
+from hetserve.scheduling.reservation_table import core as reservation_core
+from hetserve.sim.engine import SimConfig, Simulator
+from hetserve.workload import Poisson, generate
+
+
+def _policy():
+    """The module whose ``PolicyCore`` and ``core_of`` this process's kernel uses."""
+    if kernel.COMPILED:
+        from hetserve.scheduling import policy_core_c
+
+        return policy_core_c
+    return pure_policy
+
+
+class ThroughProtocol(Reservation):
+    """``reservation`` whose calls reach its core through functions of its own: the
+    kernel cannot take the core, so every report is made and goes through
+    ``on_stage_done`` (the protocol's call)."""
+
+    def start(self, view, plan, now):
+        acts = super().start(view, plan, now)
+        core = self.algorithm
+        self.on_arrival = lambda r, t: core.on_arrival(r, t)
+        self.on_stage_done = lambda rep, t: core.on_stage_done(rep, t)
+        return acts
+
+
+class ColdThroughProtocol(ColdStart):
+    """``coldstart`` likewise (:class:`ThroughProtocol`)."""
+
+    def start(self, view, plan, now):
+        acts = super().start(view, plan, now)
+        core = self.core
+        self.on_arrival = lambda r, t: core.on_arrival(r, t)
+        self.on_stage_done = lambda rep, t: core.on_stage_done(rep, t)
+        return acts
+
+
+def _digest(res) -> str:
+    h = hashlib.sha256()
+    for a in (res.outcome, res.reason, res.batch, res.dispatch_s, res.start_s, res.finish_s):
+        h.update(np.asarray(a).tobytes())
+    h.update(repr((res.stage_rows, res.reasons, sorted(res.worker_busy_s.items()))).encode())
+    return h.hexdigest()
+
+
+def _two_pools() -> Setup:
+    base = build_setup("hc1-s", ["resnet50"])
+    st = (Stage((0, 5), "P4", 1, 12), Stage((5, 10), "L4", 1, 4))
+    plan = Plan(
+        {"resnet50": ModelPlan(base.slos_s["resnet50"], 1.0, (Pipeline(st, 4, 0.0, 2000.0),))}
+    )
+    return Setup(base.cluster, base.latency, ["resnet50"], base.slos_s, plan,
+                 bind(plan, base.cluster))  # fmt: skip
+
+
+def _run_reservation(sched):
+    s = _two_pools()
+    tr = build_trace(s, "gamma:cv=2", {"resnet50": 1700.0}, 3.0, seed=4)
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr,
+                    SimConfig(seed=3, jitter="lognormal", jitter_cv=0.3))  # fmt: skip
+    # (a first stage's worker: its batch comes back, "worker lost"; a second stage's: its
+    # batch fails, its activations lost)
+    sim.fail_worker(s.placement.workers[1].id, 1.3)
+    sim.fail_worker(s.placement.workers[12].id, 1.3)
+    res = sim.run()
+    return sim, res
+
+
+def test_the_kernel_takes_the_core_of_reservation_and_runs_as_through_the_protocol():
+    sim, res = _run_reservation(make_scheduler("reservation"))
+    assert isinstance(sim.kernel._core, _policy().PolicyCore)
+    assert sim.kernel._core is sim.scheduler.algorithm
+    other, res2 = _run_reservation(ThroughProtocol())
+    assert other.kernel._core is None
+    # (the paths were taken: completed stages, corrections, a lost worker's stage)
+    status = [r[8] for r in res.stage_rows]
+    assert status.count("completed") > 5000 and status.count("failed") == 2
+    assert (res.outcome == OK).sum() > 1000
+    assert _digest(res) == _digest(res2)
+
+
+@pytest.mark.parametrize("kind", ["pipeswitch", "pt+dha"])
+def test_the_kernel_takes_the_core_of_coldstart_and_runs_as_through_the_protocol(kind):
+    c = preset("p3-8xlarge")
+    names = [f"bert-base@{i}" for i in range(24)]
+    tr = generate([Stream(m, m, 0.1, Poisson(40 / 24)) for m in names], 15.0, 1)
+    cp, _ = plan_cold_starts(c, names, None, kind, dict.fromkeys(names, 0.1))
+    out = []
+    for sched in (make_scheduler("coldstart", {}), ColdThroughProtocol()):
+        sim = Simulator(c, LayerLatency(cp.load_plans), cp, bind(cp, c), sched, tr,
+                        SimConfig(warm=False))  # fmt: skip
+        res = sim.run()
+        out.append((sim.kernel._core, _digest(res), dict(sched.stats)))
+    assert isinstance(out[0][0], _policy().PolicyCore) and out[1][0] is None
+    assert out[0][2]["cold_requests"] > 0
+    assert out[0][1:] == out[1][1:]
+
+
+def test_core_of_takes_only_a_core_whose_calls_are_the_schedulers_own():
+    core_of = _policy().core_of
+    s = _two_pools()
+    view = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                     [], SimConfig()).kernel.view  # fmt: skip
+    r = make_scheduler("reservation")
+    assert core_of(r) is None  # (before start: its own methods, which call the core)
+    r.start(view, s.plan, 0.0)
+    assert core_of(r) is r.algorithm
+    t = ThroughProtocol()
+    t.start(view, s.plan, 0.0)
+    assert core_of(t) is None
+    # a core class that answers ``on_stage_done`` itself: the kernel would not call it
+    same_build = reservation_core.__name__.endswith("_c") is kernel.COMPILED
+    if same_build:
+
+        class OwnReports(reservation_core.Algorithm1):
+            def on_stage_done(self, report, now):
+                return []
+
+        u = make_scheduler("reservation")
+        u.start(view, s.plan, 0.0)
+        a = u.algorithm
+        own = OwnReports(a.table, a.names, a.ids, a.lost, a.margin_s, a.pipes, [], 0)
+        u.on_arrival, u.on_stage_done = own.on_arrival, own.on_stage_done
+        assert core_of(u) is None
+    # another scheduler: none
+    assert core_of(make_scheduler("fixed-batch")) is None
+
+
+def test_a_subclass_of_a_core_that_overrides_its_report_is_still_called():
+    """``stage_report`` is a ``cpdef`` method: the kernel's C call reaches a Python
+    subclass's override."""
+    calls = []
+
+    class Counting(coldstart.core.ColdStartCore):
+        def stage_report(self, kind, *rest):
+            calls.append(kind)
+            return super().stage_report(kind, *rest)
+
+    class CountingColdStart(ColdStart):
+        core_class = Counting
+
+    c = preset("p3-8xlarge")
+    names = [f"bert-base@{i}" for i in range(6)]
+    tr = generate([Stream(m, m, 0.1, Poisson(2.0)) for m in names], 5.0, 2)
+    cp, _ = plan_cold_starts(c, names, None, "pt+dha", dict.fromkeys(names, 0.1))
+    sched = CountingColdStart()
+    sim = Simulator(c, LayerLatency(cp.load_plans), cp, bind(cp, c), sched, tr,
+                    SimConfig(warm=False))  # fmt: skip
+    res = sim.run()
+    if coldstart.COMPILED == kernel.COMPILED:  # (one build: the kernel takes the core)
+        assert sim.kernel._core is sched.core
+    assert calls.count("stage") == len([r for r in res.stage_rows if r[8] == "completed"])
+    assert "load" in calls
+
+
+def test_a_server_calls_the_protocol():
+    """With ``strict=False`` (serving), the kernel takes no core: its guards call the
+    scheduler's methods."""
+    s = _two_pools()
+    sched = make_scheduler("reservation")
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, [], SimConfig())
+    clock = VirtualClock()
+    ex = ModelledExecutor()
+    k = kernel.Kernel(sim.kernel.view, s.plan, sched, ex, clock, strict=False)
+    k.start(0.0)
+    assert k._core is None
+    k2 = kernel.Kernel(sim.kernel.view, s.plan, make_scheduler("reservation"),
+                       ModelledExecutor(),
+                       VirtualClock(), strict=True)  # fmt: skip
+    k2.start(0.0)
+    assert k2._core is k2.scheduler.algorithm
