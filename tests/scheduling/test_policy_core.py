@@ -195,3 +195,31 @@ def test_a_server_calls_the_protocol():
                        VirtualClock(), strict=True)  # fmt: skip
     k2.start(0.0)
     assert k2._core is k2.scheduler.algorithm
+
+
+def test_the_kernel_calls_the_modelled_start_as_c_and_an_executors_own_start_through_python():
+    """``entities.StageStarter``: the modelled executor's start is the kernel's C call; an
+    executor whose class has a start of its own is called through it, and the runs end
+    the same."""
+    from hetserve.engine.entities import starter_of
+
+    calls = []
+
+    class OwnStart(ModelledExecutor):
+        def start(self, task, now):
+            calls.append(task)
+            super().start(task, now)
+
+    out = []
+    for ex in (None, OwnStart(seed=3, jitter="lognormal", jitter_cv=0.3)):
+        s = _two_pools()
+        tr = build_trace(s, "gamma:cv=2", {"resnet50": 1700.0}, 3.0, seed=4)
+        sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                        tr, SimConfig(seed=3, jitter="lognormal", jitter_cv=0.3),
+                        executor=ex)  # fmt: skip
+        starter = sim.kernel._starter  # (before the run: its end lets go of it)
+        assert starter is starter_of(sim.executor)
+        res = sim.run()
+        out.append((starter, _digest(res)))
+    assert out[0][0] is not None and out[1][0] is None and len(calls) > 5000
+    assert out[0][1] == out[1][1]

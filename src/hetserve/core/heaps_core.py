@@ -115,6 +115,8 @@ def pop_edf(q: list[Any], limit: int, queued_rows: int = -1) -> tuple[tuple[Any,
     pops)."""
     if queued_rows == len(q):
         k = limit if limit < queued_rows else queued_rows
+        if k == 1:  # (the most common batch at a low load: its tuple made at once)
+            return (pop(q)[2],), 1
         return tuple([pop(q)[2] for _ in range(k)]), k
     out = []
     n = 0

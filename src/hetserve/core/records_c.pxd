@@ -14,6 +14,9 @@ cdef extern from "Python.h":
     object PyType_GenericAlloc(type cls, Py_ssize_t n)
     # a list's length set, its items and memory left as they are
     void Py_SET_SIZE(list o, Py_ssize_t n)
+    # ``PyList_SetSlice`` with NULL for the items: the slice deleted
+    int _list_del_slice "PyList_SetSlice" (list o, Py_ssize_t lo, Py_ssize_t hi,
+                                           void *items) except -1
 
 
 cdef inline object pop_last(list items):
@@ -29,6 +32,11 @@ cdef inline object pop_last(list items):
     Py_SET_SIZE(items, n - 1)
     Py_DECREF(x)  # (the list's, which it no longer holds)
     return x
+
+
+cdef inline void clear(list items) except *:
+    """``del items[:]``: one C call (no slice object made)."""
+    _list_del_slice(items, 0, PyList_GET_SIZE(items), NULL)
 
 
 cdef inline object take(list items, Py_ssize_t i):

@@ -21,8 +21,8 @@ from hetserve.core.compiled import build_of
 from hetserve.engine import entities_core as _pure
 
 __all__ = [
-    "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot", "Task",
-    "build_beside", "core", "new_batch", "new_task",
+    "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot",
+    "StageStarter", "Task", "build_beside", "core", "new_batch", "new_task", "starter_of",
 ]  # fmt: skip
 
 
@@ -51,11 +51,14 @@ if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
         ObserverCall,
         ObserverCore,
         Slot,
+        StageStarter,
         Task,
         new_batch,
         new_task,
+        starter_of,
     )
 else:
     Batch, LinkTable, Slot, Task = core.Batch, core.LinkTable, core.Slot, core.Task
     HostLinks, ObserverCall, ObserverCore = core.HostLinks, core.ObserverCall, core.ObserverCore
     new_batch, new_task = core.new_batch, core.new_task
+    StageStarter, starter_of = core.StageStarter, core.starter_of

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from types import MethodType
 from typing import Any
 
 from hetserve.core.cluster import Cluster
@@ -41,9 +42,11 @@ __all__ = [
     "ObserverCall",
     "ObserverCore",
     "Slot",
+    "StageStarter",
     "Task",
     "new_batch",
     "new_task",
+    "starter_of",
 ]
 
 
@@ -547,6 +550,30 @@ class ObserverCore:
         outputs: Sequence[Any] | None,
     ) -> None:
         """``Observer.ended``."""
+
+
+class StageStarter:
+    """An executor's stage start that the compiled kernel calls as a C method, with C
+    arguments (``Executor.start``): the modelled executor's (``engine/modelled_core.py``,
+    ``ModelledStart``) is one. The kernel takes it where the executor's ``start`` is its
+    bound method (:func:`starter_of`); any other start is called through Python. A
+    subclass's Python method is still the one called (as :class:`ObserverCore`'s)."""
+
+    def start(self, task: Task, now: float) -> None:
+        """``Executor.start``."""
+        raise NotImplementedError
+
+
+def starter_of(executor: Any) -> StageStarter | None:
+    """The :class:`StageStarter` whose method ``executor.start`` is (as bound by the
+    executor), or None."""
+    fn = executor.start
+    if type(fn) is not MethodType:
+        return None
+    starter = fn.__self__
+    if not isinstance(starter, StageStarter) or fn != starter.start:
+        return None
+    return starter
 
 
 class ObserverCall(ObserverCore):

@@ -141,6 +141,13 @@ cdef class ObserverCore:
                 object outputs)
 
 
+cdef class StageStarter:
+    cpdef start(self, Task task, double now)
+
+
+cpdef StageStarter starter_of(object executor)
+
+
 cdef class ObserverCall(ObserverCore):
     cdef public object observer
 

@@ -120,13 +120,14 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         STEP_PLANNED_START_S,
         STEP_STAGE,
         STEP_WORKER,
+        clear,
         field,
         fields,
         record,
         record7,
         record15,
     )
-    from hetserve.engine.entities import new_batch, new_task
+    from hetserve.engine.entities import new_batch, new_task, starter_of
     from hetserve.scheduling.policy_core import core_of
 
 LOG = logging.getLogger("hetserve.engine")
@@ -247,6 +248,8 @@ class Kernel:
         self._heap = clock.heap if type(clock) is VirtualClock else None
         executor.attach(self)
         self._exec_start = executor.start  # (as ``attach`` bound it)
+        # the modelled executor's start as a C call (``entities.StageStarter``)
+        self._starter = starter_of(executor)
 
     @property
     def observer(self) -> Observer:
@@ -273,7 +276,7 @@ class Kernel:
         if type(self.clock) is VirtualClock:
             self.clock.heap.clear()
         self._ask = self._apply = self._timer_cb = self._expire_cb = self._arrived_cb = None
-        self.stage_done_at_cb = self._exec_start = None
+        self.stage_done_at_cb = self._exec_start = self._starter = None
         self.executor.close()
 
     # ------------------------------------------------------------------ the ledger
@@ -671,7 +674,7 @@ class Kernel:
             del self.batches[b.id]
             # the batch and its tasks a cycle no more: freed as soon as they are dropped,
             # not by the garbage collector (which a cycle a batch made run ~8x as often)
-            del b.tasks[:]  # (``list.clear`` compiled is a call by name)
+            clear(b.tasks)  # (``list.clear`` compiled is a call by name)
             end_block = blk1
             reqs = b.requests
             if b.gone is not None:  # (some were cancelled: their parts are discarded)
@@ -1122,8 +1125,12 @@ class Kernel:
     def _start(self, w: entities.Slot, task: entities.Task, now: float) -> None:
         task.start_s = now
         w.running = task
+        starter = self._starter
         try:
-            self._exec_start(task, now)
+            if starter is not None:
+                starter.start(task, now)
+            else:
+                self._exec_start(task, now)
         except Exception as err:
             self._start_failed(task, err, now)
             return
@@ -1176,7 +1183,7 @@ class Kernel:
         self.batches.pop(b.id, None)
         for t in b.tasks:
             t.dead = True
-        b.tasks.clear()  # (see ``stage_done``)
+        clear(b.tasks)  # (see ``stage_done``)
         live = _live(b)
         if reason not in RETURNED and reason != WITHDRAWN:
             # a failure: of the closed set (an executor's own text is a stage's error),

@@ -13,10 +13,11 @@ import cython
 from hetserve.core.heaps_core_c cimport EventHeap, pop, push
 from hetserve.core.records_c cimport (
     LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, REQUEST_ID, REQUEST_MODEL, STEP_BLOCKS,
-    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record, record7, record15,
+    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, clear, field, fields, record, record7,
+    record15,
 )
 from hetserve.engine.entities_core_c cimport (
-    Batch, LinkTable, ObserverCore, Slot, Task, new_batch, new_task,
+    Batch, LinkTable, ObserverCore, Slot, StageStarter, Task, new_batch, new_task, starter_of,
 )
 from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of
 
@@ -56,6 +57,7 @@ cdef class Kernel:
     cdef public object _on_stage_done
     cdef public PolicyCore _core
     cdef public object _exec_start
+    cdef public StageStarter _starter
     cdef public bint _unit
     cdef public bint _rebound
     cdef public object _timer_cb
@@ -114,6 +116,7 @@ cdef class Kernel:
     @cython.locals(task=Task)
     cpdef _try_start(self, Slot w, double now)
 
+    @cython.locals(starter=StageStarter)
     cpdef _start(self, Slot w, Task task, double now)
 
     cpdef _close(self, object requests, bint check=*)

@@ -86,6 +86,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
         STEP_BLOCKS,
         field,
     )
+    from hetserve.engine.entities import StageStarter
 
 if TYPE_CHECKING:
     from hetserve.engine.executor import Kernel
@@ -376,7 +377,7 @@ class LastRun:
         self.run: tuple = ()
 
 
-class ModelledStart:
+class ModelledStart(StageStarter):
     """The modelled executor's stage start (``engine.modelled``, whose module docstring
     says what a stage takes), here so that it is compiled with the kernel: it runs for
     every stage. ``ModelledExecutor.attach`` makes one and binds its :meth:`start` on
@@ -436,6 +437,7 @@ class ModelledStart:
         else:
             hit = self._run_of(model, w, wi, n, blocks, b0, b1)
         cum, energy, dha, m = hit
+        plain = True  # (the run as the latency model has it: ``hit`` is its ``Task.run``)
         held_at = self.held_at
         h = held_at[wi] if 0 <= wi < len(held_at) else None
         if h is None:
@@ -458,16 +460,22 @@ class ModelledStart:
                 dur = self.residency.cold_run_s(h, w.info, model, n, now)
                 energy *= dur / max(cum[len(cum) - 1], 1e-12)
                 cum = (dur,)
+            plain = False
         if self.overhead_s and task.index == 0:
             extra = self.overhead_s * n
             cum = tuple([c + extra for c in cum])
+            plain = False
         if self.jitter_on:
             j = ex._jitter()
             cum = tuple([c * j for c in cum])
             energy *= j
+            plain = False
         if dha > 0:
             cum, energy = self.residency.dha_contention(h, w.gpu_id, model, dha, cum, energy, now)
-        task.run = (cum, energy)
+            plain = False
+        # (``Task.run`` is read as (block end times, energy): the run as found, where
+        # nothing changed it, else a pair made for it)
+        task.run = hit if plain else (cum, energy)
         end_s = cum[len(cum) - 1]  # (a C double compiled: the end's time, no float made)
         if self.heap is not None:
             self.heap.push(now + end_s, self.done_at, task, task.version)

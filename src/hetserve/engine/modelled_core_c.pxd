@@ -19,7 +19,7 @@ from hetserve.core.records_c cimport (
     STEP_BLOCKS,
     field,
 )
-from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, Task
+from hetserve.engine.entities_core_c cimport Batch, HostLinks, Slot, StageStarter, Task
 
 
 cdef class Held:
@@ -91,7 +91,7 @@ cdef class LastRun:
     cdef public tuple run
 
 
-cdef class ModelledStart:
+cdef class ModelledStart(StageStarter):
     cdef public object ex
     cdef public object kernel
     cdef public dict runs
@@ -113,7 +113,7 @@ cdef class ModelledStart:
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    hit=tuple, wi=Py_ssize_t, end_s=double, held_at=list, last=LastRun,
-                   last_at=list)
+                   last_at=list, plain=bint)
     cpdef start(self, Task task, double now)
 
     @cython.locals(mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, kind_of=list, k=Py_ssize_t,

@@ -76,10 +76,10 @@ class PolicyCore:
         transfer_start_s: float | None,
         transfer_end_s: float | None,
         now: float,
-    ) -> list:
+    ) -> list | None:
         """``on_stage_done`` of the report with these fields (``StageReport``'s, in its
-        order), at ``now``: the actions it takes. The kernel calls this itself after a
-        stage completed, without making the report."""
+        order), at ``now``: the actions it takes (None: none, as ``[]``). The kernel calls
+        this itself after a stage completed, without making the report."""
         raise NotImplementedError
 
     def on_stage_done(self, report: Any, now: float) -> list:
@@ -87,10 +87,11 @@ class PolicyCore:
         report's fields."""
         (kind, bid, model, stage, worker, start_s, end_s, requests, completed, last,
          reason, blocks, blocks_done, xs, xe) = fields(report)  # fmt: skip
-        return self.stage_report(
+        acts = self.stage_report(
             kind, bid, model, stage, worker, start_s, end_s, requests, completed, last,
             reason, blocks, blocks_done, xs, xe, now,
         )  # fmt: skip
+        return acts if acts is not None else []
 
 
 def core_of(scheduler: Any) -> PolicyCore | None:

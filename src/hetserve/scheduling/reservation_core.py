@@ -404,12 +404,12 @@ class Algorithm1(PolicyCore):
         transfer_start_s: float | None,
         transfer_end_s: float | None,
         now: float,
-    ) -> list:
+    ) -> list | None:
         """A stage report (``on_stage_done``, its fields: ``PolicyCore``): the feedback
         correction; preempted requests back in their queue; Algorithm 1 again where
         anything moved."""
         if kind != "stage":
-            return []
+            return None  # (no actions: ``PolicyCore.on_stage_done`` says ``[]``)
         # (the tables say who is busy: no counts kept)
         changed = self.correct(
             batch_id, stage, worker, start_s, end_s, transfer_start_s, transfer_end_s,
@@ -424,7 +424,7 @@ class Algorithm1(PolicyCore):
         if not changed:
             # everything ran as reserved: nothing a new decision could use (Algorithm 1
             # runs on arrivals, at the wake-up timer and when resources change)
-            return []
+            return None
         out: list = []
         self.try_model(self.queues[model], model, now, out)
         return out
