@@ -479,7 +479,8 @@ class Kernel:
         The loop is the kernel's so that its per-request path costs no call beyond the
         scheduler's: an arrival, a timer and a modelled stage's end are :meth:`arrive`,
         :meth:`_timer` and :meth:`stage_done_at` written inline (the same steps; an
-        arrival's id is its index, and its one row leaves batches' sizes their lengths)."""
+        arrival's id is its index, and its one row leaves batches' sizes their lengths;
+        an input's transfer's end is :meth:`_arrived`, without its call)."""
         clock = self.clock
         if type(clock) is not VirtualClock:
             raise TypeError("Kernel.run drives the engine's VirtualClock")
@@ -488,7 +489,7 @@ class Kernel:
         heap = clock.heap
         held = self.held
         on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
-        timer, done_at = self._timer_cb, self.stage_done_at_cb
+        timer, done_at, arrived = self._timer_cb, self.stage_done_at_cb, self._arrived_cb
         dl = self.deadlines
         watch, fifo_of, new_head, watched = dl.add, dl.fifos.get, dl.head, held.get
         expire = self._expire_cb
@@ -535,6 +536,8 @@ class Kernel:
                 task = a
                 if task.version == b:
                     self.stage_done(task, now, None)
+            elif fn is arrived:  # ``_arrived``, inline (a stage's input came over the links)
+                self._input_arrived(a, now)
             elif fn is timer:  # ``_timer``, inline
                 acts = on_timer(a, b if now < b else now)
                 if acts:
