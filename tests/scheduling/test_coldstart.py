@@ -172,7 +172,7 @@ class _BatchOfOneAsWritten:
             g.running, g.busy_until = bid, finish
             g.running_model = m
             if m in g.resident:
-                g.resident.move_to_end(m)
+                g.resident[m] = g.resident.pop(m)
             out.append(Dispatch(bid, m, (head,), (RouteStep(0, g.id, now, (0, self._nb[m])),)))
 
 

@@ -187,7 +187,8 @@ class Residency:
         # (asked once: a check against a protocol looks up its members each time)
         self._graph_blocks = isinstance(latency, GraphBlocksModel)
         self._bytes_cache: dict[str, list[float]] = {}
-        self._mask_bytes: dict[tuple[str, int], float] = {}
+        # model -> mask -> bytes (by model, then mask: no tuple key made per look-up)
+        self._mask_bytes: dict[str, dict[int, float]] = {}
         # loads that follow load plans (core.layerlatency), over host links they share
         self.cold_model = cold_start_model(latency)
         self.host_links = entities.HostLinks(cluster)
@@ -240,8 +241,10 @@ class Residency:
 
     def bytes_of(self, model: str, mask: int) -> float:
         """Parameter bytes of the blocks in ``mask``."""
-        key = (model, mask)
-        hit = self._mask_bytes.get(key)
+        per = self._mask_bytes.get(model)
+        if per is None:
+            per = self._mask_bytes[model] = {}
+        hit = per.get(mask)
         if hit is not None:
             return hit
         bb = self.block_bytes(model)
@@ -253,7 +256,7 @@ class Residency:
         for i in range(min(len(bb), top - 1)):
             if bits[top - i] == "1":
                 total += bb[i]
-        self._mask_bytes[key] = total
+        per[mask] = total
         return total
 
     def warm_start(self, plan: Plan, placement: Placement, held: dict[str, Held]) -> None:

@@ -53,7 +53,7 @@ cdef class Residency:
     cdef public object cold_model
     cdef public HostLinks host_links
 
-    @cython.locals(key=tuple, bb=list, total=double, i=Py_ssize_t, bits=str, top=Py_ssize_t)
+    @cython.locals(per=dict, bb=list, total=double, i=Py_ssize_t, bits=str, top=Py_ssize_t)
     cpdef double bytes_of(self, object model, object mask) except? -1.0
 
     @cython.locals(h=Held, resident=dict, whole=double)

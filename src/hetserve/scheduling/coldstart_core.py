@@ -38,7 +38,7 @@ this file).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
 from typing import Annotated
 
@@ -92,7 +92,9 @@ class GpuState:
         self.gpu_name = gpu_name  # (its GPU type's name: what the latency model is asked)
         self.cap = cap_b
         self.used = 0.0
-        self.resident: OrderedDict[str, float] = OrderedDict()
+        # (a dict keeps its keys in the order they went in: a model used again is taken
+        # out and put back, the last; the first is the least recently used)
+        self.resident: dict[str, float] = {}
         self.loading: dict[str, float] = {}
         self.queue: list[Request] = []  # (short: a list's C calls beat a deque's by name)
         self.running: int | None = None
@@ -363,8 +365,8 @@ class ColdStartCore(PolicyCore):
             g.running_model = m
             g.busy_until = finish
             res = g.resident
-            if m in res:
-                res.move_to_end(m)
+            if m in res:  # (used again: the most recent)
+                res[m] = res.pop(m)
             step = record4(RouteStep, 0, g.id, now, (0, self._nb[m]))
             out.append(record4(Dispatch, bid, m, tuple(take), (step,)))
             return
@@ -445,8 +447,9 @@ class ColdStartCore(PolicyCore):
             m = model
             g.loading.pop(m, None)
             if completed and w not in self.lost:
-                g.resident[m] = now
-                g.resident.move_to_end(m)
+                res = g.resident
+                res.pop(m, None)  # (the most recent: last)
+                res[m] = now
             else:
                 self.where.get(m, set()).discard(w)
                 g.used -= self._bytes_on(g, m)

@@ -27,7 +27,7 @@ cdef class GpuState:
     cdef public str gpu_name
     cdef public double cap
     cdef public double used
-    cdef public object resident
+    cdef public dict resident
     cdef public dict loading
     cdef public list queue
     cdef public object running
