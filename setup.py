@@ -96,6 +96,9 @@ HEAPS_PXD = "src/hetserve/core/heaps_core_c.pxd"
 SLOTS_PXD = "src/hetserve/scheduling/reservation_slots_c.pxd"
 RECORDS_PXD = "src/hetserve/core/records_c.pxd"  # (inline C only: no module of its own)
 POLICY_PXD = "src/hetserve/scheduling/policy_core_c.pxd"
+# (a build that cimports the policy core is checked against its source too: it is the one
+# build that no module takes by name, only through those that cimport it)
+POLICY = [POLICY_PXD, "src/hetserve/scheduling/policy_core.py"]
 EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions, the records' inline C)
@@ -123,7 +126,7 @@ EXTENSIONS = [
             ENTITIES_PXD,
             HEAPS_PXD,
             RECORDS_PXD,
-            POLICY_PXD,
+            *POLICY,
         ],
     ),
     (
@@ -134,7 +137,7 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.coldstart_core_c",
         "src/hetserve/scheduling/coldstart_core.py",
-        ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD, POLICY_PXD],
+        ["src/hetserve/scheduling/coldstart_core_c.pxd", RECORDS_PXD, *POLICY],
     ),
     (
         "hetserve.scheduling.edf_adaptive_core_c",
@@ -154,7 +157,9 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.reservation_slots_c",
         "src/hetserve/scheduling/reservation_slots.py",
-        [SLOTS_PXD, HEAPS_PXD],  # (it cimports nothing; taken only beside the heaps' build)
+        # (it cimports nothing; taken only beside the heaps' build, and so only where it is
+        # newer than what the heaps' build is checked against: core.heaps.LAYOUT)
+        [SLOTS_PXD, HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.reservation_core_c",
@@ -164,7 +169,7 @@ EXTENSIONS = [
             SLOTS_PXD,
             HEAPS_PXD,
             RECORDS_PXD,
-            POLICY_PXD,
+            *POLICY,
         ],
     ),
     (
