@@ -150,6 +150,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = f"{tmp}/cg.out"
             sim = ["--cache-sim=yes"] if a.cache_sim else []
+            if a.keep:  # (names written out in each dump: the simulation's alone is kept)
+                sim.append("--compress-strings=no")
             proc = subprocess.Popen(
                 ["valgrind", "--tool=callgrind", *sim, f"--callgrind-out-file={out}",
                  sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d),
@@ -166,7 +168,7 @@ def main() -> None:
             subprocess.run(["callgrind_control", "--dump=setup", str(proc.pid)], check=True,
                            capture_output=True)  # fmt: skip
             rest, err = proc.communicate("go\n")
-            if a.keep:  # (the dump of the simulation alone; the setup's is ``.1``)
+            if a.keep:  # (the dump of the simulation alone; the setup's was ``.1``)
                 Path(a.keep).mkdir(parents=True, exist_ok=True)
                 shutil.copy(out, Path(a.keep) / f"{a.planner}-{d:g}s.callgrind")
             req = re.search(r"requests (\d+)", rest)
@@ -183,6 +185,8 @@ def main() -> None:
         print(f"{d:g} s of arrivals: {n:,} requests, {ins:,} instructions after the setup "
               f"({ins / n:,.0f} per request){extra}")  # fmt: skip
     (n0, i0, m0), (n1, i1, m1) = got[0], got[-1]
+    if n1 == n0:  # (one duration: no difference to take; its own count is above)
+        return
     extra = f", {(m1 - m0) / (n1 - n0):,.1f} D1 misses" if a.cache_sim else ""
     print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request{extra} "
           f"(the difference of the two runs)")  # fmt: skip

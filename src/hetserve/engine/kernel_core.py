@@ -819,12 +819,24 @@ class Kernel:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
                 push(w.ready, (t.step.planned_start_s, next(self._seq), t))
-        # (``engine.rules.load_report``, made without its Python calls: a cold start's path)
-        rep = record(StageReport, (
-            "load", -1, model, 0, worker, start_s, now, (), ok, False, reason, blocks, 0, None,
-            None,
-        ))  # fmt: skip
-        self._report(rep, now)
+        core = self._core
+        if core is not None and not self._reported:
+            # the load's report's fields to the scheduler's core, as C (as ``stage_done``
+            # does: no report made, no Python call; a cold-start-heavy run loads every few
+            # requests)
+            acts = core.stage_report(
+                "load", -1, model, 0, worker, start_s, now, (), ok, False, reason, blocks, 0,
+                None, None, now,
+            )  # fmt: skip
+            if acts:
+                self._apply_strict(acts, now)
+        else:
+            # (``engine.rules.load_report``, made without its Python calls)
+            rep = record(StageReport, (
+                "load", -1, model, 0, worker, start_s, now, (), ok, False, reason, blocks, 0,
+                None, None,
+            ))  # fmt: skip
+            self._report(rep, now)
         if ok and w.running is None and w.ready:
             self._try_start(w, now)
 

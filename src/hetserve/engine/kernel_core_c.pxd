@@ -85,6 +85,9 @@ cdef class Kernel:
 
     cpdef stage_done_at(self, Task task, object version, double now)
 
+    @cython.locals(w=Slot, core=PolicyCore)
+    cpdef load_finished(self, object a, double start_s, double now, bint ok=*, object reason=*)
+
     cpdef _timer(self, object token, double at_s, double now)
 
     @cython.locals(t=double, held=dict)
