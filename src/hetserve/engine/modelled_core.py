@@ -658,6 +658,8 @@ class ModelledLoads:
         where they now fit."""
         h = self.held[field(a, LOAD_WORKER)]
         self.residency.evict(h, field(a, LOAD_MODEL), field(a, LOAD_BLOCKS))
+        if not h.waits:  # (the common case: no load waits; no list of them made)
+            return
         for key, (wa, new) in list(h.waits.items()):  # loads waiting for this room
             if h.mem_used + self.residency.bytes_of(wa.model, new) <= h.mem_cap * (1 + 1e-9):
                 del h.waits[key]

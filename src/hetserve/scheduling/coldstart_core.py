@@ -165,6 +165,9 @@ class ColdStartCore(PolicyCore):
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self.pending: deque[Request] = deque()
         self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
+        # each model's blocks, all of them, as a Load, an Evict and a RouteStep name them
+        # (one tuple per model, not one per action)
+        self._span = {m: (0, n) for m, n in self._nb.items()}
         self._cold_by: dict[str, float] = {}  # (each model's planned cold start, s)
 
     @property
@@ -285,7 +288,7 @@ class ColdStartCore(PolicyCore):
         g.used += self._bytes_on(g, model)
         g.loading[model] = now + self._cold_s(model)
         self.n_loads += 1
-        return record4(Load, g.id, model, (0, self._nb[model]), False)
+        return record4(Load, g.id, model, self._span[model], False)
 
     def _make_room(self, g: GpuState, model: str, out: list[Action]) -> bool:
         """Evict idle LRU instances on ``g`` until ``model`` fits; False if it cannot."""
@@ -313,7 +316,7 @@ class ColdStartCore(PolicyCore):
             self.where[m].discard(g.id)
             g.used -= self._bytes_on(g, m)
             self.n_evictions += 1
-            out.append(record(Evict, (g.id, m, (0, self._nb[m]))))
+            out.append(record(Evict, (g.id, m, self._span[m])))
         return True
 
     def _route(self, r: Request, now: float, out: list[Action]) -> bool:
@@ -367,7 +370,7 @@ class ColdStartCore(PolicyCore):
             res = g.resident
             if m in res:  # (used again: the most recent)
                 res[m] = res.pop(m)
-            step = record4(RouteStep, 0, g.id, now, (0, self._nb[m]))
+            step = record4(RouteStep, 0, g.id, now, self._span[m])
             out.append(record4(Dispatch, bid, m, tuple(take), (step,)))
             return
 

@@ -62,6 +62,7 @@ cdef class ColdStartCore(PolicyCore):
     cdef public dict _warm
     cdef public object pending
     cdef public dict _nb
+    cdef public dict _span
     cdef public object cold
     cdef public dict _canon
     cdef public dict _cold_by
