@@ -202,6 +202,70 @@ def test_the_batch_of_one_shortcut_decides_as_written(kind):
     assert out[0][2] == out[1][2]
 
 
+REFUSED: list[int] = []  # (the GPUs ``_RouteAsWritten`` found without room, in order)
+
+
+class _RouteAsWritten:
+    """The ``coldstart`` scheduler's choice of GPU written the plain way (the specification
+    of its least-backlog shortcut): a holder of the model with the least backlog (then the
+    least name); else every live GPU ranked so, the first where the model fits (room made
+    for it)."""
+
+    def _route(self, r, now, out):
+        m = r.model
+        holders = self.where.get(m)
+        if holders:
+            g = self.gpus[min(self._by_backlog(holders, now))[1]]
+        else:
+            for _, w in sorted(self._by_backlog(self.live, now)):
+                g = self.gpus[w]
+                if self._make_room(g, m, out):
+                    out.append(self._load(g, m, now))
+                    break
+                REFUSED.append(1)
+            else:
+                return False
+        g.queue.append(r)
+        g.queued_s += self._warm_s(m, g.id, r.rows)
+        if m not in g.resident:
+            self.cold_ids.append(r.id)
+            self.n_cold += 1
+        if g.running is None:
+            self._next(g, now, out)
+        return True
+
+
+@pytest.mark.parametrize("reserve_gb", [5.0, 14.5])
+def test_the_least_backlog_shortcut_routes_as_written(reserve_gb):
+    """A cold-start-heavy run ends the same with the scheduler's choice of GPU and with
+    the plain version of it; with little memory per GPU (``memory_reserve_gb`` 14.5 of a
+    V100's 16), the GPU with the least backlog often has no room (its instances all
+    queued for), and the next ones are tried in order."""
+    from hetserve.scheduling.coldstart import ColdStart, core
+
+    class PlainCore(_RouteAsWritten, core.ColdStartCore):
+        pass
+
+    class Plain(ColdStart):
+        core_class = PlainCore
+
+    names = [f"bert-base@{i}" for i in range(180)]
+    plan, lat, pl = setup(names, "pt+dha")
+    tr = generate([Stream(m, m, 0.1, Poisson(200 / len(names))) for m in names], 10.0, 5)
+    REFUSED.clear()
+    out = []
+    params = {"memory_reserve_gb": reserve_gb}
+    for sched in (make_scheduler("coldstart", params), Plain(memory_reserve_gb=reserve_gb)):
+        res = Simulator(P3, lat, plan, pl, sched, tr, SimConfig(warm=False)).run()
+        out.append((res.outcome.tolist(), res.finish_s.tolist(), dict(sched.stats)))
+    assert out[0][2]["loads"] > 100
+    if reserve_gb > 10:
+        assert len(REFUSED) > 10  # (the path after a refusal was taken)
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+    assert out[0][2] == out[1][2]
+
+
 def test_instances_of_one_architecture_and_plan_are_asked_about_once():
     """The engine and the scheduler keep what they ask of the latency model once per
     canonical instance (``ColdStartModel.canonical_instance``): with a latency model that

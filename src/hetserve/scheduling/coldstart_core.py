@@ -271,6 +271,21 @@ class ColdStartCore(PolicyCore):
             out.append(((bu if bu > now else now) + g.queued_s - now, w))
         return out
 
+    def _least_backlog(self, ws: Iterable[WorkerId], now: float) -> WorkerId:
+        """The first of :meth:`_by_backlog`'s pairs in order (the least backlog, then the
+        least name): its worker, found without a pair made per worker (``ws`` not empty)."""
+        gpus = self.gpus
+        best = None
+        best_s = 0.0
+        for w in ws:
+            g = gpus[w]
+            bu = g.busy_until
+            s = (bu if bu > now else now) + g.queued_s - now
+            if best is None or s < best_s or (s == best_s and w < best):
+                best = w
+                best_s = s
+        return best
+
     def _dequeue(self, g: GpuState, r: Request) -> None:
         q = g.queue
         if q[0] is r:
@@ -326,15 +341,25 @@ class ColdStartCore(PolicyCore):
             for w in holders:  # (its one worker: a loop over a set is C, an unpacking not)
                 g = self.gpus[w]
         elif holders:
-            g = self.gpus[min(self._by_backlog(holders, now))[1]]
+            g = self.gpus[self._least_backlog(holders, now)]
         else:
-            for _, w in sorted(self._by_backlog(self.live, now)):
-                g = self.gpus[w]
-                if self._make_room(g, m, out):
-                    out.append(self._load(g, m, now))
-                    break
-            else:
+            live = self.live
+            if not live:
                 return False
+            # the live GPUs by backlog, the first where the model fits (made room for):
+            # the first in that order is found alone, and the rest ranked only where it
+            # has no room (a refusal changes nothing: ``_make_room``)
+            g = self.gpus[self._least_backlog(live, now)]
+            if self._make_room(g, m, out):
+                out.append(self._load(g, m, now))
+            else:
+                for _, w in sorted(self._by_backlog(live, now)):
+                    g = self.gpus[w]
+                    if self._make_room(g, m, out):
+                        out.append(self._load(g, m, now))
+                        break
+                else:
+                    return False
         g.queue.append(r)
         rows = field(r, REQUEST_ROWS)
         g.queued_s += self._warm1_on(g, m) if rows == 1 else self._warm_s(m, g.id, rows)

@@ -87,6 +87,9 @@ cdef class ColdStartCore(PolicyCore):
     @cython.locals(gpus=dict, out=list, g=GpuState, bu=double)
     cpdef list _by_backlog(self, object ws, double now)
 
+    @cython.locals(gpus=dict, g=GpuState, bu=double, s=double, best_s=double)
+    cpdef object _least_backlog(self, object ws, double now)
+
     @cython.locals(left=double, rows=Py_ssize_t)
     cpdef void _dequeue(self, GpuState g, object r) except *
 
@@ -95,7 +98,7 @@ cdef class ColdStartCore(PolicyCore):
     @cython.locals(need=double, free=double, busy=set, victims=list)
     cpdef bint _make_room(self, GpuState g, object model, list out) except -1
 
-    @cython.locals(g=GpuState, rows=Py_ssize_t, holders=set)
+    @cython.locals(g=GpuState, rows=Py_ssize_t, holders=set, live=list)
     cpdef bint _route(self, object r, double now, list out) except -1
 
     @cython.locals(finish=double)

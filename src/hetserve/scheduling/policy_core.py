@@ -9,10 +9,11 @@ compiled core of its own (``reservation``'s ``Algorithm1``, ``coldstart``'s
 ``ColdStartCore``: each binds the core's methods as its own after ``start``), the core is a
 :class:`PolicyCore`, and the kernel (``engine/kernel_core.py``) asks :func:`core_of` for
 it once the scheduler has started. It then calls the core's :meth:`PolicyCore.on_arrival`
-as a C method, and after a stage that completed, :meth:`PolicyCore.stage_report` with the
-report's fields, as C values where they are numbers, instead of making the report and
-calling ``on_stage_done`` through Python. A report that is made anyway (a load's, a
-stopped batch's; any report where the driver's observer asks to see it) goes through
+as a C method, and after a stage that completed or a load that ended,
+:meth:`PolicyCore.stage_report` with the report's fields, as C values where they are
+numbers, instead of making the report and calling ``on_stage_done`` through Python. A
+report that is made anyway (a stopped batch's; any report where the driver's observer asks
+to see it) goes through
 :meth:`PolicyCore.on_stage_done`, which is ``stage_report`` of its fields: one body for
 both, so the two calls cannot differ (``tests/scheduling/test_policy_core.py`` runs the
 schedulers both ways and compares every result).
