@@ -239,7 +239,12 @@ def test_serve_places_by_type_and_survives_a_node_loss(cluster, tmp_path):
         from hetserve.experiments.live import binary_body
 
         x = __import__("numpy").zeros((1, 3, 224, 224), dtype="float32")
-        body, hdr = binary_body(x)
+        # (the plan's SLO, 10.2 ms, leaves 6 ms above the modelled best case, 4.1 ms; the
+        # Ray stage calls' cost measured at start, ``stage_overhead_s``, a few ms a stage on
+        # this 2-core machine, can take all of it, and admission then rightly refuses every
+        # request: 2 runs of 4 alone, and CI's. This test is about where workers go and a
+        # node's loss, so its requests carry a deadline of their own.)
+        body, hdr = binary_body(x, deadline_ms=100.0)
         infer = f"{url}/v2/models/vgg16/infer"
 
         def send(_):
@@ -275,10 +280,11 @@ def test_serve_places_by_type_and_survives_a_node_loss(cluster, tmp_path):
         assert lost == sorted(by_node[victim_id]), workers
         ready = httpx.get(f"{url}/v2/health/ready", timeout=10)
         assert ready.status_code == 200 and sorted(ready.json()["lost_workers"]) == lost
-        # and it keeps serving on the rest: no request fails on the lost node. A 10 ms SLO
+        # and it keeps serving on the rest: no request fails on the lost node. A deadline
         # on this loaded 2-core machine can still be out of reach for a request (a previous
         # request's reservation running late); admission then answers 503 naming the
-        # deadline, which is the right answer, so a few are allowed (2 of 60 in one CI run)
+        # deadline, which is the right answer, so a few are allowed (2 of 60 in one CI run,
+        # at the plan's 10 ms SLO)
         after = [send(i) for i in range(n_after)]
         refused = [t for code, t in after if code != 200]
         assert all(code == 503 and "deadline" in json.loads(t)["error"] for code, t in after
