@@ -109,6 +109,13 @@ class GpuState:
         self.last_warm1 = 0.0
 
 
+def _backlog_s(g: GpuState, now: float) -> float:
+    """Seconds from ``now`` until GPU ``g``'s queue would be empty: its running batch's
+    end, then its queue's batch-1 warm latencies."""
+    bu = g.busy_until
+    return (bu if bu > now else now) + g.queued_s - now
+
+
 class ColdStartCore(PolicyCore):
     """The ``coldstart`` scheduler's state and decisions for one plan (module docstring):
     :class:`ColdStart` makes one at its ``start`` and hands it the protocol's calls.
@@ -264,12 +271,7 @@ class ColdStartCore(PolicyCore):
     def _by_backlog(self, ws: Iterable[WorkerId], now: float) -> list[tuple[float, WorkerId]]:
         """(seconds until the worker's queue would be empty, worker), for each of ``ws``."""
         gpus = self.gpus
-        out = []
-        for w in ws:
-            g = gpus[w]
-            bu = g.busy_until
-            out.append(((bu if bu > now else now) + g.queued_s - now, w))
-        return out
+        return [(_backlog_s(gpus[w], now), w) for w in ws]
 
     def _least_backlog(self, ws: Iterable[WorkerId], now: float) -> WorkerId:
         """The first of :meth:`_by_backlog`'s pairs in order (the least backlog, then the
@@ -278,9 +280,7 @@ class ColdStartCore(PolicyCore):
         best = None
         best_s = 0.0
         for w in ws:
-            g = gpus[w]
-            bu = g.busy_until
-            s = (bu if bu > now else now) + g.queued_s - now
+            s = _backlog_s(gpus[w], now)
             if best is None or s < best_s or (s == best_s and w < best):
                 best = w
                 best_s = s

@@ -40,6 +40,10 @@ cdef class GpuState:
     cdef public double last_warm1
 
 
+@cython.locals(bu=double)
+cdef inline double _backlog_s(GpuState g, double now)
+
+
 cdef class ColdStartCore(PolicyCore):
     cdef public object view
     cdef public object plan
@@ -84,10 +88,10 @@ cdef class ColdStartCore(PolicyCore):
     @cython.locals(per=dict)
     cpdef double _warm1_on(self, GpuState g, object model) except? -1.0
 
-    @cython.locals(gpus=dict, out=list, g=GpuState, bu=double)
+    @cython.locals(gpus=dict)
     cpdef list _by_backlog(self, object ws, double now)
 
-    @cython.locals(gpus=dict, g=GpuState, bu=double, s=double, best_s=double)
+    @cython.locals(gpus=dict, s=double, best_s=double)
     cpdef object _least_backlog(self, object ws, double now)
 
     @cython.locals(left=double, rows=Py_ssize_t)
