@@ -173,7 +173,7 @@ class _BatchOfOneAsWritten:
             g.running_model = m
             if m in g.resident:
                 g.resident[m] = g.resident.pop(m)
-            out.append(Dispatch(bid, m, (head,), (RouteStep(0, g.id, now, (0, self._nb[m])),)))
+            out.append(Dispatch(bid, m, (head,), (RouteStep(0, g.id, now, self._span[m]),)))
 
 
 @pytest.mark.parametrize("kind", ["pipeswitch", "pt+dha"])

@@ -171,10 +171,9 @@ class ColdStartCore(PolicyCore):
         self.where: dict[str, set[WorkerId]] = {}  # model -> live workers holding it
         self._warm: dict[tuple[str, WorkerId, int], float] = {}
         self.pending: deque[Request] = deque()
-        self._nb = {m: view.latency.num_blocks(m) for m in plan.models}
         # each model's blocks, all of them, as a Load, an Evict and a RouteStep name them
         # (one tuple per model, not one per action)
-        self._span = {m: (0, n) for m, n in self._nb.items()}
+        self._span = {m: (0, view.latency.num_blocks(m)) for m in plan.models}
         self._cold_by: dict[str, float] = {}  # (each model's planned cold start, s)
 
     @property

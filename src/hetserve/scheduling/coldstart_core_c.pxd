@@ -65,7 +65,6 @@ cdef class ColdStartCore(PolicyCore):
     cdef public dict where
     cdef public dict _warm
     cdef public object pending
-    cdef public dict _nb
     cdef public dict _span
     cdef public object cold
     cdef public dict _canon
