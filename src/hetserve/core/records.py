@@ -126,7 +126,9 @@ LOAD_BLOCKS = 2
 LOAD_WAIT = 3
 
 #: ``cython`` where Cython is not installed (for the ``not cython.compiled`` above)
-NO_CYTHON = SimpleNamespace(compiled=False)
+NO_CYTHON = SimpleNamespace(
+    compiled=False, freelist=lambda n: lambda cls: cls, cclass=lambda cls: cls
+)
 
 #: the inline C that a build which ``cimport``s these was compiled with
 LAYOUT = (Path(__file__).with_name("records_c.pxd"),)

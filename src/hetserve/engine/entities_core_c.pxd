@@ -62,7 +62,6 @@ cdef class Slot:
     cdef public bint lost
 
 
-@cython.freelist(64)
 cdef class Batch:
     cdef public object d
     cdef public object id
@@ -78,7 +77,6 @@ cdef class Batch:
     cdef public object payload
 
 
-@cython.freelist(128)
 cdef class Task:
     cdef public Batch batch
     cdef public Py_ssize_t index
