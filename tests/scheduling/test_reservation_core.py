@@ -3,6 +3,7 @@ and run as plain Python gives the same results: the same tables after the same o
 (hypothesis), and the same simulation, request by request, in two processes that differ
 only in ``HETSERVE_PURE_PYTHON``."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -207,6 +208,76 @@ def test_a_pool_order_stays_sorted_over_long_random_walks(n):
         for _ in range(1500)
     ]
     _walk_pool_order(n, moves)
+
+
+LANE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("insort"), st.integers(0, 40), st.integers(0, 6), st.integers(0, 9)),
+        st.tuples(st.just("drop_past"), st.integers(0, 46)),
+        st.tuples(st.just("keep"), st.integers(0, 9), st.integers(-1, 46)),
+    ),
+    max_size=200,
+)
+
+
+def _walk_lane(ops) -> None:  # type: ignore[no-untyped-def]
+    """``ops`` on a lane, compiled and in Python, and on a list of ``(s, e, tag)``
+    tuples (``bisect.insort``): the same intervals after each."""
+    import bisect
+
+    for mod in (pure, compiled) if compiled is not None else (pure,):
+        lane = mod.Lane()
+        model: list[tuple[float, float, int]] = []
+        for op in ops:
+            if op[0] == "insort":
+                lane.insort(op[1], op[2], op[3])
+                bisect.insort(model, (op[1], op[2], op[3]))
+            elif op[0] == "drop_past":
+                lane.drop_past(op[1])
+                while model and model[0][1] <= op[1]:
+                    model.pop(0)
+            else:
+                lane.keep(op[1], op[2])
+                model = [x for x in model if x[2] != op[1] and x[1] >= op[2]]
+            assert lane.intervals() == model, mod
+            assert 0 <= lane.lo <= lane.hi <= len(lane.tags) == len(lane.s) == len(lane.e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(LANE_OPS)
+def test_a_lane_holds_what_a_sorted_list_holds(ops):
+    """A lane (its buffers moved down or grown as they fill) holds what a list of
+    ``(s, e, tag)`` tuples does under the same inserts, drops of the past and keeps."""
+    _walk_lane([
+        ("insort", op[1] / 4, (op[1] + op[2]) / 4, op[3]) if op[0] == "insort"
+        else ("drop_past", op[1] / 4) if op[0] == "drop_past"
+        else ("keep", op[1], op[2] / 4 if op[2] >= 0 else -math.inf)
+        for op in ops
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_lane_holds_what_a_sorted_list_holds_as_time_goes_on(seed):
+    """As above, over 3,000 seeded steps as a simulation takes them: time goes on,
+    intervals are reserved ahead of it and the past is dropped, so the lane fills
+    with a few dead ones at its start and makes room both ways (moving the live part
+    down, growing) many times."""
+    import random
+
+    rng = random.Random(seed)
+    now = 0.0
+    ops: list[tuple] = []
+    for _ in range(3000):
+        u = rng.random()
+        if u < 0.6:
+            start = now + rng.randrange(0, 40) / 8
+            ops.append(("insort", start, start + rng.randrange(1, 12) / 8, rng.randrange(50)))
+        elif u < 0.95:
+            now += rng.randrange(0, 3) / 8
+            ops.append(("drop_past", now))
+        else:
+            ops.append(("keep", rng.randrange(50), -math.inf))
+    _walk_lane(ops)
 
 
 def _table_with(mod, order, w):

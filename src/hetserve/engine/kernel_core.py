@@ -162,9 +162,19 @@ def check_dispatch(
             return 0
     s0, _, _, blocks = fields(route[0])
     first = pos = blocks[0]
-    for k, st in enumerate(route):
-        stage, worker, at, blocks = fields(st)
-        if stage != s0 + k or blocks[0] != pos or blocks[1] <= pos or s0 < 0:
+    for k in range(len(route)):  # (not ``enumerate``: compiled, ``k`` is a C integer)
+        stage, worker, at, blocks = fields(route[k])
+        b0 = field(blocks, 0)
+        b1 = field(blocks, 1)
+        if type(stage) is int and type(b0) is int and type(b1) is int:
+            # (the usual case; compiled, compared as C integers: no int object made)
+            stage_c = stage
+            b0_c = b0
+            b1_c = b1
+            bad = stage_c != s0 + k or b0_c != pos or b1_c <= pos
+        else:
+            bad = stage != s0 + k or b0 != pos or b1 <= pos
+        if bad or s0 < 0:
             raise ProtocolError(
                 f"Dispatch {bid}: route must cover blocks contiguously with "
                 f"consecutive stage numbers (step {k}: stage {stage}, {blocks})"
@@ -177,7 +187,7 @@ def check_dispatch(
                 f"Dispatch {bid}: step {k}'s planned_start_s must be a number of seconds, "
                 f"not {at!r}"
             )
-        pos = blocks[1]
+        pos = b1
     if pos > nb:
         raise ProtocolError(f"Dispatch {bid}: route ends at block {pos}, {model} has {nb}")
     return first

@@ -25,7 +25,8 @@ cdef object _NO_PARTS
 
 
 @cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
-               first=Py_ssize_t)
+               first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
+               bad=bint)
 cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live) except -1
 
 

@@ -223,24 +223,26 @@ class Lane:
         s = self.s
         e = self.e
         tags = self.tags
-        if lo > 0:  # move the live part down
+        if 2 * lo >= cap:  # at least half of it dead: move the live part down
+            # (not at any ``lo > 0``: with the buffers nearly all live, each add would
+            # move them all again; a move now frees at least half of them)
             for i in range(n):
                 s[i] = s[lo + i]
                 e[i] = e[lo + i]
                 tags[i] = tags[lo + i]
             for i in range(n, cap):
                 tags[i] = None
-        else:  # full: twice the room
+            self.lo = 0
+            self.hi = n
+        else:  # twice the room, the intervals where they are
             s2 = double_buffer(2 * cap, 0.0)
             e2 = double_buffer(2 * cap, 0.0)
-            for i in range(n):
+            for i in range(lo, lo + n):
                 s2[i] = s[i]
                 e2[i] = e[i]
             self.s = s2
             self.e = e2
             tags.extend([None] * cap)
-        self.lo = 0
-        self.hi = n
 
     def insort(self, start: float, end: float, tag: object) -> None:
         """Insert ``(start, end, tag)`` where ``bisect.insort`` puts it in the list of
