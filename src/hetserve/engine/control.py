@@ -423,7 +423,7 @@ class ControlLoop:
                     b.model, w.gpu, w.info.share, b.rows, range(*task.step.blocks)
                 )  # fmt: skip
                 t = max(t, task.start_s + took)
-            for q in [x for _, _, x in w.ready] + w.waiting:
+            for q in w.queued() + w.waiting:
                 if not q.dead:
                     b = q.batch
                     t += lat.latency(b.model, w.gpu, w.info.share, b.rows, range(*q.step.blocks))

@@ -67,9 +67,15 @@ class Slot:
         # model's, each read a Python call of its ``__getattr__`` hook)
         self.gpu_name: str = info.gpu.name
         self.running: Task | None = None
-        self.ready: list[tuple[float, int, Task]] = []  # heap: (planned start, seq, task)
+        # the stages whose input arrived, by planned start, then in the order they came
+        # (each entry's task its ``a``; compiled, C numbers: no tuple or number per stage)
+        self.ready = EventHeap()
         self.waiting: list[Task] = []  # deferred until a load on the worker ends
         self.lost = False
+
+    def queued(self) -> list[Task]:
+        """The ready tasks, in the order they would start."""
+        return [e[3] for e in sorted(self.ready)]  # (entries (start, seq, None, task, None))
 
 
 @cython.freelist(64)  # (compiled: the memory of freed ones kept for new ones; Python: no-op)

@@ -57,9 +57,11 @@ cdef class Slot:
     cdef public object gpu_id
     cdef public str gpu_name
     cdef public Task running
-    cdef public list ready
+    cdef public EventHeap ready
     cdef public list waiting
     cdef public bint lost
+
+    cpdef list queued(self)
 
 
 cdef class Batch:

@@ -56,7 +56,6 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from numbers import Real
 from typing import Any
 
-from hetserve.core.heaps import pop, push
 from hetserve.core.outcome import (
     CANCELLED,
     DROP_KINDS,
@@ -235,7 +234,6 @@ class Kernel:
         self.deadlines = Deadlines()
         self._out_bytes: dict[str, dict[int, float]] = {}  # model -> block -> its bytes out
         self._expiry_s = math.inf  # the kernel's deadline timer (inf: none set)
-        self._seq = itertools.count(1)
         self._ask = self._ask_strict if strict else self._ask_guarded
         self._apply = self._apply_strict if strict else self._apply_guarded
         self._on_arrival = scheduler.on_arrival  # (bound again by ``start``)
@@ -607,7 +605,7 @@ class Kernel:
             w.running = None
             self._obs.stage_ended(t, now, "failed", 0)
             victims.append(t)
-        victims += [t for _, _, t in w.ready if not t.dead]
+        victims += [t for t in w.queued() if not t.dead]
         victims += [t for t in w.waiting if not t.dead]
         w.ready.clear()
         w.waiting.clear()
@@ -828,7 +826,7 @@ class Kernel:
         if ok and w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
-                push(w.ready, (t.step.planned_start_s, next(self._seq), t))
+                w.ready.push(t.step.planned_start_s, None, t, None)
         core = self._core
         if core is not None and not self._reported:
             # the load's report's fields to the scheduler's core, as C (as ``stage_done``
@@ -857,7 +855,7 @@ class Kernel:
         if w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
-                push(w.ready, (t.step.planned_start_s, next(self._seq), t))
+                w.ready.push(t.step.planned_start_s, None, t, None)
             if w.running is None:
                 self._try_start(w, now)
 
@@ -1133,13 +1131,16 @@ class Kernel:
         if w.running is None and not w.ready and not w.lost:
             self._start(w, task, now)  # (the common case: an idle worker, nothing queued)
             return
-        push(w.ready, (field(task.step, STEP_PLANNED_START_S), next(self._seq), task))
+        w.ready.push(field(task.step, STEP_PLANNED_START_S), None, task, None)
         if w.running is None:
             self._try_start(w, now)
 
     def _try_start(self, w: entities.Slot, now: float) -> None:
-        while w.running is None and w.ready:
-            task = pop(w.ready)[2]
+        ready = w.ready
+        while w.running is None and len(ready) > 0:
+            ready.pop_into()
+            task = ready.a
+            ready.a = None  # (the heap keeps no task it gave)
             if task.dead:
                 continue
             if w.lost:

@@ -10,7 +10,7 @@
 # dicts and tuples stay Python objects.
 import cython
 
-from hetserve.core.heaps_core_c cimport EventHeap, pop, push
+from hetserve.core.heaps_core_c cimport EventHeap
 from hetserve.core.records_c cimport (
     LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, REQUEST_ID, REQUEST_MODEL, STEP_BLOCKS,
     STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, clear, field, fields, record, record7,
@@ -51,7 +51,6 @@ cdef class Kernel:
     cdef public set gone
     cdef public object deadlines
     cdef public double _expiry_s
-    cdef public object _seq
     cdef public object _ask
     cdef public object _apply
     cdef public object _on_arrival
@@ -118,6 +117,7 @@ cdef class Kernel:
     cpdef _input_arrived(self, Task task, double now)
 
     @cython.locals(task=Task)
+    @cython.locals(ready=EventHeap)
     cpdef _try_start(self, Slot w, double now)
 
     @cython.locals(starter=StageStarter)

@@ -198,7 +198,7 @@ class RuntimeEngine:
 
     def queued(self, worker: str) -> int:
         """Stages queued on ``worker`` (their input arrived; not yet started)."""
-        return sum(1 for *_, t in self.kernel.workers[worker].ready if not t.dead)
+        return sum(1 for t in self.kernel.workers[worker].queued() if not t.dead)
 
     # ------------------------------------------------------------------ entry points
     def start(self) -> None:
