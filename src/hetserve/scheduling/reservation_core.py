@@ -58,7 +58,6 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
     first = -1
     prev = -1
     stage = 0
-    path_w = pr.path_w
     tag = None
     for k in range(pr.n_resv):
         r = pr.resv_r[k]
@@ -73,7 +72,7 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
         else:
             bk.nxt[prev] = row  # (read anew: a new row may have grown the buffers)
         prev = row
-        if r == path_w[stage]:
+        if r == pr.path_w[stage]:
             stage += 1
             tag = None
     return first
@@ -105,13 +104,11 @@ def probe(
     time, the time spent waiting for resources, and the stages' starts into ``out``
     (:class:`Probed`); an empty path and an infinite completion where a pool has no live
     worker."""
-    front = table.front
-    solid = table.solid
-    min_gap = table.min_gap
+    # (the buffers read as ``table.front[w]`` etc. each time, not kept in locals:
+    # compiled, a typed buffer in a local is taken and let go with atomic counts, at
+    # each call, and ``miss`` may grow the table's)
     t_g = now
     last = -1
-    path_w = out.path_w
-    start_s = out.start_s
     out.n_resv = 0
     busy = 0.0
     min_inv = 0.0
@@ -129,11 +126,7 @@ def probe(
             by_last = xfers[si]
             hit = by_last.get(last)
             if hit is None:
-                hit = miss(si, last)
-                # (it may have numbered new links: the table's buffers may have grown)
-                front = table.front
-                solid = table.solid
-                min_gap = table.min_gap
+                hit = miss(si, last)  # (it may number new links: the buffers grow)
             xs = hit[0]
             min_inv = hit[1]
             min_delay = hit[2]
@@ -150,17 +143,16 @@ def probe(
         # their front were -inf; then j = n..2n-1: by_front's)
         # (the orders are rings: the j-th pair at (start + j) & mask)
         n_w = order.n
-        solid_t = order.solid_t
         mask = order.mask
         sh = order.solid_h
         fh = order.front_h - n_w  # (by_front's j - n_w: at (front_h + j - n_w) & mask)
         k0 = n_w
-        if solid_t[(sh + n_w - 1) & mask] > t_lb:  # (bisect_right by time)
+        if order.solid_t[(sh + n_w - 1) & mask] > t_lb:  # (bisect_right by time)
             k0 = 0
             hi = n_w
             while k0 < hi:
                 mid = (k0 + hi) >> 1
-                if t_lb < solid_t[(sh + mid) & mask]:
+                if t_lb < order.solid_t[(sh + mid) & mask]:
                     hi = mid
                 else:
                     k0 = mid + 1
@@ -186,7 +178,7 @@ def probe(
                 l_n = bits * x_inv + x_delay
                 tl = t_g
                 for lk in links:
-                    if t_g < front[lk] - _EPS:
+                    if t_g < table.front[lk] - _EPS:
                         tl = table.earliest_slot(links, t_g, l_n)
                         break
                 arr = tl + l_n
@@ -194,10 +186,10 @@ def probe(
                 l_n = 0.0
                 tl = t_g
                 arr = t_g
-            f = front[w]
+            f = table.front[w]
             if arr >= f - _EPS:
                 s = arr
-            elif arr >= solid[w] and l_i >= min_gap[w]:
+            elif arr >= table.solid[w] and l_i >= table.min_gap[w]:
                 s = f
             else:
                 s = table.scan(w, arr, l_i)
@@ -218,8 +210,8 @@ def probe(
             out.add_resv(lk, best_tl, best_ln)
         out.add_resv(best_w, best_s, l_i)
         busy += best_ln + l_i
-        path_w[si] = best_w
-        start_s[si] = best_s
+        out.path_w[si] = best_w
+        out.start_s[si] = best_s
         t_g = best_t
         last = best_w
     out.n_stages = len(info)
@@ -525,14 +517,13 @@ class Algorithm1(PolicyCore):
             bid = self.next_batch
             self.batch_resv[bid] = reserve(table, bid, chosen, self.booked)
             names = self.names
-            path_w = chosen.path_w
-            starts = chosen.start_s
             blocks = chosen.pipe.blocks
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
-                route = (record4(RouteStep, 0, names[path_w[0]], starts[0], blocks[0]),)
+                step = record4(RouteStep, 0, names[chosen.path_w[0]], chosen.start_s[0], blocks[0])
+                route = (step,)
             else:
                 route = tuple([
-                    record4(RouteStep, si, names[path_w[si]], starts[si], blocks[si])
+                    record4(RouteStep, si, names[chosen.path_w[si]], chosen.start_s[si], blocks[si])
                     for si in range(chosen.n_stages)
                 ])  # fmt: skip
             out.append(record4(Dispatch, bid, model, reqs, route))

@@ -26,18 +26,16 @@ cdef dict _NO_XFERS
 cdef class Probed
 
 @cython.locals(first=Py_ssize_t, prev=Py_ssize_t, row=Py_ssize_t, stage=Py_ssize_t,
-               r=Py_ssize_t, start=double, dur=double, path_w="long long[::1]",
-               k=Py_ssize_t, tag=tuple)
+               r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=tuple)
 cpdef Py_ssize_t reserve(SlotTable table, object bid, Probed pr, Bookings bk) except? -2
 
 
-@cython.locals(front="double[::1]", solid="double[::1]", min_gap="double[::1]", t_g=double,
-               last=Py_ssize_t, path_w="long long[::1]", start_s="double[::1]", busy=double,
+@cython.locals(t_g=double, last=Py_ssize_t, busy=double,
                min_inv=double, min_delay=double, xs=dict, by_last=dict, si=Py_ssize_t, st=tuple,
                l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
-               n_w=Py_ssize_t, solid_t="double[::1]", mask=Py_ssize_t, sh=Py_ssize_t,
+               n_w=Py_ssize_t, mask=Py_ssize_t, sh=Py_ssize_t,
                fh=Py_ssize_t, k0=Py_ssize_t, hi=Py_ssize_t,
                mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, x_inv=double, x_delay=double, tl=double, arr=double,
@@ -121,7 +119,7 @@ cdef class Algorithm1(PolicyCore):
                    top=tuple, head_dl=double,
                    p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
-                   starts="double[::1]", path_w="long long[::1]", si=Py_ssize_t,
+                   si=Py_ssize_t,
                    blocks=list, route=tuple)
     cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
 

@@ -201,11 +201,10 @@ class Lane:
     def drop_past(self, now: float) -> None:
         """Drop the leading intervals that ended by ``now`` (the past can never conflict
         again)."""
-        e = self.e
         tags = self.tags
         lo = self.lo
         hi = self.hi
-        while lo < hi and e[lo] <= now:
+        while lo < hi and self.e[lo] <= now:  # (not a local: see ``reservation_core.probe``)
             tags[lo] = None
             lo += 1
         if lo == hi:

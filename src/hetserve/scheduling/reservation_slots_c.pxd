@@ -63,7 +63,7 @@ cdef class Lane:
     cdef public Py_ssize_t lo
     cdef public Py_ssize_t hi
 
-    @cython.locals(e="double[::1]", tags=list, lo=Py_ssize_t, hi=Py_ssize_t)
+    @cython.locals(tags=list, lo=Py_ssize_t, hi=Py_ssize_t)
     cpdef void drop_past(self, double now) except *
 
     @cython.locals(cap=Py_ssize_t, lo=Py_ssize_t, n=Py_ssize_t, s="double[::1]",

@@ -96,16 +96,17 @@ class Ledger(ObserverCore):
         return idx
 
     def dispatched(self, batch: entities.Batch, first_block: int, now: float) -> None:
-        bid, batch_of = batch.id, self.batch_of
+        # (the buffers read as ``self.batch_of[i]``, not kept in locals: compiled, a
+        # typed buffer in a local is taken and let go with atomic counts at each call)
+        bid = batch.id
         if first_block == 0:
-            dispatch_s = self.dispatch_s
             for r in batch.requests:
                 i = field(r, REQUEST_ID)
-                dispatch_s[i] = now
-                batch_of[i] = bid
+                self.dispatch_s[i] = now
+                self.batch_of[i] = bid
         else:
             for r in batch.requests:
-                batch_of[field(r, REQUEST_ID)] = bid
+                self.batch_of[field(r, REQUEST_ID)] = bid
 
     def stage_ended(self, task: entities.Task, now: float, status: str, blocks_done: int) -> None:
         b = task.batch
@@ -129,9 +130,9 @@ class Ledger(ObserverCore):
         self.row_status.append(status)
         self.n_rows = j + 1
         if task.ran and task.index == 0 and field(task.step, STEP_BLOCKS)[0] == 0:  # service began
-            start_s, t0 = self.start_s, task.start_s
+            t0 = task.start_s
             for r in b.requests:
-                start_s[field(r, REQUEST_ID)] = t0
+                self.start_s[field(r, REQUEST_ID)] = t0
         k = w.index
         self.busy_s[k] += now - task.start_s
         run = task.run
@@ -148,16 +149,13 @@ class Ledger(ObserverCore):
         now: float,
         outputs: Sequence[Any] | None,
     ) -> None:
-        outcome = self.outcome
         if outcomes is None:  # finished now: ok or late, told apart in ``result``
-            finish_s = self.finish_s
             for r in requests:
                 i = field(r, REQUEST_ID)
-                outcome[i] = FINISHED
-                finish_s[i] = now
+                self.outcome[i] = FINISHED
+                self.finish_s[i] = now
         else:
             ri = self.reason_index(reason)
-            why = self.reason
             for r, o in zip(requests, outcomes, strict=True):
-                outcome[r.id] = o
-                why[r.id] = ri
+                self.outcome[r.id] = o
+                self.reason[r.id] = ri

@@ -39,14 +39,13 @@ cdef class Ledger(ObserverCore):
 
     cpdef Py_ssize_t reason_index(self, object text) except -1
 
-    @cython.locals(batch_of=cython.longlong[:], dispatch_s=cython.double[:])
+    @cython.locals(i=Py_ssize_t)
     cpdef dispatched(self, Batch batch, Py_ssize_t first_block, double now)
 
-    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, start_s=cython.double[:], t0=double,
+    @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, t0=double,
                    j=Py_ssize_t, x=object)
     cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
 
-    @cython.locals(outcome=cython.schar[:], finish_s=cython.double[:], why=cython.short[:],
-                   ri=Py_ssize_t)
+    @cython.locals(ri=Py_ssize_t)
     cpdef ended(self, object requests, object outcomes, object reason, double now,
                 object outputs)
