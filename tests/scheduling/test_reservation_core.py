@@ -133,6 +133,17 @@ print(json.dumps({"compiled": reservation_table.COMPILED, "n": len(tr),
     return run_python_json(code, pure_python)
 
 
+def test_a_report_of_a_batch_with_no_reservations_moves_nothing():
+    """The correction of a stage report whose batch has no reservations kept (released
+    after its last stage, or dispatched before this core was made, as across a switch
+    of plans) moves nothing and says so, compiled as in Python. (The compiled build
+    read the kept row as a C integer before asking whether there was one: a TypeError.)"""
+    for mod in (pure, compiled) if compiled is not None else (pure,):
+        core = mod.Algorithm1(mod.SlotTable(), [], {}, set(), 0.0, {}, [], 0)
+        assert core.correct(12345, 0, "w", 0.0, 1.0, None, None, True, True) is False, mod
+        assert core.correct(7, 1, "w", 0.0, 1.0, 0.0, 0.5, False, False) is False, mod
+
+
 @needs_build
 def test_a_simulation_is_the_same_compiled_and_in_python():
     """Two pipelines of one model (two pools across links, and a whole model on one

@@ -544,9 +544,10 @@ class Algorithm1(PolicyCore):
         transfer start and end, whether it completed, whether it was the last): the
         batch's reservations follow reality (:meth:`SlotTable.correct`). Returns whether
         any reservation moved."""
-        first = self.batch_resv.get(bid)
-        if first is None:
+        got = self.batch_resv.get(bid)
+        if got is None:  # (none kept: released, or never this core's)
             return False
+        first = got  # (compiled, a C integer: ``got`` is the object, which may be None)
         has_x = xs is not None and xe is not None
         res = self.table.correct(
             bid, self.booked, first, stage, self.ids[worker], start_s, end_s,

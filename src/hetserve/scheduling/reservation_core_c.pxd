@@ -123,7 +123,7 @@ cdef class Algorithm1(PolicyCore):
                    blocks=list, route=tuple)
     cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
 
-    @cython.locals(has_x=bint, res=int, first=Py_ssize_t)
+    @cython.locals(has_x=bint, res=cython.int, first=Py_ssize_t, got=object)
     cpdef bint correct(self, object bid, Py_ssize_t stage, object worker, double start_s,
                        double end_s, object xs, object xe, bint completed,
                        bint last) except? -1
