@@ -33,7 +33,9 @@ if not cython.compiled:  # (compiled: the heap type its .pxd cimports)
     from hetserve.core.heaps import EventHeap
 
 _NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
-_ROUTE_KEY = 1 << 32  # (``LinkTable.send_between``'s key: a worker's number, another's)
+# a route between two workers (``LinkTable.send_between``): its links, their bottleneck
+# Gbit/s, the path's delay in s, and each link's lanes (the times they are free from)
+Route = tuple[tuple[str, ...], float, float, tuple[list[float], ...]]
 
 __all__ = [
     "Batch",
@@ -211,9 +213,10 @@ class LinkTable:
         self.record = record
         self._lanes: dict[str, list[float]] = {}
         self._paths: dict[tuple[str, str], tuple[tuple[str, ...], float, float]] = {}
-        # (a worker's number, another's) -> (path, bw, delay, each link's lanes) for
-        # ``send_between`` (the kernel's transfers between stages)
-        self._routes: dict[int, tuple[tuple[str, ...], float, float, tuple[list[float], ...]]] = {}
+        # ``send_between``'s (the kernel's transfers between stages): by a worker's number,
+        # a list by the other's of (path, bw, delay, each link's lanes), None where not
+        # found yet (lists, not a dict keyed by the pair: found with no hash or key made)
+        self._routes: list[list[Route | None]] = []
         self.log: dict[str, list[tuple[float, float]]] = {}
         for (a, b), path in (pins or {}).items():
             self.pin(a, b, path)
@@ -241,7 +244,7 @@ class LinkTable:
             raise KeyError(f"path {a} -> {b}: unknown links {unknown}")
         bw = min((links[x].bw_gbps for x in path), default=math.inf)
         self._paths[(a, b)] = (tuple(path), bw, sum(links[x].delay_s for x in path))
-        self._routes.clear()  # (``send_between``'s: found again, over the pinned path)
+        self._routes = []  # (``send_between``'s: found again, over the pinned path)
 
     def transfer(
         self, path: tuple[str, ...], bw_gbps: float, delay_s: float, n_bytes: float, now: float
@@ -280,17 +283,14 @@ class LinkTable:
         """:meth:`send` from worker ``a``'s GPU to worker ``b``'s (the same lanes, the same
         times), with their path and its links' lanes found by the workers' numbers (one
         kernel's workers: their numbers are unique) instead of by name."""
-        key = a.index * _ROUTE_KEY + b.index
-        route = self._routes.get(key)
+        route = None
+        rows = self._routes
+        if a.index < len(rows):
+            row = rows[a.index]
+            if b.index < len(row):
+                route = row[b.index]
         if route is None:
-            path, bw, delay = self.path(a.gpu_id, b.gpu_id)
-            lanes = self._lanes
-            links = self.cluster.links
-            for name in path:
-                if name not in lanes:
-                    lanes[name] = [0.0] * links[name].lanes
-            route = (path, bw, delay, tuple([lanes[name] for name in path]))
-            self._routes[key] = route
+            route = self._route(a, b)
         if not route[0] or n_bytes <= 0:
             return now, now
         if self.record:
@@ -309,6 +309,25 @@ class LinkTable:
         for ls in lane_lists:
             ls[_earliest_lane(ls)] = end_s
         return start, end_s
+
+    def _route(self, a: Slot, b: Slot) -> Route:
+        """The path from worker ``a``'s GPU to ``b``'s, its bottleneck Gbit/s, its delay
+        and its links' lanes, found and kept for :meth:`send_between`."""
+        path, bw, delay = self.path(a.gpu_id, b.gpu_id)
+        lanes = self._lanes
+        links = self.cluster.links
+        for name in path:
+            if name not in lanes:
+                lanes[name] = [0.0] * links[name].lanes
+        route = (path, bw, delay, tuple([lanes[name] for name in path]))
+        rows = self._routes
+        while len(rows) <= a.index:
+            rows.append([])
+        row = rows[a.index]
+        while len(row) <= b.index:
+            row.append(None)
+        row[b.index] = route
+        return route
 
     def gather(
         self, sources: Iterable[tuple[str, int]], dst: str, per_request_bytes: float, now: float

@@ -32,7 +32,7 @@ cdef class LinkTable:
     cdef public bint record
     cdef public dict _lanes
     cdef public dict _paths
-    cdef public dict _routes
+    cdef public list _routes
     cdef public dict log
 
     cpdef tuple path(self, object a, object b)
@@ -44,9 +44,12 @@ cdef class LinkTable:
 
     cpdef tuple send(self, object a, object b, double n_bytes, double now)
 
-    @cython.locals(key=Py_ssize_t, route=tuple, lane_lists=tuple, ls=list, start=double,
+    @cython.locals(rows=list, row=list, route=tuple, lane_lists=tuple, ls=list, start=double,
                    end=double, free_s=double, end_s=object, bw_gbps=double, delay_s=double)
     cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
+
+    @cython.locals(lanes=dict, rows=list, row=list, route=tuple)
+    cdef tuple _route(self, Slot a, Slot b)
 
 
 cdef class Slot:

@@ -232,7 +232,9 @@ class Kernel:
         # their client cancelled): the scheduler's later Dispatch or Drop of one leaves it out
         self.gone: set[int] = set()
         self.deadlines = Deadlines()
-        self._out_bytes: dict[str, dict[int, float]] = {}  # model -> block -> its bytes out
+        # model -> by block, its bytes out (-1.0: not read yet); the view's factor
+        self._out_bytes: dict[str, list[float]] = {}
+        self._cut_factor = view.cut_bytes_factor
         self._expiry_s = math.inf  # the kernel's deadline timer (inf: none set)
         self._ask = self._ask_strict if strict else self._ask_guarded
         self._apply = self._apply_strict if strict else self._apply_guarded
@@ -1103,15 +1105,16 @@ class Kernel:
         """Activation bytes crossing the cut after ``after_block`` for a batch of ``rows``
         rows (the view's ``cut_bytes_factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32
         bytes); the graph's bytes per cut are read once."""
-        per = self._out_bytes.get(model)  # (by model, then block: no tuple key to make)
+        per = self._out_bytes.get(model)  # (by model, then a list by block: no key to make)
         if per is None:
-            per = self._out_bytes[model] = {}
-        x = per.get(after_block)
-        if x is None:
-            x = per[after_block] = self.view.latency.out_bytes(model, after_block)
-        out = x  # (compiled: C doubles, the product without floats made)
-        factor = self.view.cut_bytes_factor
-        return out * rows * factor
+            per = self._out_bytes[model] = []
+        while len(per) <= after_block:
+            per.append(-1.0)
+        out = per[after_block]  # (compiled: C doubles, the product without floats made)
+        if out < 0.0:
+            out = self.view.latency.out_bytes(model, after_block)
+            per[after_block] = out
+        return out * rows * self._cut_factor
 
     def _transfer(self, task: entities.Task, span: tuple[float, float], now: float) -> None:
         """A stage's input on its way (``span``: the transfer's start and end)."""

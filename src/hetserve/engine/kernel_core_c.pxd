@@ -68,8 +68,9 @@ cdef class Kernel:
     cdef public bint _outputs
     cdef public EventHeap _heap
     cdef public dict _out_bytes
+    cdef public double _cut_factor
 
-    @cython.locals(per=dict, out=double, factor=double)
+    @cython.locals(per=list, out=double)
     cpdef double _cut_bytes(self, object model, Py_ssize_t after_block,
                             Py_ssize_t rows) except? -1.0
 
