@@ -189,7 +189,10 @@ class Reservation(BaseScheduler):
                 else 0.0
             ) * 8
             info.append((l_i, bits, self._orders[workers]))
-        self._pipes[(pipe.model, pipe.index)].infos[batch] = info
+        infos = self._pipes[(pipe.model, pipe.index)].infos
+        while len(infos) <= batch:
+            infos.append(None)
+        infos[batch] = info
         return info
 
     def _stage_xfers(self, pipe: PipelinePool, si: int, last: int) -> Xfers:

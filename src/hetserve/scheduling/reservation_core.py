@@ -223,7 +223,8 @@ def probe(
 class Pipe:
     """A pipeline as Algorithm 1 probes it: its planned batch size (``bs``), its stages'
     blocks, per batch size the stages' inference seconds, bits into them and pool orders
-    (``infos``; ``info_of(batch)`` makes one that is not there yet and keeps it there),
+    (``infos``, by batch size, None where not made yet; ``info_of(batch)`` makes one and
+    keeps it there),
     and per stage its transfers by the previous stage's worker (``xfers``; ``miss(si,
     last)`` makes one)."""
 
@@ -237,7 +238,7 @@ class Pipe:
     ) -> None:
         self.bs = bs
         self.blocks = blocks
-        self.infos: dict[int, list[tuple[float, float, slots.PoolOrder]]] = {}
+        self.infos: list[list[tuple[float, float, slots.PoolOrder]] | None] = []
         self.info_of = info_of
         self.xfers = xfers
         self.miss = miss
@@ -431,7 +432,8 @@ class Algorithm1(PolicyCore):
 
     def probe_into(self, out: Probed, p: Pipe, batch: int, now: float) -> None:
         """Algorithm 2 for ``batch`` rows on ``p``, written over ``out``."""
-        info = p.infos.get(batch)
+        infos = p.infos  # (a list by batch size: no key to make and look up)
+        info = infos[batch] if 0 <= batch < len(infos) else None
         if info is None:
             info = p.info_of(batch)
         probe(self.table, info, p.xfers, p.miss, self.lost, now, out)

@@ -47,7 +47,7 @@ cpdef void probe(SlotTable table, list info, list xfers, object miss, set lost, 
 cdef class Pipe:
     cdef public Py_ssize_t bs
     cdef public list blocks
-    cdef public dict infos
+    cdef public list infos
     cdef public object info_of
     cdef public list xfers
     cdef public object miss
@@ -108,7 +108,7 @@ cdef class Algorithm1(PolicyCore):
     @cython.locals(pr=Probed)
     cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
 
-    @cython.locals(info=list)
+    @cython.locals(info=list, infos=list)
     cpdef void probe_into(self, Probed out, Pipe p, Py_ssize_t batch, double now) except *
 
     @cython.locals(pr=Probed, bs=Py_ssize_t)
