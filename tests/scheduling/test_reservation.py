@@ -200,7 +200,7 @@ def test_probe_with_pool_orders_equals_the_full_scan(reserved, now_ms, batch):
     resources = workers + [f"n{i}:{d}" for i in range(4) for d in ("up", "down")]
     for k, (r, a, d) in enumerate(reserved):
         res = resources[r % len(resources)]
-        sched.table.add(res, a / 1000, (a + d) / 1000, (-1 - k, 0))
+        sched.table.add(res, a / 1000, (a + d) / 1000, -1 - k)
     sched.table.now = now_ms / 1000
     pipe = sched.pools.pipelines["m"][0]
     now = now_ms / 1000

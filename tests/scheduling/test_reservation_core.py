@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetserve.scheduling import reservation_core, reservation_slots
+from hetserve.scheduling.reservation_core import stage_tag
 from tests.helpers import run_python_json
 
 
@@ -62,13 +63,13 @@ def _drive(mod, ops, gaps):
     xs = {w: (w, (4, 5), 1.0 / 1e9, 0.0001) for w in (2, 3)}
     xfers = [{}, {0: (xs, 1e-9, 0.0001), 1: (xs, 1e-9, 0.0001)}]
     seen = []
-    tags: dict[int, list] = {r: [] for r in range(6)}
+    tags: dict[int, list[int]] = {r: [] for r in range(6)}
     for k, (op, r, a, d) in enumerate(ops):
         res = r if op != "add" or k % 3 else 4 + k % 2
         start, end = a / 1000, (a + d) / 1000
         if op == "add":
-            t.add(res, start, end, (k, 0))
-            tags[res].append((k, 0))
+            t.add(res, start, end, k)
+            tags[res].append(k)
         elif op == "replace" and tags[res]:
             t.replace(res, tags[res][a % len(tags[res])], start, end)
         elif op == "remove" and tags[res]:
@@ -131,6 +132,43 @@ print(json.dumps({"compiled": reservation_table.COMPILED, "n": len(tr),
                   "workers": len(workers)}))
 """
     return run_python_json(code, pure_python)
+
+
+BIG = reservation_core.MAX_BATCH_ID - 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.tuples(st.integers(-BIG, BIG), st.integers(0, reservation_core.STAGE_TAGS - 1)),
+    st.tuples(st.integers(-BIG, BIG), st.integers(0, reservation_core.STAGE_TAGS - 1)),
+)
+def test_a_stage_s_tag_is_ordered_as_its_batch_and_stage_are(x, y):
+    """The table's tag of a batch's stage (an integer) orders as the pair ``(batch,
+    stage)`` did when tags were tuples (equal intervals go by tag), is unique, and fits a
+    C ``long long`` with room below it for the previous plan's tag."""
+    a, b = stage_tag(*x), stage_tag(*y)
+    assert (a < b) == (x < y) and (a == b) == (x == y)
+    assert reservation_core.PREVIOUS_PLAN_TAG < a < 2**63 - 1
+    assert reservation_slots.NO_TAG < reservation_core.PREVIOUS_PLAN_TAG
+
+
+def test_a_batch_id_too_large_for_a_tag_is_refused_not_wrapped():
+    """``reserve`` refuses a batch id whose tags would not fit 63 bits, compiled as in
+    Python (compiled, the product would wrap around silently)."""
+    from hetserve.core.errors import HetserveError
+
+    for core in (reservation_core, reservation_core_c) if compiled else (reservation_core,):
+        slots = reservation_slots_c if core is not reservation_core else reservation_slots
+        t = slots.SlotTable()
+        t.grow(1)
+        pr = core.Probed(None, 1)
+        pr.add_resv(0, 0.0, 1.0)
+        pr.path_w[0] = 0
+        bk = slots.Bookings()
+        assert core.reserve(t, reservation_core.MAX_BATCH_ID - 1, pr, bk) == 0
+        assert t.intervals(0) == [(0.0, 1.0, stage_tag(reservation_core.MAX_BATCH_ID - 1, 0))]
+        with pytest.raises(HetserveError, match="too large"):
+            core.reserve(t, reservation_core.MAX_BATCH_ID, pr, bk)
 
 
 def test_a_report_of_a_batch_with_no_reservations_moves_nothing():
@@ -334,7 +372,7 @@ def test_the_bookings_keep_each_batch_s_rows_in_order_and_reuse_released_ones(op
         most = 0
         for k, (op, x) in enumerate(ops):
             if op == "book":
-                rows = [(k * 10 + i, k + i / 8, i / 4, i // 2, (k, i // 2)) for i in range(x)]
+                rows = [(k * 10 + i, k + i / 8, i / 4, i // 2, k * 4 + i // 2) for i in range(x)]
                 live[k] = (_book(bk, rows), rows)
             elif live:
                 b = sorted(live)[x % len(live)]
@@ -343,7 +381,7 @@ def test_the_bookings_keep_each_batch_s_rows_in_order_and_reuse_released_ones(op
             for first, rows in live.values():
                 assert bk.entries(first) == rows, mod
         assert bk.top <= max(most, 0) or not ops, mod
-        assert len(bk.tags) >= bk.top and all(t is None for t in bk.tags[bk.top :]), mod
+        assert len(bk.tags) == len(bk.r) >= bk.top, mod
 
 
 def _correct_as_a_list(table, entries, stage, worker, start_s, end_s, xs, xe, has_x, completed,
@@ -403,7 +441,7 @@ def test_the_correction_over_bookings_is_the_correction_over_a_list(n, reports, 
             t.grow(6)
         bk = mod.Bookings(2)
         entries = [
-            (r, s * 0.01, 0.004 if r == s else 0.001, s, (7, s))
+            (r, s * 0.01, 0.004 if r == s else 0.001, s, stage_tag(7, s))
             for s in range(n)
             for r in ([4, 5, s] if s else [s])
         ]

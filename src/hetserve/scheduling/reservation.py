@@ -123,7 +123,7 @@ class Reservation(BaseScheduler):
             order.min_gap = max(min_gap[w] for w in workers)
         for w, until in view.busy_until_s.items():  # the previous plan's work (a switch)
             if until > now and w in view.workers:
-                self.table.add(w, now, until, ("busy", w))
+                self.table.add(w, now, until, _core.PREVIOUS_PLAN_TAG)
         # Algorithm 1 and the feedback correction (``reservation_core.Algorithm1``): the
         # pipelines it probes, by model; it keeps the models' queues
         self._pipes: dict[tuple[str, int], Any] = {}

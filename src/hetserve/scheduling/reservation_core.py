@@ -51,22 +51,39 @@ _NEG_INF = -math.inf
 Xfers = tuple[dict[int, tuple[int, tuple[int, ...], float, float]], float, float]
 
 
+# a stage's tag in the reservation table: its batch's id times STAGE_TAGS plus its stage
+# (ordered as the pair ``(batch, stage)`` is, for stages below STAGE_TAGS; an integer, so
+# that no object is made, kept or freed per reservation)
+STAGE_TAGS = 1 << 12
+MAX_BATCH_ID = (1 << 62) // STAGE_TAGS  # (batch ids below it in size: the tags fit 63 bits)
+_STAGE_TAGS = STAGE_TAGS  # (compiled: C integers)
+_MAX_BATCH_ID = MAX_BATCH_ID
+# the tag of a worker's work left from the previous plan (a switch: ``busy_until_s``),
+# below every stage's
+PREVIOUS_PLAN_TAG = -(1 << 62) - 1
+
+
+def stage_tag(bid: int, stage: int) -> int:
+    """The reservation table's tag of batch ``bid``'s stage ``stage`` (see ``STAGE_TAGS``)."""
+    return bid * _STAGE_TAGS + stage
+
+
 def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) -> int:
-    """Commit a probe (``pr``)'s reservations for batch ``bid``, each tagged ``(bid, stage)``
-    (one tuple per stage, which its reservations share); each one a row of ``bk``, in
+    """Commit a probe (``pr``)'s reservations for batch ``bid``, a stage's tagged
+    :func:`stage_tag` (which its reservations share); each one a row of ``bk``, in
     order; returns the first row (-1: none)."""
+    if not -_MAX_BATCH_ID < bid < _MAX_BATCH_ID:
+        raise HetserveError(f"reservation: batch id {bid} is too large for a tag")
     first = -1
     prev = -1
     stage = 0
-    tag = None
+    tag = bid * _STAGE_TAGS  # (the stages' tags: this plus the stage)
     for k in range(pr.n_resv):
         r = pr.resv_r[k]
         start = pr.resv_t[k]
         dur = pr.resv_d[k]
-        if tag is None:
-            tag = (bid, stage)
-        table.add(r, start, start + dur, tag)
-        row = bk.new_row(r, start, dur, stage, tag)
+        table.add(r, start, start + dur, tag + stage)
+        row = bk.new_row(r, start, dur, stage, tag + stage)
         if prev < 0:
             first = row
         else:
@@ -74,7 +91,6 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
         prev = row
         if r == pr.path_w[stage]:
             stage += 1
-            tag = None
     return first
 
 
@@ -236,6 +252,8 @@ class Pipe:
         xfers: list[dict[int, Xfers]],
         miss: Callable[[int, int], Xfers],
     ) -> None:
+        if len(blocks) >= _STAGE_TAGS:  # (a stage's tag holds its number below that)
+            raise HetserveError(f"reservation: {len(blocks)} stages; at most {_STAGE_TAGS - 1}")
         self.bs = bs
         self.blocks = blocks
         self.infos: list[list[tuple[float, float, slots.PoolOrder]] | None] = []

@@ -20,14 +20,16 @@ cdef double _INF
 cdef double _NEG_INF
 cdef Py_ssize_t _MOVED
 cdef Py_ssize_t _KEPT
+cdef long long _STAGE_TAGS
+cdef long long _MAX_BATCH_ID
 cdef tuple _NO_XFER
 cdef dict _NO_XFERS
 
 cdef class Probed
 
 @cython.locals(first=Py_ssize_t, prev=Py_ssize_t, row=Py_ssize_t, stage=Py_ssize_t,
-               r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=tuple)
-cpdef Py_ssize_t reserve(SlotTable table, object bid, Probed pr, Bookings bk) except? -2
+               r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=cython.longlong)
+cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk) except? -2
 
 
 @cython.locals(t_g=double, last=Py_ssize_t, busy=double,

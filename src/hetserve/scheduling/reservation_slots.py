@@ -13,7 +13,10 @@ in buffers that grow by doubling (as plain Python, memoryviews of arrays);
 results, bit for bit (``tests/scheduling/test_reservation_core.py``).
 
 Conventions: a resource with no reservation has ``front`` and ``solid`` -inf; a tag names
-one reservation of a resource (tags of one resource are unique and mutually comparable).
+one reservation of a resource: an integer (a C ``long long`` compiled), unique among the
+resource's reservations; equal intervals go by tag. (The reservation scheduler's tag of a
+batch's stage is ``reservation_core.stage_tag``; integers, not tuples, so that no object is
+made, stored, compared or freed per reservation.)
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ except ImportError:  # (plain Python, without Cython installed)
 
 _EPS = 1e-12
 _NEG_INF = -math.inf
-_NO_TAG = object()  # (a tag no reservation has: ``Lane.keep``)
+NO_TAG = -(1 << 63)  # a tag no reservation has (``Lane.keep``: no tag to drop)
+_NO_TAG = NO_TAG  # (compiled: a C integer)
 # :meth:`SlotTable.correct`'s flags: a reservation moved; the batch keeps its rows
 MOVED = 1
 KEPT = 2
@@ -188,24 +192,22 @@ def double_buffer(n: int, fill: float) -> memoryview:
 class Lane:
     """One resource's reservations: intervals ``[s[i], e[i])`` tagged ``tags[i]`` for
     ``lo <= i < hi``, sorted by start, in buffers that grow by doubling (compiled, C
-    doubles: no object per interval). Dropping the past moves ``lo``; the live part moves
-    down to 0 when the buffers are full, before they grow."""
+    doubles and integers: no object per interval). Dropping the past moves ``lo``; the
+    live part moves down to 0 when the buffers are full, before they grow."""
 
     def __init__(self) -> None:
         self.s = double_buffer(4, 0.0)
         self.e = double_buffer(4, 0.0)
-        self.tags: list = [None] * 4
+        self.tags = int_buffer(4)
         self.lo = 0
         self.hi = 0
 
     def drop_past(self, now: float) -> None:
         """Drop the leading intervals that ended by ``now`` (the past can never conflict
         again)."""
-        tags = self.tags
         lo = self.lo
         hi = self.hi
         while lo < hi and self.e[lo] <= now:  # (not a local: see ``reservation_core.probe``)
-            tags[lo] = None
             lo += 1
         if lo == hi:
             lo = hi = 0
@@ -229,21 +231,21 @@ class Lane:
                 s[i] = s[lo + i]
                 e[i] = e[lo + i]
                 tags[i] = tags[lo + i]
-            for i in range(n, cap):
-                tags[i] = None
             self.lo = 0
             self.hi = n
         else:  # twice the room, the intervals where they are
             s2 = double_buffer(2 * cap, 0.0)
             e2 = double_buffer(2 * cap, 0.0)
+            tags2 = int_buffer(2 * cap)
             for i in range(lo, lo + n):
                 s2[i] = s[i]
                 e2[i] = e[i]
+                tags2[i] = tags[i]
             self.s = s2
             self.e = e2
-            tags.extend([None] * cap)
+            self.tags = tags2
 
-    def insort(self, start: float, end: float, tag: object) -> None:
+    def insort(self, start: float, end: float, tag: int) -> None:
         """Insert ``(start, end, tag)`` where ``bisect.insort`` puts it in the list of
         ``(s, e, tag)`` tuples: after the last that is not greater (the same comparisons,
         in the same order)."""
@@ -274,9 +276,9 @@ class Lane:
         tags[a] = tag
         self.hi = hi + 1
 
-    def keep(self, tag: object, t: float) -> None:
+    def keep(self, tag: int, t: float) -> None:
         """Drop every interval tagged ``tag`` and every one that ends before ``t``
-        (``_NO_TAG``, ``-inf``: no such condition)."""
+        (``NO_TAG``, ``-inf``: no such condition)."""
         s = self.s
         e = self.e
         tags = self.tags
@@ -290,11 +292,9 @@ class Lane:
                     e[j] = e[i]
                     tags[j] = x
                 j += 1
-        for i in range(j, hi):
-            tags[i] = None
         self.hi = j
 
-    def intervals(self) -> list[tuple[float, float, object]]:
+    def intervals(self) -> list[tuple[float, float, int]]:
         return [(self.s[i], self.e[i], self.tags[i]) for i in range(self.lo, self.hi)]
 
 
@@ -302,7 +302,7 @@ class Bookings:
     """Every batch's reservations as ``reservation_core.reserve`` made them, one row each
     in buffers (compiled, C numbers: no tuple and floats made per reservation): each
     one's resource (``r``), start (``t``), duration (``d``), stage (``st``) and tag
-    (``tags``: the ``(batch, stage)`` tuple that a stage's rows share), and the next row
+    (``tags``: the one a stage's rows share, ``reservation_core.stage_tag``), and the next row
     of its batch (``nxt``; -1 after the last). A batch is known by its first row. The
     rows of a batch :meth:`release` gives back are used again (``free``: the first of
     them, chained by ``nxt``); ``top``: the rows used so far."""
@@ -313,11 +313,11 @@ class Bookings:
         self.d = double_buffer(cap, 0.0)
         self.st = int_buffer(cap)
         self.nxt = int_buffer(cap)
-        self.tags: list = [None] * cap
+        self.tags = int_buffer(cap)
         self.top = 0
         self.free = -1
 
-    def new_row(self, r: int, t: float, d: float, st: int, tag: object) -> int:
+    def new_row(self, r: int, t: float, d: float, st: int, tag: int) -> int:
         """A row for a reservation, the last of its batch so far (``nxt`` -1)."""
         k = self.free
         if k >= 0:
@@ -343,37 +343,38 @@ class Bookings:
         d = double_buffer(2 * n, 0.0)
         st = int_buffer(2 * n)
         nxt = int_buffer(2 * n)
+        tags = int_buffer(2 * n)
         for i in range(n):
             r[i] = self.r[i]
             t[i] = self.t[i]
             d[i] = self.d[i]
             st[i] = self.st[i]
             nxt[i] = self.nxt[i]
+            tags[i] = self.tags[i]
         self.r = r
         self.t = t
         self.d = d
         self.st = st
         self.nxt = nxt
-        self.tags.extend([None] * n)
+        self.tags = tags
 
     def release(self, first: int) -> None:
         """The rows of the batch whose first row is ``first`` are free again."""
         k = first
         while k >= 0:
             nx = self.nxt[k]
-            self.tags[k] = None
             self.nxt[k] = self.free
             self.free = k
             k = nx
 
-    def entries(self, first: int) -> list[tuple[int, float, float, int, object]]:
+    def entries(self, first: int) -> list[tuple[int, float, float, int, int]]:
         """The batch's reservations as ``(resource, start, duration, stage, tag)``, in the
         order they were made."""
         out = []
         k = first
         while k >= 0:
             out.append((int(self.r[k]), float(self.t[k]), float(self.d[k]), int(self.st[k]),
-                        self.tags[k]))  # fmt: skip
+                        int(self.tags[k])))  # fmt: skip
             k = self.nxt[k]
         return out
 
@@ -428,7 +429,7 @@ class SlotTable:
         build (compiled or not: :meth:`correct` takes its own kind)."""
         return Bookings()
 
-    def intervals(self, r: int) -> list[tuple[float, float, object]]:
+    def intervals(self, r: int) -> list[tuple[float, float, int]]:
         """Resource ``r``'s reservations as ``(start, end, tag)``, by start."""
         return self.lanes[r].intervals()
 
@@ -523,7 +524,7 @@ class SlotTable:
                     moved = True
         return start
 
-    def add(self, r: int, start: float, end: float, tag: object) -> None:
+    def add(self, r: int, start: float, end: float, tag: int) -> None:
         """Reserve ``r`` for ``[start, end)`` under ``tag``."""
         lane: Lane = self.lanes[r]
         # drop the past first; front and solid stay valid (a dropped interval ended before
@@ -551,14 +552,14 @@ class SlotTable:
         lane.insort(start, end, tag)
         self.update(r)
 
-    def remove(self, r: int, tag: object) -> None:
+    def remove(self, r: int, tag: int) -> None:
         """Release ``r``'s reservation ``tag`` (if any)."""
         lane: Lane = self.lanes[r]
         if lane.lo < lane.hi:
             lane.keep(tag, _NEG_INF)
             self.update(r)
 
-    def replace(self, r: int, tag: object, start: float, end: float) -> None:
+    def replace(self, r: int, tag: int, start: float, end: float) -> None:
         """Move ``r``'s reservation ``tag`` to ``[start, end)`` (feedback correction)."""
         lane: Lane = self.lanes[r]
         lane.keep(tag, _NEG_INF)

@@ -7,7 +7,7 @@ from libc.string cimport memmove
 
 cdef double _EPS
 cdef double _NEG_INF
-cdef object _NO_TAG
+cdef long long _NO_TAG
 cdef Py_ssize_t _MOVED
 cdef Py_ssize_t _KEPT
 
@@ -59,26 +59,26 @@ cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssiz
 cdef class Lane:
     cdef public double[::1] s
     cdef public double[::1] e
-    cdef public list tags
+    cdef public long long[::1] tags
     cdef public Py_ssize_t lo
     cdef public Py_ssize_t hi
 
-    @cython.locals(tags=list, lo=Py_ssize_t, hi=Py_ssize_t)
+    @cython.locals(lo=Py_ssize_t, hi=Py_ssize_t)
     cpdef void drop_past(self, double now) except *
 
     @cython.locals(cap=Py_ssize_t, lo=Py_ssize_t, n=Py_ssize_t, s="double[::1]",
-                   e="double[::1]", tags=list, i=Py_ssize_t, s2="double[::1]",
-                   e2="double[::1]")
+                   e="double[::1]", tags="long long[::1]", i=Py_ssize_t, s2="double[::1]",
+                   e2="double[::1]", tags2="long long[::1]")
     cpdef void room(self) except *
 
-    @cython.locals(s="double[::1]", e="double[::1]", tags=list, lo=Py_ssize_t,
+    @cython.locals(s="double[::1]", e="double[::1]", tags="long long[::1]", lo=Py_ssize_t,
                    hi=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, mid=Py_ssize_t, u=double,
                    v=double, i=Py_ssize_t)
-    cpdef void insort(self, double start, double end, object tag) except *
+    cpdef void insort(self, double start, double end, long long tag) except *
 
-    @cython.locals(s="double[::1]", e="double[::1]", tags=list, hi=Py_ssize_t,
-                   j=Py_ssize_t, i=Py_ssize_t, x=object)
-    cpdef void keep(self, object tag, double t) except *
+    @cython.locals(s="double[::1]", e="double[::1]", tags="long long[::1]", hi=Py_ssize_t,
+                   j=Py_ssize_t, i=Py_ssize_t, x=cython.longlong)
+    cpdef void keep(self, long long tag, double t) except *
 
     cpdef list intervals(self)
 
@@ -90,16 +90,17 @@ cdef class Bookings:
     cdef public double[::1] d
     cdef public long long[::1] st
     cdef public long long[::1] nxt
-    cdef public list tags
+    cdef public long long[::1] tags
     cdef public Py_ssize_t top
     cdef public Py_ssize_t free
 
     @cython.locals(k=Py_ssize_t)
     cpdef Py_ssize_t new_row(self, Py_ssize_t r, double t, double d, Py_ssize_t st,
-                             object tag) except -1
+                             long long tag) except -1
 
     @cython.locals(n=Py_ssize_t, i=Py_ssize_t, r="long long[::1]", t="double[::1]",
-                   d="double[::1]", st="long long[::1]", nxt="long long[::1]")
+                   d="double[::1]", st="long long[::1]", nxt="long long[::1]",
+                   tags="long long[::1]")
     cpdef void _grow(self) except *
 
     @cython.locals(k=Py_ssize_t, nx=Py_ssize_t)
@@ -145,13 +146,13 @@ cdef class SlotTable:
 
     @cython.locals(lane=Lane, f=double, hi=Py_ssize_t, old_s=double, new_s=double,
                    new_f=double)
-    cpdef void add(self, Py_ssize_t r, double start, double end, object tag) except *
+    cpdef void add(self, Py_ssize_t r, double start, double end, long long tag) except *
 
     @cython.locals(lane=Lane)
-    cpdef void remove(self, Py_ssize_t r, object tag) except *
+    cpdef void remove(self, Py_ssize_t r, long long tag) except *
 
     @cython.locals(lane=Lane)
-    cpdef void replace(self, Py_ssize_t r, object tag, double start, double end) except *
+    cpdef void replace(self, Py_ssize_t r, long long tag, double start, double end) except *
 
     @cython.locals(delay=double, changed=bint, k=Py_ssize_t, r=Py_ssize_t, start=double,
                    dur=double, a=double, b=double, moves=bint)

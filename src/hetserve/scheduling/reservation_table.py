@@ -11,7 +11,7 @@ there; ``COMPILED`` says which this process took)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 from hetserve.core import heaps, records
 from hetserve.scheduling import policy_core
@@ -58,7 +58,7 @@ class ReservationTable:
     def now(self, t: float) -> None:
         self.core.now = t
 
-    def intervals(self, res: str) -> list[tuple[float, float, Hashable]]:
+    def intervals(self, res: str) -> list[tuple[float, float, int]]:
         r = self.ids.get(res)
         return [] if r is None else self.core.intervals(r)
 
@@ -77,18 +77,19 @@ class ReservationTable:
         """Earliest time >= t at which every resource is free for ``duration``."""
         return float(self.core.earliest_slot([self.id_of(r) for r in resources], t, duration))
 
-    def add(self, res: str, start: float, end: float, tag: Hashable) -> None:
-        """Reserve ``res`` for ``[start, end)``; ``tag`` names the reservation (tags of one
-        resource must be unique and mutually comparable)."""
+    def add(self, res: str, start: float, end: float, tag: int) -> None:
+        """Reserve ``res`` for ``[start, end)``; ``tag``, an integer, names the reservation
+        (tags of one resource must be unique; ``reservation_core.stage_tag`` makes a
+        batch's stage's)."""
         self.core.add(self.id_of(res), start, end, tag)
 
-    def remove(self, res: str, tag: Hashable) -> None:
+    def remove(self, res: str, tag: int) -> None:
         self.core.remove(self.id_of(res), tag)
 
-    def remove_batch(self, tag: Hashable, resources: Sequence[str]) -> None:
+    def remove_batch(self, tag: int, resources: Sequence[str]) -> None:
         for res in set(resources):
             self.remove(res, tag)
 
-    def replace(self, res: str, tag: Hashable, start: float, end: float) -> None:
+    def replace(self, res: str, tag: int, start: float, end: float) -> None:
         """Move the reservation ``tag`` of ``res`` to ``[start, end)`` (feedback correction)."""
         self.core.replace(self.id_of(res), tag, start, end)
