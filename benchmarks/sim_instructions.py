@@ -20,9 +20,17 @@ profile drifts with the machine; these counts do not).
 ``--keep DIR`` keeps each run's callgrind output (the simulation's part) for
 ``callgrind_annotate``.
 
+``--perf FILE`` samples time instead (``perf record -e cpu-clock``, attached to the
+process once its setup is done, so that the plan's MILP does not drown the simulation):
+one run, of the last of ``--seconds``, written to ``FILE``, then the functions' shares
+of the samples (``perf report``). It drifts with the machine as a time profile does, but
+it shows what instructions do not: where the time goes to memory (a function whose
+share of the time is several times its share of the instructions). Needs ``perf``;
+without hardware counters (a virtual machine) the software clock is sampled.
+
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--cache-sim] [--keep DIR]`` (needs ``valgrind`` and ``callgrind_control``; a few
+[--cache-sim] [--keep DIR] [--perf FILE]`` (needs ``valgrind`` and ``callgrind_control``; a few
 minutes, about twice as long with ``--cache-sim``). Nothing is downloaded: the checkout
 is a local copy of ``github.com/JonnyKong/PPipe``. ``--planner deepplan`` and
 ``scaling`` read no checkout: any path will do.
@@ -34,9 +42,11 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -138,10 +148,16 @@ def main() -> None:
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each run's callgrind output in DIR (callgrind_annotate reads "
                     "them: which functions, which libraries)")  # fmt: skip
+    ap.add_argument("--perf", default=None, metavar="FILE",
+                    help="sample time with perf instead (one run, of the last duration), "
+                    "written to FILE; then print the functions' shares")  # fmt: skip
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner is not None:
         inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus)
+        return
+    if a.perf is not None:
+        perf_profile(a, float(a.seconds.split(",")[-1]))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
@@ -190,6 +206,45 @@ def main() -> None:
     extra = f", {(m1 - m0) / (n1 - n0):,.1f} D1 misses" if a.cache_sim else ""
     print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request{extra} "
           f"(the difference of the two runs)")  # fmt: skip
+
+
+def perf_profile(a: argparse.Namespace, seconds: float) -> None:
+    """``--perf``: one run of ``seconds`` of arrivals, sampled by ``perf record`` from the
+    end of its setup to its end; then ``perf report``'s top functions."""
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed")
+    proc = subprocess.Popen(
+        [sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(seconds),
+         "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    for line in proc.stdout:
+        if line.strip() == "ready":
+            break
+    else:
+        raise SystemExit(f"the run ended early:\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+    rec = subprocess.Popen(
+        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-p", str(proc.pid),
+         "-o", a.perf],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.0)  # (perf attached before the run starts)
+    rest, err = proc.communicate("go\n")
+    rec.send_signal(signal.SIGINT)
+    _, rec_err = rec.communicate()
+    req = re.search(r"requests (\d+)", rest)
+    if proc.returncode != 0 or req is None or rec.returncode not in (0, -2):
+        raise SystemExit(f"the run or perf failed:\n{err[-2000:]}{rec_err[-2000:]}")
+    print(f"{seconds:g} s of arrivals: {int(req.group(1)):,} requests; samples in {a.perf}")
+    report = subprocess.run(
+        ["perf", "report", "-i", a.perf, "--no-children", "--sort", "symbol", "--stdio"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = [x for x in report.stdout.splitlines() if x.strip() and not x.startswith("#")]
+    for x in rows[:40]:
+        print(x.rstrip()[:110])
 
 
 if __name__ == "__main__":
