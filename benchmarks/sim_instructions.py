@@ -168,19 +168,9 @@ def main() -> None:
             sim = ["--cache-sim=yes"] if a.cache_sim else []
             if a.keep:  # (names written out in each dump: the simulation's alone is kept)
                 sim.append("--compress-strings=no")
-            proc = subprocess.Popen(
-                ["valgrind", "--tool=callgrind", *sim, f"--callgrind-out-file={out}",
-                 sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(d),
-                 "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-            )  # fmt: skip
-            assert proc.stdout is not None and proc.stdin is not None
-            for line in proc.stdout:
-                if line.strip() == "ready":
-                    break
-            else:
-                raise SystemExit(f"the run of {d:g} s ended early:\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            proc = start_inner(
+                a, d, ["valgrind", "--tool=callgrind", *sim, f"--callgrind-out-file={out}"]
+            )
             subprocess.run(["callgrind_control", "--dump=setup", str(proc.pid)], check=True,
                            capture_output=True)  # fmt: skip
             rest, err = proc.communicate("go\n")
@@ -208,23 +198,28 @@ def main() -> None:
           f"(the difference of the two runs)")  # fmt: skip
 
 
-def perf_profile(a: argparse.Namespace, seconds: float) -> None:
-    """``--perf``: one run of ``seconds`` of arrivals, sampled by ``perf record`` from the
-    end of its setup to its end; then ``perf report``'s top functions."""
-    if shutil.which("perf") is None:
-        raise SystemExit("perf is not installed")
+def start_inner(a: argparse.Namespace, seconds: float, prefix: list[str]) -> subprocess.Popen:
+    """The run of ``seconds`` of arrivals as a child process (under ``prefix``: valgrind's,
+    or none), once it has said its setup is done; it waits for a line on its stdin."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, a.ppipe, "--planner", a.planner, "--inner", str(seconds),
-         "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
+        [*prefix, sys.executable, __file__, a.ppipe, "--planner", a.planner,
+         "--inner", str(seconds), "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     for line in proc.stdout:
         if line.strip() == "ready":
-            break
-    else:
-        raise SystemExit(f"the run ended early:\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            return proc
+    raise SystemExit(f"the run of {seconds:g} s ended early:\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+
+
+def perf_profile(a: argparse.Namespace, seconds: float) -> None:
+    """``--perf``: one run of ``seconds`` of arrivals, sampled by ``perf record`` from the
+    end of its setup to its end; then ``perf report``'s top functions."""
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed")
+    proc = start_inner(a, seconds, [])
     rec = subprocess.Popen(
         ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-p", str(proc.pid),
          "-o", a.perf],
