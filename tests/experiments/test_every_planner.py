@@ -43,6 +43,9 @@ CASES = {
     "pe": ["--cluster", "rampa-base", "--stages", "2,3,2,4,8,5", "--max-requests", "3"],
     "ncar": ["--cluster", "rampa-base", "--stages", "2,3,2,4,8,5", "--max-requests", "3"],
 }
+# (a busy machine makes the wall clock's answers late: never beside a Ray test, conftest.py)
+pytestmark = pytest.mark.wallclock
+
 DEFAULT_SCHEDULER = {
     "ppipe": "reservation", "np": "reservation", "dart-r": "reservation", "herd": "flex",
     "deepplan": "coldstart", "magicbatch": "magicbatch", "rampa": "fixed-batch",
