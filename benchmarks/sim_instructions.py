@@ -3,9 +3,11 @@ drift with the machine's speed: issue 41's instance (``benchmarks/against_base.p
 PPipe authors' MAF19 trio on ``hc1-l`` with their TensorRT profiles, a plan at its
 capacity, the reservation scheduler) run under ``valgrind --tool=callgrind``. The process
 sets everything up (imports, profiles, the plan's MILP, the trace), says so, and waits;
-``callgrind_control --dump`` then closes the setup's counts, and the counts of the final
-dump are the simulation's alone (and the process's exit). Two durations of arrivals: the
-instructions per request of each, and of their difference (which also cancels the exit).
+``callgrind_control --dump`` then closes the setup's counts, and a second dump when the
+run is done holds the simulation's alone (not the process's exit, which frees what the
+run made: until the twenty-second session the counts held it too). Two durations of
+arrivals: the instructions per request of each, and of their difference (which cancels
+what does not grow with the run).
 ``--planner deepplan`` counts the cold-start-heavy DeepPlan run instead
 (``benchmarks/against_base.py``'s: 180 BERT-Base instances on ``p3-8xlarge``, PT+DHA load
 plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout).
@@ -21,7 +23,8 @@ profile drifts with the machine; these counts do not).
 ``callgrind_annotate``.
 
 ``--perf FILE`` samples time instead (``perf record -e cpu-clock``, attached to the
-process once its setup is done, so that the plan's MILP does not drown the simulation):
+process once its setup is done, so that the plan's MILP does not drown the simulation,
+and stopped when the run is done, before the process's exit frees what it made):
 one run, of the last of ``--seconds``, written to ``FILE``, then the functions' shares
 of the samples (``perf report``). It drifts with the machine as a time profile does, but
 it shows what instructions do not: where the time goes to memory (a function whose
@@ -84,6 +87,7 @@ def inner(ppipe: str, planner: str, seconds: float, scheduler: str, gpus: int) -
     sys.stdin.readline()
     sim.run()
     print(f"requests {len(tr)}", flush=True)
+    sys.stdin.readline()  # (--perf stops sampling here, before the exit)
 
 
 def inner_deepplan(seconds: float) -> None:
@@ -108,6 +112,7 @@ def inner_deepplan(seconds: float) -> None:
     sys.stdin.readline()
     sim.run()
     print(f"requests {len(tr)}", flush=True)
+    sys.stdin.readline()  # (--perf stops sampling here, before the exit)
 
 
 def inner_scaling(scheduler: str, gpus: int, seconds: float) -> None:
@@ -130,6 +135,7 @@ def inner_scaling(scheduler: str, gpus: int, seconds: float) -> None:
     sys.stdin.readline()
     sim.run()
     print(f"requests {len(tr)}", flush=True)
+    sys.stdin.readline()  # (--perf stops sampling here, before the exit)
 
 
 def main() -> None:
@@ -173,12 +179,19 @@ def main() -> None:
             )
             subprocess.run(["callgrind_control", "--dump=setup", str(proc.pid)], check=True,
                            capture_output=True)  # fmt: skip
-            rest, err = proc.communicate("go\n")
-            if a.keep:  # (the dump of the simulation alone; the setup's was ``.1``)
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            rest = proc.stdout.readline()  # ("requests N": the run is done, not the exit)
+            subprocess.run(["callgrind_control", "--dump=run", str(proc.pid)], check=True,
+                           capture_output=True)  # fmt: skip
+            _, err = proc.communicate("")
+            run = f"{out}.2"  # (the run's dump: the setup's is ``.1``, the exit's ``out``)
+            if a.keep:
                 Path(a.keep).mkdir(parents=True, exist_ok=True)
-                shutil.copy(out, Path(a.keep) / f"{a.planner}-{d:g}s.callgrind")
+                shutil.copy(run, Path(a.keep) / f"{a.planner}-{d:g}s.callgrind")
             req = re.search(r"requests (\d+)", rest)
-            text = Path(out).read_text()
+            text = Path(run).read_text() if Path(run).exists() else ""
             events = re.search(r"^events: (.+)$", text, re.M)
             total = re.search(r"^summary: (.+)$", text, re.M)
             if proc.returncode != 0 or req is None or total is None or events is None:
@@ -216,7 +229,8 @@ def start_inner(a: argparse.Namespace, seconds: float, prefix: list[str]) -> sub
 
 def perf_profile(a: argparse.Namespace, seconds: float) -> None:
     """``--perf``: one run of ``seconds`` of arrivals, sampled by ``perf record`` from the
-    end of its setup to its end; then ``perf report``'s top functions."""
+    end of its setup to the end of the run (not the exit); then ``perf report``'s top
+    functions."""
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed")
     proc = start_inner(a, seconds, [])
@@ -226,9 +240,13 @@ def perf_profile(a: argparse.Namespace, seconds: float) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     time.sleep(1.0)  # (perf attached before the run starts)
-    rest, err = proc.communicate("go\n")
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    rest = proc.stdout.readline()  # ("requests N" once the run is done: not its exit)
     rec.send_signal(signal.SIGINT)
     _, rec_err = rec.communicate()
+    _, err = proc.communicate("")
     req = re.search(r"requests (\d+)", rest)
     if proc.returncode != 0 or req is None or rec.returncode not in (0, -2):
         raise SystemExit(f"the run or perf failed:\n{err[-2000:]}{rec_err[-2000:]}")
