@@ -60,8 +60,9 @@ def _drive(mod, ops, gaps):
         p.min_gap = max(gaps[w] for w in range(4) if p in t.orders_of[w])
     # stage 1 on pool 0; stage 2 on pool 1, reached over links 4 and 5
     info = [(0.004, 0.0, pools[0]), (0.003, 8e6, pools[1])]
-    xs = {w: (w, (4, 5), 1.0 / 1e9, 0.0001) for w in (2, 3)}
-    xfers = [{}, {0: (xs, 1e-9, 0.0001), 1: (xs, 1e-9, 0.0001)}]
+    # (by worker number: into workers 2 and 3, from workers 0 and 1)
+    xs = [None, None, *[(w, (4, 5), 1.0 / 1e9, 0.0001) for w in (2, 3)]]
+    xfers = [[], [(xs, 1e-9, 0.0001), (xs, 1e-9, 0.0001)]]
     seen = []
     tags: dict[int, list[int]] = {r: [] for r in range(6)}
     for k, (op, r, a, d) in enumerate(ops):

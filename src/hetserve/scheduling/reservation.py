@@ -77,7 +77,8 @@ class Reservation(BaseScheduler):
         self.links: dict[tuple[WorkerId, WorkerId], tuple[list[str], float, float]] = {}
         # per pipeline, per stage: its transfers by the previous stage's worker
         # (and the call that makes one that is not there yet)
-        self._xfers: dict[tuple[str, int], tuple[list[dict[int, Xfers]], Any]] = {}
+        # (a list by the previous worker's number, None where not made yet)
+        self._xfers: dict[tuple[str, int], tuple[list[list[Xfers | None]], Any]] = {}
         self._lost: set[int] = set()
         # a worker never runs anything shorter than its shortest stage: gaps shorter than
         # that are as good as taken (what keeps the table's fast path exact)
@@ -91,7 +92,7 @@ class Reservation(BaseScheduler):
         for pipes in self.pools.pipelines.values():
             for p in pipes:
                 self._xfers[(p.model, p.index)] = (
-                    [{} for _ in p.stages],
+                    [[] for _ in p.stages],
                     functools.partial(self._stage_xfers, p),
                 )
                 for blocks, workers in p.stages:
@@ -200,18 +201,27 @@ class Reservation(BaseScheduler):
         s/bit and delay over them (a lower bound on any transfer's time)."""
         table = self.table
         src = table.names[last]
-        xs = {}
+        into = []
         for w in pipe.stages[si][1]:
             links, bw, delay = self._link(src, w)
             r = table.ids[w]
             link_ids = tuple(table.id_of(x) for x in links)
-            xs[r] = (r, link_ids, 1.0 / (bw * 1e9) if links else 0.0, delay)
+            into.append((r, link_ids, 1.0 / (bw * 1e9) if links else 0.0, delay))
+        # (a list by worker number: the probe reads it by index, no key hashed)
+        xs: list[tuple[int, tuple[int, ...], float, float] | None] = [None] * (
+            max((x[0] for x in into), default=-1) + 1
+        )
+        for x in into:
+            xs[x[0]] = x
         hit = (
             xs,
-            min((x[2] for x in xs.values()), default=0.0),
-            min((x[3] for x in xs.values()), default=0.0),
+            min((x[2] for x in into), default=0.0),
+            min((x[3] for x in into), default=0.0),
         )
-        self._xfers[(pipe.model, pipe.index)][0][si][last] = hit
+        by_last = self._xfers[(pipe.model, pipe.index)][0][si]
+        if last >= len(by_last):
+            by_last.extend([None] * (last + 1 - len(by_last)))
+        by_last[last] = hit
         return hit
 
     def probe(self, pipe: PipelinePool, batch: int, now: float) -> Any:

@@ -48,7 +48,9 @@ _INF = math.inf
 _NEG_INF = -math.inf
 # a stage's transfers from the previous stage's worker: per receiving worker (worker,
 # links crossed, seconds per bit, delay s), and the least s/bit and delay over them
-Xfers = tuple[dict[int, tuple[int, tuple[int, ...], float, float]], float, float]
+# into a stage from one worker: per worker of the stage, by its number (None elsewhere),
+# its number, the links, s/bit and delay; then the least s/bit and delay over them
+Xfers = tuple[list[tuple[int, tuple[int, ...], float, float] | None], float, float]
 
 
 # a stage's tag in the reservation table: its batch's id times STAGE_TAGS plus its stage
@@ -97,13 +99,13 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
 _MOVED = slots.MOVED  # (``SlotTable.correct``'s flags; compiled, C integers)
 _KEPT = slots.KEPT
 _NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
-_NO_XFERS: dict[int, tuple[int, tuple[int, ...], float, float]] = {}  # (the first stage's: none)
+_NO_XFERS: list[tuple[int, tuple[int, ...], float, float] | None] = []  # (the first stage's)
 
 
 def probe(
     table: slots.SlotTable,
     info: list[tuple[float, float, slots.PoolOrder]],
-    xfers: list[dict[int, Xfers]],
+    xfers: list[list[Xfers | None]],
     miss: Callable[[int, int], Xfers],
     lost: set[int],
     now: float,
@@ -114,12 +116,12 @@ def probe(
     ``out``, where it writes its result.
 
     ``info``: per stage its inference seconds, bits crossing the cut into it and its
-    pool's order; ``xfers[si]``: the stage's transfers by the previous stage's worker
-    (``miss(si, last)`` makes one that is not there yet). Writes the path (a worker per
-    stage), the reservations it needs ``(resource, start, duration)``, the completion
-    time, the time spent waiting for resources, and the stages' starts into ``out``
-    (:class:`Probed`); an empty path and an infinite completion where a pool has no live
-    worker."""
+    pool's order; ``xfers[si]``: the stage's transfers by the previous stage's worker, a
+    list by its number (None, or past the end: ``miss(si, last)`` makes it). Writes the
+    path (a worker per stage), the reservations it needs ``(resource, start, duration)``,
+    the completion time, the time spent waiting for resources, and the stages' starts into
+    ``out`` (:class:`Probed`); an empty path and an infinite completion where a pool has
+    no live worker."""
     # (the buffers read as ``table.front[w]`` etc. each time, not kept in locals:
     # compiled, a typed buffer in a local is taken and let go with atomic counts, at
     # each call, and ``miss`` may grow the table's)
@@ -139,8 +141,8 @@ def probe(
             xs = _NO_XFERS
             t_lb = t_g
         else:
-            by_last = xfers[si]
-            hit = by_last.get(last)
+            by_last = xfers[si]  # (a list by worker: no key to hash and look up)
+            hit = by_last[last] if last < len(by_last) else None
             if hit is None:
                 hit = miss(si, last)  # (it may number new links: the buffers grow)
             xs = hit[0]
@@ -186,7 +188,10 @@ def probe(
                 break
             if lost and w in lost:
                 continue
-            xf = xs.get(w, _NO_XFER) if xs else _NO_XFER  # (none into the first stage)
+            # (by worker number, None where no transfer: none into the first stage)
+            xf = xs[w] if w < len(xs) else None
+            if xf is None:
+                xf = _NO_XFER
             links = xf[1]
             if links:
                 x_inv = xf[2]  # (compiled: C doubles, the product and sum without floats made)
@@ -241,15 +246,15 @@ class Pipe:
     blocks, per batch size the stages' inference seconds, bits into them and pool orders
     (``infos``, by batch size, None where not made yet; ``info_of(batch)`` makes one and
     keeps it there),
-    and per stage its transfers by the previous stage's worker (``xfers``; ``miss(si,
-    last)`` makes one)."""
+    and per stage its transfers by the previous stage's worker (``xfers``, a list by the
+    worker's number; ``miss(si, last)`` makes one)."""
 
     def __init__(
         self,
         bs: int,
         blocks: list[tuple[int, int]],
         info_of: Callable[[int], list[tuple[float, float, slots.PoolOrder]]],
-        xfers: list[dict[int, Xfers]],
+        xfers: list[list[Xfers | None]],
         miss: Callable[[int, int], Xfers],
     ) -> None:
         if len(blocks) >= _STAGE_TAGS:  # (a stage's tag holds its number below that)

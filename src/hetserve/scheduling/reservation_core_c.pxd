@@ -23,7 +23,7 @@ cdef Py_ssize_t _KEPT
 cdef long long _STAGE_TAGS
 cdef long long _MAX_BATCH_ID
 cdef tuple _NO_XFER
-cdef dict _NO_XFERS
+cdef list _NO_XFERS
 
 cdef class Probed
 
@@ -33,7 +33,7 @@ cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk)
 
 
 @cython.locals(t_g=double, last=Py_ssize_t, busy=double,
-               min_inv=double, min_delay=double, xs=dict, by_last=dict, si=Py_ssize_t, st=tuple,
+               min_inv=double, min_delay=double, xs=list, by_last=list, si=Py_ssize_t, st=tuple,
                l_i=double, bits=double,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
