@@ -35,11 +35,6 @@ if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those ty
 
 FINISHED = -1  # (while running: finished, ok or late not yet told apart)
 _NAN = math.nan  # (a C double compiled)
-_COMPLETED = "completed"
-# a stage row's fields in ``Ledger.rows``, in this order from ``row * ROW_FIELDS``: its
-# stage, batch size, start, end, transfer start and end, dispatch time, and the numbers
-# of its model, worker and status
-ROW_FIELDS = 10
 
 
 class Ledger(ObserverCore):
@@ -48,23 +43,23 @@ class Ledger(ObserverCore):
 
     def __init__(self, n: int) -> None:
         nan = math.nan
-        # per stage row (``SimResult.stage_rows``' fields), in the order the stages end,
-        # grown by doubling (``n_rows`` of them used): the batch id in a C array of its
-        # own (any integer a scheduler gives, exactly), the rest side by side in one of C
-        # doubles, ``ROW_FIELDS`` a row (a row's stores in two or three cache lines, not
-        # in twelve columns'), the names as numbers: a model's and a status's into
-        # ``models`` and ``statuses``, a worker's its index (``Slot.index``: its name and
-        # GPU in ``worker_ids`` and ``worker_gpus``); a transfer time NaN where none
+        # per stage row (``SimResult.stage_rows``' fields), in the order the stages end:
+        # the numbers in C arrays, grown by doubling (``n_rows`` of them used; a transfer
+        # time NaN where there was none), the names in lists
         self.n_rows = 0
         cap = n + 16
         self.row_batch = array("q", [0]) * cap
-        self.rows = array("d", [nan]) * (cap * ROW_FIELDS)
-        self.models: list[str] = []
-        self._model_idx: dict[str, int] = {}
-        self.statuses: list[str] = [_COMPLETED]
-        self._status_idx: dict[str, int] = {_COMPLETED: 0}
-        self.worker_ids: list[str | None] = []
-        self.worker_gpus: list[str | None] = []
+        self.row_stage = array("q", [0]) * cap
+        self.row_size = array("q", [0]) * cap
+        self.row_start_s = array("d", [nan]) * cap
+        self.row_end_s = array("d", [nan]) * cap
+        self.row_xfer_start_s = array("d", [nan]) * cap
+        self.row_xfer_end_s = array("d", [nan]) * cap
+        self.row_dispatch_s = array("d", [nan]) * cap
+        self.row_model: list[str] = []
+        self.row_worker: list[str] = []
+        self.row_gpu: list[str] = []
+        self.row_status: list[str] = []
         # per request, by its id: C arrays (``array.array``s, typed memoryviews of them in
         # the compiled build), no Python object per value to make, convert or free
         self.dispatch_s = array("d", [nan]) * n
@@ -80,27 +75,17 @@ class Ledger(ObserverCore):
         self.busy_energy_j = array("d")
 
     def _grow(self) -> None:
-        """Twice the room for stage rows (each buffer's bytes copied whole)."""
+        """Twice the room for stage rows (each column's bytes copied whole)."""
         more = len(self.row_batch)
+        nan = math.nan
         self.row_batch = array("q", bytes(self.row_batch)) + array("q", [0]) * more
-        self.rows = array("d", bytes(self.rows)) + array("d", [math.nan]) * (more * ROW_FIELDS)
-
-    def _index(self, names: list[str], idx: dict[str, int], text: str) -> int:
-        """The number of ``text`` in ``names`` (added on first use)."""
-        i = idx.get(text)
-        if i is None:
-            i = idx[text] = len(names)
-            names.append(text)
-        return i
-
-    def _name_worker(self, w: entities.Slot) -> None:
-        """Keep the name and GPU of worker ``w`` by its index (its first row)."""
-        k = w.index
-        while len(self.worker_ids) <= k:
-            self.worker_ids.append(None)
-            self.worker_gpus.append(None)
-        self.worker_ids[k] = w.id
-        self.worker_gpus[k] = w.gpu_name
+        self.row_stage = array("q", bytes(self.row_stage)) + array("q", [0]) * more
+        self.row_size = array("q", bytes(self.row_size)) + array("q", [0]) * more
+        self.row_start_s = array("d", bytes(self.row_start_s)) + array("d", [nan]) * more
+        self.row_end_s = array("d", bytes(self.row_end_s)) + array("d", [nan]) * more
+        self.row_xfer_start_s = array("d", bytes(self.row_xfer_start_s)) + array("d", [nan]) * more
+        self.row_xfer_end_s = array("d", bytes(self.row_xfer_end_s)) + array("d", [nan]) * more
+        self.row_dispatch_s = array("d", bytes(self.row_dispatch_s)) + array("d", [nan]) * more
 
     def reason_index(self, text: str) -> int:
         """The index of a reason text in :attr:`reasons` (added on first use)."""
@@ -130,24 +115,19 @@ class Ledger(ObserverCore):
         if j == len(self.row_batch):
             self._grow()
         self.row_batch[j] = b.id
-        o = j * ROW_FIELDS
-        self.rows[o] = field(task.step, STEP_STAGE)
-        self.rows[o + 1] = b.rows
-        self.rows[o + 2] = task.start_s
-        self.rows[o + 3] = now
+        self.row_stage[j] = field(task.step, STEP_STAGE)
+        self.row_size[j] = b.rows
+        self.row_start_s[j] = task.start_s
+        self.row_end_s[j] = now
         x = task.transfer_start_s
-        self.rows[o + 4] = _NAN if x is None else x
+        self.row_xfer_start_s[j] = _NAN if x is None else x
         x = task.transfer_end_s
-        self.rows[o + 5] = _NAN if x is None else x
-        self.rows[o + 6] = b.dispatch_s
-        self.rows[o + 7] = self._index(self.models, self._model_idx, b.model)
-        k = w.index
-        self.rows[o + 8] = k
-        self.rows[o + 9] = (
-            0 if status == _COMPLETED else self._index(self.statuses, self._status_idx, status)
-        )
-        if k >= len(self.worker_ids) or self.worker_ids[k] is None:
-            self._name_worker(w)
+        self.row_xfer_end_s[j] = _NAN if x is None else x
+        self.row_dispatch_s[j] = b.dispatch_s
+        self.row_model.append(b.model)
+        self.row_worker.append(w.id)
+        self.row_gpu.append(w.gpu_name)
+        self.row_status.append(status)
         self.n_rows = j + 1
         if task.ran and task.index == 0 and field(task.step, STEP_BLOCKS)[0] == 0:  # service began
             t0 = task.start_s

@@ -10,20 +10,22 @@ from hetserve.engine.entities_core_c cimport Batch, ObserverCore, Slot, Task
 
 
 cdef double _NAN
-cdef str _COMPLETED
-cdef Py_ssize_t ROW_FIELDS
 
 
 cdef class Ledger(ObserverCore):
     cdef public Py_ssize_t n_rows
     cdef public long long[:] row_batch
-    cdef public double[:] rows
-    cdef public list models
-    cdef public dict _model_idx
-    cdef public list statuses
-    cdef public dict _status_idx
-    cdef public list worker_ids
-    cdef public list worker_gpus
+    cdef public long long[:] row_stage
+    cdef public long long[:] row_size
+    cdef public double[:] row_start_s
+    cdef public double[:] row_end_s
+    cdef public double[:] row_xfer_start_s
+    cdef public double[:] row_xfer_end_s
+    cdef public double[:] row_dispatch_s
+    cdef public list row_model
+    cdef public list row_worker
+    cdef public list row_gpu
+    cdef public list row_status
     cdef public double[:] dispatch_s
     cdef public double[:] start_s
     cdef public double[:] finish_s
@@ -37,16 +39,11 @@ cdef class Ledger(ObserverCore):
 
     cpdef Py_ssize_t reason_index(self, object text) except -1
 
-    @cython.locals(i=object)
-    cdef Py_ssize_t _index(self, list names, dict idx, object text) except -1
-
-    cpdef void _name_worker(self, Slot w) except *
-
     @cython.locals(i=Py_ssize_t)
     cpdef dispatched(self, Batch batch, Py_ssize_t first_block, double now)
 
     @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, t0=double,
-                   j=Py_ssize_t, o=Py_ssize_t, x=object)
+                   j=Py_ssize_t, x=object)
     cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
 
     @cython.locals(ri=Py_ssize_t)

@@ -24,7 +24,7 @@ from hetserve.engine.executor import Observer
 from hetserve.engine.links import LinkTable
 from hetserve.sim import recorder_core as _pure
 from hetserve.sim.energy import Energy
-from hetserve.sim.recorder_core import FINISHED, ROW_FIELDS
+from hetserve.sim.recorder_core import FINISHED
 from hetserve.workload.trace import Trace
 
 # the compiled CSV writer (setup.py), or None: the csv module writes the same bytes
@@ -301,19 +301,16 @@ class Recorder(Ledger, Observer):
     def _stages(self) -> StageColumns:
         """The stage rows' columns, each an array of its own (``n_rows`` of them)."""
         n = self.n_rows
-        rows = np.array(self.rows[: n * ROW_FIELDS], np.float64).reshape(n, ROW_FIELDS)
 
-        def col(k: int, dtype: type[np.generic]) -> np.ndarray:
-            return np.ascontiguousarray(rows[:, k], dtype)
-
-        def names(k: int, table: list[Any]) -> list[str]:  # (numbers to names, by table)
-            return np.array(table, object)[rows[:, k].astype(np.int64)].tolist()
+        def col(values: Any, dtype: type[np.generic]) -> np.ndarray:
+            return np.array(values[:n], dtype)
 
         return StageColumns(
-            np.array(self.row_batch[:n], np.int64), names(7, self.models), col(0, np.int64),
-            names(8, self.worker_ids), names(8, self.worker_gpus), col(1, np.int64),
-            col(2, np.float64), col(3, np.float64), names(9, self.statuses),
-            col(4, np.float64), col(5, np.float64), col(6, np.float64),
+            col(self.row_batch, np.int64), list(self.row_model), col(self.row_stage, np.int64),
+            list(self.row_worker), list(self.row_gpu), col(self.row_size, np.int64),
+            col(self.row_start_s, np.float64), col(self.row_end_s, np.float64),
+            list(self.row_status), col(self.row_xfer_start_s, np.float64),
+            col(self.row_xfer_end_s, np.float64), col(self.row_dispatch_s, np.float64),
         )  # fmt: skip
 
     def result(
