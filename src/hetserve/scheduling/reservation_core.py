@@ -46,10 +46,9 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
 _EPS = 1e-12
 _INF = math.inf
 _NEG_INF = -math.inf
-# a stage's transfers from the previous stage's worker: per receiving worker (worker,
-# links crossed, seconds per bit, delay s), and the least s/bit and delay over them
-# into a stage from one worker: per worker of the stage, by its number (None elsewhere),
-# its number, the links, s/bit and delay; then the least s/bit and delay over them
+# a stage's transfers from the previous stage's worker: per receiving worker, by its
+# number (None for the others), (worker, links crossed, seconds per bit, delay s); and
+# the least s/bit and delay over them
 Xfers = tuple[list[tuple[int, tuple[int, ...], float, float] | None], float, float]
 
 
