@@ -1,7 +1,8 @@
 """Keyed heaps (``core/heaps_core.py``): ``push`` and ``pop`` for ``heapq`` heaps of
 tuples ordered by their first two items (a time or deadline, then a number no other entry
-has); ``pop_edf``, the most urgent requests of a deadline queue whose rows fit; and
-``bisect_s``, the largest batch of a latency table within a time.
+has); ``pop_edf``, the most urgent requests of a deadline queue whose rows fit
+(``pop_first``, where each is one row); and ``bisect_s``, the largest batch of a latency
+table within a time.
 
 Where the package was built with Cython (``setup.py``) these are that file's compiled
 build, which compares the two keys as C numbers; else ``heapq``'s own functions and the
@@ -23,7 +24,7 @@ from hetserve.core.compiled import build_of
 
 __all__ = [
     "COMPILED", "LAYOUT", "EventHeap", "bisect_s", "build_beside", "core", "pop", "pop_edf",
-    "push",
+    "pop_first", "push",
 ]  # fmt: skip
 
 core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
@@ -35,7 +36,7 @@ if COMPILED:
     push, pop, bisect_s = core.push, core.pop, core.bisect_s
 else:  # (``bisect_right`` is the Python file's ``bisect_s``, in C)
     push, pop, bisect_s = heapq.heappush, heapq.heappop, bisect.bisect_right
-pop_edf = core.pop_edf
+pop_edf, pop_first = core.pop_edf, core.pop_first
 #: a clock's callbacks by time (``heaps_core.EventHeap``: compiled, C numbers in buffers)
 EventHeap = core.EventHeap
 

@@ -31,7 +31,7 @@ except ImportError:  # (Cython is not installed: this file runs as plain Python)
     from hetserve.core.records import NO_CYTHON as cython
 COMPILED = bool(cython.compiled)
 if not cython.compiled:  # (compiled: the inline C its .pxd cimports)
-    from hetserve.core.records import pop_last, take
+    from hetserve.core.records import pop_last, put, take
 
 _heappush = heapq.heappush
 _INF = math.inf
@@ -106,6 +106,15 @@ def pop(heap: list[Any]) -> Any:
     return top
 
 
+def pop_first(q: list[Any], k: int) -> tuple[Any, ...]:
+    """The ``k`` most urgent requests of the deadline heap ``q`` (entries ``(deadline_s,
+    id, request)``; ``0 < k <= len(q)``), taken off: :func:`pop_edf` where each request
+    is one row (its caller knows ``k``: no pair made to return it)."""
+    if k == 1:  # (the most common batch at a low load: its tuple made at once)
+        return (pop(q)[2],)
+    return tuple([pop(q)[2] for _ in range(k)])
+
+
 def pop_edf(q: list[Any], limit: int, queued_rows: int = -1) -> tuple[tuple[Any, ...], int]:
     """The most urgent requests of the deadline heap ``q`` (entries ``(deadline_s, id,
     request)``) whose rows fit in ``limit`` together, taken off ``q``, and their rows. It
@@ -115,9 +124,7 @@ def pop_edf(q: list[Any], limit: int, queued_rows: int = -1) -> tuple[tuple[Any,
     pops)."""
     if queued_rows == len(q):
         k = limit if limit < queued_rows else queued_rows
-        if k == 1:  # (the most common batch at a low load: its tuple made at once)
-            return (pop(q)[2],), 1
-        return tuple([pop(q)[2] for _ in range(k)]), k
+        return pop_first(q, k), k
     out = []
     n = 0
     while q:
@@ -232,9 +239,10 @@ class EventHeap:
         with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
             self.n_free -= 1
             k = self.free[self.n_free]
-            self.calls[3 * k] = fn
-            self.calls[3 * k + 1] = a
-            self.calls[3 * k + 2] = b
+            calls = self.calls
+            put(calls, 3 * k, fn)
+            put(calls, 3 * k + 1, a)
+            put(calls, 3 * k + 2, b)
             pos = self.n
             self.n += 1
             while pos > 0:  # up from the end while earlier than the parent

@@ -5,7 +5,7 @@
 # builds that ``cimport`` them, Python functions for everyone else).
 import cython
 
-from hetserve.core.records_c cimport pop_last, take
+from hetserve.core.records_c cimport pop_last, put, take
 
 cdef bint COMPILED
 cdef object _heappush
@@ -26,6 +26,8 @@ cpdef void push(list heap, tuple item) except *
 
 @cython.locals(last=object, top=object)
 cpdef object pop(list heap)
+
+cpdef tuple pop_first(list q, Py_ssize_t k)
 
 @cython.locals(k=Py_ssize_t, out=list, n=Py_ssize_t)
 cpdef tuple pop_edf(list q, Py_ssize_t limit, Py_ssize_t queued_rows=*)
@@ -54,7 +56,7 @@ cdef class EventHeap:
     cpdef double first_s(self)
 
     @cython.locals(k=Py_ssize_t, seq=cython.longlong, pos=Py_ssize_t, parent=Py_ssize_t,
-                   pt=double)
+                   pt=double, calls=list)
     cpdef void push(self, double t, object fn, object a, object b) except *
 
     @cython.locals(seq=cython.longlong, t=double)

@@ -90,6 +90,11 @@ def take(items: list[Any], i: int) -> Any:
     return x
 
 
+def put(items: list[Any], i: int, x: Any) -> None:
+    """``items[i] = x`` (compiled, ``records_c.pxd``: written inline, without a call)."""
+    items[i] = x
+
+
 def clear(items: list[Any]) -> None:
     """``del items[:]`` (compiled, one C call: no slice object made, no method looked up
     by name)."""

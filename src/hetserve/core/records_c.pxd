@@ -50,6 +50,15 @@ cdef inline object take(list items, Py_ssize_t i):
     return x
 
 
+cdef inline void put(list items, Py_ssize_t i, object x):
+    """``items[i] = x`` (``i`` in range: the build checks no bounds), written inline: the
+    list takes a reference to ``x`` and lets go of the item it held."""
+    cdef object old = <object>PyList_GET_ITEM(items, i)  # (a new reference: ``old``'s own)
+    Py_INCREF(x)
+    PyList_SET_ITEM(items, i, x)  # (takes the reference to ``x`` just made)
+    Py_DECREF(old)  # (the list's, which it no longer holds; ``old``'s own goes at the end)
+
+
 cdef inline object record(type cls, tuple items):
     """``tuple.__new__(cls, items)``, for a ``cls`` whose allocator is tuple's."""
     cdef Py_ssize_t n = len(items)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from array import array
 from collections.abc import Container, Iterable, Mapping, Sequence
 from numbers import Real
 from typing import Any
@@ -98,6 +99,7 @@ from hetserve.scheduling.protocol import (
     Evict,
     Load,
     Preempt,
+    RouteStep,
     Scheduler,
     SetTimer,
     StageReport,
@@ -149,16 +151,36 @@ def check_dispatch(
     nb = nblocks.get(model)
     if nb is None:
         raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")
-    if len(route) == 1:  # the common case, checked quickly
-        stage, worker, at, blocks = fields(route[0])
-        if (  # (not ``blocks == (0, nb)``: no tuple made to compare)
-            stage == 0
-            and blocks[0] == 0
-            and blocks[1] == nb
-            and worker in workers
-            and type(at) is float
-        ):
-            return 0
+    if type(route) is tuple and type(nb) is int:
+        # the usual shape (a tuple of route steps, each a tuple whose stage and blocks are
+        # ints and whose start is a float), checked quickly: compiled, the items read and
+        # compared in C; anything else (or anything wrong) is checked below
+        rt = route
+        nb_c = nb
+        pos_c = 0
+        for k in range(len(rt)):
+            step = rt[k]
+            if type(step) is not RouteStep:
+                break
+            stage, worker, at, blocks = fields(step)
+            if type(stage) is not int or type(blocks) is not tuple:
+                break
+            bt = blocks
+            if len(bt) != 2:
+                break
+            b0 = bt[0]
+            b1 = bt[1]
+            if type(b0) is not int or type(b1) is not int or type(at) is not float:
+                break
+            stage_c = stage
+            b0_c = b0
+            b1_c = b1
+            if stage_c != k or b0_c != pos_c or b1_c <= pos_c or worker not in workers:
+                break
+            pos_c = b1_c
+        else:
+            if pos_c <= nb_c:
+                return 0
     s0, _, _, blocks = fields(route[0])
     first = pos = blocks[0]
     for k in range(len(route)):  # (not ``enumerate``: compiled, ``k`` is a C integer)
@@ -484,7 +506,9 @@ class Kernel:
         ``i``-th request is ``Request(i, models[i], streams[i], times[i],
         deadlines_s[i])``, one row, no payload (``times`` sorted, a stream's deadlines in
         order); the loop makes each as it arrives (``core.records.record``: no Python
-        call).
+        call), its time and deadline as floats then (the two columns are best given as
+        ``array("d")``s: compiled, C doubles read from their memory; anything else is
+        copied into one first).
 
         The loop is the kernel's so that its per-request path costs no call beyond the
         scheduler's: an arrival, a timer and a modelled stage's end are :meth:`arrive`,
@@ -504,26 +528,34 @@ class Kernel:
         watch, fifo_of, new_head, watched = dl.add, dl.fifos.get, dl.head, held.get
         expire = self._expire_cb
         core = self._core  # (where there is one: its arrivals as C calls)
-        n = len(times)
+        # (the names' columns as lists, the times' as C doubles: compiled, each item read
+        # in C, a time made a float only as its request arrives)
+        models_l = models if type(models) is list else list(models)
+        streams_l = streams if type(streams) is list else list(streams)
+        deadlines_a = deadlines_s if type(deadlines_s) is array else array("d", deadlines_s)
+        times_a = times if type(times) is array else array("d", times)
+        n = len(times_a)
         i = 0
         now = 0.0
         # (the next arrival's time, a C double compiled: no float made per comparison; the
         # arrival's own objects, its time's and its id's, made once and passed on)
-        t_next = times[0] if n else math.inf
+        t_next = times_a[0] if n else math.inf
         while True:
             if t_next < heap.first_s():
-                t_obj = times[i]
+                t_obj = times_a[i]
                 rid = i
                 now = t_next
                 heap.now_s = t_next  # (the clock's ``t``: a C double, no float made)
-                r = record7(Request, rid, models[i], streams[i], t_obj, deadlines_s[i], None, 1)
+                stream = streams_l[i]
+                dl_obj = deadlines_a[i]
+                r = record7(Request, rid, models_l[i], stream, t_obj, dl_obj, None, 1)
                 held[rid] = r
                 acts = core.on_arrival(r, now) if core is not None else on_arrival(r, t_obj)
                 if acts:
                     self._apply_strict(acts, now)
                 if watched(rid) is r:  # ``_watch``, inline (a stream's deadlines come in order)
-                    q = fifo_of(streams[i])
-                    t = deadlines_s[i]
+                    q = fifo_of(stream)
+                    t = dl_obj
                     if q is None:
                         watch(r)
                     else:
@@ -534,7 +566,7 @@ class Kernel:
                         self._expiry_s = t
                         heap.push(t, expire, None, t)  # (``clock.call_at``, without its call)
                 i += 1
-                t_next = times[i] if i < n else math.inf
+                t_next = times_a[i] if i < n else math.inf
                 continue
             if heap.first_s() > horizon or not len(heap):
                 return now

@@ -26,7 +26,7 @@ cdef object _NO_PARTS
 
 @cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
                first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
-               bad=bint)
+               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t)
 cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live) except -1
 
 
@@ -76,7 +76,9 @@ cdef class Kernel:
 
     @cython.locals(clock=object, heap=EventHeap, held=dict, n=Py_ssize_t, i=Py_ssize_t,
                    now=double, last=double, t=double, task=Task, t_next=double, rid=object,
-                   core=PolicyCore)
+                   core=PolicyCore, models_l=list, streams_l=list,
+                   deadlines_a="double[::1]", times_a="double[::1]", t_obj=object,
+                   dl_obj=object, stream=object)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from hetserve.core.errors import HetserveError
-from hetserve.core.heaps import pop, pop_edf, push
+from hetserve.core.heaps import pop, pop_edf, pop_first, push
 from hetserve.scheduling import reservation_slots as slots
 from hetserve.scheduling.protocol import RETURNED, Dispatch, Drop, RouteStep, SetTimer
 from hetserve.scheduling.reservation_slots import double_buffer, int_buffer
@@ -533,7 +533,11 @@ class Algorithm1(PolicyCore):
                         out.append(record2(SetTimer, at, ("reservation", model, at)))
                     return
                 chosen = pr
-            reqs, taken = pop_edf(q, chosen.batch, n)
+            if n == len(q):  # (each request one row: ``pop_edf``'s count known here)
+                taken = chosen.batch if chosen.batch < n else n
+                reqs = pop_first(q, taken)
+            else:
+                reqs, taken = pop_edf(q, chosen.batch, n)
             mq.rows = n - taken
             if taken < chosen.batch:  # (the next request's rows did not fit)
                 self.probe_into(chosen, chosen.pipe, taken, now)

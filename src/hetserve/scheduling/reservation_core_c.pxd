@@ -11,7 +11,7 @@ from hetserve.core.records_c cimport (
     record4,
 )
 
-from hetserve.core.heaps_core_c cimport pop, pop_edf, push
+from hetserve.core.heaps_core_c cimport pop, pop_edf, pop_first, push
 from hetserve.scheduling.policy_core_c cimport PolicyCore
 from hetserve.scheduling.reservation_slots_c cimport Bookings, PoolOrder, SlotTable
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -149,7 +150,10 @@ class Simulator:
         self.cfg = cfg = config or SimConfig()
         self.view = ClusterView.build(cluster, latency, placement, cfg.cut_bytes_factor)
         self.clock = VirtualClock()
-        self.recorder = Recorder(trace)
+        deepest = max(
+            (len(p.stages) for mp in plan.models.values() for p in mp.pipelines), default=1
+        )
+        self.recorder = Recorder(trace, deepest)
         self.links = LinkTable(cluster, cfg.record_links, plan.paths)
         self.executor = executor or ModelledExecutor(
             cfg.seed,
@@ -220,9 +224,12 @@ class Simulator:
         max_slo = max((s.slo_s for s in tr.streams), default=1.0)
         drain = self.cfg.drain_s if self.cfg.drain_s is not None else 10 * max_slo + 1.0
         horizon = tr.duration_s + drain
-        times = tr.time_s.tolist()
+        # (the times as C doubles, copied whole: ``Kernel.run`` makes each a float as its
+        # request arrives, not a list of floats first)
+        times = array("d", np.ascontiguousarray(tr.time_s, np.float64).tobytes())
+        deadlines = array("d", np.ascontiguousarray(tr.deadlines_s(), np.float64).tobytes())
         models, names = _columns(tr)
-        now = kernel.run(models, names, tr.deadlines_s().tolist(), times, horizon)
+        now = kernel.run(models, names, deadlines, times, horizon)
         # (the clock numbers every callback it is given; those left are past the horizon)
         events = len(times) + clock.heap.pushed - len(clock.heap)
         end = max(now, tr.duration_s)

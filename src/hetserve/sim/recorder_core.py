@@ -26,7 +26,7 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.records import REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
+    from hetserve.core.records import REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field, put
     from hetserve.engine.entities import ObserverCore
 
 if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those typed)
@@ -38,16 +38,19 @@ _NAN = math.nan  # (a C double compiled)
 
 
 class Ledger(ObserverCore):
-    """The per-event part of the recorder (module docstring), for ``n`` requests: an
-    ``ObserverCore``, whose methods the compiled kernel calls as C methods."""
+    """The per-event part of the recorder (module docstring), for ``n`` requests whose
+    routes have up to ``stages`` stages: an ``ObserverCore``, whose methods the compiled
+    kernel calls as C methods."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, stages: int = 1) -> None:
         nan = math.nan
         # per stage row (``SimResult.stage_rows``' fields), in the order the stages end:
-        # the numbers in C arrays, grown by doubling (``n_rows`` of them used; a transfer
-        # time NaN where there was none), the names in lists
+        # the numbers in C arrays (a transfer time NaN where there was none) and the names
+        # in lists, ``n_rows`` of each used; room for a row per stage of every request
+        # made at once (a run with more rows, a new plan's or retried stages, grows them
+        # by doubling: each column copied whole)
         self.n_rows = 0
-        cap = n + 16
+        cap = n * max(stages, 1) + 16
         self.row_batch = array("q", [0]) * cap
         self.row_stage = array("q", [0]) * cap
         self.row_size = array("q", [0]) * cap
@@ -56,10 +59,12 @@ class Ledger(ObserverCore):
         self.row_xfer_start_s = array("d", [nan]) * cap
         self.row_xfer_end_s = array("d", [nan]) * cap
         self.row_dispatch_s = array("d", [nan]) * cap
-        self.row_model: list[str] = []
-        self.row_worker: list[str] = []
-        self.row_gpu: list[str] = []
-        self.row_status: list[str] = []
+        # (the names' lists made as long as the arrays and set by index, as they are: a
+        # list grown by appends is copied whole at each of its reallocations)
+        self.row_model: list[str | None] = [None] * cap
+        self.row_worker: list[str | None] = [None] * cap
+        self.row_gpu: list[str | None] = [None] * cap
+        self.row_status: list[str | None] = [None] * cap
         # per request, by its id: C arrays (``array.array``s, typed memoryviews of them in
         # the compiled build), no Python object per value to make, convert or free
         self.dispatch_s = array("d", [nan]) * n
@@ -86,6 +91,10 @@ class Ledger(ObserverCore):
         self.row_xfer_start_s = array("d", bytes(self.row_xfer_start_s)) + array("d", [nan]) * more
         self.row_xfer_end_s = array("d", bytes(self.row_xfer_end_s)) + array("d", [nan]) * more
         self.row_dispatch_s = array("d", bytes(self.row_dispatch_s)) + array("d", [nan]) * more
+        self.row_model = self.row_model + [None] * more
+        self.row_worker = self.row_worker + [None] * more
+        self.row_gpu = self.row_gpu + [None] * more
+        self.row_status = self.row_status + [None] * more
 
     def reason_index(self, text: str) -> int:
         """The index of a reason text in :attr:`reasons` (added on first use)."""
@@ -124,10 +133,10 @@ class Ledger(ObserverCore):
         x = task.transfer_end_s
         self.row_xfer_end_s[j] = _NAN if x is None else x
         self.row_dispatch_s[j] = b.dispatch_s
-        self.row_model.append(b.model)
-        self.row_worker.append(w.id)
-        self.row_gpu.append(w.gpu_name)
-        self.row_status.append(status)
+        put(self.row_model, j, b.model)
+        put(self.row_worker, j, w.id)
+        put(self.row_gpu, j, w.gpu_name)
+        put(self.row_status, j, status)
         self.n_rows = j + 1
         if task.ran and task.index == 0 and field(task.step, STEP_BLOCKS)[0] == 0:  # service began
             t0 = task.start_s

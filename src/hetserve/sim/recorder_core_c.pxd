@@ -5,7 +5,7 @@
 # this build runs only beside the compiled entities (``sim.result`` chooses).
 import cython
 
-from hetserve.core.records_c cimport REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
+from hetserve.core.records_c cimport REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field, put
 from hetserve.engine.entities_core_c cimport Batch, ObserverCore, Slot, Task
 
 

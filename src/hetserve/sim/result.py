@@ -72,10 +72,12 @@ BATCH_COLUMNS = (
 )
 
 
-def _column(values: Any, dtype: type[np.generic]) -> np.ndarray:
-    """One of the ledger's C arrays (an ``array.array``, or a typed memoryview of one)
-    as a NumPy array of its own: a copy of the buffer, no Python object per element."""
-    return np.array(values, dtype)
+def _column(values: Any, dtype: type[np.generic], n: int = -1) -> np.ndarray:
+    """One of the ledger's C arrays (an ``array.array``, or a typed memoryview of one;
+    ``dtype`` its element's) as a NumPy array over the same memory, its first ``n``
+    elements (-1: all): the run is over, nothing writes to them again, and a copy of each
+    column cost a few percent of a long run."""
+    return np.frombuffer(values, dtype, n)
 
 
 def _f(x: float | None) -> str:
@@ -275,8 +277,10 @@ class Recorder(Ledger, Observer):
     package was built with Cython: ``LEDGER_COMPILED``); at the end of a run it makes the
     :class:`SimResult`."""
 
-    def __init__(self, trace: Trace) -> None:
-        super().__init__(len(trace))
+    def __init__(self, trace: Trace, stages: int = 1) -> None:
+        """``stages``: the most stages a route has (the plan's deepest pipeline): the
+        stage rows' room, made at once."""
+        super().__init__(len(trace), stages)
         self.trace = trace
 
     def size(self, n_workers: int) -> None:
@@ -299,18 +303,19 @@ class Recorder(Ledger, Observer):
         return out
 
     def _stages(self) -> StageColumns:
-        """The stage rows' columns, each an array of its own (``n_rows`` of them)."""
+        """The stage rows' columns (``n_rows`` of them): the numbers' arrays over the
+        ledger's, its lists of names cut to them."""
         n = self.n_rows
-
-        def col(values: Any, dtype: type[np.generic]) -> np.ndarray:
-            return np.array(values[:n], dtype)
-
+        names = self.row_model, self.row_worker, self.row_gpu, self.row_status
+        for names_col in names:  # (the lists cut to the rows, as the arrays are below)
+            del names_col[n:]
+        i8, f8 = np.int64, np.float64
         return StageColumns(
-            col(self.row_batch, np.int64), list(self.row_model), col(self.row_stage, np.int64),
-            list(self.row_worker), list(self.row_gpu), col(self.row_size, np.int64),
-            col(self.row_start_s, np.float64), col(self.row_end_s, np.float64),
-            list(self.row_status), col(self.row_xfer_start_s, np.float64),
-            col(self.row_xfer_end_s, np.float64), col(self.row_dispatch_s, np.float64),
+            _column(self.row_batch, i8, n), self.row_model, _column(self.row_stage, i8, n),
+            self.row_worker, self.row_gpu, _column(self.row_size, i8, n),
+            _column(self.row_start_s, f8, n), _column(self.row_end_s, f8, n),
+            self.row_status, _column(self.row_xfer_start_s, f8, n),
+            _column(self.row_xfer_end_s, f8, n), _column(self.row_dispatch_s, f8, n),
         )  # fmt: skip
 
     def result(
