@@ -163,7 +163,8 @@ class EventHeap:
     """A clock's callbacks by time (``engine.clock.VirtualClock``): entries ``(time, seq,
     fn, a, b)`` ordered by time, then by ``seq``, the number :meth:`push` gives each (1, 2,
     ... in the order they came: callbacks at one time run in that order). ``pushed``: the
-    last number given.
+    last number given; ``n``: the entries there are (compiled, a C integer: what a
+    caller reads to ask whether there is any, without a call).
 
     Compiled, the times and numbers are C numbers in buffers (heap order, four children
     a node: half as many levels as a binary heap, so a pop's sift down touches half as
@@ -197,7 +198,7 @@ class EventHeap:
         self.b: Any = None
 
     def __len__(self) -> int:
-        return len(self.items) if not COMPILED else self.n
+        return self.n
 
     def __iter__(self) -> Iterator[tuple[float, int, Any, Any, Any]]:
         """The entries as tuples, in no particular order."""
@@ -215,6 +216,7 @@ class EventHeap:
         """Every entry dropped (the numbers go on from ``pushed``)."""
         if not COMPILED:
             self.items.clear()
+            self.n = 0
             return
         while self.n > 0:
             self.pop_into()
@@ -231,6 +233,7 @@ class EventHeap:
         self.pushed += 1
         if not COMPILED:
             _heappush(self.items, (t, self.pushed, fn, a, b))
+            self.n += 1
             return
         if self.n_free == 0:
             self._grow()
@@ -262,7 +265,9 @@ class EventHeap:
     def pop(self) -> tuple[float, int, Any, Any, Any]:
         """The earliest entry, taken off (IndexError where there is none)."""
         if not COMPILED:
-            return _heappop(self.items)
+            item = _heappop(self.items)
+            self.n -= 1
+            return item
         if self.n == 0:
             raise IndexError("pop from an empty EventHeap")
         seq = self.ss[0]
@@ -274,6 +279,7 @@ class EventHeap:
         ``b``; returns its time. (There must be one.)"""
         if not COMPILED:
             t, _, self.fn, self.a, self.b = _heappop(self.items)
+            self.n -= 1
             return t
         if self.n == 0:
             raise IndexError("pop from an empty EventHeap")

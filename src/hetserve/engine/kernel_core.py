@@ -568,7 +568,7 @@ class Kernel:
                 i += 1
                 t_next = times_a[i] if i < n else math.inf
                 continue
-            if heap.first_s() > horizon or not len(heap):
+            if heap.first_s() > horizon or heap.n == 0:
                 return now
             last = now
             now = heap.pop_into()
@@ -791,7 +791,7 @@ class Kernel:
                 self._ask_guarded(self.scheduler.on_stage_done, rep, now)
         if withdraw is not None and b.alive:
             self._end_batch(b, withdraw, now, WITHDRAWN, 0)
-        if w.running is None and w.ready:
+        if w.running is None and w.ready.n > 0:
             self._try_start(w, now)
 
     def stage_done_at(self, task: entities.Task, version: int, now: float) -> None:
@@ -1163,7 +1163,7 @@ class Kernel:
         if task.dead:
             return
         w = task.worker
-        if w.running is None and not w.ready and not w.lost:
+        if w.running is None and w.ready.n == 0 and not w.lost:
             self._start(w, task, now)  # (the common case: an idle worker, nothing queued)
             return
         w.ready.push(field(task.step, STEP_PLANNED_START_S), None, task, None)
@@ -1172,7 +1172,7 @@ class Kernel:
 
     def _try_start(self, w: entities.Slot, now: float) -> None:
         ready = w.ready
-        while w.running is None and len(ready) > 0:
+        while w.running is None and ready.n > 0:
             ready.pop_into()
             task = ready.a
             ready.a = None  # (the heap keeps no task it gave)

@@ -549,6 +549,11 @@ class Algorithm1(PolicyCore):
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
                 step = record4(RouteStep, 0, names[chosen.path_w[0]], chosen.start_s[0], blocks[0])
                 route = (step,)
+            elif chosen.n_stages == 2:  # (two: likewise, no list made first)
+                route = (
+                    record4(RouteStep, 0, names[chosen.path_w[0]], chosen.start_s[0], blocks[0]),
+                    record4(RouteStep, 1, names[chosen.path_w[1]], chosen.start_s[1], blocks[1]),
+                )
             else:
                 route = tuple([
                     record4(RouteStep, si, names[chosen.path_w[si]], chosen.start_s[si], blocks[si])
