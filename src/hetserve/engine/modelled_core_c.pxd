@@ -31,6 +31,8 @@ cdef class Held:
     cdef public dict cold
     cdef public dict waits
     cdef public dict streams
+    cdef public object held_res
+    cdef public object held_m
 
 
 @cython.final
