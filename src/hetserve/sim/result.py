@@ -294,7 +294,9 @@ class Recorder(Ledger, Observer):
     def _outcomes(self, finish_s: np.ndarray) -> np.ndarray:
         """Per request its outcome: a finished one (at ``finish_s``) ok or late by
         ``core.outcome.finished`` (the same rule, on the arrays)."""
-        out = _column(self.outcome, np.int8)
+        # (a copy, not a view: the ledger's own outcomes stay as the run left them, where
+        # a finished one is ``FINISHED``, which the control loop's sensor reads)
+        out = np.array(self.outcome, np.int8)
         done = out == FINISHED
         if done.any():
             fin = finish_s[done]
