@@ -14,10 +14,12 @@ plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout
 ``--planner scaling`` counts ``benchmarks/sim_scaling.py``'s run at ``--gpus`` GPUs with
 ``--scheduler`` (its seconds: 100 requests/s per GPU; reads no checkout either).
 
-``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``: a 32 KB
-first-level data cache, as this machine's) and counts the data reads and writes that miss
-it per request: what grows with a cluster's size where instructions hardly do (a time
-profile drifts with the machine; these counts do not).
+``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``: the host's
+first-level data cache, 48 KB on this machine, and a last level given as this machine's
+per-core second level, 2 MB, 16-way: ``--LL=2097152,16,64``) and counts the data reads and
+writes that miss each per request: what grows with a cluster's size where instructions
+hardly do (a time profile drifts with the machine; these counts do not). A miss of the
+second level goes to the shared third level or to memory, tens of cycles or more.
 
 ``--keep DIR`` keeps each run's callgrind output (the simulation's part) for
 ``callgrind_annotate``.
@@ -53,6 +55,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+LL_BYTES = 2 * 1024 * 1024  # (``--cache-sim``'s last level: this machine's L2 per core)
 
 
 def inner(ppipe: str, planner: str, seconds: float, scheduler: str, gpus: int) -> None:
@@ -150,7 +153,8 @@ def main() -> None:
     ap.add_argument("--scheduler", default="reservation", help="--planner scaling's")
     ap.add_argument("--gpus", type=int, default=1000, help="--planner scaling's")
     ap.add_argument("--cache-sim", action="store_true",
-                    help="also count first-level data cache misses (D1) per request")  # fmt: skip
+                    help="also count data cache misses per request: first level (D1), and past "
+                    "a 2 MB second level (LL)")  # fmt: skip
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each run's callgrind output in DIR (callgrind_annotate reads "
                     "them: which functions, which libraries)")  # fmt: skip
@@ -171,7 +175,7 @@ def main() -> None:
     for d in (float(x) for x in a.seconds.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             out = f"{tmp}/cg.out"
-            sim = ["--cache-sim=yes"] if a.cache_sim else []
+            sim = ["--cache-sim=yes", f"--LL={LL_BYTES},16,64"] if a.cache_sim else []
             if a.keep:  # (names written out in each dump: the simulation's alone is kept)
                 sim.append("--compress-strings=no")
             proc = start_inner(
@@ -198,15 +202,18 @@ def main() -> None:
                 raise SystemExit(f"the run of {d:g} s failed:\n{err[-2000:]}")
         counts = dict(zip(events.group(1).split(), map(int, total.group(1).split()), strict=False))
         miss = counts.get("D1mr", 0) + counts.get("D1mw", 0)
-        got.append((int(req.group(1)), counts["Ir"], miss))
-        n, ins, miss = got[-1]
-        extra = f", {miss:,} D1 misses ({miss / n:,.1f} per request)" if a.cache_sim else ""
+        ll = counts.get("DLmr", 0) + counts.get("DLmw", 0)
+        got.append((int(req.group(1)), counts["Ir"], miss, ll))
+        n, ins, miss, ll = got[-1]
+        extra = (f", {miss:,} D1 misses ({miss / n:,.1f} per request), {ll:,} LL misses "
+                 f"({ll / n:,.2f})") if a.cache_sim else ""  # fmt: skip
         print(f"{d:g} s of arrivals: {n:,} requests, {ins:,} instructions after the setup "
               f"({ins / n:,.0f} per request){extra}")  # fmt: skip
-    (n0, i0, m0), (n1, i1, m1) = got[0], got[-1]
+    (n0, i0, m0, l0), (n1, i1, m1, l1) = got[0], got[-1]
     if n1 == n0:  # (one duration: no difference to take; its own count is above)
         return
-    extra = f", {(m1 - m0) / (n1 - n0):,.1f} D1 misses" if a.cache_sim else ""
+    extra = (f", {(m1 - m0) / (n1 - n0):,.1f} D1 misses, {(l1 - l0) / (n1 - n0):,.2f} LL misses"
+             if a.cache_sim else "")  # fmt: skip
     print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request{extra} "
           f"(the difference of the two runs)")  # fmt: skip
 

@@ -12,8 +12,13 @@ simulation alone (best of ``--rounds``); the plan and the trace are made once. A
 few requests (``--requests 20``) is almost all the simulation's own setup: the
 schedulers' start and the warm start of every model on its workers.
 
+``--steady`` also times a run of twice the requests at each point and reports the time
+per request of the difference (``steady_ns``): the cost of a request once the run is
+under way, without the setup and the first uses of each model on each kind of worker,
+which a point of 100,000 requests at 1,000 GPUs (1 s of arrivals) still includes.
+
 Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
-[--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2]``.
+[--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]``.
 """
 
 from __future__ import annotations
@@ -97,35 +102,47 @@ def main() -> None:
                     "(100 x GPUs)")  # fmt: skip
     ap.add_argument("--schedulers", default="edf-adaptive,fixed-batch,reservation,flex")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steady", action="store_true",
+                    help="also time twice the requests: the time per request of the "
+                    "difference")  # fmt: skip
     a = ap.parse_args()
     if not 10 <= a.requests <= 10_000_000 or not 1 <= a.rounds <= 20:
         ap.error("--requests: expected 10 to 10,000,000; --rounds: 1 to 20")
     from hetserve.core.outcome import OK
     from hetserve.experiments.setup import simulate
 
+    def best_of(s: Any, sched: str, tr: Any) -> tuple[float, Any]:
+        best, res = math.inf, None
+        for _ in range(a.rounds):
+            t0 = time.perf_counter()
+            res = simulate(s, sched, tr)
+            best = min(best, time.perf_counter() - t0)
+        return best, res
+
     rows = []
     for n in [int(x) for x in a.gpus.split(",")]:
         s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n))
+        tr2 = setup_and_trace(n, 2 * a.requests / (PER_GPU_RPS * n))[1] if a.steady else None
         capacity = sum(s.plan.rates_at(1.0).values())
         for sched in a.schedulers.split(","):
-            best = math.inf
-            for _ in range(a.rounds):
-                t0 = time.perf_counter()
-                res = simulate(s, sched, tr)
-                best = min(best, time.perf_counter() - t0)
+            best, res = best_of(s, sched, tr)
             rows.append({
                 "gpus": n, "models": len(s.models), "scheduler": sched, "requests": len(tr),
                 "offered_rps": round(PER_GPU_RPS * n), "capacity_rps": round(capacity),
                 "attainment": round(float((res.outcome == OK).mean()), 4),
                 "sim_req_per_s": round(len(tr) / best), "wall_ms": round(1e3 * best, 1),
             })  # fmt: skip
+            if tr2 is not None:
+                best2, _ = best_of(s, sched, tr2)
+                rows[-1]["steady_ns"] = round(1e9 * (best2 - best) / (len(tr2) - len(tr)))
             print(json.dumps(rows[-1]), flush=True)
-    print("\n| GPUs | models | scheduler | requests | attainment | simulated req/s | ms |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
+    steady = " steady ns/request |" if a.steady else ""
+    print(f"\n| GPUs | models | scheduler | requests | attainment | simulated req/s | ms |{steady}")
+    print("|---:|---:|---|---:|---:|---:|---:|" + ("---:|" if a.steady else ""))
     for r in rows:
         print(f"| {r['gpus']} | {r['models']} | {r['scheduler']} | {r['requests']:,} | "
-              f"{100 * r['attainment']:.1f}% | {r['sim_req_per_s']:,} | "
-              f"{r['wall_ms']} |")  # fmt: skip
+              f"{100 * r['attainment']:.1f}% | {r['sim_req_per_s']:,} | {r['wall_ms']} |"
+              + (f" {r['steady_ns']:,} |" if a.steady else ""))  # fmt: skip
 
 
 if __name__ == "__main__":

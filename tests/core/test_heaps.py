@@ -145,8 +145,8 @@ clock_ops = st.lists(
 
 def _event_heaps() -> list:
     out = [heaps_core.EventHeap()]  # the Python file: heapq's heap of the tuples
-    if compiled is not None:
-        out.append(compiled.EventHeap())  # C numbers in buffers
+    if compiled is not None:  # C numbers in buffers: room for 64 at first, or 1, or none
+        out += [compiled.EventHeap(), compiled.EventHeap(1), compiled.EventHeap(0)]
     return out
 
 

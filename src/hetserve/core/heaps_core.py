@@ -159,6 +159,11 @@ def _longs(n: int) -> memoryview:
     return memoryview(array("q", [0]) * n)
 
 
+FIRST_ROOM = 8  # (``EventHeap(0)``'s room at its first push)
+_NO_DOUBLES = _doubles(0)
+_NO_LONGS = _longs(0)
+
+
 class EventHeap:
     """A clock's callbacks by time (``engine.clock.VirtualClock``): entries ``(time, seq,
     fn, a, b)`` ordered by time, then by ``seq``, the number :meth:`push` gives each (1, 2,
@@ -174,21 +179,31 @@ class EventHeap:
     the build is not there) it is a ``heapq`` heap of the tuples. Either way the pops come
     in the same order: the (time, seq) pairs are all different."""
 
-    def __init__(self) -> None:
+    def __init__(self, room: int = 64) -> None:
+        """``room``: the entries there is room for at first (compiled; it doubles when
+        full). 0: none until the first push, which makes room for ``FIRST_ROOM``: a
+        worker's queue of ready stages is often never used, and making 1,000 workers'
+        buffers (four each) took 3-6 ms of a run's start."""
         self.pushed = 0
         self.n = 0
         self.items: list[tuple[float, int, Any, Any, Any]] = []  # (as plain Python)
-        cap = 64 if COMPILED else 0
-        self.ts = _doubles(cap)  # by heap position: time, number, slot
-        self.ss = _longs(cap)
-        self.ks = _longs(cap)
-        # by slot k: its callback and arguments at 3k, 3k + 1 and 3k + 2 (side by side: a
-        # pop reads one cache line of the list, not one in each of three)
-        self.calls: list[Any] = [None] * (3 * cap)
-        self.free = _longs(cap)  # free slots, a stack
-        self.n_free = cap
-        for i in range(cap):
-            self.free[i] = cap - 1 - i
+        cap = max(0, int(room)) if COMPILED else 0
+        if cap == 0:  # (the buffers of no entries, shared: nothing is written to them)
+            self.ts = _NO_DOUBLES
+            self.ss = self.ks = self.free = _NO_LONGS
+            self.calls: list[Any] = []
+            self.n_free = 0
+        else:
+            self.ts = _doubles(cap)  # by heap position: time, number, slot
+            self.ss = _longs(cap)
+            self.ks = _longs(cap)
+            # by slot k: its callback and arguments at 3k, 3k + 1 and 3k + 2 (side by
+            # side: a pop reads one cache line of the list, not one in each of three)
+            self.calls = [None] * (3 * cap)
+            self.free = _longs(cap)  # free slots, a stack
+            self.n_free = cap
+            for i in range(cap):
+                self.free[i] = cap - 1 - i
         # the time of the clock that drives the heap (``engine.clock.VirtualClock.t``: its
         # loop sets it as it pops; compiled, a C double)
         self.now_s = 0.0
@@ -325,15 +340,17 @@ class EventHeap:
         return t0
 
     def _grow(self) -> None:
-        """Twice the room (every slot in use)."""
+        """Twice the room (every slot in use), or ``FIRST_ROOM`` where there was none."""
         cap = len(self.calls) // 3
-        ts, ss, ks, free = _doubles(2 * cap), _longs(2 * cap), _longs(2 * cap), _longs(2 * cap)
+        more = cap if cap > 0 else FIRST_ROOM  # (the slots added: ``cap .. cap + more - 1``)
+        new = cap + more
+        ts, ss, ks, free = _doubles(new), _longs(new), _longs(new), _longs(new)
         for i in range(cap):
             ts[i] = self.ts[i]
             ss[i] = self.ss[i]
             ks[i] = self.ks[i]
-        for i in range(cap):
-            free[i] = 2 * cap - 1 - i
+        for i in range(more):
+            free[i] = new - 1 - i
         self.ts, self.ss, self.ks, self.free = ts, ss, ks, free
-        self.n_free = cap
-        self.calls.extend([None] * (3 * cap))
+        self.n_free = more
+        self.calls.extend([None] * (3 * more))

@@ -36,6 +36,9 @@ cpdef tuple pop_edf(list q, Py_ssize_t limit, Py_ssize_t queued_rows=*)
 cpdef Py_ssize_t bisect_s(list lat, double x) except -1
 
 cdef double _INF
+cdef Py_ssize_t FIRST_ROOM
+cdef double[::1] _NO_DOUBLES
+cdef long long[::1] _NO_LONGS
 
 
 cdef class EventHeap:
@@ -67,5 +70,5 @@ cdef class EventHeap:
                    last=Py_ssize_t)
     cpdef double pop_into(self) except? -1.0
 
-    @cython.locals(cap=Py_ssize_t, i=Py_ssize_t)
+    @cython.locals(cap=Py_ssize_t, i=Py_ssize_t, more=Py_ssize_t, new=Py_ssize_t)
     cpdef void _grow(self) except *

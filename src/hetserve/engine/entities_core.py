@@ -71,7 +71,7 @@ class Slot:
         self.running: Task | None = None
         # the stages whose input arrived, by planned start, then in the order they came
         # (each entry's task its ``a``; compiled, C numbers: no tuple or number per stage)
-        self.ready = EventHeap()
+        self.ready = EventHeap(0)  # (room made at its first push: many are never used)
         self.waiting: list[Task] = []  # deferred until a load on the worker ends
         self.lost = False
 

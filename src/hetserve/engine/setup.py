@@ -248,6 +248,17 @@ def covered_max_batch(setup: Setup, limit: int = 1024) -> int:
     type and share of the placement (a profile set may cover only some; the roofline and
     linear models cover all, up to ``limit``)."""
     kinds = {(w.gpu, w.share) for w in setup.placement.workers}
+    if type(setup.latency) is RooflineModel and limit > 1:
+        # (its times at every batch size come from one computation per model, GPU type
+        # and share: one it has at batch 2 it has at all. Asking about each size cost
+        # 25,600 look-ups for flex's limit of 128 at 100 models, 5-8 ms of a run's start)
+        for m in setup.models:
+            for gpu, share in kinds:
+                try:
+                    setup.latency.latency(m, gpu, share, 2)
+                except HetserveError:
+                    return 1
+        return limit
     best = limit
     for m in setup.models:
         for gpu, share in kinds:
