@@ -207,3 +207,65 @@ def test_invariants(name, n_gpus, arrivals, slo, overhead_ms):
     for iv in by_worker.values():
         iv.sort()
         assert all(b[0] >= a[1] - 1e-12 for a, b in itertools.pairwise(iv))
+
+
+def _idle_builds():
+    """flex's idle set (``flex_core._Idle``) as the Python file has it, and compiled."""
+    import contextlib
+    import importlib
+
+    from hetserve.scheduling import flex_core
+
+    out = [flex_core._Idle]
+    with contextlib.suppress(ImportError):  # (not built: the Python file's alone)
+        out.append(importlib.import_module("hetserve.scheduling.flex_core_c")._Idle)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(0, 300),
+    st.lists(st.tuples(st.sampled_from(["add", "discard"]), st.integers(0, 10**6)), max_size=80),
+    st.lists(st.integers(-2, 310), min_size=1, max_size=20),
+)
+def test_the_idle_set_is_a_set_of_places(n, ops, probes):
+    """An idle set of ``n`` workers starts full; ``add`` and ``discard`` take a place in
+    and out; ``first_from(i)`` is the least member at or after ``i`` (-1: none), as a
+    Python set says, in both builds, across the words' edges (63, 64, 65, ...)."""
+    for cls in _idle_builds():
+        s, ref = cls(n), set(range(n))
+        for op, x in ops:
+            if not n:
+                break
+            i = x % n
+            (s.add if op == "add" else s.discard)(i)
+            (ref.add if op == "add" else ref.discard)(i)
+            for p in [*probes, i, i + 1, (i | 63), (i | 63) + 1]:
+                want = min((m for m in ref if m >= max(p, 0)), default=-1)
+                assert s.first_from(p) == want, (cls, n, p)
+        assert s.as_int() == sum(1 << m for m in ref), cls
+
+
+@pytest.mark.parametrize("n", [64, 1000])
+def test_the_idle_set_walks_its_members_in_order(n):
+    """A seeded walk of 5,000 changes to a set of ``n`` places: after each, its members
+    from ``first_from`` in turn are the set's, in order (both builds)."""
+    import random
+
+    for cls in _idle_builds():
+        rng = random.Random(n)
+        s, ref = cls(n), set(range(n))
+        for step in range(5_000):
+            i = rng.randrange(n)
+            if rng.random() < 0.5:
+                s.discard(i)
+                ref.discard(i)
+            else:
+                s.add(i)
+                ref.add(i)
+            if step % 50 == 0:
+                got, k = [], s.first_from(0)
+                while k >= 0:
+                    got.append(k)
+                    k = s.first_from(k + 1)
+                assert got == sorted(ref), (cls, step)

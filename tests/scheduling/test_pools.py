@@ -144,3 +144,13 @@ def test_flex_reads_each_workers_table_with_its_own_overhead():
             assert lat == [float(t + inner.overhead_s * (b + 1)) for b, t in enumerate(base)]
             checked += 1
     assert checked >= len(ws)
+    # the hot paths read a worker's table by its kind from the model's queue: the very
+    # same list, for every worker of every queue (workers with other overheads: other kinds)
+    kinds = set()
+    for q in inner.models.values():
+        for w in q.workers:
+            assert q.lat_of[w.kind] is w.lat[q.name]
+            kinds.add(w.kind)
+    infos = view.workers
+    assert len(kinds) == len({(infos[w].gpu.name, infos[w].share, view.stage_overhead_s.get(w, 0.0))
+                              for w in ws})  # fmt: skip

@@ -49,6 +49,7 @@ classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). Both give the same results
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -94,14 +95,63 @@ __all__ = [
 _INF = math.inf
 
 
+_ONE = 1
+_ALL = (1 << 64) - 1  # (a word's every bit)
+# the lowest set bit of a word, times this, has the bit's place in its top six bits, each
+# place its own (a de Bruijn sequence); ``_PLACE`` maps those six bits back to the place
+_DE_BRUIJN = 0x03F79D71B4CB0A89
+_PLACE = memoryview(array("q", [0]) * 64)
+for _k in range(64):
+    _PLACE[((_ONE << _k) * _DE_BRUIJN & _ALL) >> 58] = _k
+assert sorted([_PLACE[_k] for _k in range(64)]) == list(range(64))  # (each place once)
+
+
 class _Idle:
-    """The idle workers of one list of workers, as a bit set (bit i: the list's i-th worker
-    runs nothing and is not lost), shared by the queues whose workers are that list, in
-    that order: an arrival finds the next idle one in O(1), not by looking at every worker.
-    (A Python integer: a list may hold more workers than a C integer has bits.)"""
+    """The idle workers of one list of workers, as a bit set (member i: the list's i-th
+    worker runs nothing and is not lost), shared by the queues whose workers are that
+    list, in that order: an arrival finds the next idle one by its word, not by looking
+    at every worker. The set is words of 64 bits (compiled, C integers: taking a worker
+    in or out changes one word in place, where a Python integer of 1,000 bits was made
+    anew each time)."""
 
     def __init__(self, n: int) -> None:
-        self.bits = (1 << n) - 1
+        self.n = n
+        nw = (n + 63) >> 6
+        self.words = memoryview(array("Q", [0]) * nw)
+        for j in range(nw):
+            left = n - 64 * j
+            self.words[j] = _ALL if left >= 64 else (_ONE << left) - _ONE
+
+    def add(self, i: int) -> None:
+        self.words[i >> 6] |= _ONE << (i & 63)
+
+    def discard(self, i: int) -> None:
+        self.words[i >> 6] &= _ALL ^ (_ONE << (i & 63))
+
+    def first_from(self, i: int) -> int:
+        """The least member at or after ``i`` (from 0 where ``i`` is negative); -1 where
+        there is none."""
+        if i < 0:
+            i = 0
+        j = i >> 6
+        nw = len(self.words)
+        if j >= nw:
+            return -1
+        w = self.words[j] & (_ALL ^ ((_ONE << (i & 63)) - _ONE))
+        while w == 0:
+            j += 1
+            if j == nw:
+                return -1
+            w = self.words[j]
+        low = w & ((w ^ _ALL) + _ONE)  # (its lowest bit: ``w & -w`` in 64 bits)
+        return 64 * j + _PLACE[((low * _DE_BRUIJN) & _ALL) >> 58]
+
+    def as_int(self) -> int:
+        """The set as one Python integer (bit i: member i)."""
+        out = 0
+        for j in range(len(self.words) - 1, -1, -1):
+            out = (out << 64) | self.words[j]
+        return out
 
 
 class _Waiting:
@@ -144,6 +194,11 @@ class ModelQueue:
         self.workers: list[GroupWorker] = []
         self.fastest_1 = math.inf  # batch-1 latency on the fastest worker
         self.idle = _Idle(0)  # its workers' (set by ``GroupScheduler._queue``)
+        # its latency table by the kind of worker (``GroupWorker.kind``; None: no worker of
+        # that kind): the table ``w.lat[name]`` of each worker ``w`` of the kind, read
+        # without a look-up in the worker's dict (a dict per worker of 100 models at
+        # 1,000 GPUs: most were cold in the caches)
+        self.lat_of: list[list[float] | None] = []
         # the waiting sets it is in, with its place (set by ``GroupScheduler.start``)
         self.waiting_in: list[tuple[_Waiting, int]] = []
 
@@ -178,35 +233,57 @@ class GroupWorker:
         self.id = wid
         self.models: list[ModelQueue] = []
         self.lat: dict[str, list[float]] = {}  # model -> latency at batch 1..max_batch
+        # the number of its kind: its GPU type, share and overhead, all its tables depend
+        # on (-1: none given; ``ModelQueue.lat_of``)
+        self.kind = -1
         self.bid = 0  # the batch it runs (0: idle)
         self.size = 0
         self.start = self.end = 0.0  # when that batch is planned to start and end
         self.block_s = 0.0  # its time between exit points
         self.lost = False
-        self.idle_in: list[tuple[_Idle, int]] = []  # the idle sets it is in, with its bit
+        self.idle_in: list[tuple[_Idle, int]] = []  # the idle sets it is in, with its place
         self.waiting: _Waiting | None = None
 
     def set_busy(self) -> None:
-        for s, bit in self.idle_in:
-            s.bits &= ~bit
+        for s, i in self.idle_in:
+            s.discard(i)
 
     def set_idle(self) -> None:
-        for s, bit in self.idle_in:
-            s.bits |= bit
+        for s, i in self.idle_in:
+            s.add(i)
 
 
 # ---------------------------------------------------------------------- the steps
-def join(st: ModelQueue, workers: dict[WorkerId, GroupWorker], wid: WorkerId, lat: list) -> None:
+def join(
+    st: ModelQueue, workers: dict[WorkerId, GroupWorker], wid: WorkerId, lat: list, kind: int = -1
+) -> None:
     """Worker ``wid`` (made and added to ``workers`` where new) serves ``st``'s model at
-    latencies ``lat`` (by batch size): each lists the other."""
+    latencies ``lat`` (by batch size): each lists the other. ``kind``: the number of the
+    worker's kind (``GroupWorker.kind``), whose workers all have ``lat`` for the model
+    (-1: none; the worker's own table is then read by name)."""
     w = workers.get(wid)
     if w is None:
         w = workers[wid] = GroupWorker(wid)
     w.lat[st.name] = lat
+    if kind >= 0:
+        w.kind = kind
+        while len(st.lat_of) <= kind:
+            st.lat_of.append(None)
+        st.lat_of[kind] = lat
     w.models.append(st)
     st.workers.append(w)
     if lat[0] < st.fastest_1:
         st.fastest_1 = lat[0]
+
+
+def _lat(w: GroupWorker, st: ModelQueue) -> list:
+    """``w``'s latency table for ``st``'s model: by the worker's kind, else by name."""
+    k = w.kind
+    if 0 <= k < len(st.lat_of):
+        got = st.lat_of[k]
+        if got is not None:
+            return got
+    return w.lat[st.name]
 
 
 def prune(st: ModelQueue, now: float, out: list, max_batch: int) -> None:
@@ -233,7 +310,7 @@ def fit(w: GroupWorker, st: ModelQueue, now: float) -> int:
     q = st.queue
     if not q:
         return 0
-    b = bisect_s(w.lat[st.name], q[0][0] - now + 1e-12)
+    b = bisect_s(_lat(w, st), q[0][0] - now + 1e-12)
     n = st.rows
     if n < b:
         b = n
@@ -329,7 +406,7 @@ def start_batch(w: GroupWorker, st: ModelQueue, b: int, now: float, bid: int) ->
         w.set_busy()
     w.bid = bid
     w.size = b
-    t = w.lat[st.name][b - 1]
+    t = _lat(w, st)[b - 1]
     w.start = now
     w.end = now + t
     w.block_s = t / st.blocks[1]
@@ -374,12 +451,14 @@ def idle_first(
     each idle worker of ``st``, in its order, while ``st``'s requests wait)."""
     q = st.queue
     ws = st.workers
-    bits = st.idle.bits
-    while bits and q:
-        low = bits & -bits
-        bits ^= low
-        run_free(sched, ws[low.bit_length() - 1], now, out, kind, by_deadline, max_batch,
-                 of_batch)  # fmt: skip
+    idle = st.idle
+    # (the members as they are when each is reached: the built-in ``run_free`` changes
+    # only its own worker's place, one already passed, so these are the members there
+    # were at the start, in order)
+    i = idle.first_from(0)
+    while i >= 0 and q:
+        run_free(sched, ws[i], now, out, kind, by_deadline, max_batch, of_batch)
+        i = idle.first_from(i + 1)
 
 
 # ---------------------------------------------------------------------- the schedulers
@@ -422,7 +501,8 @@ class GroupScheduler(BaseScheduler):
         self.by_stream: dict[tuple[str, str], ModelQueue] = {}
         self.workers: dict[WorkerId, GroupWorker] = {}
         self.of_batch: dict[int, GroupWorker] = {}
-        self._tables: dict[tuple[str, str, int], list[float]] = {}
+        self._tables: dict[tuple[str, int], list[float]] = {}  # by model and kind
+        self._kinds: dict[tuple[str, int, float], int] = {}  # by GPU type, share, overhead
         self._idle_sets: dict[tuple[WorkerId, ...], _Idle] = {}
         split = {m for g in plan.groups if g.streams for m in g.models}
         for m, mp in plan.models.items():
@@ -452,23 +532,28 @@ class GroupScheduler(BaseScheduler):
         st = ModelQueue(m, tuple(blocks))
         view = self.view
         infos, over = view.workers, view.stage_overhead_s
-        workers, tables = self.workers, self._tables
+        workers, tables, kinds = self.workers, self._tables, self._kinds
         for wid in worker_ids:
             info = infos[wid]
-            # (a table per GPU type, share and the worker's own overhead, if any)
-            key = (m, info.gpu.name, info.share, over.get(wid, 0.0) if over else 0.0)
+            # (a table per GPU type, share and the worker's own overhead, if any: the
+            # worker's kind)
+            kind_key = (info.gpu.name, info.share, over.get(wid, 0.0) if over else 0.0)
+            kind = kinds.get(kind_key)
+            if kind is None:
+                kind = kinds[kind_key] = len(kinds)
+            key = (m, kind)
             lat = tables.get(key)
             if lat is None:
                 base = view.latency_table(m, wid, self.max_batch)
                 lat = [float(t + self.overhead_s * (b + 1)) for b, t in enumerate(base)]
                 tables[key] = lat
-            join(st, workers, wid, lat)
+            join(st, workers, wid, lat, kind)
         key = tuple(worker_ids)
         idle = self._idle_sets.get(key)
         if idle is None:
             idle = self._idle_sets[key] = _Idle(len(st.workers))
             for i, w in enumerate(st.workers):
-                w.idle_in.append((idle, 1 << i))
+                w.idle_in.append((idle, i))
         st.idle = idle
         return st
 
@@ -528,7 +613,7 @@ class GroupScheduler(BaseScheduler):
                        self.of_batch)  # fmt: skip
             return
         q, ws = st.queue, st.workers
-        bits = st.idle.bits
+        bits = st.idle.as_int()  # (the members at the start: ``_on_free`` may be anyone's)
         on_free = self._on_free
         while bits and q:
             low = bits & -bits
@@ -614,7 +699,6 @@ class Flex(GroupScheduler):
             # most the queue's rows, and rows only fall below): only idle workers act
             self._idle_first(st, now, out)
             return
-        name = st.name
         last_lat: list[float] | None = None  # workers of one GPU type share a table:
         b_now = 0  # their bound is the same until the queue changes
         for w in st.workers:
@@ -626,7 +710,7 @@ class Flex(GroupScheduler):
                 self._on_free(w, now, out)
                 last_lat = None
             elif self.preempts:
-                lat = w.lat[name]
+                lat = _lat(w, st)
                 if lat is not last_lat:  # the candidate if it could start now: a bound
                     b_now = bisect_s(lat, q[0][0] - now + 1e-12)
                     if b_now > st.rows:

@@ -6,9 +6,8 @@
 # types with typed attributes (every one readable and writable from Python, as ``nexus``
 # and the tests use them); the per-decision steps are functions with typed arguments (C
 # calls from the schedulers' methods, which stay those of Python classes: their base is
-# one, and ``nexus`` and the tests subclass them). An idle set's bits stay a Python
-# integer (a list may hold more workers than a C integer has bits); the queues are keyed
-# heaps (core/heaps_core_c.pxd).
+# one, and ``nexus`` and the tests subclass them). An idle set is words of 64 bits (C
+# integers); the queues are keyed heaps (core/heaps_core_c.pxd).
 import cython
 
 from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
@@ -19,8 +18,25 @@ from hetserve.core.records_c cimport (
 cdef double _INF
 
 
+cdef unsigned long long _ONE
+cdef unsigned long long _ALL
+cdef unsigned long long _DE_BRUIJN
+cdef long long[::1] _PLACE
+
+
 cdef class _Idle:
-    cdef public object bits
+    cdef public Py_ssize_t n
+    cdef public unsigned long long[::1] words
+
+    cpdef void add(self, Py_ssize_t i) except *
+
+    cpdef void discard(self, Py_ssize_t i) except *
+
+    @cython.locals(j=Py_ssize_t, nw=Py_ssize_t, w="unsigned long long",
+                   low="unsigned long long")
+    cpdef Py_ssize_t first_from(self, Py_ssize_t i) except -2
+
+    cpdef object as_int(self)
 
 
 cdef class _Waiting:
@@ -44,6 +60,7 @@ cdef class ModelQueue:
     cdef public double fastest_1
     cdef public _Idle idle
     cdef public list waiting_in
+    cdef public list lat_of
 
     @cython.locals(s=_Waiting, i=Py_ssize_t)
     cpdef void push(self, object r) except *
@@ -56,6 +73,7 @@ cdef class GroupWorker:
     cdef public object id
     cdef public list models
     cdef public dict lat
+    cdef public Py_ssize_t kind
     cdef public Py_ssize_t bid
     cdef public Py_ssize_t size
     cdef public double start
@@ -73,7 +91,11 @@ cdef class GroupWorker:
 
 
 @cython.locals(w=GroupWorker)
-cpdef void join(ModelQueue st, dict workers, object wid, list lat) except *
+cpdef void join(ModelQueue st, dict workers, object wid, list lat, Py_ssize_t kind=*) except *
+
+
+@cython.locals(k=Py_ssize_t, got=object)
+cdef list _lat(GroupWorker w, ModelQueue st)
 @cython.locals(q=list, d=double, rows=Py_ssize_t, need=double)
 cpdef void prune(ModelQueue st, double now, list out, Py_ssize_t max_batch) except *
 
@@ -99,6 +121,6 @@ cpdef object start_batch(GroupWorker w, ModelQueue st, Py_ssize_t b, double now,
 cpdef void run_free(object sched, GroupWorker w, double now, list out, int kind,
                     bint by_deadline, Py_ssize_t max_batch, dict of_batch) except *
 
-@cython.locals(q=list, ws=list)
+@cython.locals(q=list, ws=list, idle=_Idle, i=Py_ssize_t)
 cpdef void idle_first(object sched, ModelQueue st, double now, list out, int kind,
                       bint by_deadline, Py_ssize_t max_batch, dict of_batch) except *
