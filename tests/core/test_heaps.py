@@ -1,7 +1,8 @@
 """Keyed heaps (``core/heaps.py``): the compiled ``push`` and ``pop`` keep the same list,
 entry for entry, as ``heapq`` does on heaps of ``(key, unique number, ...)`` tuples, mixed
 with ``heapq`` on one heap too; the Python file's sift (what the build compiles) does the
-same run as Python; ``pop_edf`` takes what an independent sort says it should."""
+same run as Python; ``pop_edf`` takes what an independent sort says it should; the idle
+set (``IdleSet``) holds what a Python set does."""
 
 import heapq
 import importlib
@@ -246,3 +247,62 @@ def test_bisect_s_is_bisect_right(xs, x, sort):
     assert heaps.bisect_s(lat, x) == want
     if compiled is not None:
         assert compiled.bisect_s(lat, x) == want
+
+
+def _idle_builds():
+    """The idle set (``IdleSet``) as the Python file has it, and compiled."""
+    out = [heaps_core.IdleSet]
+    if compiled is not None:
+        out.append(compiled.IdleSet)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(0, 300),
+    st.lists(st.tuples(st.sampled_from(["add", "discard"]), st.integers(0, 10**6)), max_size=80),
+    st.lists(st.integers(-2, 310), min_size=1, max_size=20),
+)
+def test_the_idle_set_is_a_set_of_places(n, ops, probes):
+    """An idle set of ``n`` places starts full; ``add`` and ``discard`` take a place in
+    and out; ``first_from(i)`` is the least member at or after ``i`` (-1: none) and
+    ``count`` the members, as a Python set says, in both builds, across the words' edges
+    (63, 64, 65, ...)."""
+    for cls in _idle_builds():
+        s, ref = cls(n), set(range(n))
+        for op, x in ops:
+            if not n:
+                break
+            i = x % n
+            (s.add if op == "add" else s.discard)(i)
+            (ref.add if op == "add" else ref.discard)(i)
+            for p in [*probes, i, i + 1, (i | 63), (i | 63) + 1]:
+                want = min((m for m in ref if m >= max(p, 0)), default=-1)
+                assert s.first_from(p) == want, (cls, n, p)
+            assert s.count == len(ref), cls
+        assert s.as_int() == sum(1 << m for m in ref), cls
+
+
+@pytest.mark.parametrize("n", [64, 1000])
+def test_the_idle_set_walks_its_members_in_order(n):
+    """A seeded walk of 5,000 changes to a set of ``n`` places: after each, its members
+    from ``first_from`` in turn are the set's, in order (both builds)."""
+    import random
+
+    for cls in _idle_builds():
+        rng = random.Random(n)
+        s, ref = cls(n), set(range(n))
+        for step in range(5_000):
+            i = rng.randrange(n)
+            if rng.random() < 0.5:
+                s.discard(i)
+                ref.discard(i)
+            else:
+                s.add(i)
+                ref.add(i)
+            if step % 50 == 0:
+                got, k = [], s.first_from(0)
+                while k >= 0:
+                    got.append(k)
+                    k = s.first_from(k + 1)
+                assert got == sorted(ref), (cls, step)

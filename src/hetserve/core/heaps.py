@@ -1,8 +1,9 @@
 """Keyed heaps (``core/heaps_core.py``): ``push`` and ``pop`` for ``heapq`` heaps of
 tuples ordered by their first two items (a time or deadline, then a number no other entry
 has); ``pop_edf``, the most urgent requests of a deadline queue whose rows fit
-(``pop_first``, where each is one row); and ``bisect_s``, the largest batch of a latency
-table within a time.
+(``pop_first``, where each is one row); ``bisect_s``, the largest batch of a latency
+table within a time; and ``IdleSet``, a set of places as words of 64 bits (schedulers'
+idle workers).
 
 Where the package was built with Cython (``setup.py``) these are that file's compiled
 build, which compares the two keys as C numbers; else ``heapq``'s own functions and the
@@ -23,8 +24,8 @@ from hetserve.core import records
 from hetserve.core.compiled import build_of
 
 __all__ = [
-    "COMPILED", "LAYOUT", "EventHeap", "bisect_s", "build_beside", "core", "pop", "pop_edf",
-    "pop_first", "push",
+    "COMPILED", "LAYOUT", "EventHeap", "IdleSet", "bisect_s", "build_beside", "core", "pop",
+    "pop_edf", "pop_first", "push",
 ]  # fmt: skip
 
 core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
@@ -39,6 +40,9 @@ else:  # (``bisect_right`` is the Python file's ``bisect_s``, in C)
 pop_edf, pop_first = core.pop_edf, core.pop_first
 #: a clock's callbacks by time (``heaps_core.EventHeap``: compiled, C numbers in buffers)
 EventHeap = core.EventHeap
+#: a set of places 0..n-1 as words of 64 bits (``heaps_core.IdleSet``: schedulers' idle
+#: workers)
+IdleSet = core.IdleSet
 
 
 def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:

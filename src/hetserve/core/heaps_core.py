@@ -164,6 +164,75 @@ _NO_DOUBLES = _doubles(0)
 _NO_LONGS = _longs(0)
 
 
+_ONE = 1
+_ALL = (1 << 64) - 1  # (a word's every bit)
+# the lowest set bit of a word, times this, has the bit's place in its top six bits, each
+# place its own (a de Bruijn sequence); ``_PLACE`` maps those six bits back to the place
+_DE_BRUIJN = 0x03F79D71B4CB0A89
+_PLACE = _longs(64)
+for _k in range(64):
+    _PLACE[((_ONE << _k) * _DE_BRUIJN & _ALL) >> 58] = _k
+assert sorted([_PLACE[_k] for _k in range(64)]) == list(range(64))  # (each place once)
+
+
+class IdleSet:
+    """A set of the places ``0 .. n-1`` (a scheduler's idle workers of one list of
+    workers, by their place in it: flex's and edf-adaptive's), all in at first, as words
+    of 64 bits: taking a place in or out changes one word in place (compiled, C integers;
+    a Python integer of 1,000 bits was made anew at each change), and the least member at
+    or after a place is found a word at a time. ``count``: the members there are."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.count = n
+        nw = (n + 63) >> 6
+        self.words = memoryview(array("Q", [0]) * nw)
+        for j in range(nw):
+            left = n - 64 * j
+            self.words[j] = _ALL if left >= 64 else (_ONE << left) - _ONE
+
+    def add(self, i: int) -> None:
+        """Place ``i`` in (where it was out)."""
+        bit = _ONE << (i & 63)
+        w = self.words[i >> 6]
+        if not w & bit:
+            self.words[i >> 6] = w | bit
+            self.count += 1
+
+    def discard(self, i: int) -> None:
+        """Place ``i`` out (where it was in)."""
+        bit = _ONE << (i & 63)
+        w = self.words[i >> 6]
+        if w & bit:
+            self.words[i >> 6] = w ^ bit
+            self.count -= 1
+
+    def first_from(self, i: int) -> int:
+        """The least member at or after ``i`` (from 0 where ``i`` is negative); -1 where
+        there is none."""
+        if i < 0:
+            i = 0
+        j = i >> 6
+        nw = len(self.words)
+        if j >= nw:
+            return -1
+        w = self.words[j] & (_ALL ^ ((_ONE << (i & 63)) - _ONE))
+        while w == 0:
+            j += 1
+            if j == nw:
+                return -1
+            w = self.words[j]
+        low = w & ((w ^ _ALL) + _ONE)  # (its lowest bit: ``w & -w`` in 64 bits)
+        return 64 * j + _PLACE[((low * _DE_BRUIJN) & _ALL) >> 58]
+
+    def as_int(self) -> int:
+        """The set as one Python integer (bit i: member i)."""
+        out = 0
+        for j in range(len(self.words) - 1, -1, -1):
+            out = (out << 64) | self.words[j]
+        return out
+
+
 class EventHeap:
     """A clock's callbacks by time (``engine.clock.VirtualClock``): entries ``(time, seq,
     fn, a, b)`` ordered by time, then by ``seq``, the number :meth:`push` gives each (1, 2,

@@ -39,6 +39,28 @@ cdef double _INF
 cdef Py_ssize_t FIRST_ROOM
 cdef double[::1] _NO_DOUBLES
 cdef long long[::1] _NO_LONGS
+cdef unsigned long long _ONE
+cdef unsigned long long _ALL
+cdef unsigned long long _DE_BRUIJN
+cdef long long[::1] _PLACE
+
+
+cdef class IdleSet:
+    cdef public Py_ssize_t n
+    cdef public Py_ssize_t count
+    cdef public unsigned long long[::1] words
+
+    @cython.locals(bit="unsigned long long", w="unsigned long long")
+    cpdef void add(self, Py_ssize_t i) except *
+
+    @cython.locals(bit="unsigned long long", w="unsigned long long")
+    cpdef void discard(self, Py_ssize_t i) except *
+
+    @cython.locals(j=Py_ssize_t, nw=Py_ssize_t, w="unsigned long long",
+                   low="unsigned long long")
+    cpdef Py_ssize_t first_from(self, Py_ssize_t i) except -2
+
+    cpdef object as_int(self)
 
 
 cdef class EventHeap:

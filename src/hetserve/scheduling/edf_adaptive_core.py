@@ -18,7 +18,7 @@ of them.
 
 Where many models share workers (issue 41's 1,000 GPUs and 100 models), a freed worker
 does not look at every model it serves: models with the same workers in the same order
-share one bit set of idle workers (``_Group``), and a stage end tries only the models whose
+share one set of idle workers (``_Group``), and a stage end tries only the models whose
 decision may change: those not waiting for a timer, and those whose wait may have ended
 (its time passed, or the fastest idle worker is now of another GPU type). Which are tried,
 and in what order, is exactly what trying them all gives (``EdfAdaptive.spare``,
@@ -62,6 +62,7 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
+    from hetserve.core.heaps import IdleSet
     from hetserve.core.records import (
         REQUEST_DEADLINE_S,
         REQUEST_ID,
@@ -77,14 +78,14 @@ __all__ = ["EdfAdaptive", "try_model"]
 
 class _Group:
     """Models whose workers are the same, in the same order (fastest first): they share
-    one bit set of idle workers (bit r: the worker of rank r is idle), so that marking a
-    worker busy or idle is one integer operation however many models it serves, and an
+    one set of idle workers (``core.heaps.IdleSet``: rank r is in while the worker of
+    rank r is idle), so that marking a worker busy or idle is one change to one word
+    however many models it serves, and an
     index of the models that wait for a timer, so that a stage end tries only the models
     whose decision to wait may have changed (``EdfAdaptive.on_stage_done``)."""
 
     def __init__(self, n: int) -> None:
-        self.idle = (1 << n) - 1  # (a Python integer: a group may have more workers than a
-        # C integer has bits)
+        self.idle = IdleSet(n)
         # whether the index below is kept (``EdfAdaptive.index_from``): for a few models
         # looking at each costs less than keeping it
         self.indexed = False
@@ -116,7 +117,7 @@ class _ModelState:
     ) -> None:
         self.name = name
         self.index = index  # in plan order
-        self.group = group  # its workers' idle bit set (``_Group``)
+        self.group = group  # its workers' idle set (``_Group``)
         self.workers = workers  # fastest first
         self.lat = lat  # by rank: latency at batch 1..max_batch
         rows: dict[tuple[float, ...], int] = {}  # by rank: which latency row (GPU type)
@@ -148,15 +149,14 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
     idle. ``sched``: the scheduler (its batch ids, pools and idle sets)."""
     q = st.queue
     g = st.group
-    if not g.idle:  # nothing to decide with (what it waited for still holds)
+    if g.idle.count == 0:  # nothing to decide with (what it waited for still holds)
         return
     st.waiting = -1
     if g.indexed:
         st.stamp += 1
         g.unsettled[st] = None
-    while q and g.idle:
-        idle = g.idle
-        rank = (idle & -idle).bit_length() - 1  # the fastest idle worker
+    while q and g.idle.count:
+        rank = g.idle.first_from(0)  # the fastest idle worker
         lat = st.lat[rank]
         head_deadline = q[0][0]
         slack = head_deadline - now
@@ -247,7 +247,7 @@ class EdfAdaptive(BaseScheduler):
             )
             g.models.append(st)
             self.models[m] = st
-        # per worker: the groups it is in, each with the worker's bit in its idle set
+        # per worker: the groups it is in, each with the worker's place in its idle set
         self.served_by: dict[WorkerId, list[tuple[_Group, int]]] = {}
         for ws, g in groups.items():
             g.indexed = self.spare and len(g.models) >= self.index_from
@@ -256,13 +256,12 @@ class EdfAdaptive(BaseScheduler):
             kinds = [st.kind for st in g.models]  # (each as long as ``ws``)
             g.part = [parts.setdefault(col, len(parts)) for col in zip(*kinds, strict=True)]
             for r, w in enumerate(ws):
-                self.served_by.setdefault(w, []).append((g, 1 << r))
+                self.served_by.setdefault(w, []).append((g, r))
         return []
 
     def _set_busy(self, w: WorkerId) -> None:
-        for g, bit in self.served_by.get(w, ()):
-            if g.idle & bit:
-                g.idle ^= bit
+        for g, r in self.served_by.get(w, ()):
+            g.idle.discard(r)
 
     def max_rows(self, model: str) -> int | None:
         st = self.models.get(model)
@@ -286,7 +285,7 @@ class EdfAdaptive(BaseScheduler):
             if g.indexed:
                 st.stamp += 1
                 g.unsettled[st] = None
-        if not g.idle:
+        if g.idle.count == 0:
             if g.indexed:
                 g.unsettled[st] = None
             return []
@@ -326,8 +325,8 @@ class EdfAdaptive(BaseScheduler):
         # when they decided; see ``_Group``) join the others that may have to try.
         first: dict[_Group, int] = {}
         for k, w in enumerate(freed):
-            for g, bit in self.served_by.get(w, ()):
-                g.idle |= bit
+            for g, r in self.served_by.get(w, ()):
+                g.idle.add(r)
                 first.setdefault(g, k)
         cands: dict[_ModelState, tuple[float, int, int]] = {}
         indexed = False
@@ -347,14 +346,14 @@ class EdfAdaptive(BaseScheduler):
             if len(states) > 1:
                 states.sort(key=cands.__getitem__)
             for st in states:  # (an earlier one's dispatch may have taken the freed worker)
-                if st.group.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+                if st.group.idle.count and (st.waiting < 0 or not self._still_waits(st, now)):
                     self._try(st, now, out)
             return out
         heap = [(key, st) for st, key in cands.items()]
         heapq.heapify(heap)
         while heap:
             key, st = heapq.heappop(heap)
-            if st.group.idle and (st.waiting < 0 or not self._still_waits(st, now)):
+            if st.group.idle.count and (st.waiting < 0 or not self._still_waits(st, now)):
                 n0 = len(out)
                 self._try(st, now, out)
                 for a in out[n0:]:
@@ -374,7 +373,7 @@ class EdfAdaptive(BaseScheduler):
         """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models
         of the indexed group ``g`` that may have to try now."""
         idle = g.idle
-        g.p0 = p0 = g.part[(idle & -idle).bit_length() - 1] if idle else -1
+        g.p0 = p0 = g.part[idle.first_from(0)] if idle.count else -1
         for st in list(g.unsettled):
             if st.queue:
                 cands[st] = (st.queue[0][0], k, st.index)
@@ -409,7 +408,7 @@ class EdfAdaptive(BaseScheduler):
         """After a dispatch: if ``g``'s fastest idle worker is now of another partition,
         the models waiting on the old one that come after ``key`` join the tries."""
         idle = g.idle
-        p = g.part[(idle & -idle).bit_length() - 1] if idle else -1
+        p = g.part[idle.first_from(0)] if idle.count else -1
         if p == g.p0:
             return
         old, g.p0 = g.p0, p
@@ -429,8 +428,7 @@ class EdfAdaptive(BaseScheduler):
         and the head's slack still enough for a batch of one more row than wait
         (``_try``'s own tests, in its own arithmetic). A worker that serves many models
         frees them all at each stage end; this spares them a try each."""
-        idle = st.group.idle
-        rank = (idle & -idle).bit_length() - 1
+        rank = st.group.idle.first_from(0)
         if st.kind[rank] != st.waiting:
             return False
         lat, n = st.lat[rank], st.rows

@@ -5,19 +5,18 @@
 # leaves the C types to this file). A model's state and a group of models are extension
 # types with typed attributes (every one readable and writable from Python); a try is a
 # function with typed arguments (a C call from the scheduler's methods, which stay those
-# of a Python class: its base is one, and the tests subclass it). A group's idle set stays
-# a Python integer (a group may have more workers than a C integer has bits); the queues
-# are keyed heaps (core/heaps_core_c.pxd).
+# of a Python class: its base is one, and the tests subclass it). A group's idle set (words
+# of 64 bits) and the queues (keyed heaps) are core/heaps_core_c.pxd's.
 import cython
 
-from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
+from hetserve.core.heaps_core_c cimport IdleSet, bisect_s, pop, pop_edf, push
 from hetserve.core.records_c cimport (
     REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record, record2, record4,
 )
 
 
 cdef class _Group:
-    cdef public object idle
+    cdef public IdleSet idle
     cdef public bint indexed
     cdef public list models
     cdef public list part

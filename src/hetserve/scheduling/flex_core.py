@@ -25,9 +25,9 @@ O(G) (Theorem 5.3). This is Algorithm 1 exactly: another model's candidate on a 
 cannot have grown since that worker last compared it (its queue only shrank, its slack only
 fell), and it was then below ``lambda x`` a running batch that is at least as large now.
 An arrival whose queue has fewer than ``lambda`` rows can preempt nothing (a running batch
-has at least one row), so it looks only at the idle workers, found in a bit set
-(``_Idle``): the same actions in the same order, without visiting the busy ones (issue 41:
-1,000 workers in one group).
+has at least one row), so it looks only at the idle workers, found in a set of places
+(``core.heaps.IdleSet``, words of 64 bits): the same actions in the same order, without
+visiting the busy ones (issue 41: 1,000 workers in one group).
 
 ``flex-np``: the same without preemption (Shepherd's ablation, Fig. 11a).
 ``priority="deadline"``: ``batch_gen`` takes the model whose most urgent request is the most
@@ -49,7 +49,6 @@ classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). Both give the same results
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -77,6 +76,7 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
+    from hetserve.core.heaps import IdleSet
     from hetserve.core.records import (
         REQUEST_DEADLINE_S,
         REQUEST_ID,
@@ -93,65 +93,6 @@ __all__ = [
 ]  # fmt: skip
 
 _INF = math.inf
-
-
-_ONE = 1
-_ALL = (1 << 64) - 1  # (a word's every bit)
-# the lowest set bit of a word, times this, has the bit's place in its top six bits, each
-# place its own (a de Bruijn sequence); ``_PLACE`` maps those six bits back to the place
-_DE_BRUIJN = 0x03F79D71B4CB0A89
-_PLACE = memoryview(array("q", [0]) * 64)
-for _k in range(64):
-    _PLACE[((_ONE << _k) * _DE_BRUIJN & _ALL) >> 58] = _k
-assert sorted([_PLACE[_k] for _k in range(64)]) == list(range(64))  # (each place once)
-
-
-class _Idle:
-    """The idle workers of one list of workers, as a bit set (member i: the list's i-th
-    worker runs nothing and is not lost), shared by the queues whose workers are that
-    list, in that order: an arrival finds the next idle one by its word, not by looking
-    at every worker. The set is words of 64 bits (compiled, C integers: taking a worker
-    in or out changes one word in place, where a Python integer of 1,000 bits was made
-    anew each time)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        nw = (n + 63) >> 6
-        self.words = memoryview(array("Q", [0]) * nw)
-        for j in range(nw):
-            left = n - 64 * j
-            self.words[j] = _ALL if left >= 64 else (_ONE << left) - _ONE
-
-    def add(self, i: int) -> None:
-        self.words[i >> 6] |= _ONE << (i & 63)
-
-    def discard(self, i: int) -> None:
-        self.words[i >> 6] &= _ALL ^ (_ONE << (i & 63))
-
-    def first_from(self, i: int) -> int:
-        """The least member at or after ``i`` (from 0 where ``i`` is negative); -1 where
-        there is none."""
-        if i < 0:
-            i = 0
-        j = i >> 6
-        nw = len(self.words)
-        if j >= nw:
-            return -1
-        w = self.words[j] & (_ALL ^ ((_ONE << (i & 63)) - _ONE))
-        while w == 0:
-            j += 1
-            if j == nw:
-                return -1
-            w = self.words[j]
-        low = w & ((w ^ _ALL) + _ONE)  # (its lowest bit: ``w & -w`` in 64 bits)
-        return 64 * j + _PLACE[((low * _DE_BRUIJN) & _ALL) >> 58]
-
-    def as_int(self) -> int:
-        """The set as one Python integer (bit i: member i)."""
-        out = 0
-        for j in range(len(self.words) - 1, -1, -1):
-            out = (out << 64) | self.words[j]
-        return out
 
 
 class _Waiting:
@@ -193,7 +134,7 @@ class ModelQueue:
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.workers: list[GroupWorker] = []
         self.fastest_1 = math.inf  # batch-1 latency on the fastest worker
-        self.idle = _Idle(0)  # its workers' (set by ``GroupScheduler._queue``)
+        self.idle = IdleSet(0)  # its workers' (set by ``GroupScheduler._queue``)
         # its latency table by the kind of worker (``GroupWorker.kind``; None: no worker of
         # that kind): the table ``w.lat[name]`` of each worker ``w`` of the kind, read
         # without a look-up in the worker's dict (a dict per worker of 100 models at
@@ -241,7 +182,7 @@ class GroupWorker:
         self.start = self.end = 0.0  # when that batch is planned to start and end
         self.block_s = 0.0  # its time between exit points
         self.lost = False
-        self.idle_in: list[tuple[_Idle, int]] = []  # the idle sets it is in, with its place
+        self.idle_in: list[tuple[IdleSet, int]] = []  # the idle sets it is in, with its place
         self.waiting: _Waiting | None = None
 
     def set_busy(self) -> None:
@@ -503,7 +444,7 @@ class GroupScheduler(BaseScheduler):
         self.of_batch: dict[int, GroupWorker] = {}
         self._tables: dict[tuple[str, int], list[float]] = {}  # by model and kind
         self._kinds: dict[tuple[str, int, float], int] = {}  # by GPU type, share, overhead
-        self._idle_sets: dict[tuple[WorkerId, ...], _Idle] = {}
+        self._idle_sets: dict[tuple[WorkerId, ...], IdleSet] = {}
         split = {m for g in plan.groups if g.streams for m in g.models}
         for m, mp in plan.models.items():
             blocks = mp.pipelines[0].stages[0].blocks
@@ -551,7 +492,7 @@ class GroupScheduler(BaseScheduler):
         key = tuple(worker_ids)
         idle = self._idle_sets.get(key)
         if idle is None:
-            idle = self._idle_sets[key] = _Idle(len(st.workers))
+            idle = self._idle_sets[key] = IdleSet(len(st.workers))
             for i, w in enumerate(st.workers):
                 w.idle_in.append((idle, i))
         st.idle = idle

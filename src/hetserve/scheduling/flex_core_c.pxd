@@ -6,37 +6,16 @@
 # types with typed attributes (every one readable and writable from Python, as ``nexus``
 # and the tests use them); the per-decision steps are functions with typed arguments (C
 # calls from the schedulers' methods, which stay those of Python classes: their base is
-# one, and ``nexus`` and the tests subclass them). An idle set is words of 64 bits (C
-# integers); the queues are keyed heaps (core/heaps_core_c.pxd).
+# one, and ``nexus`` and the tests subclass them). An idle set (words of 64 bits) and the
+# queues (keyed heaps) are core/heaps_core_c.pxd's.
 import cython
 
-from hetserve.core.heaps_core_c cimport bisect_s, pop, pop_edf, push
+from hetserve.core.heaps_core_c cimport IdleSet, bisect_s, pop, pop_edf, push
 from hetserve.core.records_c cimport (
     REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record, record4,
 )
 
 cdef double _INF
-
-
-cdef unsigned long long _ONE
-cdef unsigned long long _ALL
-cdef unsigned long long _DE_BRUIJN
-cdef long long[::1] _PLACE
-
-
-cdef class _Idle:
-    cdef public Py_ssize_t n
-    cdef public unsigned long long[::1] words
-
-    cpdef void add(self, Py_ssize_t i) except *
-
-    cpdef void discard(self, Py_ssize_t i) except *
-
-    @cython.locals(j=Py_ssize_t, nw=Py_ssize_t, w="unsigned long long",
-                   low="unsigned long long")
-    cpdef Py_ssize_t first_from(self, Py_ssize_t i) except -2
-
-    cpdef object as_int(self)
 
 
 cdef class _Waiting:
@@ -58,7 +37,7 @@ cdef class ModelQueue:
     cdef public Py_ssize_t rows
     cdef public list workers
     cdef public double fastest_1
-    cdef public _Idle idle
+    cdef public IdleSet idle
     cdef public list waiting_in
     cdef public list lat_of
 
@@ -83,10 +62,10 @@ cdef class GroupWorker:
     cdef public list idle_in
     cdef public _Waiting waiting
 
-    @cython.locals(s=_Idle)
+    @cython.locals(s=IdleSet)
     cpdef void set_busy(self) except *
 
-    @cython.locals(s=_Idle)
+    @cython.locals(s=IdleSet)
     cpdef void set_idle(self) except *
 
 
@@ -121,6 +100,6 @@ cpdef object start_batch(GroupWorker w, ModelQueue st, Py_ssize_t b, double now,
 cpdef void run_free(object sched, GroupWorker w, double now, list out, int kind,
                     bint by_deadline, Py_ssize_t max_batch, dict of_batch) except *
 
-@cython.locals(q=list, ws=list, idle=_Idle, i=Py_ssize_t)
+@cython.locals(q=list, ws=list, idle=IdleSet, i=Py_ssize_t)
 cpdef void idle_first(object sched, ModelQueue st, double now, list out, int kind,
                       bint by_deadline, Py_ssize_t max_batch, dict of_batch) except *
