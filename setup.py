@@ -147,7 +147,7 @@ EXTENSIONS = [
     (
         "hetserve.scheduling.fixed_batch_core_c",
         "src/hetserve/scheduling/fixed_batch_core.py",
-        ["src/hetserve/scheduling/fixed_batch_core_c.pxd", RECORDS_PXD],
+        ["src/hetserve/scheduling/fixed_batch_core_c.pxd", HEAPS_PXD, RECORDS_PXD],
     ),
     (
         "hetserve.scheduling.flex_core_c",

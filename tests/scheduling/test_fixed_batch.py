@@ -144,3 +144,67 @@ def test_every_scheduler_copes_with_a_model_without_pipelines():
         acts = sched.on_arrival(Request(1, "efficientnet-b0", "s", 0.0, 1.0), 0.0)
         assert acts == [Drop(acts[0].requests, "not_provisioned")], name
         sched.on_arrival(Request(2, "resnet50", "s", 0.0, 1.0), 0.0)  # served as before
+
+
+def test_the_idle_sets_hold_the_idle_first_stage_workers_through_a_run():
+    """fixed-batch finds a free first-stage worker from its idle sets (``idle_of``): after
+    every call of a run (two models, a two-stage pipeline, bursts, three workers lost),
+    each model's set holds exactly the places in ``first_workers`` whose worker has
+    nothing outstanding and is not lost, as ``Pools.idle`` says worker by worker."""
+    from hetserve.core.plan import ModelPlan, Pipeline, Plan, Stage, bind
+    from hetserve.engine.setup import Setup, build_setup
+    from hetserve.experiments.setup import build_trace
+    from hetserve.scheduling.fixed_batch import FixedBatch
+    from hetserve.sim.engine import SimConfig, Simulator
+
+    checks = [0]
+
+    class Checked(FixedBatch):
+        def _check(self):
+            for m, first in self.first_workers.items():
+                idle = self.idle_of[m]
+                want = [i for i, (w, _) in enumerate(first) if self.pools.idle(w)]
+                got, i = [], idle.first_from(0)
+                while i >= 0:
+                    got.append(i)
+                    i = idle.first_from(i + 1)
+                assert got == want and idle.count == len(want), m
+            checks[0] += 1
+
+        def on_arrival(self, request, now):
+            out = super().on_arrival(request, now)
+            self._check()
+            return out
+
+        def on_timer(self, token, now):
+            out = super().on_timer(token, now)
+            self._check()
+            return out
+
+        def on_stage_done(self, report, now):
+            out = super().on_stage_done(report, now)
+            self._check()
+            return out
+
+        def on_worker_lost(self, worker, now):
+            out = super().on_worker_lost(worker, now)
+            self._check()
+            return out
+
+    base = build_setup("hc1-s", ["resnet50", "resnet18"])
+    two = (Stage((0, 5), "P4", 1, 6), Stage((5, 10), "L4", 1, 4))
+    one = (Stage((0, 10), "P4", 1, 6),)
+    plan = Plan({
+        "resnet50": ModelPlan(base.slos_s["resnet50"], 1.0, (Pipeline(two, 4, 0.0, 900.0),)),
+        "resnet18": ModelPlan(base.slos_s["resnet18"], 1.0, (Pipeline(one, 4, 0.0, 900.0),)),
+    })  # fmt: skip
+    s = Setup(base.cluster, base.latency, ["resnet50", "resnet18"], base.slos_s, plan,
+              bind(plan, base.cluster))  # fmt: skip
+    tr = build_trace(s, "gamma:cv=2", {"resnet50": 700.0, "resnet18": 700.0}, 2.0, seed=5)
+    sched = Checked(max_batch=4, max_queue_delay_s=0.002)
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr, SimConfig(seed=1))
+    for k, at in ((1, 0.5), (8, 0.9), (13, 1.4)):
+        sim.fail_worker(s.placement.workers[k].id, at)
+    res = sim.run()
+    assert checks[0] > len(tr) and len(sched.pools.lost) == 3
+    assert (res.outcome != 0).all()  # (every request ended: none left pending)

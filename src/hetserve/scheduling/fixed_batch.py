@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hetserve.core import records
-from hetserve.core.compiled import build_of
+from hetserve.core import heaps, records
 from hetserve.scheduling import fixed_batch_core as _pure
 from hetserve.scheduling.protocol import register
 
 __all__ = ["COMPILED", "FixedBatch", "core"]
 
-core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
+# (it cimports the idle sets and ``core.records``' C: taken only beside the heaps' build)
+core, COMPILED = heaps.build_beside(_pure, *records.LAYOUT)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.scheduling.fixed_batch_core import FixedBatch

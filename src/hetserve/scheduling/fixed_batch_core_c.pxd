@@ -5,15 +5,15 @@
 # leaves the C types to this file). A try and the search for a free first-stage worker
 # are functions with typed arguments (C calls from the scheduler's methods, which stay
 # those of a Python class: its base is one, and the tests subclass it); a model's queue
-# stays a deque of its own.
+# stays a deque of its own; the idle sets are core/heaps_core_c.pxd's.
 import cython
 
+from hetserve.core.heaps_core_c cimport IdleSet
 from hetserve.core.records_c cimport record, record2, record4
 
 
-@cython.locals(wp=tuple)
-cpdef object free_first_worker(list first, dict outstanding, set lost)
+@cython.locals(i=Py_ssize_t)
+cpdef object free_first_worker(list first, IdleSet idle)
 
-@cython.locals(max_batch=Py_ssize_t, delay=double, first=list, outstanding=dict, lost=set,
-               at=double)
+@cython.locals(max_batch=Py_ssize_t, delay=double, first=list, idle=IdleSet, at=double)
 cpdef void try_model(object sched, object model, double now, list out) except *
