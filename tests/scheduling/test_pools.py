@@ -52,6 +52,32 @@ def plans(draw):
 
 @settings(max_examples=200, deadline=None)
 @given(plans())
+def test_whole_model_workers_are_a_models_workers_once_each_in_plan_order(pv):
+    """A model of single-stage pipelines: its pipelines' workers in plan order, each once
+    (the plain rule, written out here), a new list each call; one of more stages: an
+    error."""
+    from hetserve.core.errors import HetserveError
+
+    plan, view = pv
+    pools = Pools(view, plan)
+    for name, m in plan.models.items():
+        if any(len(p.stages) != 1 for p in m.pipelines):
+            with pytest.raises(HetserveError, match="whole models"):
+                pools.whole_model_workers(name)
+            continue
+        want: list[str] = []
+        for pi in range(len(m.pipelines)):
+            for w in view.placement.stages[(name, pi, 0)]:
+                if w not in want:
+                    want.append(w)
+        got = pools.whole_model_workers(name)
+        assert got == want
+        got.append("changed by the caller")
+        assert pools.whole_model_workers(name) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(plans())
 def test_models_of_lists_each_workers_first_stage_models_in_plan_order(pv):
     plan, view = pv
     pools = Pools(view, plan)

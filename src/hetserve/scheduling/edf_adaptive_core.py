@@ -123,12 +123,15 @@ class _ModelState:
         rows: dict[tuple[float, ...], int] = {}  # by rank: which latency row (GPU type)
         seen: dict[int, int] = {}  # (by table: workers of one GPU type may share one)
         self.kind = kind = []
+        last: list[float] | None = None  # (a run of ranks with one table: looked up once)
+        k = -1
         for x in lat:
-            k = seen.get(id(x))
-            if k is None:
-                k = seen[id(x)] = rows.setdefault(tuple(x), len(rows))
+            if x is not last:
+                k = seen.get(id(x), -1)
+                if k < 0:
+                    k = seen[id(x)] = rows.setdefault(tuple(x), len(rows))
+                last = x
             kind.append(k)
-        self.rank = {w: i for i, w in enumerate(workers)}
         self.queue: list[tuple[float, int, Request]] = []
         self.rows = 0  # the queue's rows together (``scheduling.rows``)
         self.blocks = tuple(blocks)

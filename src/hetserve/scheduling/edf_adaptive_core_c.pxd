@@ -32,7 +32,6 @@ cdef class _ModelState:
     cdef public list workers
     cdef public list lat
     cdef public list kind
-    cdef public dict rank
     cdef public list queue
     cdef public Py_ssize_t rows
     cdef public tuple blocks

@@ -442,8 +442,8 @@ class GroupScheduler(BaseScheduler):
         self.by_stream: dict[tuple[str, str], ModelQueue] = {}
         self.workers: dict[WorkerId, GroupWorker] = {}
         self.of_batch: dict[int, GroupWorker] = {}
-        self._tables: dict[tuple[str, int], list[float]] = {}  # by model and kind
         self._kinds: dict[tuple[str, int, float], int] = {}  # by GPU type, share, overhead
+        self._kind_of: dict[WorkerId, int] = {}  # each worker's kind
         self._idle_sets: dict[tuple[WorkerId, ...], IdleSet] = {}
         split = {m for g in plan.groups if g.streams for m in g.models}
         for m, mp in plan.models.items():
@@ -473,21 +473,26 @@ class GroupScheduler(BaseScheduler):
         st = ModelQueue(m, tuple(blocks))
         view = self.view
         infos, over = view.workers, view.stage_overhead_s
-        workers, tables, kinds = self.workers, self._tables, self._kinds
+        workers, kinds, kind_of = self.workers, self._kinds, self._kind_of
+        by_kind: list = []  # the model's table by kind (None: not made yet)
         for wid in worker_ids:
-            info = infos[wid]
             # (a table per GPU type, share and the worker's own overhead, if any: the
-            # worker's kind)
-            kind_key = (info.gpu.name, info.share, over.get(wid, 0.0) if over else 0.0)
-            kind = kinds.get(kind_key)
-            if kind is None:
-                kind = kinds[kind_key] = len(kinds)
-            key = (m, kind)
-            lat = tables.get(key)
+            # worker's kind, found once per worker, not once per model and worker)
+            kind = kind_of.get(wid, -1)
+            if kind < 0:
+                info = infos[wid]
+                kind_key = (info.gpu.name, info.share, over.get(wid, 0.0) if over else 0.0)
+                kind = kinds.get(kind_key, -1)
+                if kind < 0:
+                    kind = kinds[kind_key] = len(kinds)
+                kind_of[wid] = kind
+            while len(by_kind) <= kind:
+                by_kind.append(None)
+            lat = by_kind[kind]
             if lat is None:
                 base = view.latency_table(m, wid, self.max_batch)
                 lat = [float(t + self.overhead_s * (b + 1)) for b, t in enumerate(base)]
-                tables[key] = lat
+                by_kind[kind] = lat
             join(st, workers, wid, lat, kind)
         key = tuple(worker_ids)
         idle = self._idle_sets.get(key)

@@ -196,6 +196,11 @@ class ClusterView:
     _table_cache: dict[tuple[str, str, int, int, tuple[int, int] | None], list[float]] = field(
         default_factory=dict, repr=False
     )
+    # lists of workers (as tuples) as runs of one GPU type and share: (count, a worker's
+    # info) each (``latency_tables``)
+    _kind_runs: dict[tuple[WorkerId, ...], list[tuple[int, WorkerInfo]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @staticmethod
     def build(
@@ -251,6 +256,20 @@ class ClusterView:
         infos = self.workers
         over = self.stage_overhead_s
         out: list[list[float]] = []
+        if not over:  # (by runs of one GPU type and share, found once per list of workers)
+            key = workers if type(workers) is tuple else tuple(workers)
+            runs = self._kind_runs.get(key)
+            if runs is None:
+                runs = self._kind_runs[key] = []
+                for w in key:
+                    info = infos[w]
+                    if runs and runs[-1][1].gpu is info.gpu and runs[-1][1].share == info.share:
+                        runs[-1] = (runs[-1][0] + 1, runs[-1][1])
+                    else:
+                        runs.append((1, info))
+            for count, info in runs:
+                out += [self._base_table(model, info, max_batch, blocks)] * count
+            return out
         last_gpu: GpuType | None = None
         last_share = 0
         base: list[float] = []
