@@ -19,6 +19,7 @@ def _both(slots, core):
     """The table's module and the core's, as one (the core ``cimport``s the table)."""
     return SimpleNamespace(
         SlotTable=slots.SlotTable, PoolOrder=slots.PoolOrder, Lane=slots.Lane,
+        new_lanes=slots.new_lanes,
         Probed=core.Probed, probe=core.probe, Pipe=core.Pipe, Algorithm1=core.Algorithm1,
     )  # fmt: skip
 
@@ -272,11 +273,15 @@ LANE_OPS = st.lists(
 
 def _walk_lane(ops) -> None:  # type: ignore[no-untyped-def]
     """``ops`` on a lane, compiled and in Python, and on a list of ``(s, e, tag)``
-    tuples (``bisect.insort``): the same intervals after each."""
+    tuples (``bisect.insort``): the same intervals after each. The lane is one of its
+    own, then the middle one of three made together (``new_lanes``: their first buffers
+    are slices of shared ones), whose neighbours must stay empty."""
     import bisect
 
-    for mod in (pure, compiled) if compiled is not None else (pure,):
-        lane = mod.Lane()
+    builds = (pure, compiled) if compiled is not None else (pure,)
+    for mod, together in [(mod, together) for mod in builds for together in (False, True)]:
+        trio = mod.new_lanes(3) if together else [mod.Lane()] * 3
+        lane = trio[1]
         model: list[tuple[float, float, int]] = []
         for op in ops:
             if op[0] == "insort":
@@ -291,6 +296,8 @@ def _walk_lane(ops) -> None:  # type: ignore[no-untyped-def]
                 model = [x for x in model if x[2] != op[1] and x[1] >= op[2]]
             assert lane.intervals() == model, mod
             assert 0 <= lane.lo <= lane.hi <= len(lane.tags) == len(lane.s) == len(lane.e)
+            if together:
+                assert trio[0].intervals() == trio[2].intervals() == [], mod
 
 
 @settings(max_examples=300, deadline=None)
@@ -468,3 +475,25 @@ def test_the_correction_over_bookings_is_the_correction_over_a_list(n, reports, 
                 break
             assert bk.entries(first) == want, mod
             kept = want
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.sampled_from([f"w{i}" for i in range(12)]), max_size=20),
+    st.lists(st.sampled_from([f"w{i}" for i in range(12)]), max_size=20),
+)
+def test_naming_all_at_once_gives_the_ids_one_by_one_gives(before, names):
+    """``ReservationTable.name_all`` (the table grown once) gives the ids, names and
+    lanes that ``id_of`` of each name in turn gives, after names already known."""
+    from hetserve.scheduling.reservation_table import ReservationTable
+
+    a, b = ReservationTable(), ReservationTable()
+    for n in before:
+        a.id_of(n)
+        b.id_of(n)
+    a.name_all(names)
+    for n in names:
+        b.id_of(n)
+    assert a.ids == b.ids and a.names == b.names
+    assert a.core.n == b.core.n == len(a.core.lanes) == len(a.names)
+    assert len(a.core.orders_of) == len(a.names) and len(a.core.front) >= len(a.names)

@@ -83,6 +83,14 @@ cdef class Lane:
     cpdef list intervals(self)
 
 
+cdef Py_ssize_t LANE_ROOM
+
+
+@cython.locals(s_all="double[::1]", e_all="double[::1]", tags_all="long long[::1]",
+               out=list, j=Py_ssize_t, lane=Lane, a=Py_ssize_t)
+cpdef list new_lanes(Py_ssize_t k)
+
+
 @cython.final
 cdef class Bookings:
     cdef public long long[::1] r

@@ -47,8 +47,14 @@ class ReservationTable:
         return r
 
     def name_all(self, names: Sequence[str]) -> None:
+        """Ids for ``names`` (those new, in their order), as :meth:`id_of` of each gives
+        them; the table grown once for all of them."""
+        ids, known = self.ids, self.names
         for n in names:
-            self.id_of(n)
+            if n not in ids:
+                ids[n] = len(known)
+                known.append(n)
+        self.core.grow(len(known))
 
     @property
     def now(self) -> float:
