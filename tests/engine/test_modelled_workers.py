@@ -42,3 +42,30 @@ def test_a_worker_that_joins_again_holds_nothing():
     assert res.outcome.tolist() == [OK, FAILED]
     assert "not_resident" in res.reasons[res.reason[1]]
     assert not sim.executor.held[W].resident
+
+
+def test_the_warm_start_numbers_each_workers_residency_as_it_names_it():
+    """After the warm start of a plan of two models on shared workers, each worker's
+    residency by model number (``Held.res_at``, what a stage's start reads) is its
+    residency by name, for every model numbered, and a worker that joins again has none."""
+    s = build_setup("hc1-l", ["resnet50", "efficientnet-b0", "vit-b16"])
+    trace = Trace(np.array([0.1]), np.array([0], dtype=np.int32),
+                  (Stream("resnet50", "resnet50", 10.0),), 1.0)  # fmt: skip
+    from hetserve.scheduling import make_scheduler
+
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                    trace, SimConfig())  # fmt: skip
+    sim.run()
+    ex = sim.executor
+    numbered = ex.residency.model_ix
+    assert set(numbered) == set(s.plan.models)
+    held = 0
+    for h in ex.held.values():
+        for model, ix in numbered.items():
+            got = h.res_at[ix] if ix < len(h.res_at) else 0
+            assert got == h.resident.get(model, 0), model
+            held += bool(got)
+    assert held >= len(s.plan.models)
+    w = s.placement.workers[0].id
+    ex.add_workers({w: ex.infos[w]}, lambda err: None)
+    assert ex.held[w].res_at == [] and ex.held[w].resident == {}

@@ -132,6 +132,15 @@ def test_every_request_ends_exactly_once_with_evictions_and_a_lost_worker(kind):
     assert len(res.outcome) == len(tr)
     assert not (np.asarray(res.outcome) == PENDING).any()
     assert sched.stats["evictions"] > 0
+    # each worker's residency by model number (what a stage's start reads) is its
+    # residency by name, after loads and evictions: every model ever numbered
+    ex = sim.executor
+    numbered = ex.residency.model_ix
+    assert len(numbered) > 1
+    for h in ex.held.values():
+        for model, ix in numbered.items():
+            got = h.res_at[ix] if ix < len(h.res_at) else 0
+            assert got == h.resident.get(model, 0), model
 
 
 def test_dha_beats_pipeswitch_when_instances_outgrow_memory():

@@ -27,6 +27,7 @@ cdef class Held:
     cdef public double mem_cap
     cdef public double mem_used
     cdef public dict resident
+    cdef public list res_at
     cdef public dict loading
     cdef public dict cold
     cdef public dict waits
@@ -54,11 +55,19 @@ cdef class Residency:
     cdef public dict _mask_bytes
     cdef public object cold_model
     cdef public HostLinks host_links
+    cdef public dict model_ix
+
+    @cython.locals(ix=Py_ssize_t)
+    cpdef Py_ssize_t ix_of(self, object model) except -1
+
+    @cython.locals(ix=Py_ssize_t, at=list)
+    cpdef void set_resident(self, Held h, object model, object mask) except *
 
     @cython.locals(per=dict, bb=list, total=double, i=Py_ssize_t, bits=str, top=Py_ssize_t)
     cpdef double bytes_of(self, object model, object mask) except? -1.0
 
-    @cython.locals(h=Held, resident=dict, whole=double)
+    @cython.locals(h=Held, resident=dict, whole=double, ix=Py_ssize_t, at=list,
+                   n_models=Py_ssize_t)
     cpdef void warm_start(self, object plan, object placement, dict held) except *
 
     cdef public dict _parts
@@ -115,7 +124,7 @@ cdef class ModelledStart(StageStarter):
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    hit=tuple, wi=Py_ssize_t, end_s=double, held_at=list, last=LastRun,
-                   last_at=list, plain=bint)
+                   last_at=list, plain=bint, ix=Py_ssize_t, at=list)
     cpdef start(self, Task task, double now)
 
     @cython.locals(mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, kind_of=list, k=Py_ssize_t,
