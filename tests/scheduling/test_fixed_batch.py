@@ -171,25 +171,16 @@ def test_the_idle_sets_hold_the_idle_first_stage_workers_through_a_run():
                 assert got == want and idle.count == len(want), m
             checks[0] += 1
 
-        def on_arrival(self, request, now):
-            out = super().on_arrival(request, now)
+    def checked(name):  # (the protocol's call ``name``, then the check)
+        def call(self, event, now):
+            out = getattr(FixedBatch, name)(self, event, now)
             self._check()
             return out
 
-        def on_timer(self, token, now):
-            out = super().on_timer(token, now)
-            self._check()
-            return out
+        return call
 
-        def on_stage_done(self, report, now):
-            out = super().on_stage_done(report, now)
-            self._check()
-            return out
-
-        def on_worker_lost(self, worker, now):
-            out = super().on_worker_lost(worker, now)
-            self._check()
-            return out
+    for name in ("on_arrival", "on_timer", "on_stage_done", "on_worker_lost"):
+        setattr(Checked, name, checked(name))
 
     base = build_setup("hc1-s", ["resnet50", "resnet18"])
     two = (Stage((0, 5), "P4", 1, 6), Stage((5, 10), "L4", 1, 4))

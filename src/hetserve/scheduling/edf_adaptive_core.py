@@ -80,9 +80,9 @@ class _Group:
     """Models whose workers are the same, in the same order (fastest first): they share
     one set of idle workers (``core.heaps.IdleSet``: rank r is in while the worker of
     rank r is idle), so that marking a worker busy or idle is one change to one word
-    however many models it serves, and an
-    index of the models that wait for a timer, so that a stage end tries only the models
-    whose decision to wait may have changed (``EdfAdaptive.on_stage_done``)."""
+    however many models it serves, and an index of the models that wait for a timer, so
+    that a stage end tries only the models whose decision to wait may have changed
+    (``EdfAdaptive.on_stage_done``)."""
 
     def __init__(self, n: int) -> None:
         self.idle = IdleSet(n)

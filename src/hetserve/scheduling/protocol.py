@@ -253,36 +253,22 @@ class ClusterView:
         the workers of one GPU type and share are looked up once between them: a plan
         that puts 100 models on 1,000 workers asks for 100,000 tables). Without
         per-worker overheads those workers share one list: not to be changed."""
-        infos = self.workers
-        over = self.stage_overhead_s
+        infos, over = self.workers, self.stage_overhead_s
+        key = workers if type(workers) is tuple else tuple(workers)
+        runs = self._kind_runs.get(key)
+        if runs is None:  # (runs of one GPU type and share: found once per list of workers)
+            runs = self._kind_runs[key] = []
+            for w in key:
+                info = infos[w]
+                if runs and runs[-1][1].gpu is info.gpu and runs[-1][1].share == info.share:
+                    runs[-1] = (runs[-1][0] + 1, runs[-1][1])
+                else:
+                    runs.append((1, info))
         out: list[list[float]] = []
-        if not over:  # (by runs of one GPU type and share, found once per list of workers)
-            key = workers if type(workers) is tuple else tuple(workers)
-            runs = self._kind_runs.get(key)
-            if runs is None:
-                runs = self._kind_runs[key] = []
-                for w in key:
-                    info = infos[w]
-                    if runs and runs[-1][1].gpu is info.gpu and runs[-1][1].share == info.share:
-                        runs[-1] = (runs[-1][0] + 1, runs[-1][1])
-                    else:
-                        runs.append((1, info))
-            for count, info in runs:
-                out += [self._base_table(model, info, max_batch, blocks)] * count
-            return out
-        last_gpu: GpuType | None = None
-        last_share = 0
-        base: list[float] = []
-        for w in workers:
-            info = infos[w]
-            if info.gpu is not last_gpu or info.share != last_share:
-                base = self._base_table(model, info, max_batch, blocks)
-                last_gpu, last_share = info.gpu, info.share
-            if over:
-                o = over.get(w, 0.0)
-                out.append([t + o for t in base])
-            else:
-                out.append(base)
+        for count, info in runs:
+            out += [self._base_table(model, info, max_batch, blocks)] * count
+        if over:  # (each worker's own list, its overhead added)
+            return [[t + over.get(w, 0.0) for t in base] for w, base in zip(key, out, strict=True)]
         return out
 
     def by_kind(self, workers: Sequence[WorkerId]) -> dict[tuple[str, int], list[WorkerId]]:
