@@ -520,3 +520,25 @@ def test_a_typed_gpus_actor_asks_ray_for_its_type():
     assert rp.options(w)["resources"] == {"hetserve_gpu:L4": 0.25}
     v = SimpleNamespace(id="v", gpu=DEFAULT_CATALOG.get("L4"), gpu_id="n0/gpu1", share=1)
     assert "resources" not in rp.options(v)
+
+
+def test_a_ray_that_does_not_start_is_a_one_line_error(monkeypatch):
+    """``ray.init`` failing (a GCS or raylet that did not come up in time) is one line
+    naming which Ray, with the first line of Ray's reason; what it started is shut down."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("Ray runs in this process already")
+    shut = []
+
+    def init(**kwargs):
+        raise Exception("The current node timed out during startup. This could happen\nmore")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: shut.append(1))
+    with pytest.raises(HetserveError) as e:
+        dsc.connect(None)
+    assert str(e.value) == (
+        "a local Ray instance did not start: The current node timed out during startup. "
+        "This could happen"
+    )
+    assert shut == [1]

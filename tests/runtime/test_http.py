@@ -467,3 +467,34 @@ def test_serve_sends_activations_at_the_plans_precision():
         with TestClient(create_app(srv)):
             assert srv.engine.view.cut_bytes_factor == factor
             assert srv.engine.executor.cut_dtype == dtype
+
+
+def test_a_start_up_that_fails_says_why_in_one_line(monkeypatch):
+    """The ASGI lifespan as uvicorn drives it: a start-up that raises a HetserveError
+    (Ray did not start, a placement Ray cannot reserve) fails with that one line as the
+    message uvicorn prints, not a traceback."""
+    import asyncio
+
+    from hetserve.core.errors import HetserveError
+
+    srv = _cpu_server()
+
+    def start():
+        raise HetserveError("a local Ray instance did not start: the GCS timed out")
+
+    monkeypatch.setattr(srv, "start", start)
+    app = create_app(srv)
+    sent = []
+
+    async def receive():
+        return {"type": "lifespan.startup"}
+
+    async def send(msg):
+        sent.append(msg)
+
+    with pytest.raises(HetserveError):
+        asyncio.run(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
+                        receive, send))  # fmt: skip
+    assert sent == [{"type": "lifespan.startup.failed",
+                     "message": "hetserve: error: a local Ray instance did not start: the GCS "
+                                "timed out"}]  # fmt: skip

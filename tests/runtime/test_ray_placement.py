@@ -77,3 +77,47 @@ def test_a_group_ray_cannot_reserve_is_a_one_line_error(one_t4, monkeypatch):
     assert not ray.util.placement_group_table() or all(
         g["state"] == "REMOVED" for g in ray.util.placement_group_table().values()
     )
+
+
+_CLOSE_WITHOUT_GCS = """
+import os, signal, time
+import ray
+ray.init(num_cpus=2, num_gpus=1, resources={"accelerator_type:T4": 1},
+         include_dashboard=False, log_to_driver=False)
+from hetserve.core.cluster import parse_cluster
+from hetserve.core.placement import bind
+from hetserve.engine.setup import build_setup
+from hetserve.runtime.ray_executor import RayExecutor
+from hetserve.scheduling import ClusterView
+node = {"name": "n", "gpus": {"T4": 1}, "nic_gbps": 10}
+cluster = parse_cluster({"name": "t", "nodes": [node]}, "t")
+s = build_setup(cluster, ["resnet50"])
+ex = RayExecutor(ClusterView.build(cluster, s.latency, bind(s.plan, cluster)), None,
+                 emulate=True)
+assert ex.placement is not None and len(ex.actors) == 1
+gcs = [int(d) for d in os.listdir("/proc") if d.isdigit()
+       and open(f"/proc/{d}/comm").read().strip() == "gcs_server"
+       and open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+os.kill(gcs[0], signal.SIGKILL)
+t = time.monotonic()
+ex.close()
+print(f"closed in {time.monotonic() - t:.1f} s", flush=True)
+"""
+
+
+def test_workers_are_released_promptly_when_the_gcs_is_gone():
+    """A signal to a server's whole process group ends the GCS its ``ray.init`` started
+    before the server releases its workers: removing the placement groups then waited
+    60 s for the GCS and Ray ended the process with status 1. In a process of its own
+    (its own Ray, its GCS killed): ``close`` returns within seconds, says why the groups
+    are not removed, and the process exits 0."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _CLOSE_WITHOUT_GCS], capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "the Ray GCS does not answer: its placement groups went with it" in out
+    took = float(out.split("closed in ")[1].split(" s")[0])
+    assert took < 10, out

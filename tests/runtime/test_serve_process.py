@@ -36,18 +36,24 @@ def _rows(url):
     return flying, flying + total(r"^hetserve_requests_total\{[^}]*\} (\S+)$")
 
 
-@pytest.mark.parametrize("engine", ["threads", "ray", "emulated"])
-def test_sigterm_drains_the_requests_in_flight_and_exits_0(tmp_path, engine):
-    from hetserve.core.profiles import estimate_profiles  # noqa: F401  (import check)
-
+def _resnet18(tmp_path):
+    """``serve``'s arguments for resnet18 on this machine's CPU, one row a batch, with
+    estimated profiles (made here)."""
     profiles = tmp_path / "profiles"
     subprocess.run(
         [sys.executable, "-m", "hetserve", "profile", "estimate", "--cluster",
          "local-cpu", "--models", "resnet18", "--batches", "1-2", "--out", str(profiles)],
         check=True, capture_output=True,
     )  # fmt: skip
-    args = ["--models", "resnet18", "--slo", "resnet18=120000", "--max-batch", "1",
+    return ["--models", "resnet18", "--slo", "resnet18=120000", "--max-batch", "1",
             "--profiles", str(profiles), "--cpu-threads", "1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["threads", "ray", "emulated"])
+def test_sigterm_drains_the_requests_in_flight_and_exits_0(tmp_path, engine):
+    from hetserve.core.profiles import estimate_profiles  # noqa: F401  (import check)
+
+    args = _resnet18(tmp_path)
     args += ["--emulate"] if engine == "emulated" else ["--engine", engine]
     proc, url, out = _start(tmp_path, *args)
     from hetserve.experiments.live import binary_body
@@ -128,3 +134,59 @@ def test_a_plan_file_alone_serves_in_a_real_process(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The processes under ``pid`` (any depth) and their names, read from /proc."""
+    parent, name = {}, {}
+    for d in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+        except (OSError, ValueError):
+            continue
+        if d.isdigit():
+            comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") :]
+            parent[int(d)], name[int(d)] = int(rest.split()[2]), comm
+    found, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        for c, pp in parent.items():
+            if pp == p and c not in found:
+                found[c] = name[c]
+                todo.append(c)
+    return found
+
+
+def test_a_ray_server_whose_gcs_was_killed_still_stops_with_status_0(tmp_path):
+    """A signal to the server's whole process group (``kill -- -PGID``, systemd's default
+    ``KillMode=control-group``) also ends the GCS that ``ray.init`` started, before the
+    server shuts down. Here the GCS is killed first: the server goes on answering (the
+    actors' calls do not pass through the GCS), its node watch says once that the GCS
+    does not answer, and SIGTERM still drains and exits 0. (The watch asked
+    ``ray.nodes()``, which ends the process when its call fails: a newcomer run's serve
+    exited 1 on SIGTERM to its group, with Ray's failed check on a cancelled
+    ``GetAllNodeInfo`` call.)"""
+    proc, url, out = _start(tmp_path, *_resnet18(tmp_path), "--engine", "ray")
+    from hetserve.experiments.live import binary_body
+    from hetserve.zoo.registry import build
+
+    try:
+        gcs = [p for p, n in _children(proc.pid).items() if n == "gcs_server"]
+        assert len(gcs) == 1, _children(proc.pid)
+        os.kill(gcs[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "GCS does not answer" not in out.read() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "GCS does not answer" in out.read()
+        body, hdr = binary_body(build("resnet18").input_spec.example(1).numpy())
+        r = httpx.post(f"{url}/v2/models/resnet18/infer", content=body, headers=hdr, timeout=60)
+        assert r.status_code == 200, r.text
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = out.read()
+    assert rc == 0 and "stopped (SIGTERM)" in log and "Traceback" not in log, log
+    assert time.monotonic() - t0 < 30, log

@@ -230,10 +230,17 @@ def connect(address: str | None, runtime_env: dict[str, Any] | None = None) -> b
     if address is not None:
         check_address(address)
     with keep_signal_handlers():
-        ray.init(
-            address=address, include_dashboard=False, log_to_driver=False,
-            logging_level=logging.ERROR, runtime_env=runtime_env,
-        )  # fmt: skip
+        try:
+            ray.init(
+                address=address, include_dashboard=False, log_to_driver=False,
+                logging_level=logging.ERROR, runtime_env=runtime_env,
+            )  # fmt: skip
+        except Exception as err:  # a GCS or raylet that did not come up, a bad runtime_env
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # what it started of its processes
+            where = f"Ray at {address}" if address is not None else "a local Ray instance"
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise HetserveError(f"{where} did not start: {first}") from None
     return True
 
 
@@ -249,6 +256,22 @@ def joined(address: str | None) -> Iterator[None]:
             import ray
 
             ray.shutdown()
+
+
+def alive_node_ids(timeout_s: float = 1.0) -> set[str] | None:
+    """The IDs (hex) of the nodes the Ray GCS holds alive, or None when the GCS does not
+    answer within ``timeout_s`` (it was killed: a signal to the server's whole process
+    group reaches the GCS that ``ray.init`` started, too). Asked through the driver's GCS
+    client, which raises on a timeout: ``ray.nodes()`` ends the process instead (a failed
+    check in Ray 2.60's global state accessor once its call is cancelled or the GCS stays
+    away for 60 s)."""
+    from ray._private.worker import global_worker
+
+    try:
+        nodes = global_worker.gcs_client.get_all_node_info(timeout=timeout_s)
+    except Exception:  # RpcError, or the client is gone (ray.shutdown)
+        return None
+    return {nid.hex() for nid, info in nodes.items() if info.state == info.ALIVE}
 
 
 def discover(

@@ -95,9 +95,15 @@ def create_app(
     guard (token, body limit) applies to every request."""
     cfg = config or HttpConfig(token=token, max_body_bytes=max_body_bytes)
 
+    failed: list[str] = []  # why start-up failed, for the lifespan's one-line message
+
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
-        server.start()
+        try:
+            server.start()
+        except HetserveError as err:
+            failed.append(str(err))
+            raise
         yield
         await server.stop()  # graceful: answer what is in flight, then release workers
 
@@ -240,7 +246,7 @@ def create_app(
 
         return Response(server.scrape(), media_type=CONTENT_TYPE_LATEST)
 
-    return _OipApp(api, server, cfg)
+    return _OipApp(api, server, cfg, failed)
 
 
 async def _operator(work: Any, body: Any) -> Any:
@@ -309,12 +315,24 @@ class _OipApp:
     """ASGI: the guard (token, body limit) for every request, versioned paths, the infer
     route, and the FastAPI app for the rest (and for the lifespan)."""
 
-    def __init__(self, api: Any, server: Server, cfg: HttpConfig) -> None:
+    def __init__(self, api: Any, server: Server, cfg: HttpConfig, failed: list[str]) -> None:
         self.api = api
+        self.failed = failed
         self.server = server
         self.cfg = cfg
         self.token = None if cfg.token is None else cfg.token.encode()
         self.max_body = cfg.max_body_bytes
+
+    def _lifespan_send(self, send: Any) -> Any:
+        """The lifespan's messages, where a start-up that failed with a
+        :class:`HetserveError` says so in one line (not the traceback Starlette sends)."""
+
+        async def one_line(msg: dict[str, Any]) -> None:
+            if msg["type"] == "lifespan.startup.failed" and self.failed:
+                msg = {**msg, "message": f"hetserve: error: {self.failed[-1]}"}
+            await send(msg)
+
+        return one_line
 
     def _authorised(self, headers: dict[bytes, bytes], path: str) -> bool:
         if self.token is None:
@@ -327,6 +345,8 @@ class _OipApp:
         return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self.token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return await self.api(scope, receive, self._lifespan_send(send))
         if scope["type"] != "http":
             return await self.api(scope, receive, send)
         t0 = time.perf_counter()

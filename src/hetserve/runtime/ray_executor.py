@@ -41,6 +41,7 @@ from hetserve.engine.entities import Task
 from hetserve.engine.executor import BaseExecutor, Kernel
 from hetserve.engine.modelled import block_times
 from hetserve.runtime.batching import row_versions, split
+from hetserve.runtime.discovery import alive_node_ids
 from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.ray_actor import StageActor, to_numpy, to_torch
 from hetserve.runtime.ray_emulated import EmulatedActor
@@ -57,6 +58,7 @@ def _reason(err: BaseException, prefix: str = "stage_error: ") -> str:
 # how often the node watch reads Ray's node table (a dead node's idle workers are lost
 # within about this long; busy ones at once, when their call fails)
 WATCH_PERIOD_S = 0.5
+WATCH_TIMEOUT_S = 1.0  # how long the node watch waits for the GCS's answer
 # stage calls per worker at start-up to measure what the Ray path adds to a stage
 OVERHEAD_ROUNDS = 5
 # how long a switch's new actors may take to start (beyond reserving their GPUs)
@@ -307,13 +309,21 @@ class RayExecutor(BaseExecutor):
             kernel.worker_lost(w, clock.now())
 
         def watch() -> None:
+            silent = False  # the GCS did not answer the last time
             while not self._closing.wait(WATCH_PERIOD_S):
                 if loop.is_closed() or not ray.is_initialized():
                     return  # the server, or this process's Ray, is gone: nothing to tell
-                try:
-                    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-                except Exception:
-                    continue  # the GCS is unreachable for a moment
+                alive = alive_node_ids(WATCH_TIMEOUT_S)
+                if (alive is None) != silent:
+                    silent = alive is None
+                    LOG.warning(
+                        "the Ray GCS does not answer: node losses are seen once it does "
+                        "(calls to lost workers still fail)"
+                        if silent
+                        else "the Ray GCS answers again"
+                    )
+                if alive is None:
+                    continue
                 for w, nid in list(node_of.items()):
                     if nid not in alive and w not in self.dead:
                         self.dead.add(w)
@@ -531,12 +541,20 @@ class RayExecutor(BaseExecutor):
         """Release the actors and their placement groups (and the local Ray instance, if
         this executor started it)."""
         self._closing.set()
+        if self._watch is not None:  # its call to the GCS ends within WATCH_TIMEOUT_S
+            self._watch.join(WATCH_TIMEOUT_S + 1.0)
         for a in self.actors.values():
             with contextlib.suppress(Exception):  # (already gone with its node)
                 ray.kill(a, no_restart=True)
         self.actors.clear()
         if self.placement is not None:
-            self.placement.remove()
+            if alive_node_ids(WATCH_TIMEOUT_S) is None:
+                # the GCS is gone (a signal to the whole process group): removing the
+                # groups would wait 60 s for it and end the process; they went with it
+                LOG.warning("the Ray GCS does not answer: its placement groups went with it")
+            else:
+                self.placement.remove()
+            self.placement = None
         if self.owns_ray:
             ray.shutdown()
             self.owns_ray = False
