@@ -35,10 +35,10 @@ without hardware counters (a virtual machine) the software clock is sampled.
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--cache-sim] [--keep DIR] [--perf FILE]`` (needs ``valgrind`` and ``callgrind_control``; a few
-minutes, about twice as long with ``--cache-sim``). Nothing is downloaded: the checkout
-is a local copy of ``github.com/JonnyKong/PPipe``. ``--planner deepplan`` and
-``scaling`` read no checkout: any path will do.
+[--bases B1,B2] [--cache-sim] [--keep DIR] [--perf FILE]`` (needs ``valgrind`` and
+``callgrind_control``; a few minutes, about twice as long with ``--cache-sim``). Nothing
+is downloaded: the checkout is a local copy of ``github.com/JonnyKong/PPipe``.
+``--planner deepplan`` and ``scaling`` read no checkout: any path will do.
 """
 
 from __future__ import annotations
@@ -58,12 +58,14 @@ HERE = Path(__file__).resolve().parent
 LL_BYTES = 2 * 1024 * 1024  # (``--cache-sim``'s last level: this machine's L2 per core)
 
 
-def inner(ppipe: str, planner: str, seconds: float, scheduler: str, gpus: int) -> None:
+def inner(
+    ppipe: str, planner: str, seconds: float, scheduler: str, gpus: int, bases: str = ""
+) -> None:
     """One run (the valgrind child): setup, then the simulation; prints the requests."""
     if planner == "deepplan":
         return inner_deepplan(seconds)
     if planner == "scaling":
-        return inner_scaling(scheduler, gpus, seconds)
+        return inner_scaling(scheduler, gpus, seconds, bases)
     sys.path.insert(0, str(HERE))
     from against_base import MAF19_TRIO
     from bench_replan_maf19 import profile_set
@@ -118,18 +120,19 @@ def inner_deepplan(seconds: float) -> None:
     sys.stdin.readline()  # (--perf stops sampling here, before the exit)
 
 
-def inner_scaling(scheduler: str, gpus: int, seconds: float) -> None:
+def inner_scaling(scheduler: str, gpus: int, seconds: float, bases: str = "") -> None:
     """:func:`inner` for ``benchmarks/sim_scaling.py``'s run at ``gpus`` GPUs (100
-    requests/s per GPU) with ``scheduler``: the plan, the trace and the simulator made
-    first; the simulation counted (the scheduler's start, the run, the result)."""
+    requests/s per GPU) with ``scheduler`` (its models copies of ``bases``, comma-separated;
+    empty: sim_scaling's own): the plan, the trace and the simulator made first; the
+    simulation counted (the scheduler's start, the run, the result)."""
     sys.path.insert(0, str(HERE))
-    from sim_scaling import setup_and_trace
+    from sim_scaling import BASES, setup_and_trace
 
     from hetserve.experiments.setup import fit_params
     from hetserve.scheduling import make_scheduler
     from hetserve.sim.engine import SimConfig, Simulator
 
-    s, tr = setup_and_trace(gpus, seconds)
+    s, tr = setup_and_trace(gpus, seconds, bases=tuple(bases.split(",")) if bases else BASES)
     sched = make_scheduler(scheduler, fit_params(s, scheduler, None))
     sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr,
                     SimConfig(cut_bytes_factor=s.cut_bytes_factor, warm=s.warm),
@@ -152,6 +155,7 @@ def main() -> None:
     ap.add_argument("--seconds", default="1,4", help="the two durations of arrivals")
     ap.add_argument("--scheduler", default="reservation", help="--planner scaling's")
     ap.add_argument("--gpus", type=int, default=1000, help="--planner scaling's")
+    ap.add_argument("--bases", default="", help="--planner scaling's (sim_scaling.py --bases)")
     ap.add_argument("--cache-sim", action="store_true",
                     help="also count data cache misses per request: first level (D1), and past "
                     "a 2 MB second level (LL)")  # fmt: skip
@@ -164,7 +168,7 @@ def main() -> None:
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner is not None:
-        inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus)
+        inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus, a.bases)
         return
     if a.perf is not None:
         perf_profile(a, float(a.seconds.split(",")[-1]))
@@ -223,7 +227,8 @@ def start_inner(a: argparse.Namespace, seconds: float, prefix: list[str]) -> sub
     or none), once it has said its setup is done; it waits for a line on its stdin."""
     proc = subprocess.Popen(
         [*prefix, sys.executable, __file__, a.ppipe, "--planner", a.planner,
-         "--inner", str(seconds), "--scheduler", a.scheduler, "--gpus", str(a.gpus)],
+         "--inner", str(seconds), "--scheduler", a.scheduler, "--gpus", str(a.gpus),
+         "--bases", a.bases],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},
     )  # fmt: skip

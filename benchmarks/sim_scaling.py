@@ -18,7 +18,11 @@ under way, without the setup and the first uses of each model on each kind of wo
 which a point of 100,000 requests at 1,000 GPUs (1 s of arrivals) still includes.
 
 Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
-[--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]``.
+[--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]
+[--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``. At 10 GPUs there is one
+model, a copy of the first base; at 100, two copies of each of the five; so the mix of
+models changes between 10 and 100 GPUs and not after. ``--bases resnet50`` keeps one mix
+at every point.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ class Copies:
     ``BASES`` under names of their own: the models of a large cluster without a
     repository."""
 
-    def __init__(self, n: int) -> None:
-        self.of = {f"{BASES[i % len(BASES)]}-c{i}": BASES[i % len(BASES)] for i in range(n)}
+    def __init__(self, n: int, bases: tuple[str, ...] = BASES) -> None:
+        self.of = {f"{bases[i % len(bases)]}-c{i}": bases[i % len(bases)] for i in range(n)}
 
     def names(self) -> list[str]:
         """The copies' names."""
@@ -76,13 +80,16 @@ def cluster(n_gpus: int) -> Any:
     return parse_cluster({"name": f"scale-{n_gpus}", "nodes": nodes}, "sim_scaling")
 
 
-def setup_and_trace(n_gpus: int, seconds: float, seed: int = 0) -> tuple[Any, Any]:
-    """The run's setup and trace at ``n_gpus`` (module docstring)."""
+def setup_and_trace(
+    n_gpus: int, seconds: float, seed: int = 0, bases: tuple[str, ...] = BASES
+) -> tuple[Any, Any]:
+    """The run's setup and trace at ``n_gpus`` (module docstring), its models copies of
+    ``bases`` in turn."""
     from hetserve.core.models import ModelCatalog
     from hetserve.engine.setup import build_setup
     from hetserve.experiments.setup import build_trace
 
-    catalog = ModelCatalog(Copies(max(1, n_gpus // 10)))
+    catalog = ModelCatalog(Copies(max(1, n_gpus // 10), bases))
     assert catalog.source is not None
     s = build_setup(cluster(n_gpus), catalog.source.names(), model_catalog=catalog, max_batch=8)
     cap = s.plan.rates_at(1.0)
@@ -105,7 +112,11 @@ def main() -> None:
     ap.add_argument("--steady", action="store_true",
                     help="also time twice the requests: the time per request of the "
                     "difference")  # fmt: skip
+    ap.add_argument("--bases", default=",".join(BASES),
+                    help="the zoo models copied, in turn (one: every point has the same "
+                    "mix of models, only more copies of it)")  # fmt: skip
     a = ap.parse_args()
+    bases = tuple(a.bases.split(","))
     if not 10 <= a.requests <= 10_000_000 or not 1 <= a.rounds <= 20:
         ap.error("--requests: expected 10 to 10,000,000; --rounds: 1 to 20")
     from hetserve.core.outcome import OK
@@ -121,8 +132,12 @@ def main() -> None:
 
     rows = []
     for n in [int(x) for x in a.gpus.split(",")]:
-        s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n))
-        tr2 = setup_and_trace(n, 2 * a.requests / (PER_GPU_RPS * n))[1] if a.steady else None
+        s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n), bases=bases)
+        tr2 = (
+            setup_and_trace(n, 2 * a.requests / (PER_GPU_RPS * n), bases=bases)[1]
+            if a.steady
+            else None
+        )
         capacity = sum(s.plan.rates_at(1.0).values())
         for sched in a.schedulers.split(","):
             best, res = best_of(s, sched, tr)
