@@ -62,7 +62,7 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.heaps import IdleSet
+    from hetserve.core.heaps import EventHeap, IdleSet
     from hetserve.core.records import (
         REQUEST_DEADLINE_S,
         REQUEST_ID,
@@ -73,7 +73,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
         record4,
     )
 
-__all__ = ["EdfAdaptive", "try_model"]
+__all__ = ["EdfAdaptive", "take_due", "try_model"]
 
 
 class _Group:
@@ -94,10 +94,13 @@ class _Group:
         # has the same latency row (``_ModelState.kind``) on both
         self.part: list[int] = []
         # per partition: the models that decided to wait for their timer while the
-        # fastest idle worker was of that partition, as a heap of (the last time the
-        # wait still holds, plan index, stamp, state); an entry whose stamp is not its
-        # state's any more is stale (the state tried, or its queue changed, since)
-        self.heaps: dict[int, list[tuple[float, int, int, _ModelState]]] = {}
+        # fastest idle worker was of that partition, as a ``core.heaps.EventHeap`` by
+        # the last time the wait still holds, each entry's ``fn`` the state and ``a``
+        # its stamp then; an entry whose stamp is not its state's any more is stale (the
+        # state tried, or its queue changed, since). (The order among entries of one
+        # time does not matter: a stage end takes every entry that is due, and the
+        # models it gathers try in the order of their own keys.)
+        self.heaps: dict[int, EventHeap] = {}
         # models that may have to try at the next stage end (the rest are in ``heaps``)
         self.unsettled: dict[_ModelState, None] = {}
         self.p0 = -1  # the fastest idle worker's partition at the last look (-1: none)
@@ -188,10 +191,10 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
                 if g.indexed and n < len(lat):  # (else it stays unsettled: it never waits)
                     # the wait holds while now <= head's deadline - latency(n + 1)
                     # and the timer is ahead
-                    heapq.heappush(
-                        g.heaps.setdefault(g.part[rank], []),
-                        (min(head_deadline - lat[n], t_wait), st.index, st.stamp, st),
-                    )
+                    h = g.heaps.get(g.part[rank])
+                    if h is None:
+                        h = g.heaps[g.part[rank]] = EventHeap(0)
+                    h.push(min(head_deadline - lat[n], t_wait), st, st.stamp, None)
                     del g.unsettled[st]
                 return
             b = n
@@ -208,6 +211,21 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
         sched._set_busy(w)
         route = (record4(RouteStep, 0, w, now, st.blocks),)
         out.append(record4(Dispatch, bid, st.name, reqs, route))
+
+
+def take_due(g: _Group, h: EventHeap, now: float, k: int, cands: dict) -> None:
+    """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models of
+    ``g`` whose wait in ``h`` (the fastest idle worker's partition) may have ended: every
+    entry due by ``now`` is taken off; a live one's state is unsettled again (looked at
+    until it tries). (The exact test is ``EdfAdaptive._still_waits``.)"""
+    while h.n > 0 and h.first_s() <= now + 1e-9:
+        h.pop_into()
+        st = h.fn
+        stamp = h.a
+        if stamp == st.stamp and st.queue:
+            cands[st] = (st.queue[0][0], k, st.index)
+            g.unsettled[st] = None
+    h.fn = h.a = None
 
 
 class EdfAdaptive(BaseScheduler):
@@ -384,19 +402,16 @@ class EdfAdaptive(BaseScheduler):
                 del g.unsettled[st]
         for p, h in g.heaps.items():
             if p == p0:
-                while h and h[0][0] <= now + 1e-9:  # (the exact test is ``_still_waits``)
-                    e = heapq.heappop(h)
-                    st = e[3]
-                    if e[2] == st.stamp and st.queue:
-                        cands[st] = (st.queue[0][0], k, st.index)
-                        g.unsettled[st] = None  # (out of the heap: looked at until it tries)
-            elif h:
-                live = [e for e in h if e[2] == e[3].stamp]
-                if len(live) != len(h):
-                    h[:] = live
-                    heapq.heapify(h)
+                take_due(g, h, now, k, cands)
+            elif h.n > 0:
+                entries = list(h)
+                live = [e for e in entries if e[3] == e[2].stamp]
+                if len(live) != len(entries):
+                    h.clear()
+                    for e in live:
+                        h.push(e[0], e[2], e[3], None)
                 for e in live:
-                    st = e[3]
+                    st = e[2]
                     if st.queue:
                         cands[st] = (st.queue[0][0], k, st.index)
 
@@ -415,9 +430,10 @@ class EdfAdaptive(BaseScheduler):
         if p == g.p0:
             return
         old, g.p0 = g.p0, p
-        for e in g.heaps.get(old, ()):
-            st = e[3]
-            if e[2] == st.stamp and st.queue and st not in cands:
+        h = g.heaps.get(old)
+        for e in h if h is not None else ():
+            st = e[2]
+            if e[3] == st.stamp and st.queue and st not in cands:
                 kk = (st.queue[0][0], k, st.index)
                 if kk > key:
                     cands[st] = kk

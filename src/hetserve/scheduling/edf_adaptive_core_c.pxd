@@ -9,7 +9,7 @@
 # of 64 bits) and the queues (keyed heaps) are core/heaps_core_c.pxd's.
 import cython
 
-from hetserve.core.heaps_core_c cimport IdleSet, bisect_s, pop, pop_edf, push
+from hetserve.core.heaps_core_c cimport EventHeap, IdleSet, bisect_s, pop, pop_edf, push
 from hetserve.core.records_c cimport (
     REQUEST_DEADLINE_S, REQUEST_ID, REQUEST_ROWS, field, record, record2, record4,
 )
@@ -42,6 +42,10 @@ cdef class _ModelState:
 
 @cython.locals(q=list, g=_Group, rank=Py_ssize_t, lat=list, head_deadline=double,
                slack=double, n=Py_ssize_t, unit=bint, k=Py_ssize_t, b_max=Py_ssize_t,
-               t_wait=double, b=Py_ssize_t)
+               t_wait=double, b=Py_ssize_t, h=EventHeap)
 cpdef void try_model(object sched, _ModelState st, double now, list out,
                      double margin_s) except *
+
+
+@cython.locals(st=_ModelState, stamp=Py_ssize_t)
+cpdef void take_due(_Group g, EventHeap h, double now, Py_ssize_t k, dict cands) except *
