@@ -73,7 +73,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
         record4,
     )
 
-__all__ = ["EdfAdaptive", "take_due", "try_model"]
+__all__ = ["EdfAdaptive", "gather", "take_due", "try_model"]
 
 
 class _Group:
@@ -228,6 +228,41 @@ def take_due(g: _Group, h: EventHeap, now: float, k: int, cands: dict) -> None:
     h.fn = h.a = None
 
 
+def gather(g: _Group, k: int, now: float, cands: dict) -> None:
+    """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models of
+    the indexed group ``g`` that may have to try now: those unsettled with requests
+    waiting (the others leave the unsettled), those whose wait on the fastest idle
+    worker's partition may have ended (:func:`take_due`), and the live waiters of the
+    other partitions (whose heaps lose their stale entries here)."""
+    idle = g.idle
+    g.p0 = p0 = g.part[idle.first_from(0)] if idle.count else -1
+    gone = None  # (the unsettled with no request waiting: they leave after the walk)
+    for st in g.unsettled:
+        if st.queue:
+            cands[st] = (st.queue[0][0], k, st.index)
+        elif gone is None:
+            gone = [st]
+        else:
+            gone.append(st)
+    if gone is not None:
+        for st in gone:
+            del g.unsettled[st]
+    for p, h in g.heaps.items():
+        if p == p0:
+            take_due(g, h, now, k, cands)
+        elif h.n > 0:
+            entries = list(h)
+            live = [e for e in entries if e[3] == e[2].stamp]
+            if len(live) != len(entries):
+                h.clear()
+                for e in live:
+                    h.push(e[0], e[2], e[3], None)
+            for e in live:
+                st = e[2]
+                if st.queue:
+                    cands[st] = (st.queue[0][0], k, st.index)
+
+
 class EdfAdaptive(BaseScheduler):
     # a stage end skips the models whose try would only decide again to wait; False: it
     # tries every model the freed workers serve with requests waiting (the plain rule,
@@ -354,7 +389,7 @@ class EdfAdaptive(BaseScheduler):
         for g, k in first.items():
             if g.indexed:
                 indexed = True
-                self._candidates(g, k, now, cands)
+                gather(g, k, now, cands)
             else:
                 for st in g.models:
                     if st.queue:
@@ -387,33 +422,6 @@ class EdfAdaptive(BaseScheduler):
                             if g2.indexed and g2 in first:
                                 self._repartitioned(g2, first[g2], key, cands, heap)
         return out
-
-    def _candidates(
-        self, g: _Group, k: int, now: float, cands: dict[_ModelState, tuple[float, int, int]]
-    ) -> None:
-        """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models
-        of the indexed group ``g`` that may have to try now."""
-        idle = g.idle
-        g.p0 = p0 = g.part[idle.first_from(0)] if idle.count else -1
-        for st in list(g.unsettled):
-            if st.queue:
-                cands[st] = (st.queue[0][0], k, st.index)
-            else:
-                del g.unsettled[st]
-        for p, h in g.heaps.items():
-            if p == p0:
-                take_due(g, h, now, k, cands)
-            elif h.n > 0:
-                entries = list(h)
-                live = [e for e in entries if e[3] == e[2].stamp]
-                if len(live) != len(entries):
-                    h.clear()
-                    for e in live:
-                        h.push(e[0], e[2], e[3], None)
-                for e in live:
-                    st = e[2]
-                    if st.queue:
-                        cands[st] = (st.queue[0][0], k, st.index)
 
     def _repartitioned(
         self,

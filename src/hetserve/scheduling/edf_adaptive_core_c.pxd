@@ -49,3 +49,8 @@ cpdef void try_model(object sched, _ModelState st, double now, list out,
 
 @cython.locals(st=_ModelState, stamp=Py_ssize_t)
 cpdef void take_due(_Group g, EventHeap h, double now, Py_ssize_t k, dict cands) except *
+
+
+@cython.locals(idle=IdleSet, p0=Py_ssize_t, st=_ModelState, h=EventHeap, p=Py_ssize_t,
+               gone=list, entries=list, live=list)
+cpdef void gather(_Group g, Py_ssize_t k, double now, dict cands) except *
