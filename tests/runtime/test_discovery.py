@@ -13,6 +13,7 @@ from hetserve.core.cluster import parse_cluster
 from hetserve.core.errors import HetserveError
 from hetserve.core.gpus import DEFAULT_CATALOG
 from hetserve.runtime import discovery as dsc
+from hetserve.runtime import ray_session
 from hetserve.runtime.discovery import Discovered, FoundGpu, FoundNode
 
 BUS = "PCI_BUS_ID"  # what every GPU actor hetserve starts reports (ACTOR_ENV)
@@ -274,10 +275,10 @@ def test_an_address_nobody_answers_is_one_line_at_once():
 
     port = free_port()
     with pytest.raises(HetserveError) as e:
-        dsc.check_address(f"127.0.0.1:{port}")
+        ray_session.check_address(f"127.0.0.1:{port}")
     assert "nothing answers there" in str(e.value) and f"--port {port}" in str(e.value)
     with pytest.raises(HetserveError, match="expected HOST:PORT"):
-        dsc.check_address("my-head")
+        ray_session.check_address("my-head")
 
 
 def test_slices_may_not_take_more_than_one_gpu():
@@ -536,7 +537,7 @@ def test_a_ray_that_does_not_start_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(ray, "shutdown", lambda: shut.append(1))
     with pytest.raises(HetserveError) as e:
-        dsc.connect(None)
+        ray_session.connect(None)
     assert str(e.value) == (
         "a local Ray instance did not start: The current node timed out during startup. "
         "This could happen"

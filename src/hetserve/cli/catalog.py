@@ -223,7 +223,8 @@ def cluster_discover(
     from rich.console import Console
 
     from hetserve.core.gpus import DEFAULT_CATALOG, load_gpu_types
-    from hetserve.runtime.discovery import discover, joined
+    from hetserve.runtime.discovery import discover
+    from hetserve.runtime.ray_session import joined
 
     extra = load_gpu_types(types_file) if types_file else []
     catalog = DEFAULT_CATALOG.with_types(extra)

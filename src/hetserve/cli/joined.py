@@ -31,13 +31,8 @@ def discovered_cluster(
     against it. The cluster to plan and serve with, and what discovery found."""
     from hetserve.core.gpus import DEFAULT_CATALOG
     from hetserve.core.presets import load_cluster
-    from hetserve.runtime.discovery import (
-        check_plan_fits,
-        check_versions,
-        compare,
-        connect,
-        discover,
-    )
+    from hetserve.runtime.discovery import check_plan_fits, check_versions, compare, discover
+    from hetserve.runtime.ray_session import connect
 
     given = load_cluster(cluster_name) if cluster_name is not None else None
     connect(address, runtime_env)

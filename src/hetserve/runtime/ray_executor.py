@@ -41,10 +41,10 @@ from hetserve.engine.entities import Task
 from hetserve.engine.executor import BaseExecutor, Kernel
 from hetserve.engine.modelled import block_times
 from hetserve.runtime.batching import row_versions, split
-from hetserve.runtime.discovery import alive_node_ids
 from hetserve.runtime.engine import LoopClock
 from hetserve.runtime.ray_actor import StageActor, to_numpy, to_torch
 from hetserve.runtime.ray_emulated import EmulatedActor
+from hetserve.runtime.ray_session import alive_node_ids
 
 LOG = logging.getLogger("hetserve.runtime")
 
@@ -111,8 +111,9 @@ class RayExecutor(BaseExecutor):
         cross cuts as FP16 (the plan's precision: ``Setup.cut_fp16``); ``graphs``: the
         models' graphs by name, which the actors cut blocks from (a ``ModelCatalog``'s,
         picklable; None: the shipped ones)."""
-        from hetserve.runtime.discovery import check_versions, connect, discover
+        from hetserve.runtime.discovery import check_versions, discover
         from hetserve.runtime.ray_placement import RayPlacement, WorkerPlace, verify
+        from hetserve.runtime.ray_session import connect
 
         self.owns_ray = connect(address, runtime_env)
         self.emulate = emulate
