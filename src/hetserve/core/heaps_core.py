@@ -276,7 +276,8 @@ class EventHeap:
         # the time of the clock that drives the heap (``engine.clock.VirtualClock.t``: its
         # loop sets it as it pops; compiled, a C double)
         self.now_s = 0.0
-        # what :meth:`pop_into` took off last
+        # what :meth:`pop_into` took off last (``seq``: its number)
+        self.seq = 0
         self.fn: Any = None
         self.a: Any = None
         self.b: Any = None
@@ -312,16 +313,28 @@ class EventHeap:
             return self.items[0][0] if self.items else _INF
         return self.ts[0] if self.n > 0 else _INF
 
+    def first(self) -> Any:
+        """The earliest entry's callback (``fn``), left there (None: none)."""
+        if not COMPILED:
+            return self.items[0][2] if self.items else None
+        return self.calls[3 * self.ks[0]] if self.n > 0 else None
+
     def push(self, t: float, fn: Any, a: Any, b: Any) -> None:
         """``fn(a, b, t)`` due at ``t``, numbered ``pushed + 1``."""
         self.pushed += 1
+        self.push_seq(t, self.pushed, fn, a, b)
+
+    def push_seq(self, t: float, seq: int, fn: Any, a: Any, b: Any) -> None:
+        """An entry at ``t`` numbered ``seq`` by the caller (``pushed`` left as it is):
+        a heap used only this way is a priority queue by ``(t, seq)``, where the caller
+        makes each pair different (``scheduling.edf_adaptive_core``'s models to try, by
+        their keys)."""
         if not COMPILED:
-            _heappush(self.items, (t, self.pushed, fn, a, b))
+            _heappush(self.items, (t, seq, fn, a, b))
             self.n += 1
             return
         if self.n_free == 0:
             self._grow()
-        seq = self.pushed
         # (compiled: C reads and writes of the buffers and lists, every index in range)
         with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
             self.n_free -= 1
@@ -360,15 +373,16 @@ class EventHeap:
 
     def pop_into(self) -> float:
         """The earliest entry taken off: its callback and arguments in ``fn``, ``a`` and
-        ``b``; returns its time. (There must be one.)"""
+        ``b``, its number in ``seq``; returns its time. (There must be one.)"""
         if not COMPILED:
-            t, _, self.fn, self.a, self.b = _heappop(self.items)
+            t, self.seq, self.fn, self.a, self.b = _heappop(self.items)
             self.n -= 1
             return t
         if self.n == 0:
             raise IndexError("pop from an empty EventHeap")
         with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
             t0 = self.ts[0]
+            self.seq = self.ss[0]
             k = self.ks[0]
             calls = self.calls
             self.fn = take(calls, 3 * k)

@@ -74,15 +74,19 @@ cdef class EventHeap:
     cdef public long long[::1] free
     cdef public Py_ssize_t n_free
     cdef public double now_s
+    cdef public long long seq
     cdef public object fn
     cdef public object a
     cdef public object b
 
     cpdef double first_s(self)
 
-    @cython.locals(k=Py_ssize_t, seq=cython.longlong, pos=Py_ssize_t, parent=Py_ssize_t,
-                   pt=double, calls=list)
+    cpdef object first(self)
+
     cpdef void push(self, double t, object fn, object a, object b) except *
+
+    @cython.locals(k=Py_ssize_t, pos=Py_ssize_t, parent=Py_ssize_t, pt=double, calls=list)
+    cpdef void push_seq(self, double t, long long seq, object fn, object a, object b) except *
 
     @cython.locals(seq=cython.longlong, t=double)
     cpdef tuple pop(self)

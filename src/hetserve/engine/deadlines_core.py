@@ -9,7 +9,8 @@ per request, :class:`Deadlines` keeps
 - one FIFO per stream: a stream's requests arrive with non-decreasing deadlines, so its
   FIFO is sorted by deadline and appending costs O(1);
 - ``heads``: a heap with one entry per non-empty FIFO, keyed by a deadline no later than
-  its first request's (a lower bound: the request it was made for may have left since);
+  its first request's (a lower bound: the request it was made for may have left since),
+  a ``core.heaps.EventHeap`` (C doubles where compiled; each entry's ``fn`` the FIFO);
 - ``heap``: the few requests that do not fit their stream's order (a request with its own
   deadline, one given back to the scheduler after a preemption or an open route).
 
@@ -17,12 +18,12 @@ Entries are not removed when a request leaves the scheduler (dispatched, dropped
 are skipped, lazily, by asking whether the request is still held, each once. The kernel
 keeps one timer, at :meth:`first_s`, the earliest deadline of a request still held.
 
-``engine/deadlines.py`` exports it. This file is plain Python and runs as it is. Where the
-package was built with Cython (``setup.py``; ``deadlines_core_c.pxd`` beside it declares
-the C types: the class is an extension type with typed attributes, its heaps the keyed
-heaps), the same file is also compiled as ``hetserve.engine.deadlines_core_c``, and
-``engine/deadlines.py`` exports that one's class (``HETSERVE_PURE_PYTHON=1`` keeps this
-file). Both give the same results.
+``engine/deadlines.py`` exports it. This file is plain Python and runs as it is. Where
+the package was built with Cython (``setup.py``; ``deadlines_core_c.pxd`` beside it
+declares the C types: the class is an extension type with typed attributes, its heaps a
+keyed heap and a ``core.heaps.EventHeap``), the same file is also compiled as
+``hetserve.engine.deadlines_core_c``, and ``engine/deadlines.py`` exports that one's
+class (``HETSERVE_PURE_PYTHON=1`` keeps this file). Both give the same results.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ from collections.abc import Mapping
 
 from hetserve.core.heaps import pop, push
 from hetserve.core.requests import Request
+
+try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
+    import cython
+except ImportError:  # (plain Python, without Cython installed)
+    from hetserve.core.records import NO_CYTHON as cython
+if not cython.compiled:  # (compiled: the C type its .pxd cimports)
+    from hetserve.core.heaps import EventHeap
 
 __all__ = ["Deadlines"]
 
@@ -49,9 +57,8 @@ class Deadlines:
     def __init__(self) -> None:
         self.fifos: dict[str, deque[int]] = {}
         self.last_s: dict[str, float] = {}  # per FIFO, the deadline last appended
-        self.heads: list[tuple[float, int, deque[int]]] = []
+        self.heads = EventHeap(16)
         self.heap: list[tuple[float, int]] = []
-        self.seq = 0  # the number of the next entry of ``heads`` (unique: a keyed heap)
 
     def add(self, r: Request) -> None:
         """Watch ``r``, arrived."""
@@ -60,8 +67,7 @@ class Deadlines:
             q = self.fifos[r.stream] = deque()
         d = r.deadline_s
         if not q:
-            push(self.heads, (d, self.seq, q))
-            self.seq += 1
+            self.heads.push(d, q, None, None)
         elif self.last_s[r.stream] > d:
             push(self.heap, (d, r.id))
             return
@@ -82,8 +88,7 @@ class Deadlines:
 
     def head(self, q: deque[int], deadline_s: float) -> None:
         """``q`` was empty and gets a request of ``deadline_s``."""
-        push(self.heads, (deadline_s, self.seq, q))
-        self.seq += 1
+        self.heads.push(deadline_s, q, None, None)
 
     def due(self, now: float, held: Mapping[int, Request]) -> list[Request]:
         """The held requests whose deadline is ``now`` or past, in deadline order (each
@@ -91,8 +96,9 @@ class Deadlines:
         out: dict[int, Request] = {}
         heads = self.heads
         get = held.get
-        while heads and heads[0][0] <= now:
-            q = pop(heads)[2]
+        while heads.n > 0 and heads.first_s() <= now:
+            heads.pop_into()
+            q = heads.fn
             while q:
                 r = get(q[0])
                 if r is None:
@@ -100,9 +106,9 @@ class Deadlines:
                 elif r.deadline_s <= now:
                     out[q.popleft()] = r
                 else:
-                    push(heads, (r.deadline_s, self.seq, q))
-                    self.seq += 1
+                    heads.push(r.deadline_s, q, None, None)
                     break
+        heads.fn = None
         heap = self.heap
         while heap and heap[0][0] <= now:
             r = get(pop(heap)[1])
@@ -121,8 +127,9 @@ class Deadlines:
             pop(heap)
         first = heap[0][0] if heap else math.inf
         heads = self.heads
-        while heads:
-            d, _, q = heads[0]
+        while heads.n > 0:
+            d = heads.first_s()
+            q = heads.first()
             r = None
             while q:
                 r = get(q[0])
@@ -130,15 +137,15 @@ class Deadlines:
                     break
                 q.popleft()
             if r is None:
-                pop(heads)
+                heads.pop_into()
             elif r.deadline_s != d:  # (its key a bound no more: replaced, as heapreplace)
-                pop(heads)
-                push(heads, (r.deadline_s, self.seq, q))
-                self.seq += 1
+                heads.pop_into()
+                heads.push(r.deadline_s, q, None, None)
             else:
                 break
-        if heads and heads[0][0] < first:
-            first = heads[0][0]
+        heads.fn = None
+        if heads.n > 0 and heads.first_s() < first:
+            first = heads.first_s()
         return first
 
     def clear(self) -> None:

@@ -3,19 +3,18 @@
 # carries that name. The .py file is the source and runs as plain Python without this (its
 # annotations are for readers and type checkers: ``annotation_typing=False`` at its top
 # leaves the C types to this file). The held requests by deadline are an extension type
-# with typed attributes (every one readable and writable from Python); its heaps are keyed
-# heaps (core/heaps_core_c.pxd), its FIFOs deques.
+# with typed attributes (every one readable and writable from Python); its heaps are a keyed
+# heap and an EventHeap (core/heaps_core_c.pxd), its FIFOs deques.
 import cython
 
-from hetserve.core.heaps_core_c cimport pop, push
+from hetserve.core.heaps_core_c cimport EventHeap, pop, push
 
 
 cdef class Deadlines:
     cdef public dict fifos
     cdef public dict last_s
-    cdef public list heads
+    cdef public EventHeap heads
     cdef public list heap
-    cdef public Py_ssize_t seq
 
     @cython.locals(d=double)
     cpdef void add(self, object r) except *
@@ -26,10 +25,10 @@ cdef class Deadlines:
 
     cpdef void head(self, object q, double deadline_s) except *
 
-    @cython.locals(out=dict, heads=list, heap=list)
+    @cython.locals(out=dict, heads=EventHeap, heap=list)
     cpdef list due(self, double now, object held)
 
-    @cython.locals(heap=list, heads=list, first=double)
+    @cython.locals(heap=list, heads=EventHeap, first=double, d=double)
     cpdef double first_s(self, object held) except? -1.0
 
     cpdef void clear(self) except *

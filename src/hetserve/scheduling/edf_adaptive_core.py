@@ -16,26 +16,18 @@ pool is idle, the head request (earliest deadline) decides:
 All requests of a batch have deadlines no earlier than the head's, so the batch meets all
 of them.
 
-Where many models share workers (issue 41's 1,000 GPUs and 100 models), a freed worker
-does not look at every model it serves: models with the same workers in the same order
-share one set of idle workers (``_Group``), and a stage end tries only the models whose
-decision may change: those not waiting for a timer, and those whose wait may have ended
-(its time passed, or the fastest idle worker is now of another GPU type). Which are tried,
-and in what order, is exactly what trying them all gives (``EdfAdaptive.spare``,
-``tests/scheduling/test_spared_tries.py``).
+Where many models share workers (issue 41's 1,000 GPUs and 100 models), a stage end tries
+only the models whose decision may change (``_Group``, :func:`try_freed`): exactly those,
+in the order, that trying them all gives (``tests/scheduling/test_spared_tries.py``).
 
-``scheduling/edf_adaptive.py`` registers it. This file is plain Python and runs as it is.
-Where the package was built with Cython (``setup.py``; ``edf_adaptive_core_c.pxd`` beside
-it declares the C types: a model's state and a group are extension types with typed
-attributes, and a try is a function with typed arguments, a C call from the scheduler's
-methods), the same file is also compiled as ``hetserve.scheduling.edf_adaptive_core_c``,
-and ``scheduling/edf_adaptive.py`` registers that one's class (``HETSERVE_PURE_PYTHON=1``
-keeps this file). Both give the same results.
+``scheduling/edf_adaptive.py`` registers it. This file is plain Python and runs as it is;
+built with Cython (``setup.py``; ``edf_adaptive_core_c.pxd`` declares the C types), it is
+also ``hetserve.scheduling.edf_adaptive_core_c``, whose class ``edf_adaptive.py``
+registers instead (``HETSERVE_PURE_PYTHON=1`` keeps this file). Both give the same results.
 """
 
 from __future__ import annotations
 
-import heapq
 from typing import Annotated
 
 from hetserve.core.errors import HetserveError
@@ -73,7 +65,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
         record4,
     )
 
-__all__ = ["EdfAdaptive", "gather", "take_due", "try_model"]
+__all__ = ["EdfAdaptive", "gather", "take_due", "try_freed", "try_model"]
 
 
 class _Group:
@@ -86,9 +78,7 @@ class _Group:
 
     def __init__(self, n: int) -> None:
         self.idle = IdleSet(n)
-        # whether the index below is kept (``EdfAdaptive.index_from``): for a few models
-        # looking at each costs less than keeping it
-        self.indexed = False
+        self.indexed = False  # whether the index below is kept (``EdfAdaptive.index_from``)
         self.models: list[_ModelState] = []  # in plan order
         # per rank: a partition id, equal for two ranks where every model of the group
         # has the same latency row (``_ModelState.kind``) on both
@@ -96,13 +86,13 @@ class _Group:
         # per partition: the models that decided to wait for their timer while the
         # fastest idle worker was of that partition, as a ``core.heaps.EventHeap`` by
         # the last time the wait still holds, each entry's ``fn`` the state and ``a``
-        # its stamp then; an entry whose stamp is not its state's any more is stale (the
-        # state tried, or its queue changed, since). (The order among entries of one
-        # time does not matter: a stage end takes every entry that is due, and the
-        # models it gathers try in the order of their own keys.)
+        # its stamp then (stale where the state's stamp moved on: it tried, or its queue
+        # changed). (Entries of one time: any order; those gathered try by their keys.)
         self.heaps: dict[int, EventHeap] = {}
-        # models that may have to try at the next stage end (the rest are in ``heaps``)
-        self.unsettled: dict[_ModelState, None] = {}
+        # models that may have to try at the next stage end (the rest are in ``heaps``):
+        # those ``LISTED``; one ``SETTLED`` since leaves at the next walk (:func:`gather`,
+        # which compacts it in place: a list and a flag, no dict of deletions to hash)
+        self.unsettled: list[_ModelState] = []
         self.p0 = -1  # the fastest idle worker's partition at the last look (-1: none)
 
 
@@ -146,6 +136,44 @@ class _ModelState:
         # (``EdfAdaptive._still_waits``)
         self.waiting = -1
         self.stamp = 0  # moves on whenever ``waiting`` is set or cleared (``_Group.heaps``)
+        self.listed = UNLISTED  # in its group's ``unsettled`` (``_Group``)
+        self.mark = 0  # the stage end (``_Tries.mark``) where it last joined the tries
+
+
+# ``_ModelState.listed``: not in its group's ``unsettled``; in it; in it but settled
+UNLISTED = 0
+LISTED = 1
+SETTLED = 2
+
+
+class _Tries:
+    """A stage end's models to try (:func:`try_freed`): a heap by key (:func:`add_try`),
+    empty between stage ends; ``mark``: the stage ends so far; the scheduler's
+    ``served_by``, ``_try`` and ``_still_waits``, read here with no look-up in its class."""
+
+    def __init__(self, sched: EdfAdaptive) -> None:
+        self.heap = EventHeap(0)
+        self.mark = 0
+        self.n_models = len(sched.models)
+        self.served_by = sched.served_by
+        self.try_one = sched._try
+        self.still_waits = sched._still_waits
+
+
+def unsettle(g: _Group, st: _ModelState) -> None:
+    """``st`` may have to try at ``g``'s next stage end: listed in ``g.unsettled``."""
+    if st.listed == UNLISTED:
+        g.unsettled.append(st)
+    st.listed = LISTED
+
+
+def add_try(heap: EventHeap, st: _ModelState, k: int, n_models: int, mark: int) -> None:
+    """``st`` joins the models to try at stage end ``mark`` (unless it has), in ``heap``
+    by its key: its head's deadline, then ``k`` (the first freed worker that serves it),
+    then its plan index (a number of its own: ``k * n_models + index``)."""
+    if st.mark != mark:
+        st.mark = mark
+        heap.push_seq(st.queue[0][0], k * n_models + st.index, st, None, None)
 
 
 def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin_s: float) -> None:
@@ -160,7 +188,7 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
     st.waiting = -1
     if g.indexed:
         st.stamp += 1
-        g.unsettled[st] = None
+        unsettle(g, st)
     while q and g.idle.count:
         rank = g.idle.first_from(0)  # the fastest idle worker
         lat = st.lat[rank]
@@ -195,7 +223,7 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
                     if h is None:
                         h = g.heaps[g.part[rank]] = EventHeap(0)
                     h.push(min(head_deadline - lat[n], t_wait), st, st.stamp, None)
-                    del g.unsettled[st]
+                    st.listed = SETTLED
                 return
             b = n
         else:
@@ -213,43 +241,46 @@ def try_model(sched: EdfAdaptive, st: _ModelState, now: float, out: list, margin
         out.append(record4(Dispatch, bid, st.name, reqs, route))
 
 
-def take_due(g: _Group, h: EventHeap, now: float, k: int, cands: dict) -> None:
-    """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models of
-    ``g`` whose wait in ``h`` (the fastest idle worker's partition) may have ended: every
-    entry due by ``now`` is taken off; a live one's state is unsettled again (looked at
-    until it tries). (The exact test is ``EdfAdaptive._still_waits``.)"""
+def take_due(
+    g: _Group, h: EventHeap, now: float, k: int, heap: EventHeap, n_models: int, mark: int
+) -> None:
+    """Into ``heap`` (:func:`add_try`, with ``k``, ``n_models`` and ``mark``), the models
+    of ``g`` whose wait in ``h`` (the fastest idle worker's partition) may have ended:
+    every entry due by ``now`` is taken off; a live one's state is unsettled again
+    (looked at until it tries). (The exact test is ``EdfAdaptive._still_waits``.)"""
     while h.n > 0 and h.first_s() <= now + 1e-9:
         h.pop_into()
         st = h.fn
         stamp = h.a
         if stamp == st.stamp and st.queue:
-            cands[st] = (st.queue[0][0], k, st.index)
-            g.unsettled[st] = None
+            add_try(heap, st, k, n_models, mark)
+            unsettle(g, st)
     h.fn = h.a = None
 
 
-def gather(g: _Group, k: int, now: float, cands: dict) -> None:
-    """Into ``cands`` (with their keys: head's deadline, ``k``, plan index), the models of
-    the indexed group ``g`` that may have to try now: those unsettled with requests
-    waiting (the others leave the unsettled), those whose wait on the fastest idle
-    worker's partition may have ended (:func:`take_due`), and the live waiters of the
-    other partitions (whose heaps lose their stale entries here)."""
+def gather(g: _Group, k: int, now: float, heap: EventHeap, n_models: int, mark: int) -> None:
+    """Into ``heap`` (:func:`add_try`, with ``k``, ``n_models`` and ``mark``), the models
+    of the indexed group ``g`` that may have to try now: those unsettled with requests
+    waiting (the others, and those settled since, leave the list), those whose wait on the
+    fastest idle worker's partition may have ended (:func:`take_due`), and the live
+    waiters of the other partitions (whose heaps lose their stale entries here)."""
     idle = g.idle
     g.p0 = p0 = g.part[idle.first_from(0)] if idle.count else -1
-    gone = None  # (the unsettled with no request waiting: they leave after the walk)
-    for st in g.unsettled:
-        if st.queue:
-            cands[st] = (st.queue[0][0], k, st.index)
-        elif gone is None:
-            gone = [st]
+    listed = g.unsettled
+    n = len(listed)
+    j = 0
+    for i in range(n):  # (compacted in place: those that stay keep their order)
+        st = listed[i]
+        if st.listed == LISTED and st.queue:
+            add_try(heap, st, k, n_models, mark)
+            listed[j] = st
+            j += 1
         else:
-            gone.append(st)
-    if gone is not None:
-        for st in gone:
-            del g.unsettled[st]
+            st.listed = UNLISTED
+    del listed[j:]
     for p, h in g.heaps.items():
         if p == p0:
-            take_due(g, h, now, k, cands)
+            take_due(g, h, now, k, heap, n_models, mark)
         elif h.n > 0:
             entries = list(h)
             live = [e for e in entries if e[3] == e[2].stamp]
@@ -260,7 +291,80 @@ def gather(g: _Group, k: int, now: float, cands: dict) -> None:
             for e in live:
                 st = e[2]
                 if st.queue:
-                    cands[st] = (st.queue[0][0], k, st.index)
+                    add_try(heap, st, k, n_models, mark)
+
+
+def try_freed(tr: _Tries, freed: list, again: _ModelState | None, now: float, out: list) -> None:
+    """A stage end's tries (``EdfAdaptive.on_stage_done``), after its ``freed`` workers
+    are idle again: the models that may dispatch now are those the freed workers serve
+    with requests waiting, and ``again`` (the model of a stage that did not complete),
+    in order of their heads' deadlines (ties: the order a freed worker first serves
+    them, then plan order: :func:`add_try`), each tried (``_try``) unless a try
+    would only decide again to wait for its armed timer (``_still_waits``) or its
+    group has no idle worker left. In an indexed group the models that wait are not
+    looked at one by one: only those whose wait may have ended (its time passed, or the
+    fastest idle worker is of another partition than when they decided; see ``_Group``)
+    join the others (:func:`gather`); a dispatch that changes a group's fastest idle
+    partition adds those waiting on the old one (:func:`repartitioned`)."""
+    first: dict[_Group, int] = {}  # (the groups of freed workers: the first one's number)
+    served_by = tr.served_by
+    for k, w in enumerate(freed):
+        for g, r in served_by.get(w, ()):
+            g.idle.add(r)
+            if g not in first:
+                first[g] = k
+    heap = tr.heap
+    if heap.n:  # (left by a call that failed)
+        heap.clear()
+    mark = tr.mark = tr.mark + 1
+    m = tr.n_models
+    indexed = False
+    for g, k in first.items():
+        if g.indexed:
+            indexed = True
+            gather(g, k, now, heap, m, mark)
+        else:
+            for st in g.models:
+                if st.queue:
+                    add_try(heap, st, k, m, mark)
+    if again is not None and again.queue:
+        add_try(heap, again, len(freed), m, mark)
+    while heap.n:  # (an earlier one's dispatch may have taken the freed worker)
+        t = heap.pop_into()
+        seq = heap.seq
+        st = heap.fn
+        if st.group.idle.count and (st.waiting < 0 or not tr.still_waits(st, now)):
+            n0 = len(out)
+            tr.try_one(st, now, out)
+            if not indexed:
+                continue
+            for i in range(n0, len(out)):
+                a = out[i]
+                if type(a) is Dispatch:  # (it took a worker: in the groups of freed
+                    # workers, the models that wait on the old fastest partition may try)
+                    for g2, _ in served_by[a.route[0].worker]:
+                        if g2.indexed and g2 in first:
+                            repartitioned(tr, g2, first[g2], t, seq)
+    heap.fn = None
+
+
+def repartitioned(tr: _Tries, g: _Group, k: int, t: float, seq: int) -> None:
+    """After a dispatch by the model of key ``(t, seq)`` (:func:`add_try`'s): if ``g``'s
+    fastest idle worker is now of another partition, the models waiting on the old one
+    whose keys come after it join the tries (``tr``)."""
+    idle = g.idle
+    p = g.part[idle.first_from(0)] if idle.count else -1
+    if p == g.p0:
+        return
+    h = g.heaps.get(g.p0)
+    g.p0 = p
+    m = tr.n_models
+    for e in h if h is not None else ():
+        st = e[2]
+        if e[3] == st.stamp and st.queue and st.mark != tr.mark:
+            d = st.queue[0][0]
+            if d > t or (d == t and k * m + st.index > seq):
+                add_try(tr.heap, st, k, m, tr.mark)
 
 
 class EdfAdaptive(BaseScheduler):
@@ -313,6 +417,7 @@ class EdfAdaptive(BaseScheduler):
             g.part = [parts.setdefault(col, len(parts)) for col in zip(*kinds, strict=True)]
             for r, w in enumerate(ws):
                 self.served_by.setdefault(w, []).append((g, r))
+        self.to_try = _Tries(self)
         return []
 
     def _set_busy(self, w: WorkerId) -> None:
@@ -340,10 +445,10 @@ class EdfAdaptive(BaseScheduler):
             st.waiting = -1
             if g.indexed:
                 st.stamp += 1
-                g.unsettled[st] = None
+                unsettle(g, st)
         if g.idle.count == 0:
             if g.indexed:
-                g.unsettled[st] = None
+                unsettle(g, st)
             return []
         out: list[Action] = []
         self._try(st, now, out)
@@ -369,83 +474,11 @@ class EdfAdaptive(BaseScheduler):
             st.waiting = -1
             if st.group.indexed:
                 st.stamp += 1
-                st.group.unsettled[st] = None
-        freed = self.pools.reported(report)
+                unsettle(st.group, st)
         out: list[Action] = []
-        # The models that may dispatch now: those the freed workers serve with requests
-        # waiting, in order of their heads' deadlines (ties: the order a freed worker
-        # first serves them, then plan order), each tried unless a try would only decide
-        # again to wait for its armed timer (``_still_waits``). In an indexed group the
-        # models that wait are not looked at one by one: only those whose wait may have
-        # ended (its time passed, or the fastest idle worker is of another partition than
-        # when they decided; see ``_Group``) join the others that may have to try.
-        first: dict[_Group, int] = {}
-        for k, w in enumerate(freed):
-            for g, r in self.served_by.get(w, ()):
-                g.idle.add(r)
-                first.setdefault(g, k)
-        cands: dict[_ModelState, tuple[float, int, int]] = {}
-        indexed = False
-        for g, k in first.items():
-            if g.indexed:
-                indexed = True
-                gather(g, k, now, cands)
-            else:
-                for st in g.models:
-                    if st.queue:
-                        cands[st] = (st.queue[0][0], k, st.index)
-        st = self.models[report.model]
-        if not report.completed and st.queue and st not in cands:
-            cands[st] = (st.queue[0][0], len(freed), st.index)
-        if not indexed:  # (every model with requests waiting is looked at: in order)
-            states = list(cands)
-            if len(states) > 1:
-                states.sort(key=cands.__getitem__)
-            for st in states:  # (an earlier one's dispatch may have taken the freed worker)
-                if st.group.idle.count and (st.waiting < 0 or not self._still_waits(st, now)):
-                    self._try(st, now, out)
-            return out
-        heap = [(key, st) for st, key in cands.items()]
-        heapq.heapify(heap)
-        while heap:
-            key, st = heapq.heappop(heap)
-            if st.group.idle.count and (st.waiting < 0 or not self._still_waits(st, now)):
-                n0 = len(out)
-                self._try(st, now, out)
-                for a in out[n0:]:
-                    if type(a) is Dispatch:
-                        # it took a worker: where that changed a group's fastest idle
-                        # partition, the models that wait on the old one may try now (in
-                        # the groups of freed workers: other groups' models are not looked
-                        # at in this call)
-                        for g2, _ in self.served_by[a.route[0].worker]:
-                            if g2.indexed and g2 in first:
-                                self._repartitioned(g2, first[g2], key, cands, heap)
+        again = None if report.completed else self.models[report.model]
+        try_freed(self.to_try, self.pools.reported(report), again, now, out)
         return out
-
-    def _repartitioned(
-        self,
-        g: _Group,
-        k: int,
-        key: tuple[float, int, int],
-        cands: dict[_ModelState, tuple[float, int, int]],
-        heap: list,
-    ) -> None:
-        """After a dispatch: if ``g``'s fastest idle worker is now of another partition,
-        the models waiting on the old one that come after ``key`` join the tries."""
-        idle = g.idle
-        p = g.part[idle.first_from(0)] if idle.count else -1
-        if p == g.p0:
-            return
-        old, g.p0 = g.p0, p
-        h = g.heaps.get(old)
-        for e in h if h is not None else ():
-            st = e[2]
-            if e[3] == st.stamp and st.queue and st not in cands:
-                kk = (st.queue[0][0], k, st.index)
-                if kk > key:
-                    cands[st] = kk
-                    heapq.heappush(heap, (kk, st))
 
     @staticmethod
     def _still_waits(st: _ModelState, now: float) -> bool:

@@ -21,7 +21,7 @@ cdef class _Group:
     cdef public list models
     cdef public list part
     cdef public dict heaps
-    cdef public dict unsettled
+    cdef public list unsettled
     cdef public Py_ssize_t p0
 
 
@@ -38,6 +38,29 @@ cdef class _ModelState:
     cdef public double timer_at
     cdef public Py_ssize_t waiting
     cdef public Py_ssize_t stamp
+    cdef public Py_ssize_t listed
+    cdef public Py_ssize_t mark
+
+
+cdef class _Tries:
+    cdef public EventHeap heap
+    cdef public Py_ssize_t mark
+    cdef public Py_ssize_t n_models
+    cdef public dict served_by
+    cdef public object try_one
+    cdef public object still_waits
+
+
+cdef Py_ssize_t UNLISTED
+cdef Py_ssize_t LISTED
+cdef Py_ssize_t SETTLED
+
+
+cpdef void unsettle(_Group g, _ModelState st) except *
+
+
+cpdef void add_try(EventHeap heap, _ModelState st, Py_ssize_t k, Py_ssize_t n_models,
+                   Py_ssize_t mark) except *
 
 
 @cython.locals(q=list, g=_Group, rank=Py_ssize_t, lat=list, head_deadline=double,
@@ -48,9 +71,23 @@ cpdef void try_model(object sched, _ModelState st, double now, list out,
 
 
 @cython.locals(st=_ModelState, stamp=Py_ssize_t)
-cpdef void take_due(_Group g, EventHeap h, double now, Py_ssize_t k, dict cands) except *
+cpdef void take_due(_Group g, EventHeap h, double now, Py_ssize_t k, EventHeap heap,
+                    Py_ssize_t n_models, Py_ssize_t mark) except *
 
 
 @cython.locals(idle=IdleSet, p0=Py_ssize_t, st=_ModelState, h=EventHeap, p=Py_ssize_t,
-               gone=list, entries=list, live=list)
-cpdef void gather(_Group g, Py_ssize_t k, double now, dict cands) except *
+               listed=list, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, entries=list, live=list)
+cpdef void gather(_Group g, Py_ssize_t k, double now, EventHeap heap, Py_ssize_t n_models,
+                  Py_ssize_t mark) except *
+
+
+@cython.locals(first=dict, served_by=dict, heap=EventHeap, mark=Py_ssize_t, m=Py_ssize_t, indexed=bint,
+               g=_Group, k=Py_ssize_t, r=Py_ssize_t, st=_ModelState, t=double,
+               seq=cython.longlong, n0=Py_ssize_t, i=Py_ssize_t, g2=_Group)
+cpdef void try_freed(_Tries tr, object freed, _ModelState again, double now,
+                     list out) except *
+
+
+@cython.locals(idle=IdleSet, p=Py_ssize_t, h=EventHeap, m=Py_ssize_t,
+               st=_ModelState, d=double)
+cpdef void repartitioned(_Tries tr, _Group g, Py_ssize_t k, double t, long long seq) except *
