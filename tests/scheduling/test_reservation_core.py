@@ -64,6 +64,8 @@ def _drive(mod, ops, gaps):
     # (by worker number: into workers 2 and 3, from workers 0 and 1)
     xs = [None, None, *[(w, (4, 5), 1.0 / 1e9, 0.0001) for w in (2, 3)]]
     xfers = [[], [(xs, 1e-9, 0.0001), (xs, 1e-9, 0.0001)]]
+    pipe = mod.Pipe(1, [(0, 1), (1, 2)], lambda batch: info, xfers, None)
+    k_info = pipe.learn(3)  # (the numbers of a batch of 3 rows: ``info``'s)
     seen = []
     tags: dict[int, list[int]] = {r: [] for r in range(6)}
     for k, (op, r, a, d) in enumerate(ops):
@@ -80,7 +82,7 @@ def _drive(mod, ops, gaps):
             t.now = max(t.now, start)
         elif op == "probe":
             pr = mod.Probed(None, 2)
-            mod.probe(t, info, xfers, None, {d % 5}, start, pr)
+            mod.probe(t, pipe, k_info, {d % 5}, start, pr)
             seen.append((pr.path, pr.resv, pr.finish_s, pr.wait_s, pr.starts))
             seen.append(t.earliest_slot([r, 4 + r % 2], start, d / 1000))
         seen.append(

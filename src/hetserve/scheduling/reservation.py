@@ -142,8 +142,6 @@ class Reservation(BaseScheduler):
             core, self.table.names, self.table.ids, self._lost, self.margin_s, pipes,
             plan.models, self._next_batch,
         )  # fmt: skip
-        # (the core's own, for a look from outside: model -> timer)
-        self.timer_at: dict[str, float] = self.algorithm.timer_at
         # from now on the per-request calls are the core's own bound methods: the engine
         # calls the core directly, with no frame of this class's between (C calls where
         # compiled; the methods below are the same calls, for before ``start``)
@@ -151,6 +149,15 @@ class Reservation(BaseScheduler):
         self.on_timer = self.algorithm.on_timer  # type: ignore[method-assign]
         self.on_stage_done = self.algorithm.on_stage_done  # type: ignore[method-assign]
         return []
+
+    @property
+    def timer_at(self) -> dict[str, float]:
+        """The wake-up timer each model waits for, for a look from outside: model ->
+        its time (the core keeps it on the model's queue)."""
+        alg = self.algorithm
+        if alg is None:
+            return {}
+        return {m: mq.timer_at for m, mq in alg.queues.items() if mq.timer_at == mq.timer_at}
 
     @property
     def batch_resv(self) -> dict[int, list[tuple[int, float, float, int, tuple[int, int]]]]:

@@ -99,24 +99,20 @@ _MOVED = slots.MOVED  # (``SlotTable.correct``'s flags; compiled, C integers)
 _KEPT = slots.KEPT
 _NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
 _NO_XFERS: list[tuple[int, tuple[int, ...], float, float] | None] = []  # (the first stage's)
+_NAN = math.nan
+_NO_LB = double_buffer(0, 0.0)  # (a pipeline's numbers before it learns any)
 
 
-def probe(
-    table: slots.SlotTable,
-    info: list[tuple[float, float, slots.PoolOrder]],
-    xfers: list[list[Xfers | None]],
-    miss: Callable[[int, int], Xfers],
-    lost: set[int],
-    now: float,
-    out: Probed,
-) -> None:
+def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, out: Probed) -> None:
     """PPipe Algorithm 2: stage by stage, the worker of the pool that completes first
     (transfer on both link ends at once, then inference); side-effect free but for
     ``out``, where it writes its result.
 
-    ``info``: per stage its inference seconds, bits crossing the cut into it and its
-    pool's order; ``xfers[si]``: the stage's transfers by the previous stage's worker, a
-    list by its number (None, or past the end: ``miss(si, last)`` makes it). Writes the
+    ``p.lb[k + 2 si]`` and ``p.lb[k + 2 si + 1]``: stage ``si``'s inference seconds and
+    the bits crossing the cut into it (``k``: where the batch size's numbers begin,
+    :meth:`Pipe.learn`); ``p.orders[si]``: its pool's order; ``p.xfers[si]``: the stage's
+    transfers by the previous stage's worker, a list by its number (None, or past the
+    end: ``p.miss(si, last)`` makes it). Writes the
     path (a worker per stage), the reservations it needs ``(resource, start, duration)``,
     the completion time, the time spent waiting for resources, and the stages' starts into
     ``out`` (:class:`Probed`); an empty path and an infinite completion where a pool has
@@ -131,19 +127,19 @@ def probe(
     min_inv = 0.0
     min_delay = 0.0
     xs = _NO_XFERS
-    for si in range(len(info)):
-        st = info[si]
-        l_i: float = st[0]
-        bits: float = st[1]
-        order: slots.PoolOrder = st[2]
+    orders = p.orders
+    for si in range(len(orders)):
+        l_i: float = p.lb[k + 2 * si]
+        bits: float = p.lb[k + 2 * si + 1]
+        order: slots.PoolOrder = orders[si]
         if last < 0:
             xs = _NO_XFERS
             t_lb = t_g
         else:
-            by_last = xfers[si]  # (a list by worker: no key to hash and look up)
+            by_last = p.xfers[si]  # (a list by worker: no key to hash and look up)
             hit = by_last[last] if last < len(by_last) else None
             if hit is None:
-                hit = miss(si, last)  # (it may number new links: the buffers grow)
+                hit = p.miss(si, last)  # (it may number new links: the buffers grow)
             xs = hit[0]
             min_inv = hit[1]
             min_delay = hit[2]
@@ -234,7 +230,7 @@ def probe(
         out.start_s[si] = best_s
         t_g = best_t
         last = best_w
-    out.n_stages = len(info)
+    out.n_stages = len(orders)
     out.finish_s = t_g
     out.wait_s = t_g - now - busy
 
@@ -244,7 +240,8 @@ class Pipe:
     """A pipeline as Algorithm 1 probes it: its planned batch size (``bs``), its stages'
     blocks, per batch size the stages' inference seconds, bits into them and pool orders
     (``infos``, by batch size, None where not made yet; ``info_of(batch)`` makes one and
-    keeps it there),
+    keeps it there; the numbers also in ``lb`` and the orders in ``orders``, as
+    :meth:`learn` puts them),
     and per stage its transfers by the previous stage's worker (``xfers``, a list by the
     worker's number; ``miss(si, last)`` makes one)."""
 
@@ -268,6 +265,33 @@ class Pipe:
         # planned batch size, and the others)
         self.first = Probed(self, len(blocks))
         self.other = Probed(self, len(blocks))
+        # per batch size b, stage si: its inference seconds at 2 (b n + si) and the bits
+        # into it next, n the stages; NaN where not learnt. (One buffer: at 1,000 GPUs a
+        # probe found a model's tuple and its two floats out of the cache, and waited
+        # for them: 42% of the probe's time there.)
+        self.lb = _NO_LB
+        self.orders: tuple[slots.PoolOrder, ...] = ()  # per stage, its pool's order
+
+    def learn(self, batch: int) -> int:
+        """``batch``'s numbers (``info_of``'s, or ``infos``' where kept) written into
+        ``lb`` (made longer where short) and the orders into ``orders``; returns where
+        the batch size's numbers begin in ``lb``."""
+        infos = self.infos
+        info = infos[batch] if batch < len(infos) else None
+        if info is None:
+            info = self.info_of(batch)
+        n = len(self.blocks)
+        k = 2 * n * batch
+        if k + 2 * n > len(self.lb):
+            lb = double_buffer(max(k + 2 * n, 2 * len(self.lb)), _NAN)
+            for i in range(len(self.lb)):
+                lb[i] = self.lb[i]
+            self.lb = lb
+        for si in range(n):
+            self.lb[k + 2 * si] = info[si][0]
+            self.lb[k + 2 * si + 1] = info[si][1]
+        self.orders = tuple([st[2] for st in info])
+        return k
 
 
 class Probed:
@@ -329,23 +353,25 @@ class Probed:
 class ModelQueue:
     """A model's waiting requests as :class:`Algorithm1` keeps them: a heap by deadline,
     then request id (``heap``: ``(deadline_s, id, request)`` entries), their rows
-    together (``rows``) and the pipelines that serve the model (``pipes``). Found once
-    per call: the three were dicts by model's name, each looked up on its own."""
+    together (``rows``), the pipelines that serve the model (``pipes``) and the time of
+    the wake-up timer it waits for (``timer_at``; NaN: none). Found once per call: the
+    four were dicts by model's name, each looked up on its own."""
 
-    __slots__ = ("heap", "pipes", "rows")
+    __slots__ = ("heap", "pipes", "rows", "timer_at")
 
     def __init__(self, pipes: list[Pipe]) -> None:
         self.heap: list = []
         self.rows = 0
         self.pipes = pipes
+        self.timer_at = _NAN
 
 
 class Algorithm1(PolicyCore):
     """PPipe Algorithm 1 with the feedback correction: the ``reservation`` scheduler's
     decisions, which ``scheduling/reservation.py`` sets up and hands the protocol's calls
     to. Per model, a heap of waiting requests by deadline (``queues``, with their
-    ``rows``) and the pipelines to probe (``pipes``), a :class:`ModelQueue` each
-    (``queues``); the wake-up timer each model waits for (``timer_at``); each batch's
+    ``rows``), the pipelines to probe (``pipes``) and the wake-up timer it waits for
+    (``timer_at``), a :class:`ModelQueue` each; each batch's
     reservations (``batch_resv``: its first row of ``booked``, a
     :class:`~hetserve.scheduling.reservation_slots.Bookings`; its route is the
     kernel's, ``Kernel.batches``);
@@ -371,7 +397,6 @@ class Algorithm1(PolicyCore):
         self.margin_s = margin_s
         self.pipes = pipes
         self.queues: dict[str, ModelQueue] = {m: ModelQueue(pipes.get(m, [])) for m in models}
-        self.timer_at: dict[str, float] = {}
         self.batch_resv: dict[int, int] = {}
         self.booked = table.bookings()
         self.next_batch = next_batch
@@ -394,11 +419,12 @@ class Algorithm1(PolicyCore):
         model waits for."""
         model = token[1]
         at = token[2]
-        if self.timer_at.get(model) != at:
+        mq = self.queues.get(model)
+        if mq is None or mq.timer_at != at:  # (NaN: none, unequal to any)
             return []
-        del self.timer_at[model]
+        mq.timer_at = _NAN
         out: list = []
-        self.try_model(self.queues[model], model, now, out)
+        self.try_model(mq, model, now, out)
         return out
 
     def stage_report(
@@ -454,11 +480,12 @@ class Algorithm1(PolicyCore):
 
     def probe_into(self, out: Probed, p: Pipe, batch: int, now: float) -> None:
         """Algorithm 2 for ``batch`` rows on ``p``, written over ``out``."""
-        infos = p.infos  # (a list by batch size: no key to make and look up)
-        info = infos[batch] if 0 <= batch < len(infos) else None
-        if info is None:
-            info = p.info_of(batch)
-        probe(self.table, info, p.xfers, p.miss, self.lost, now, out)
+        k = 2 * len(p.orders) * batch  # (the batch size's numbers in ``p.lb``)
+        if batch < 0:
+            raise ValueError(f"a batch of {batch} rows")
+        if k >= len(p.lb) or p.lb[k] != p.lb[k]:  # (NaN: not learnt)
+            k = p.learn(batch)
+        probe(self.table, p, k, self.lost, now, out)
         out.pipe = p
         out.batch = batch
 
@@ -527,9 +554,9 @@ class Algorithm1(PolicyCore):
                 slack = head_dl - pr.finish_s - self.margin_s
                 if slack > _EPS:  # wait till the last moment the n can still make it
                     at = now + slack
-                    t_at = self.timer_at.get(model)
-                    if t_at is None or t_at > at + _EPS or t_at < now:
-                        self.timer_at[model] = at
+                    t_at = mq.timer_at
+                    if t_at != t_at or t_at > at + _EPS or t_at < now:  # (NaN: none)
+                        mq.timer_at = at
                         out.append(record2(SetTimer, at, ("reservation", model, at)))
                     return
                 chosen = pr

@@ -24,8 +24,11 @@ cdef long long _STAGE_TAGS
 cdef long long _MAX_BATCH_ID
 cdef tuple _NO_XFER
 cdef list _NO_XFERS
+cdef double _NAN
+cdef double[::1] _NO_LB
 
 cdef class Probed
+cdef class Pipe
 
 @cython.locals(first=Py_ssize_t, prev=Py_ssize_t, row=Py_ssize_t, stage=Py_ssize_t,
                r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=cython.longlong)
@@ -33,8 +36,8 @@ cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk)
 
 
 @cython.locals(t_g=double, last=Py_ssize_t, busy=double,
-               min_inv=double, min_delay=double, xs=list, by_last=list, si=Py_ssize_t, st=tuple,
-               l_i=double, bits=double,
+               min_inv=double, min_delay=double, xs=list, by_last=list, si=Py_ssize_t,
+               l_i=double, bits=double, orders=tuple,
                order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
                best_s=double, best_tl=double, best_ln=double, best_links=tuple,
                n_w=Py_ssize_t, mask=Py_ssize_t, sh=Py_ssize_t,
@@ -42,7 +45,7 @@ cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk)
                mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, x_inv=double, x_delay=double, tl=double, arr=double,
                f=double, s=double, lk=Py_ssize_t)
-cpdef void probe(SlotTable table, list info, list xfers, object miss, set lost, double now,
+cpdef void probe(SlotTable table, Pipe p, Py_ssize_t k, set lost, double now,
                  Probed out) except *
 
 
@@ -55,6 +58,12 @@ cdef class Pipe:
     cdef public object miss
     cdef public Probed first
     cdef public Probed other
+    cdef public double[::1] lb
+    cdef public tuple orders
+
+    @cython.locals(infos=list, info=list, n=Py_ssize_t, k=Py_ssize_t, lb="double[::1]",
+                   i=Py_ssize_t, si=Py_ssize_t)
+    cpdef Py_ssize_t learn(self, Py_ssize_t batch) except -1
 
 
 cdef class Probed:
@@ -80,6 +89,7 @@ cdef class ModelQueue:
     cdef public list heap
     cdef public Py_ssize_t rows
     cdef public list pipes
+    cdef public double timer_at
 
 
 cdef class Algorithm1(PolicyCore):
@@ -90,7 +100,6 @@ cdef class Algorithm1(PolicyCore):
     cdef public double margin_s
     cdef public dict pipes
     cdef public dict queues
-    cdef public dict timer_at
     cdef public dict batch_resv
     cdef public Bookings booked
     cdef public object next_batch
@@ -98,6 +107,7 @@ cdef class Algorithm1(PolicyCore):
     @cython.locals(mq=ModelQueue)
     cpdef list on_arrival(self, object request, double now)
 
+    @cython.locals(mq=ModelQueue, at=double)
     cpdef list on_timer(self, object token, double now)
 
     @cython.locals(changed=bint, out=list, mq=ModelQueue)
@@ -110,7 +120,7 @@ cdef class Algorithm1(PolicyCore):
     @cython.locals(pr=Probed)
     cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
 
-    @cython.locals(info=list, infos=list)
+    @cython.locals(k=Py_ssize_t)
     cpdef void probe_into(self, Probed out, Pipe p, Py_ssize_t batch, double now) except *
 
     @cython.locals(pr=Probed, bs=Py_ssize_t)
