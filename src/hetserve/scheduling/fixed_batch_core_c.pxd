@@ -9,11 +9,20 @@
 import cython
 
 from hetserve.core.heaps_core_c cimport IdleSet
-from hetserve.core.records_c cimport record, record2, record4
+from hetserve.core.records_c cimport (
+    REQUEST_ARRIVAL_S,
+    REQUEST_ID,
+    REQUEST_MODEL,
+    REQUEST_ROWS,
+    field,
+    record,
+    record2,
+    record4,
+)
 
 
 @cython.locals(i=Py_ssize_t)
 cpdef object free_first_worker(list first, IdleSet idle)
 
-@cython.locals(max_batch=Py_ssize_t, delay=double, first=list, idle=IdleSet, at=double)
+@cython.locals(max_batch=Py_ssize_t, delay=double, first=list, idle=IdleSet, at=double, rid=object)
 cpdef void try_model(object sched, object model, double now, list out) except *

@@ -49,6 +49,7 @@ classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). Both give the same results
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -93,6 +94,8 @@ __all__ = [
 ]  # fmt: skip
 
 _INF = math.inf
+_NO_DOUBLES = memoryview(array("d"))  # (a queue's tables before any is added)
+_NO_LONGS = memoryview(array("q"))
 
 
 class _Waiting:
@@ -140,6 +143,12 @@ class ModelQueue:
         # without a look-up in the worker's dict (a dict per worker of 100 models at
         # 1,000 GPUs: most were cold in the caches)
         self.lat_of: list[list[float] | None] = []
+        # the same tables as C doubles, one after another in ``lat_c``: kind ``k``'s at
+        # ``lat_at[k]`` (-1: none), ``lat_len[k]`` of them (a search of a Python list
+        # read a cold float object at each step, at 1,000 GPUs)
+        self.lat_c = _NO_DOUBLES
+        self.lat_at = _NO_LONGS
+        self.lat_len = _NO_LONGS
         # the waiting sets it is in, with its place (set by ``GroupScheduler.start``)
         self.waiting_in: list[tuple[_Waiting, int]] = []
 
@@ -211,10 +220,31 @@ def join(
         while len(st.lat_of) <= kind:
             st.lat_of.append(None)
         st.lat_of[kind] = lat
+        if kind >= len(st.lat_at) or st.lat_at[kind] < 0:
+            _add_table(st, kind, lat)
     w.models.append(st)
     st.workers.append(w)
     if lat[0] < st.fastest_1:
         st.fastest_1 = lat[0]
+
+
+def _add_table(st: ModelQueue, kind: int, lat: list) -> None:
+    """Kind ``kind``'s table ``lat`` added to ``st``'s C doubles (``ModelQueue.lat_c``)."""
+    n = len(st.lat_c)
+    c = array("d", [0.0]) * (n + len(lat))
+    for i in range(n):
+        c[i] = st.lat_c[i]
+    for i in range(len(lat)):
+        c[n + i] = lat[i]
+    k = max(len(st.lat_at), kind + 1)
+    at = array("q", [-1]) * k
+    ln = array("q", [0]) * k
+    for i in range(len(st.lat_at)):
+        at[i] = st.lat_at[i]
+        ln[i] = st.lat_len[i]
+    at[kind] = n
+    ln[kind] = len(lat)
+    st.lat_c, st.lat_at, st.lat_len = memoryview(c), memoryview(at), memoryview(ln)
 
 
 def _lat(w: GroupWorker, st: ModelQueue) -> list:
@@ -251,7 +281,20 @@ def fit(w: GroupWorker, st: ModelQueue, now: float) -> int:
     q = st.queue
     if not q:
         return 0
-    b = bisect_s(_lat(w, st), q[0][0] - now + 1e-12)
+    x = q[0][0] - now + 1e-12
+    k = w.kind
+    if 0 <= k < len(st.lat_at) and st.lat_at[k] >= 0:  # ``bisect_s`` on the C doubles
+        lo = base = st.lat_at[k]
+        hi = lo + st.lat_len[k]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if x < st.lat_c[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        b = lo - base
+    else:
+        b = bisect_s(_lat(w, st), x)
     n = st.rows
     if n < b:
         b = n
@@ -347,7 +390,11 @@ def start_batch(w: GroupWorker, st: ModelQueue, b: int, now: float, bid: int) ->
         w.set_busy()
     w.bid = bid
     w.size = b
-    t = _lat(w, st)[b - 1]
+    k = w.kind
+    if 0 <= k < len(st.lat_at) and st.lat_at[k] >= 0:
+        t = st.lat_c[st.lat_at[k] + b - 1]
+    else:
+        t = _lat(w, st)[b - 1]
     w.start = now
     w.end = now + t
     w.block_s = t / st.blocks[1]

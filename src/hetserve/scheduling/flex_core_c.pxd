@@ -40,6 +40,9 @@ cdef class ModelQueue:
     cdef public IdleSet idle
     cdef public list waiting_in
     cdef public list lat_of
+    cdef public double[::1] lat_c
+    cdef public long long[::1] lat_at
+    cdef public long long[::1] lat_len
 
     @cython.locals(s=_Waiting, i=Py_ssize_t)
     cpdef void push(self, object r) except *
@@ -75,10 +78,15 @@ cpdef void join(ModelQueue st, dict workers, object wid, list lat, Py_ssize_t ki
 
 @cython.locals(k=Py_ssize_t, got=object)
 cdef list _lat(GroupWorker w, ModelQueue st)
+
+@cython.locals(n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
+cdef void _add_table(ModelQueue st, Py_ssize_t kind, list lat) except *
+
 @cython.locals(q=list, d=double, rows=Py_ssize_t, need=double)
 cpdef void prune(ModelQueue st, double now, list out, Py_ssize_t max_batch) except *
 
-@cython.locals(q=list, b=Py_ssize_t, n=Py_ssize_t)
+@cython.locals(q=list, b=Py_ssize_t, n=Py_ssize_t, x=double, k=Py_ssize_t, lo=Py_ssize_t,
+               hi=Py_ssize_t, mid=Py_ssize_t, base=Py_ssize_t)
 cpdef Py_ssize_t fit(GroupWorker w, ModelQueue st, double now) except -1
 
 @cython.locals(best=ModelQueue, best_b=Py_ssize_t, best_d=double, st=ModelQueue,
@@ -92,7 +100,7 @@ cpdef tuple largest_batch(GroupWorker w, double now, list out, bint by_deadline,
                n=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
 cpdef tuple earliest_batch(GroupWorker w, double now, list out, Py_ssize_t max_batch)
 
-@cython.locals(t=double)
+@cython.locals(t=double, k=Py_ssize_t)
 cpdef object start_batch(GroupWorker w, ModelQueue st, Py_ssize_t b, double now,
                          Py_ssize_t bid)
 
