@@ -32,10 +32,15 @@ of the samples (``perf report``). It drifts with the machine as a time profile d
 it shows what instructions do not: where the time goes to memory (a function whose
 share of the time is several times its share of the instructions). Needs ``perf``;
 without hardware counters (a virtual machine) the software clock is sampled.
+``--callers SYM1,SYM2`` (with ``--perf``) also records each sample's call chain (DWARF,
+at 1,999 samples a second: the chains are large) and then prints, for the samples whose
+innermost function is one of those named, the time per request by the nearest hetserve
+function that called it: who does the dict look-ups, for one (``--callers
+unicodekeys_lookup_unicode,_Py_dict_lookup``).
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--bases B1,B2] [--cache-sim] [--keep DIR] [--perf FILE]`` (needs ``valgrind`` and
+[--bases B1,B2] [--cache-sim] [--keep DIR] [--perf FILE [--callers S1,S2]]`` (needs ``valgrind`` and
 ``callgrind_control``; a few minutes, about twice as long with ``--cache-sim``). Nothing
 is downloaded: the checkout is a local copy of ``github.com/JonnyKong/PPipe``.
 ``--planner deepplan`` and ``scaling`` read no checkout: any path will do.
@@ -165,11 +170,17 @@ def main() -> None:
     ap.add_argument("--perf", default=None, metavar="FILE",
                     help="sample time with perf instead (one run, of the last duration), "
                     "written to FILE; then print the functions' shares")  # fmt: skip
+    ap.add_argument("--callers", default=None, metavar="SYM1,SYM2",
+                    help="with --perf: record call chains and print, for the samples in "
+                    "these functions, the time per request by the nearest hetserve "
+                    "caller")  # fmt: skip
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner is not None:
         inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus, a.bases)
         return
+    if a.callers is not None and a.perf is None:
+        ap.error("--callers: needs --perf FILE")
     if a.perf is not None:
         perf_profile(a, float(a.seconds.split(",")[-1]))
         return
@@ -246,8 +257,9 @@ def perf_profile(a: argparse.Namespace, seconds: float) -> None:
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed")
     proc = start_inner(a, seconds, [])
+    chains = ["--call-graph", "dwarf,8192", "-F", "1999"] if a.callers else ["-F", "4999"]
     rec = subprocess.Popen(
-        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-p", str(proc.pid),
+        ["perf", "record", "-q", "-e", "cpu-clock", *chains, "-p", str(proc.pid),
          "-o", a.perf],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -264,12 +276,41 @@ def perf_profile(a: argparse.Namespace, seconds: float) -> None:
         raise SystemExit(f"the run or perf failed:\n{err[-2000:]}{rec_err[-2000:]}")
     print(f"{seconds:g} s of arrivals: {int(req.group(1)):,} requests; samples in {a.perf}")
     report = subprocess.run(
-        ["perf", "report", "-i", a.perf, "--no-children", "--sort", "symbol", "--stdio"],
+        ["perf", "report", "-i", a.perf, "--no-children", "--sort", "symbol", "--stdio",
+         *(["-g", "none"] if a.callers else [])],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     rows = [x for x in report.stdout.splitlines() if x.strip() and not x.startswith("#")]
     for x in rows[:40]:
         print(x.rstrip()[:110])
+    if a.callers:
+        print_callers(a.perf, int(req.group(1)), set(a.callers.split(",")))
+
+
+def print_callers(data: str, n_requests: int, leaves: set[str]) -> None:
+    """``--callers``: the samples of ``data`` (with call chains) whose innermost function
+    is in ``leaves``, their time per request by the nearest hetserve function among the
+    callers (a compiled module's C name holds ``hetserve``)."""
+    out = subprocess.run(
+        ["perf", "script", "-i", data, "-F", "period,ip,sym"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    by: dict[str, int] = {}
+    period, chain = 0, []  # (a sample: its period in ns, then its frames, innermost first)
+    for line in [*out.splitlines(), "0"]:
+        s = line.strip()
+        if s.isdigit():
+            if chain and chain[0] in leaves:
+                near = next((f for f in chain[1:] if "hetserve" in f), "(none)")
+                by[near] = by.get(near, 0) + period
+            period, chain = int(s), []
+        elif s:
+            parts = s.split(None, 1)
+            if len(parts) == 2:
+                chain.append(parts[1].replace(" (inlined)", ""))
+    print(f"\nns per request in {', '.join(sorted(leaves))}, by the nearest hetserve caller:")
+    for name, p in sorted(by.items(), key=lambda kv: -kv[1])[:20]:
+        print(f"{p / n_requests:8.1f}  {name[-90:]}")
 
 
 if __name__ == "__main__":
