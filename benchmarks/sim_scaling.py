@@ -15,7 +15,10 @@ schedulers' start and the warm start of every model on its workers.
 ``--steady`` also times a run of twice the requests at each point and reports the time
 per request of the difference (``steady_ns``): the cost of a request once the run is
 under way, without the setup and the first uses of each model on each kind of worker,
-which a point of 100,000 requests at 1,000 GPUs (1 s of arrivals) still includes.
+which a point of 100,000 requests at 1,000 GPUs (1 s of arrivals) still includes. Being a
+difference of two timings it is noisier than either: on this 2-core machine the ratio of
+1,000 GPUs' to 10 GPUs' moved by up to 12 points between sittings even with
+``--requests 200000 --rounds 5`` (docs/benchmarks.md, issue 41's twenty-seventh session).
 
 Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
 [--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]
