@@ -207,3 +207,41 @@ def test_invariants(name, n_gpus, arrivals, slo, overhead_ms):
     for iv in by_worker.values():
         iv.sort()
         assert all(b[0] >= a[1] - 1e-12 for a, b in itertools.pairwise(iv))
+
+
+def _flex_cores():
+    from hetserve.scheduling import flex, flex_core
+
+    return (flex_core, flex.core) if flex.COMPILED else (flex_core,)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.0005, 0.2), min_size=1, max_size=12),
+    st.lists(st.floats(0.0005, 0.2), min_size=1, max_size=12),
+    st.lists(st.tuples(st.floats(0.0, 0.3), st.integers(1, 3)), min_size=1, max_size=10),
+    st.floats(0.0, 0.1),
+    st.integers(0, 1),
+)
+def test_fit_reads_each_kind_s_table_as_a_search_of_it_would(a, b, reqs, now, which):
+    """``fit`` (FLEX's batch size on a worker) searches the worker kind's table in C
+    doubles (``ModelQueue.lat_c``); the answer is the largest batch whose latency meets
+    the most urgent deadline, counted here from the tables as lists, capped by the rows
+    waiting, 0 where the most urgent alone does not fit. Both builds; two kinds, a
+    worker of each."""
+    tables = [sorted(a), sorted(b)]
+    for core in _flex_cores():
+        q = core.ModelQueue("m", (0, 1))
+        workers = {}
+        for kind, wid in enumerate(("w0", "w1")):
+            core.join(q, workers, wid, tables[kind], kind)
+        for i, (slack, rows) in enumerate(reqs):
+            q.push(Request(i, "m", "s", 0.0, now + slack, None, rows))
+        w = workers[("w0", "w1")[which]]
+        head_deadline, _, head = min((r.deadline_s, r.id, r) for r in (
+            Request(i, "m", "s", 0.0, now + s, None, n) for i, (s, n) in enumerate(reqs)
+        ))  # fmt: skip
+        fits = sum(1 for t in tables[which] if t <= head_deadline - now + 1e-12)
+        fits = min(fits, sum(n for _, n in reqs))
+        want = fits if head.rows <= fits else 0
+        assert core.fit(w, q, now) == want, core.__name__

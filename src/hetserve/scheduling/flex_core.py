@@ -219,8 +219,8 @@ def join(
         w.kind = kind
         while len(st.lat_of) <= kind:
             st.lat_of.append(None)
-        st.lat_of[kind] = lat
-        if kind >= len(st.lat_at) or st.lat_at[kind] < 0:
+        if st.lat_of[kind] is not lat:  # (a new table for the kind: its C doubles too)
+            st.lat_of[kind] = lat
             _add_table(st, kind, lat)
     w.models.append(st)
     st.workers.append(w)
@@ -229,7 +229,8 @@ def join(
 
 
 def _add_table(st: ModelQueue, kind: int, lat: list) -> None:
-    """Kind ``kind``'s table ``lat`` added to ``st``'s C doubles (``ModelQueue.lat_c``)."""
+    """Kind ``kind``'s table ``lat`` added to ``st``'s C doubles (``ModelQueue.lat_c``;
+    a kind given a new table reads it from its new place)."""
     n = len(st.lat_c)
     c = array("d", [0.0]) * (n + len(lat))
     for i in range(n):
