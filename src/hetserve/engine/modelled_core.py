@@ -98,6 +98,8 @@ __all__ = [
 ]  # fmt: skip
 
 JITTERS = ("none", "lognormal", "exponential")
+# the largest batch size (excluded) whose runs a stage's row keeps by size (``ModelledStart``)
+ROW_MAX_N = 4096
 
 
 def busy_j(
@@ -406,18 +408,20 @@ class Residency:
 
 # ---------------------------------------------------------------------- the executor
 class LastRun:
-    """A worker's last stage run as :class:`ModelledStart` found it: ``n`` rows of
-    ``model``'s blocks ``b0`` to ``b1`` (end excluded), and ``run``, its block end times,
-    energy, DHA seconds and the blocks' bits. One per worker, written over."""
+    """A worker's last stage as :class:`ModelledStart` found it: ``model``'s blocks
+    ``b0`` to ``b1`` (end excluded) on a worker of its kind; ``row``, that stage's runs
+    by batch size (each its block end times, energy, DHA seconds and the blocks' bits;
+    None where not asked yet), shared by the workers of the kind; ``ix``, the model's
+    number in the residency (``Residency.ix_of``). One per worker, written over."""
 
-    __slots__ = ("b0", "b1", "model", "n", "run")
+    __slots__ = ("b0", "b1", "ix", "model", "row")
 
     def __init__(self) -> None:
         self.model: object = None
         self.b0 = -1
         self.b1 = -1
-        self.n = -1
-        self.run: tuple = ()
+        self.ix = -1
+        self.row: list = []
 
 
 class ModelledStart(StageStarter):
@@ -431,10 +435,11 @@ class ModelledStart(StageStarter):
         self.ex = ex
         self.kernel = ex.kernel
         self.runs = ex._runs  # (the executor's own dicts, shared)
-        # the same runs by (model, kind of worker, blocks, size) as one number
-        # (``start``), with the blocks' bits; the models' numbers in it, and the kinds'
-        # (a worker's GPU type and share, all a run depends on), by worker index
-        self.by_kind: dict[int, tuple[tuple[float, ...], float, float, int]] = {}
+        # the same runs by (model, kind of worker, blocks) as one number, each a row by
+        # batch size (``LastRun.row``), with the blocks' bits; the models' numbers in it,
+        # and the kinds' (a worker's GPU type and share, all a run depends on), by worker
+        # index
+        self.rows: dict[int, list] = {}
         self.model_ids: dict[str, int] = {}
         self.canon_ids: dict[str, int] = {}  # (by canonical instance: ``Residency.canonical``)
         self.kinds: dict[tuple[str, float], int] = {}
@@ -464,21 +469,20 @@ class ModelledStart(StageStarter):
         b0 = blocks[0]
         b1 = blocks[1]
         wi = w.index
-        # the worker's last run first: a worker serves one stage of a pool, mostly at one
-        # size, so its last (model, blocks, size) is most often this one's (no number to
-        # make and look up; its kind is the worker's own)
+        # the worker's last stage first: a worker serves one stage of a pool, so its
+        # last (model, blocks) is most often this one's, and that stage's runs by batch
+        # size are its row (no number to make and look up; its kind is the worker's own)
         last_at = self.last_at
         last = last_at[wi] if 0 <= wi < len(last_at) else None
-        if (
-            last is not None
-            and last.model is model
-            and last.b0 == b0
-            and last.b1 == b1
-            and last.n == n
-        ):
-            hit = last.run
+        if last is not None and last.model is model and last.b0 == b0 and last.b1 == b1:
+            row = last.row
+            hit = row[n] if n < len(row) else None
+            if hit is None:
+                hit = self._run_in(row, model, w, n, blocks)
+            ix = last.ix
         else:
             hit = self._run_of(model, w, wi, n, blocks, b0, b1)
+            ix = self.residency.ix_of(model)
         cum, energy, dha, m = hit
         plain = True  # (the run as the latency model has it: ``hit`` is its ``Task.run``)
         held_at = self.held_at
@@ -489,9 +493,8 @@ class ModelledStart(StageStarter):
                 while len(held_at) <= wi:
                     held_at.append(None)
                 held_at[wi] = h
-        # (``h.resident.get(model, 0)``, by the model's number: the instance's own, not
-        # its canonical model's, as ``hit`` is)
-        ix = self.residency.ix_of(model)
+        # (``h.resident.get(model, 0)``, by the model's number, ``ix``: the instance's
+        # own, not its canonical model's, as ``hit`` is)
         at = h.res_at
         res = at[ix] if ix < len(at) else 0
         if res is h.held_res and m is h.held_m:
@@ -546,11 +549,13 @@ class ModelledStart(StageStarter):
         b1: int,
     ) -> tuple[tuple[float, ...], float, float, int]:
         """A stage's run (block end times, energy, DHA seconds, the blocks' bits) of
-        ``n`` rows of ``model``'s ``blocks`` on ``w``, by the worker kind's number (made
-        of the model's, the worker kind's (its GPU type and share: what ``_run_times``
-        reads), the blocks and the size: no tuple to make and hash), else by GPU type and
-        share as a tuple; kept as the worker's last run (``start``). (By worker, 1,000
-        workers made a key each for every model and size: mostly misses, each a tuple.)"""
+        ``n`` rows of ``model``'s ``blocks`` on ``w``, from the stage's row of runs by
+        batch size (:meth:`_run_in`), found by the worker kind's number (made of the
+        model's, the worker kind's (its GPU type and share: what ``_run_times`` reads)
+        and the blocks: no tuple to make and hash); kept as the worker's last stage
+        (``start``). (By worker, 1,000 workers made a key each for every model and size:
+        mostly misses, each a tuple; by size too, a worker's batches of changing sizes
+        looked one up at most starts, in a table of every kind, stage and size.)"""
         mi = self.model_ids.get(model, -1)
         if mi < 0:  # (one number per canonical instance: its runs are its instances')
             c = self.residency.canonical(model)
@@ -563,18 +568,13 @@ class ModelledStart(StageStarter):
         if k < 0:
             k = self._kind(w)
         fast = -1
-        if n < 65536 and b1 < 1024 and k < 65536 and mi < 1024:
-            fast = (mi << 52) | (k << 36) | (b0 << 26) | (b1 << 16) | n
-        hit = self.by_kind.get(fast) if fast >= 0 else None
-        if hit is None:
-            key = (model, w.gpu_name, w.info.share, n, blocks)
-            run = self.runs.get(key)
-            if run is None:
-                run = self.runs[key] = self.ex._run_times(model, w.info, n, blocks)
-            # (the mask of Python ints: a model may have more blocks than a C integer bits)
-            hit = (run[0], run[1], run[2], ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1))
+        if 0 <= b0 < b1 < 1024 and k < 65536 and mi < 65536:
+            fast = (mi << 36) | (k << 20) | (b0 << 10) | b1
+        row = self.rows.get(fast) if fast >= 0 else None
+        if row is None:
+            row = []
             if fast >= 0:
-                self.by_kind[fast] = hit
+                self.rows[fast] = row
         last_at = self.last_at
         if wi >= 0:
             while len(last_at) <= wi:
@@ -585,8 +585,30 @@ class ModelledStart(StageStarter):
             last.model = model
             last.b0 = b0
             last.b1 = b1
-            last.n = n
-            last.run = hit
+            last.row = row
+            last.ix = self.residency.ix_of(model)
+        return self._run_in(row, model, w, n, blocks)
+
+    def _run_in(
+        self, row: list, model: str, w: entities.Slot, n: int, blocks: tuple[int, int]
+    ) -> tuple[tuple[float, ...], float, float, int]:
+        """The run of ``n`` rows from the stage's ``row`` of runs by batch size, asked
+        of the executor (``_run_times``, by GPU type, share, size and blocks) and kept
+        there where it is not there yet (sizes past ``ROW_MAX_N`` are not kept by size:
+        the executor's own table has them)."""
+        hit = row[n] if 0 <= n < len(row) else None
+        if hit is not None:
+            return hit
+        key = (model, w.gpu_name, w.info.share, n, blocks)
+        run = self.runs.get(key)
+        if run is None:
+            run = self.runs[key] = self.ex._run_times(model, w.info, n, blocks)
+        # (the mask of Python ints: a model may have more blocks than a C integer bits)
+        hit = (run[0], run[1], run[2], ((1 << blocks[1]) - 1) ^ ((1 << blocks[0]) - 1))
+        if 0 <= n < ROW_MAX_N:
+            while len(row) <= n:
+                row.append(None)
+            row[n] = hit
         return hit
 
     def _kind(self, w: entities.Slot) -> int:

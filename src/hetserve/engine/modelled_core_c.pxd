@@ -98,8 +98,8 @@ cdef class LastRun:
     cdef public object model
     cdef public Py_ssize_t b0
     cdef public Py_ssize_t b1
-    cdef public Py_ssize_t n
-    cdef public tuple run
+    cdef public Py_ssize_t ix
+    cdef public list row
 
 
 cdef class ModelledStart(StageStarter):
@@ -114,7 +114,7 @@ cdef class ModelledStart(StageStarter):
     cdef public object call_at
     cdef public object done_at
     cdef public Residency residency
-    cdef public dict by_kind
+    cdef public dict rows
     cdef public dict model_ids
     cdef public dict canon_ids
     cdef public dict kinds
@@ -124,13 +124,16 @@ cdef class ModelledStart(StageStarter):
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    hit=tuple, wi=Py_ssize_t, end_s=double, held_at=list, last=LastRun,
-                   last_at=list, plain=bint, ix=Py_ssize_t, at=list)
+                   last_at=list, plain=bint, ix=Py_ssize_t, at=list, row=list)
     cpdef start(self, Task task, double now)
 
-    @cython.locals(mi=Py_ssize_t, fast=Py_ssize_t, hit=tuple, kind_of=list, k=Py_ssize_t,
+    @cython.locals(mi=Py_ssize_t, fast=Py_ssize_t, row=list, kind_of=list, k=Py_ssize_t,
                    last_at=list, last=LastRun)
     cdef tuple _run_of(self, object model, Slot w, Py_ssize_t wi, Py_ssize_t n,
                        object blocks, Py_ssize_t b0, Py_ssize_t b1)
+
+    @cython.locals(hit=tuple)
+    cdef tuple _run_in(self, list row, object model, Slot w, Py_ssize_t n, object blocks)
 
     @cython.locals(k=Py_ssize_t, kind_of=list)
     cdef Py_ssize_t _kind(self, Slot w) except -1
