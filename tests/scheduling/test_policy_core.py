@@ -40,13 +40,14 @@ def _policy():
 class ThroughProtocol(Reservation):
     """``reservation`` whose calls reach its core through functions of its own: the
     kernel cannot take the core, so every report is made and goes through
-    ``on_stage_done`` (the protocol's call)."""
+    ``on_stage_done`` (the protocol's call), and every timer through ``on_timer``."""
 
     def start(self, view, plan, now):
         acts = super().start(view, plan, now)
         core = self.algorithm
         self.on_arrival = lambda r, t: core.on_arrival(r, t)
         self.on_stage_done = lambda rep, t: core.on_stage_done(rep, t)
+        self.on_timer = lambda tok, t: core.on_timer(tok, t)
         return acts
 
 
@@ -96,8 +97,9 @@ def test_the_kernel_takes_the_core_of_reservation_and_runs_as_through_the_protoc
     sim, res = _run_reservation(make_scheduler("reservation"))
     assert isinstance(sim.kernel._core, _policy().PolicyCore)
     assert sim.kernel._core is sim.scheduler.algorithm
+    assert sim.kernel._tcore is sim.scheduler.algorithm  # (its timers too: C calls)
     other, res2 = _run_reservation(ThroughProtocol())
-    assert other.kernel._core is None
+    assert other.kernel._core is None and other.kernel._tcore is None
     # (the paths were taken: completed stages, corrections, a lost worker's stage)
     status = [r[8] for r in res.stage_rows]
     assert status.count("completed") > 5000 and status.count("failed") == 2
@@ -150,6 +152,50 @@ def test_core_of_takes_only_a_core_whose_calls_are_the_schedulers_own():
         assert core_of(u) is None
     # another scheduler: none
     assert core_of(make_scheduler("fixed-batch")) is None
+
+
+def test_timer_core_of_takes_the_core_whose_on_timer_is_the_schedulers_own():
+    """The kernel calls a core's ``on_timer`` as C only where the scheduler's
+    ``on_timer`` is that core's own bound method, whatever its other calls are."""
+    timer_core_of = _policy().timer_core_of
+    s = _two_pools()
+    view = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                     [], SimConfig()).kernel.view  # fmt: skip
+    r = make_scheduler("reservation")
+    assert timer_core_of(r) is None  # (before start: its own method, which calls the core)
+    r.start(view, s.plan, 0.0)
+    assert timer_core_of(r) is r.algorithm
+    # arrivals through functions of its own, timers still the core's: the timers' core
+    t = ThroughProtocol()
+    t.start(view, s.plan, 0.0)
+    assert timer_core_of(t) is None
+    t.on_timer = t.algorithm.on_timer
+    assert timer_core_of(t) is t.algorithm and _policy().core_of(t) is None
+    # schedulers whose timers are their own (coldstart keeps its timers; fixed-batch has
+    # no core): none
+    assert timer_core_of(make_scheduler("coldstart", {})) is None
+    assert timer_core_of(make_scheduler("fixed-batch")) is None
+
+
+def test_a_reservation_timer_of_a_replaced_core_is_not_answered():
+    """A wake-up timer's token carries its model's queue: the core that set it answers
+    it while the queue still waits for it; another core (of a plan since replaced)
+    leaves it, and a timer the queue no longer waits for is left too."""
+    s = _two_pools()
+    view = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                     [], SimConfig()).kernel.view  # fmt: skip
+    a, b = make_scheduler("reservation"), make_scheduler("reservation")
+    a.start(view, s.plan, 0.0)
+    b.start(view, s.plan, 0.0)
+    mq = a.algorithm.queues["resnet50"]
+    mq.timer_at = 0.5
+    token = ("reservation", "resnet50", 0.5, mq)
+    assert b.algorithm.on_timer(token, 0.5) == []  # (another core's queue)
+    assert mq.timer_at == 0.5
+    assert a.algorithm.on_timer(("reservation", "resnet50", 0.25, mq), 0.5) == []  # (stale)
+    assert mq.timer_at == 0.5
+    assert a.algorithm.on_timer(token, 0.5) == []  # (its own: answered, nothing waits)
+    assert mq.timer_at != mq.timer_at  # (NaN: it waits for none now)
 
 
 def test_a_subclass_of_a_core_that_overrides_its_report_is_still_called():

@@ -129,7 +129,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         record15,
     )
     from hetserve.engine.entities import new_batch, new_task, starter_of
-    from hetserve.scheduling.policy_core import core_of
+    from hetserve.scheduling.policy_core import core_of, timer_core_of
 
 LOG = logging.getLogger("hetserve.engine")
 _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
@@ -267,6 +267,9 @@ class Kernel:
         # calls it as C, and makes no report for a stage that completed (strict only: a
         # server's guards call the protocol)
         self._core = None
+        # the core whose ``on_timer`` is the scheduler's (``policy_core.timer_core_of``;
+        # set by ``start``): :meth:`run` calls it as C where a timer fires (strict only)
+        self._tcore = None
         self._unit = True  # every request so far has one row: a batch's rows are its length
         self._rebound = False  # :meth:`rebind` was called: :meth:`run` reads the callbacks again
         # one bound method each: :meth:`run` knows these callbacks by them
@@ -377,6 +380,7 @@ class Kernel:
         self._on_arrival = self.scheduler.on_arrival
         self._on_stage_done = self.scheduler.on_stage_done
         self._core = core_of(self.scheduler) if self.strict else None
+        self._tcore = timer_core_of(self.scheduler) if self.strict else None
         self._rebound = True
 
     # ------------------------------------------------------------------ entry points
@@ -387,6 +391,7 @@ class Kernel:
         self._on_arrival = self.scheduler.on_arrival
         self._on_stage_done = self.scheduler.on_stage_done
         self._core = core_of(self.scheduler) if self.strict else None
+        self._tcore = timer_core_of(self.scheduler) if self.strict else None
 
     def arrive(self, r: Request, now: float, payload: Any = None) -> None:
         """A request arrives (each once: the driver gives every request a new id); it
@@ -528,6 +533,7 @@ class Kernel:
         watch, fifo_of, new_head, watched = dl.add, dl.fifos.get, dl.head, held.get
         expire = self._expire_cb
         core = self._core  # (where there is one: its arrivals as C calls)
+        tcore = self._tcore  # (likewise its timers)
         # (the names' columns as lists, the times' as C doubles: compiled, each item read
         # in C, a time made a float only as its request arrives)
         models_l = models if type(models) is list else list(models)
@@ -581,7 +587,10 @@ class Kernel:
             elif fn is arrived:  # ``_arrived``, inline (a stage's input came over the links)
                 self._input_arrived(a, now)
             elif fn is timer:  # ``_timer``, inline
-                acts = on_timer(a, b if now < b else now)
+                if tcore is not None:
+                    acts = tcore.on_timer(a, b if now < b else now)
+                else:
+                    acts = on_timer(a, b if now < b else now)
                 if acts:
                     self._apply_strict(acts, b if now < b else now)
             elif fn is expire:
@@ -593,6 +602,7 @@ class Kernel:
                     self._rebound = False
                     on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
                     core = self._core
+                    tcore = self._tcore
 
     def _run_plain(
         self,
@@ -928,7 +938,11 @@ class Kernel:
         if now < at_s:
             now = at_s
         if self.strict:
-            acts = self.scheduler.on_timer(token, now)
+            tcore = self._tcore
+            if tcore is not None:
+                acts = tcore.on_timer(token, now)
+            else:
+                acts = self.scheduler.on_timer(token, now)
             if acts:
                 self._apply_strict(acts, now)
         else:

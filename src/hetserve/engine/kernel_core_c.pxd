@@ -19,7 +19,7 @@ from hetserve.core.records_c cimport (
 from hetserve.engine.entities_core_c cimport (
     Batch, LinkTable, ObserverCore, Slot, StageStarter, Task, new_batch, new_task, starter_of,
 )
-from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of
+from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of, timer_core_of
 
 cdef object _NO_PARTS
 
@@ -56,6 +56,7 @@ cdef class Kernel:
     cdef public object _on_arrival
     cdef public object _on_stage_done
     cdef public PolicyCore _core
+    cdef public PolicyCore _tcore
     cdef public object _exec_start
     cdef public StageStarter _starter
     cdef public bint _unit
@@ -76,7 +77,7 @@ cdef class Kernel:
 
     @cython.locals(clock=object, heap=EventHeap, held=dict, n=Py_ssize_t, i=Py_ssize_t,
                    now=double, last=double, t=double, task=Task, t_next=double, rid=object,
-                   core=PolicyCore, models_l=list, streams_l=list,
+                   core=PolicyCore, tcore=PolicyCore, models_l=list, streams_l=list,
                    deadlines_a="double[::1]", times_a="double[::1]", t_obj=object,
                    dl_obj=object, stream=object)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
@@ -91,6 +92,7 @@ cdef class Kernel:
     @cython.locals(w=Slot, core=PolicyCore)
     cpdef load_finished(self, object a, double start_s, double now, bint ok=*, object reason=*)
 
+    @cython.locals(tcore=PolicyCore)
     cpdef _timer(self, object token, double at_s, double now)
 
     @cython.locals(t=double, held=dict)

@@ -9,7 +9,8 @@ compiled core of its own (``reservation``'s ``Algorithm1``, ``coldstart``'s
 ``ColdStartCore``: each binds the core's methods as its own after ``start``), the core is a
 :class:`PolicyCore`, and the kernel (``engine/kernel_core.py``) asks :func:`core_of` for
 it once the scheduler has started. It then calls the core's :meth:`PolicyCore.on_arrival`
-as a C method, and after a stage that completed or a load that ended,
+as a C method (and its :meth:`PolicyCore.on_timer`, where the scheduler's timers are the
+core's own too: :func:`timer_core_of`), and after a stage that completed or a load that ended,
 :meth:`PolicyCore.stage_report` with the report's fields, as C values where they are
 numbers, instead of making the report and calling ``on_stage_done`` through Python. A
 report that is made anyway (a stopped batch's; any report where the driver's observer asks
@@ -40,7 +41,7 @@ except ImportError:  # (plain Python, without Cython installed)
 if not cython.compiled:  # (compiled: the C its .pxd cimports)
     from hetserve.core.records import fields
 
-__all__ = ["LAYOUT", "PolicyCore", "core_of"]
+__all__ = ["LAYOUT", "PolicyCore", "core_of", "timer_core_of"]
 
 #: what a build that ``cimport``s this one was made against (``core.compiled``): this
 #: file (its ``on_stage_done`` is compiled into the class the cores derive from) and its
@@ -57,6 +58,12 @@ class PolicyCore:
     def on_arrival(self, request: Any, now: float) -> list:
         """The Scheduler protocol's ``on_arrival``: the actions it takes (a list, maybe
         empty)."""
+        raise NotImplementedError
+
+    def on_timer(self, token: Any, now: float) -> list:
+        """The Scheduler protocol's ``on_timer``: the actions it takes (a list, maybe
+        empty). A core that answers its scheduler's timers implements it (the kernel calls
+        it as a C method where :func:`timer_core_of` finds it)."""
         raise NotImplementedError
 
     def stage_report(
@@ -111,5 +118,20 @@ def core_of(scheduler: Any) -> PolicyCore | None:
     if type(core).on_stage_done is not PolicyCore.on_stage_done:
         return None
     if arrival != core.on_arrival or scheduler.on_stage_done != core.on_stage_done:
+        return None
+    return core
+
+
+def timer_core_of(scheduler: Any) -> PolicyCore | None:
+    """The :class:`PolicyCore` whose own bound ``on_timer`` is ``scheduler``'s (as
+    ``reservation`` binds its core's after ``start``), or None: the kernel then calls that
+    core's :meth:`PolicyCore.on_timer` as a C method, where a wake-up timer fires, instead
+    of the scheduler's ``on_timer`` through Python. Apart from :func:`core_of`: a
+    scheduler may hand its timers to a core and keep its arrivals, or the other way."""
+    timer = scheduler.on_timer
+    if type(timer) is not MethodType:
+        return None
+    core = timer.__self__
+    if not isinstance(core, PolicyCore) or timer != core.on_timer:
         return None
     return core
