@@ -167,7 +167,7 @@ def test_a_batch_id_too_large_for_a_tag_is_refused_not_wrapped():
         t.grow(1)
         pr = core.Probed(None, 1)
         pr.add_resv(0, 0.0, 1.0)
-        pr.path_w[0] = 0
+        pr.iw[0] = 0  # (its one stage's worker)
         bk = slots.Bookings()
         assert core.reserve(t, reservation_core.MAX_BATCH_ID - 1, pr, bk) == 0
         assert t.intervals(0) == [(0.0, 1.0, stage_tag(reservation_core.MAX_BATCH_ID - 1, 0))]

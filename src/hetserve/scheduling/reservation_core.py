@@ -79,10 +79,11 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
     prev = -1
     stage = 0
     tag = bid * _STAGE_TAGS  # (the stages' tags: this plus the stage)
+    room = pr.room  # (where the reservations begin in the probe's buffers)
     for k in range(pr.n_resv):
-        r = pr.resv_r[k]
-        start = pr.resv_t[k]
-        dur = pr.resv_d[k]
+        r = pr.iw[room + k]
+        start = pr.dv[room + 2 * k]
+        dur = pr.dv[room + 2 * k + 1]
         table.add(r, start, start + dur, tag + stage)
         row = bk.new_row(r, start, dur, stage, tag + stage)
         if prev < 0:
@@ -90,7 +91,7 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
         else:
             bk.nxt[prev] = row  # (read anew: a new row may have grown the buffers)
         prev = row
-        if r == pr.path_w[stage]:
+        if r == pr.iw[stage]:  # (the stage's worker: its reservations end there)
             stage += 1
     return first
 
@@ -226,8 +227,8 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
             out.add_resv(lk, best_tl, best_ln)
         out.add_resv(best_w, best_s, l_i)
         busy += best_ln + l_i
-        out.path_w[si] = best_w
-        out.start_s[si] = best_s
+        out.iw[si] = best_w  # (the stage's worker and start: ``Probed``)
+        out.dv[si] = best_s
         t_g = best_t
         last = best_w
     out.n_stages = len(orders)
@@ -295,57 +296,61 @@ class Pipe:
 
 
 class Probed:
-    """A probe's result (:func:`probe`) for ``batch`` rows on ``pipe``, in buffers that
-    a probe writes over: per stage its worker (``path_w``) and start (``start_s``), for
-    the first ``n_stages``; the reservations it needs, ``resv_r`` (resource),
-    ``resv_t`` (start) and ``resv_d`` (duration), for the first ``n_resv``; the
+    """A probe's result (:func:`probe`) for ``batch`` rows on ``pipe``, in two buffers that
+    a probe writes over. ``iw`` (C integers): per stage its worker, for the first
+    ``n_stages`` (at 0, 1, ...), then per reservation its resource (at ``room + k``);
+    ``dv`` (C doubles): per stage its start (at 0, 1, ...), then per reservation its
+    start and duration (at ``room + 2k`` and ``room + 2k + 1``), for the first
+    ``n_resv``; ``room``: the stages there is room for (the pipeline's). Also the
     completion (``finish_s``) and the time spent waiting for resources (``wait_s``).
-    ``path``, ``starts`` and ``resv`` read them as lists."""
+    ``path``, ``starts`` and ``resv`` read them as lists. (Two buffers, not one per
+    field: at 1,000 GPUs, where a model's probes are seldom in the cache, a probe
+    touched a cache line per buffer and one per buffer's view in this object.)"""
 
     def __init__(self, pipe: Pipe | None, n_stages: int) -> None:
         self.pipe = pipe
         self.batch = 0
         self.n_stages = 0
-        self.path_w = int_buffer(n_stages)
-        self.start_s = double_buffer(n_stages, 0.0)
         self.n_resv = 0
-        self.resv_r = int_buffer(3 * n_stages)
-        self.resv_t = double_buffer(3 * n_stages, 0.0)
-        self.resv_d = double_buffer(3 * n_stages, 0.0)
+        self.room = n_stages
         self.finish_s = math.inf
         self.wait_s = math.inf
+        # (room for three reservations a stage: its worker's and two links')
+        self.iw = int_buffer(4 * n_stages)
+        self.dv = double_buffer(7 * n_stages, 0.0)
 
     def add_resv(self, r: int, start: float, dur: float) -> None:
         """One more reservation (the buffers grow by doubling)."""
         k = self.n_resv
-        if k == len(self.resv_r):
-            rr = int_buffer(2 * k)
-            tt = double_buffer(2 * k, 0.0)
-            dd = double_buffer(2 * k, 0.0)
-            for i in range(k):
-                rr[i] = self.resv_r[i]
-                tt[i] = self.resv_t[i]
-                dd[i] = self.resv_d[i]
-            self.resv_r = rr
-            self.resv_t = tt
-            self.resv_d = dd
-        self.resv_r[k] = r
-        self.resv_t[k] = start
-        self.resv_d[k] = dur
+        room = self.room
+        if room + k == len(self.iw):
+            more = k if k > 0 else 4
+            iw = int_buffer(room + k + more)
+            dv = double_buffer(room + 2 * (k + more), 0.0)
+            for i in range(room + k):
+                iw[i] = self.iw[i]
+            for i in range(room + 2 * k):
+                dv[i] = self.dv[i]
+            self.iw = iw
+            self.dv = dv
+        self.iw[room + k] = r
+        self.dv[room + 2 * k] = start
+        self.dv[room + 2 * k + 1] = dur
         self.n_resv = k + 1
 
     @property
     def path(self) -> list[int]:
-        return [int(self.path_w[i]) for i in range(self.n_stages)]
+        return [int(self.iw[i]) for i in range(self.n_stages)]
 
     @property
     def starts(self) -> list[float]:
-        return [float(self.start_s[i]) for i in range(self.n_stages)]
+        return [float(self.dv[i]) for i in range(self.n_stages)]
 
     @property
     def resv(self) -> list[tuple[int, float, float]]:
+        room = self.room
         return [
-            (int(self.resv_r[k]), float(self.resv_t[k]), float(self.resv_d[k]))
+            (int(self.iw[room + k]), float(self.dv[room + 2 * k]), float(self.dv[room + 2 * k + 1]))
             for k in range(self.n_resv)
         ]
 
@@ -579,16 +584,16 @@ class Algorithm1(PolicyCore):
             names = self.names
             blocks = chosen.pipe.blocks
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
-                step = record4(RouteStep, 0, names[chosen.path_w[0]], chosen.start_s[0], blocks[0])
+                step = record4(RouteStep, 0, names[chosen.iw[0]], chosen.dv[0], blocks[0])
                 route = (step,)
             elif chosen.n_stages == 2:  # (two: likewise, no list made first)
                 route = (
-                    record4(RouteStep, 0, names[chosen.path_w[0]], chosen.start_s[0], blocks[0]),
-                    record4(RouteStep, 1, names[chosen.path_w[1]], chosen.start_s[1], blocks[1]),
+                    record4(RouteStep, 0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),
+                    record4(RouteStep, 1, names[chosen.iw[1]], chosen.dv[1], blocks[1]),
                 )
             else:
                 route = tuple([
-                    record4(RouteStep, si, names[chosen.path_w[si]], chosen.start_s[si], blocks[si])
+                    record4(RouteStep, si, names[chosen.iw[si]], chosen.dv[si], blocks[si])
                     for si in range(chosen.n_stages)
                 ])  # fmt: skip
             out.append(record4(Dispatch, bid, model, reqs, route))

@@ -31,7 +31,8 @@ cdef class Probed
 cdef class Pipe
 
 @cython.locals(first=Py_ssize_t, prev=Py_ssize_t, row=Py_ssize_t, stage=Py_ssize_t,
-               r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=cython.longlong)
+               r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=cython.longlong,
+               room=Py_ssize_t)
 cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk) except? -2
 
 
@@ -70,17 +71,15 @@ cdef class Probed:
     cdef public Pipe pipe
     cdef public Py_ssize_t batch
     cdef public Py_ssize_t n_stages
-    cdef public long long[::1] path_w
-    cdef public double[::1] start_s
     cdef public Py_ssize_t n_resv
-    cdef public long long[::1] resv_r
-    cdef public double[::1] resv_t
-    cdef public double[::1] resv_d
+    cdef public Py_ssize_t room
     cdef public double finish_s
     cdef public double wait_s
+    cdef public long long[::1] iw
+    cdef public double[::1] dv
 
-    @cython.locals(k=Py_ssize_t, rr="long long[::1]", tt="double[::1]", dd="double[::1]",
-                   i=Py_ssize_t)
+    @cython.locals(k=Py_ssize_t, room=Py_ssize_t, more=Py_ssize_t, iw="long long[::1]",
+                   dv="double[::1]", i=Py_ssize_t)
     cpdef void add_resv(self, Py_ssize_t r, double start, double dur) except *
 
 
