@@ -222,6 +222,24 @@ def test_an_event_heap_holds_its_callbacks_once():
         assert [sys.getrefcount(x) for x in (fn, a, b)] == before, type(h)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-(2**53) + 1, 2**53 - 1)), max_size=60))
+def test_an_event_heap_orders_callers_numbers_up_to_its_limit(entries):
+    """``push_seq``'s numbers (the caller's) order ties up to ``SEQ_LIMIT`` in size,
+    where the compiled heap keeps them as C doubles, exactly; past it, every build says
+    so."""
+    for h in _event_heaps():
+        ref = []
+        for t, seq in dict.fromkeys(entries):  # (each pair once: the caller's promise)
+            h.push_seq(float(t), seq, None, seq, None)
+            ref.append((float(t), seq))
+        assert [(h.pop_into(), h.seq) for _ in range(len(ref))] == sorted(ref)
+        with pytest.raises(OverflowError, match="2\\*\\*53"):
+            h.push_seq(0.0, heaps_core.SEQ_LIMIT, None, None, None)
+        with pytest.raises(OverflowError):
+            h.push_seq(0.0, -heaps_core.SEQ_LIMIT, None, None, None)
+
+
 def test_an_empty_event_heap_says_so():
     for h in _event_heaps():
         assert len(h) == 0 and h.first_s() == float("inf")

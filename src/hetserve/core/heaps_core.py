@@ -160,6 +160,8 @@ def _longs(n: int) -> memoryview:
 
 
 FIRST_ROOM = 8  # (``EventHeap(0)``'s room at its first push)
+# (the numbers an ``EventHeap`` orders by: below this in size, each exact as a C double)
+SEQ_LIMIT = 1 << 53
 _NO_DOUBLES = _doubles(0)
 _NO_LONGS = _longs(0)
 
@@ -240,13 +242,17 @@ class EventHeap:
     last number given; ``n``: the entries there are (compiled, a C integer: what a
     caller reads to ask whether there is any, without a call).
 
-    Compiled, the times and numbers are C numbers in buffers (heap order, four children
-    a node: half as many levels as a binary heap, so a pop's sift down touches half as
-    many cache lines where the heap is large, as with 1,000 GPUs' stage ends), with the
-    number of the slot each entry's callback and arguments are kept in; a sift compares C
-    doubles and moves three C numbers, and an entry is no tuple. As plain Python (or where
-    the build is not there) it is a ``heapq`` heap of the tuples. Either way the pops come
-    in the same order: the (time, seq) pairs are all different."""
+    Compiled, each entry is three C doubles side by side in one buffer, by heap position
+    (``es[3 p]``, ``es[3 p + 1]``, ``es[3 p + 2]``: its time, its number and the slot its
+    callback and arguments are kept in; a number is exact as a double below
+    ``SEQ_LIMIT`` in size, which :meth:`push_seq` checks), four children a node (half as
+    many levels as a binary heap, so a pop's sift down touches half as many cache lines
+    where the heap is large, as with 1,000 GPUs' stage ends and timers). A sift compares C
+    doubles and moves three of them, from one cache line or two (three buffers, one per
+    field, cost three: at 1,000 GPUs the heap is out of the first-level cache between
+    pops), and an entry is no tuple. As plain Python (or where the build is not there) it
+    is a ``heapq`` heap of the tuples. Either way the pops come in the same order: the
+    (time, seq) pairs are all different."""
 
     def __init__(self, room: int = 64) -> None:
         """``room``: the entries there is room for at first (compiled; it doubles when
@@ -258,14 +264,12 @@ class EventHeap:
         self.items: list[tuple[float, int, Any, Any, Any]] = []  # (as plain Python)
         cap = max(0, int(room)) if COMPILED else 0
         if cap == 0:  # (the buffers of no entries, shared: nothing is written to them)
-            self.ts = _NO_DOUBLES
-            self.ss = self.ks = self.free = _NO_LONGS
+            self.es = _NO_DOUBLES
+            self.free = _NO_LONGS
             self.calls: list[Any] = []
             self.n_free = 0
         else:
-            self.ts = _doubles(cap)  # by heap position: time, number, slot
-            self.ss = _longs(cap)
-            self.ks = _longs(cap)
+            self.es = _doubles(3 * cap)  # by heap position: time, number, slot
             # by slot k: its callback and arguments at 3k, 3k + 1 and 3k + 2 (side by
             # side: a pop reads one cache line of the list, not one in each of three)
             self.calls = [None] * (3 * cap)
@@ -291,8 +295,9 @@ class EventHeap:
             return iter(list(self.items))
         return iter(
             [
-                (self.ts[i], self.ss[i], self.calls[3 * self.ks[i]],
-                 self.calls[3 * self.ks[i] + 1], self.calls[3 * self.ks[i] + 2])
+                (self.es[3 * i], int(self.es[3 * i + 1]), self.calls[3 * int(self.es[3 * i + 2])],
+                 self.calls[3 * int(self.es[3 * i + 2]) + 1],
+                 self.calls[3 * int(self.es[3 * i + 2]) + 2])
                 for i in range(self.n)
             ]
         )  # fmt: skip
@@ -311,13 +316,13 @@ class EventHeap:
         """The earliest entry's time (inf: none)."""
         if not COMPILED:
             return self.items[0][0] if self.items else _INF
-        return self.ts[0] if self.n > 0 else _INF
+        return self.es[0] if self.n > 0 else _INF
 
     def first(self) -> Any:
         """The earliest entry's callback (``fn``), left there (None: none)."""
         if not COMPILED:
             return self.items[0][2] if self.items else None
-        return self.calls[3 * self.ks[0]] if self.n > 0 else None
+        return self.calls[3 * int(self.es[2])] if self.n > 0 else None
 
     def push(self, t: float, fn: Any, a: Any, b: Any) -> None:
         """``fn(a, b, t)`` due at ``t``, numbered ``pushed + 1``."""
@@ -328,7 +333,10 @@ class EventHeap:
         """An entry at ``t`` numbered ``seq`` by the caller (``pushed`` left as it is):
         a heap used only this way is a priority queue by ``(t, seq)``, where the caller
         makes each pair different (``scheduling.edf_adaptive_core``'s models to try, by
-        their keys)."""
+        their keys). ``seq`` must be below ``SEQ_LIMIT`` (2**53) in size (OverflowError:
+        compiled, it is kept as a C double)."""
+        if not -9007199254740992 < seq < 9007199254740992:  # (``SEQ_LIMIT``: C constants)
+            raise OverflowError(f"EventHeap: entry number {seq} is not below 2**53 in size")
         if not COMPILED:
             _heappush(self.items, (t, seq, fn, a, b))
             self.n += 1
@@ -343,21 +351,22 @@ class EventHeap:
             put(calls, 3 * k, fn)
             put(calls, 3 * k + 1, a)
             put(calls, 3 * k + 2, b)
+            sd = seq  # (a C double: exact, as checked)
             pos = self.n
             self.n += 1
             while pos > 0:  # up from the end while earlier than the parent
                 parent = (pos - 1) >> 2
-                pt = self.ts[parent]
-                if t < pt or (t == pt and seq < self.ss[parent]):
-                    self.ts[pos] = pt
-                    self.ss[pos] = self.ss[parent]
-                    self.ks[pos] = self.ks[parent]
+                pt = self.es[3 * parent]
+                if t < pt or (t == pt and sd < self.es[3 * parent + 1]):
+                    self.es[3 * pos] = pt
+                    self.es[3 * pos + 1] = self.es[3 * parent + 1]
+                    self.es[3 * pos + 2] = self.es[3 * parent + 2]
                     pos = parent
                     continue
                 break
-            self.ts[pos] = t
-            self.ss[pos] = seq
-            self.ks[pos] = k
+            self.es[3 * pos] = t
+            self.es[3 * pos + 1] = sd
+            self.es[3 * pos + 2] = k
 
     def pop(self) -> tuple[float, int, Any, Any, Any]:
         """The earliest entry, taken off (IndexError where there is none)."""
@@ -367,7 +376,7 @@ class EventHeap:
             return item
         if self.n == 0:
             raise IndexError("pop from an empty EventHeap")
-        seq = self.ss[0]
+        seq = int(self.es[1])
         t = self.pop_into()
         return (t, seq, self.fn, self.a, self.b)
 
@@ -381,9 +390,9 @@ class EventHeap:
         if self.n == 0:
             raise IndexError("pop from an empty EventHeap")
         with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
-            t0 = self.ts[0]
-            self.seq = self.ss[0]
-            k = self.ks[0]
+            t0 = self.es[0]
+            self.seq = int(self.es[1])
+            k = int(self.es[2])
             calls = self.calls
             self.fn = take(calls, 3 * k)
             self.a = take(calls, 3 * k + 1)
@@ -393,33 +402,35 @@ class EventHeap:
             self.n -= 1
             n = self.n
             if n > 0:  # the last entry sifts down from the top
-                t = self.ts[n]
-                seq = self.ss[n]
-                kk = self.ks[n]
+                t = self.es[3 * n]
+                sd = self.es[3 * n + 1]
+                kk = self.es[3 * n + 2]
                 pos = 0
                 child = 1
                 while child < n:
                     # the earliest of its (up to) four children
                     last = child + 4 if child + 4 < n else n
-                    ct = self.ts[child]
+                    ct = self.es[3 * child]
                     right = child + 1
                     while right < last:
-                        rt = self.ts[right]
-                        if rt < ct or (rt == ct and self.ss[right] < self.ss[child]):
+                        rt = self.es[3 * right]
+                        if rt < ct or (
+                            rt == ct and self.es[3 * right + 1] < self.es[3 * child + 1]
+                        ):
                             child = right
                             ct = rt
                         right += 1
-                    if ct < t or (ct == t and self.ss[child] < seq):
-                        self.ts[pos] = ct
-                        self.ss[pos] = self.ss[child]
-                        self.ks[pos] = self.ks[child]
+                    if ct < t or (ct == t and self.es[3 * child + 1] < sd):
+                        self.es[3 * pos] = ct
+                        self.es[3 * pos + 1] = self.es[3 * child + 1]
+                        self.es[3 * pos + 2] = self.es[3 * child + 2]
                         pos = child
                         child = 4 * pos + 1
                         continue
                     break
-                self.ts[pos] = t
-                self.ss[pos] = seq
-                self.ks[pos] = kk
+                self.es[3 * pos] = t
+                self.es[3 * pos + 1] = sd
+                self.es[3 * pos + 2] = kk
         return t0
 
     def _grow(self) -> None:
@@ -427,13 +438,11 @@ class EventHeap:
         cap = len(self.calls) // 3
         more = cap if cap > 0 else FIRST_ROOM  # (the slots added: ``cap .. cap + more - 1``)
         new = cap + more
-        ts, ss, ks, free = _doubles(new), _longs(new), _longs(new), _longs(new)
-        for i in range(cap):
-            ts[i] = self.ts[i]
-            ss[i] = self.ss[i]
-            ks[i] = self.ks[i]
+        es, free = _doubles(3 * new), _longs(new)
+        for i in range(3 * cap):
+            es[i] = self.es[i]
         for i in range(more):
             free[i] = new - 1 - i
-        self.ts, self.ss, self.ks, self.free = ts, ss, ks, free
+        self.es, self.free = es, free
         self.n_free = more
         self.calls.extend([None] * (3 * more))

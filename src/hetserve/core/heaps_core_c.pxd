@@ -67,9 +67,7 @@ cdef class EventHeap:
     cdef public long long pushed
     cdef public Py_ssize_t n
     cdef public list items
-    cdef public double[::1] ts
-    cdef public long long[::1] ss
-    cdef public long long[::1] ks
+    cdef public double[::1] es
     cdef public list calls
     cdef public long long[::1] free
     cdef public Py_ssize_t n_free
@@ -85,15 +83,16 @@ cdef class EventHeap:
 
     cpdef void push(self, double t, object fn, object a, object b) except *
 
-    @cython.locals(k=Py_ssize_t, pos=Py_ssize_t, parent=Py_ssize_t, pt=double, calls=list)
+    @cython.locals(k=Py_ssize_t, pos=Py_ssize_t, parent=Py_ssize_t, pt=double, calls=list,
+                   sd=double)
     cpdef void push_seq(self, double t, long long seq, object fn, object a, object b) except *
 
     @cython.locals(seq=cython.longlong, t=double)
     cpdef tuple pop(self)
 
-    @cython.locals(calls=list, t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, seq=cython.longlong, kk=Py_ssize_t,
-                   pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double, rt=double,
-                   last=Py_ssize_t)
+    @cython.locals(calls=list, t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, sd=double,
+                   kk=double, pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double,
+                   rt=double, last=Py_ssize_t)
     cpdef double pop_into(self) except? -1.0
 
     @cython.locals(cap=Py_ssize_t, i=Py_ssize_t, more=Py_ssize_t, new=Py_ssize_t)
