@@ -223,11 +223,11 @@ def test_an_event_heap_holds_its_callbacks_once():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-(2**53) + 1, 2**53 - 1)), max_size=60))
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-(2**53), 2**53 - 1)), max_size=60))
 def test_an_event_heap_orders_callers_numbers_up_to_its_limit(entries):
-    """``push_seq``'s numbers (the caller's) order ties up to ``SEQ_LIMIT`` in size,
-    where the compiled heap keeps them as C doubles, exactly; past it, every build says
-    so."""
+    """``push_seq``'s numbers (the caller's) order ties from ``-SEQ_LIMIT`` to below
+    ``SEQ_LIMIT``, where the compiled heap keeps them as C doubles, exactly; past either
+    end, every build says so."""
     for h in _event_heaps():
         ref = []
         for t, seq in dict.fromkeys(entries):  # (each pair once: the caller's promise)
@@ -237,7 +237,7 @@ def test_an_event_heap_orders_callers_numbers_up_to_its_limit(entries):
         with pytest.raises(OverflowError, match="2\\*\\*53"):
             h.push_seq(0.0, heaps_core.SEQ_LIMIT, None, None, None)
         with pytest.raises(OverflowError):
-            h.push_seq(0.0, -heaps_core.SEQ_LIMIT, None, None, None)
+            h.push_seq(0.0, -heaps_core.SEQ_LIMIT - 1, None, None, None)
 
 
 def test_an_empty_event_heap_says_so():

@@ -160,7 +160,8 @@ def _longs(n: int) -> memoryview:
 
 
 FIRST_ROOM = 8  # (``EventHeap(0)``'s room at its first push)
-# (the numbers an ``EventHeap`` orders by: below this in size, each exact as a C double)
+# (the numbers an ``EventHeap`` orders by: from minus this to below it, each exact as a C
+# double)
 SEQ_LIMIT = 1 << 53
 _NO_DOUBLES = _doubles(0)
 _NO_LONGS = _longs(0)
@@ -244,15 +245,15 @@ class EventHeap:
 
     Compiled, each entry is three C doubles side by side in one buffer, by heap position
     (``es[3 p]``, ``es[3 p + 1]``, ``es[3 p + 2]``: its time, its number and the slot its
-    callback and arguments are kept in; a number is exact as a double below
-    ``SEQ_LIMIT`` in size, which :meth:`push_seq` checks), four children a node (half as
-    many levels as a binary heap, so a pop's sift down touches half as many cache lines
-    where the heap is large, as with 1,000 GPUs' stage ends and timers). A sift compares C
-    doubles and moves three of them, from one cache line or two (three buffers, one per
-    field, cost three: at 1,000 GPUs the heap is out of the first-level cache between
-    pops), and an entry is no tuple. As plain Python (or where the build is not there) it
-    is a ``heapq`` heap of the tuples. Either way the pops come in the same order: the
-    (time, seq) pairs are all different."""
+    callback and arguments are kept in; a number is exact as a double from
+    ``-SEQ_LIMIT`` to below ``SEQ_LIMIT``, which :meth:`push_seq` checks), four children
+    a node (half as many levels as a binary heap, so a pop's sift down touches half as
+    many cache lines where the heap is large, as with 1,000 GPUs' stage ends and timers).
+    A sift compares C doubles and moves three of them, from one cache line or two (three
+    buffers, one per field, cost three: at 1,000 GPUs the heap is out of the first-level
+    cache between pops), and an entry is no tuple. As plain Python (or where the build is
+    not there) it is a ``heapq`` heap of the tuples. Either way the pops come in the same
+    order: the (time, seq) pairs are all different."""
 
     def __init__(self, room: int = 64) -> None:
         """``room``: the entries there is room for at first (compiled; it doubles when
@@ -333,10 +334,10 @@ class EventHeap:
         """An entry at ``t`` numbered ``seq`` by the caller (``pushed`` left as it is):
         a heap used only this way is a priority queue by ``(t, seq)``, where the caller
         makes each pair different (``scheduling.edf_adaptive_core``'s models to try, by
-        their keys). ``seq`` must be below ``SEQ_LIMIT`` (2**53) in size (OverflowError:
-        compiled, it is kept as a C double)."""
-        if not -9007199254740992 < seq < 9007199254740992:  # (``SEQ_LIMIT``: C constants)
-            raise OverflowError(f"EventHeap: entry number {seq} is not below 2**53 in size")
+        their keys). ``seq`` must be in ``[-SEQ_LIMIT, SEQ_LIMIT)`` (2**53; OverflowError:
+        compiled, it is kept as a C double, exact there)."""
+        if not 0 <= (seq >> 53) + 1 <= 1:  # (-``SEQ_LIMIT`` <= seq < ``SEQ_LIMIT``, in C)
+            raise OverflowError(f"EventHeap: entry number {seq} is not in [-2**53, 2**53)")
         if not COMPILED:
             _heappush(self.items, (t, seq, fn, a, b))
             self.n += 1
