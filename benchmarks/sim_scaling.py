@@ -25,7 +25,11 @@ Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--reques
 [--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``. At 10 GPUs there is one
 model, a copy of the first base; at 100, two copies of each of the five; so the mix of
 models changes between 10 and 100 GPUs and not after. ``--bases resnet18`` keeps one mix
-at every point (``resnet50``'s 100 copies do not fit an 8 GB P4 at 1,000 GPUs).
+at every point (``resnet50``'s 100 copies do not fit an 8 GB P4 at 1,000 GPUs). Its plan
+uses the L4s alone and puts every model's pool on all of them: 2 workers and one pool at
+10 GPUs, 25 workers each in 10 pools at 100, 250 workers each in 100 pools at 1,000 (so
+at 1,000 a worker's consecutive stages are seldom of one model; docs/benchmarks.md, issue
+41's twenty-eighth session).
 """
 
 from __future__ import annotations
