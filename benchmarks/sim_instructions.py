@@ -24,6 +24,14 @@ second level goes to the shared third level or to memory, tens of cycles or more
 ``--keep DIR`` keeps each run's callgrind output (the simulation's part) for
 ``callgrind_annotate``.
 
+``--lines N`` (with ``--cache-sim``) also prints the ``N`` lines of hetserve's compiled
+Python files whose first-level misses per request grew most from the first run to the
+second, per request of the difference (as the plan's figure is): each C line of a
+compiled module is charged to the Python line whose code it is (the comment Cython
+writes before each statement's C; the runtime support Cython adds is nobody's), so a
+cold read shows on the line of Python that makes it. Calls are not followed: a line that
+calls a function shows what its own C missed, not the callee's.
+
 ``--perf FILE`` samples time instead (``perf record -e cpu-clock``, attached to the
 process once its setup is done, so that the plan's MILP does not drown the simulation,
 and stopped when the run is done, before the process's exit frees what it made):
@@ -40,9 +48,10 @@ unicodekeys_lookup_unicode,_Py_dict_lookup``).
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--bases B1,B2] [--cache-sim] [--keep DIR] [--perf FILE [--callers S1,S2]]`` (needs ``valgrind`` and
-``callgrind_control``; a few minutes, about twice as long with ``--cache-sim``). Nothing
-is downloaded: the checkout is a local copy of ``github.com/JonnyKong/PPipe``.
+[--bases B1,B2] [--cache-sim [--lines N]] [--keep DIR] [--perf FILE [--callers S1,S2]]``
+(needs ``valgrind`` and ``callgrind_control``; a few minutes, about twice as long with
+``--cache-sim``). Nothing is downloaded: the checkout is a local copy of
+``github.com/JonnyKong/PPipe``.
 ``--planner deepplan`` and ``scaling`` read no checkout: any path will do.
 """
 
@@ -167,6 +176,10 @@ def main() -> None:
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each run's callgrind output in DIR (callgrind_annotate reads "
                     "them: which functions, which libraries)")  # fmt: skip
+    ap.add_argument("--lines", type=int, default=0, metavar="N",
+                    help="with --cache-sim: print the N Python lines of the compiled "
+                    "modules whose first-level misses per request grew most between the "
+                    "two runs")  # fmt: skip
     ap.add_argument("--perf", default=None, metavar="FILE",
                     help="sample time with perf instead (one run, of the last duration), "
                     "written to FILE; then print the functions' shares")  # fmt: skip
@@ -181,17 +194,20 @@ def main() -> None:
         return
     if a.callers is not None and a.perf is None:
         ap.error("--callers: needs --perf FILE")
+    if a.lines and not a.cache_sim:
+        ap.error("--lines: needs --cache-sim")
     if a.perf is not None:
         perf_profile(a, float(a.seconds.split(",")[-1]))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     got = []
+    by_line: list[dict[str, int]] = []  # (--lines: each run's misses by Python line)
     for d in (float(x) for x in a.seconds.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             out = f"{tmp}/cg.out"
             sim = ["--cache-sim=yes", f"--LL={LL_BYTES},16,64"] if a.cache_sim else []
-            if a.keep:  # (names written out in each dump: the simulation's alone is kept)
+            if a.keep or a.lines:  # (names written out in each dump: annotate reads them)
                 sim.append("--compress-strings=no")
             proc = start_inner(
                 a, d, ["valgrind", "--tool=callgrind", *sim, f"--callgrind-out-file={out}"]
@@ -215,6 +231,8 @@ def main() -> None:
             total = re.search(r"^summary: (.+)$", text, re.M)
             if proc.returncode != 0 or req is None or total is None or events is None:
                 raise SystemExit(f"the run of {d:g} s failed:\n{err[-2000:]}")
+            if a.lines:
+                by_line.append(misses_by_python_line(run))
         counts = dict(zip(events.group(1).split(), map(int, total.group(1).split()), strict=False))
         miss = counts.get("D1mr", 0) + counts.get("D1mw", 0)
         ll = counts.get("DLmr", 0) + counts.get("DLmw", 0)
@@ -231,6 +249,84 @@ def main() -> None:
              if a.cache_sim else "")  # fmt: skip
     print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request{extra} "
           f"(the difference of the two runs)")  # fmt: skip
+    if a.lines:
+        first, last = by_line[0], by_line[-1]
+        grew = {k: (last.get(k, 0) - first.get(k, 0)) / (n1 - n0) for k in set(first) | set(last)}
+        total = sum(grew.values())
+        print(f"first-level misses per request by Python line (the difference of the two "
+              f"runs; all lines of the compiled modules together: {total:,.1f}):")  # fmt: skip
+        for where, per in sorted(grew.items(), key=lambda kv: -kv[1])[: a.lines]:
+            print(f"  {per:7.2f}  {where}  {python_line(where)}")
+
+
+_PY_COMMENT = re.compile(r'/\* "([^"]+)":(\d+)')
+_COUNT = r"(\.|[\d,]+(?: \(\s*[\d.]+%\))?)"
+_ANNOTATED = re.compile(rf"^\s*{_COUNT}\s+{_COUNT}\s")
+
+
+def python_lines_of(c_file: Path) -> list[str | None]:
+    """Per line of a compiled module's C (index 0: line 1), the Python line whose code it
+    is, ``FILE.py:N`` (from the comment Cython writes before each statement's C), or None
+    (declarations, Cython's own runtime support, and what its memoryviews' code is)."""
+    out: list[str | None] = []
+    cur: str | None = None
+    for text in c_file.read_text(errors="replace").splitlines():
+        if "/* #### Code section:" in text:
+            cur = None
+        m = _PY_COMMENT.search(text)
+        if m:
+            cur = f"{m.group(1)}:{m.group(2)}" if m.group(1).endswith(".py") else None
+        out.append(cur)
+    return out
+
+
+def misses_by_python_line(dump: str) -> dict[str, int]:
+    """A callgrind dump's first-level misses (reads and writes) summed by the Python line
+    of hetserve's compiled modules that each C line belongs to (:func:`python_lines_of`);
+    a call's own line is not counted (its callee's misses are the callee's)."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--show=D1mr,D1mw", "--auto=yes", "--context=0",
+         "--threshold=100", dump],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    got: dict[str, int] = {}
+    lines: list[str | None] | None = None
+    at = -1
+    for row in text.splitlines():
+        if row.startswith("-- Auto-annotated source:"):
+            path = Path(row.split(":", 1)[1].strip())
+            hetserve_c = path.suffix == ".c" and "hetserve" in path.parts and path.exists()
+            lines = python_lines_of(path) if hetserve_c else None
+            at = -1
+            continue
+        m = re.match(r"^-- line (\d+) -", row)
+        if m:
+            at = int(m.group(1))
+            continue
+        if lines is None or at < 0:
+            continue
+        m = _ANNOTATED.match(row)
+        if m is None:
+            continue
+        if "=>" in row[m.end() :][:8]:  # (a call: inclusive counts, not this line's)
+            continue
+        n = sum(int(x.split()[0].replace(",", "")) for x in m.groups() if x != ".")
+        where = lines[at - 1] if at - 1 < len(lines) else None
+        if n and where is not None:
+            got[where] = got.get(where, 0) + n
+        at += 1
+    return got
+
+
+def python_line(where: str) -> str:
+    """The text of ``FILE.py:N`` (a path under ``src``), stripped; empty where not found."""
+    name, _, num = where.rpartition(":")
+    path = HERE.parent / name
+    if not path.exists():
+        return ""
+    src = path.read_text().splitlines()
+    k = int(num) - 1
+    return src[k].strip()[:90] if 0 <= k < len(src) else ""
 
 
 def start_inner(a: argparse.Namespace, seconds: float, prefix: list[str]) -> subprocess.Popen:
