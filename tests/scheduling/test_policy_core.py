@@ -80,6 +80,12 @@ def _two_pools() -> Setup:
                  bind(plan, base.cluster))  # fmt: skip
 
 
+def _view(s: Setup):
+    """The cluster view a scheduler of ``s`` starts with (a simulator's kernel's)."""
+    return Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                     [], SimConfig()).kernel.view  # fmt: skip
+
+
 def _run_reservation(sched):
     s = _two_pools()
     tr = build_trace(s, "gamma:cv=2", {"resnet50": 1700.0}, 3.0, seed=4)
@@ -127,8 +133,7 @@ def test_the_kernel_takes_the_core_of_coldstart_and_runs_as_through_the_protocol
 def test_core_of_takes_only_a_core_whose_calls_are_the_schedulers_own():
     core_of = _policy().core_of
     s = _two_pools()
-    view = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
-                     [], SimConfig()).kernel.view  # fmt: skip
+    view = _view(s)
     r = make_scheduler("reservation")
     assert core_of(r) is None  # (before start: its own methods, which call the core)
     r.start(view, s.plan, 0.0)
@@ -159,8 +164,7 @@ def test_timer_core_of_takes_the_core_whose_on_timer_is_the_schedulers_own():
     ``on_timer`` is that core's own bound method, whatever its other calls are."""
     timer_core_of = _policy().timer_core_of
     s = _two_pools()
-    view = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
-                     [], SimConfig()).kernel.view  # fmt: skip
+    view = _view(s)
     r = make_scheduler("reservation")
     assert timer_core_of(r) is None  # (before start: its own method, which calls the core)
     r.start(view, s.plan, 0.0)
@@ -182,8 +186,7 @@ def test_a_reservation_timer_of_a_replaced_core_is_not_answered():
     it while the queue still waits for it; another core (of a plan since replaced)
     leaves it, and a timer the queue no longer waits for is left too."""
     s = _two_pools()
-    view = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
-                     [], SimConfig()).kernel.view  # fmt: skip
+    view = _view(s)
     a, b = make_scheduler("reservation"), make_scheduler("reservation")
     a.start(view, s.plan, 0.0)
     b.start(view, s.plan, 0.0)
