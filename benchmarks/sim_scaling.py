@@ -20,16 +20,31 @@ difference of two timings it is noisier than either: on this 2-core machine the 
 1,000 GPUs' to 10 GPUs' moved by up to 12 points between sittings even with
 ``--requests 200000 --rounds 5`` (docs/benchmarks.md, issue 41's twenty-seventh session).
 
+``--paired R`` measures the steady cost another way, for the ratio between points: R
+rounds, and in each every point and scheduler in turn, each run in a fresh process (so
+that no run inherits another's heap and the machine's drift falls on every point alike);
+in each run the wall clock is read when the simulated clock reaches the middle arrival
+and the last one (two callbacks on the simulator's clock), and the time per request is
+that of the arrivals between (``paired_ns``: the median over the rounds): one run, no
+difference of two timings, and neither the start (the first uses of each model on each
+kind of worker) nor the results. It then prints each point's ratio to the first point's
+(the first point's time over this one's, per round: 1.0 keeps the speed per request), the
+median and the range over the rounds: about 5-10 points from the median at 1,000 GPUs
+(docs/benchmarks.md, issue 41's twenty-ninth session). ``--plot FILE`` (with
+``--paired``) also draws them (a PNG): the time per request against the GPUs, and the
+ratio, per scheduler.
+
 Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
 [--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]
-[--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``. At 10 GPUs there is one
-model, a copy of the first base; at 100, two copies of each of the five; so the mix of
-models changes between 10 and 100 GPUs and not after. ``--bases resnet18`` keeps one mix
-at every point (``resnet50``'s 100 copies do not fit an 8 GB P4 at 1,000 GPUs). Its plan
-uses the L4s alone and puts every model's pool on all of them: 2 workers and one pool at
-10 GPUs, 25 workers each in 10 pools at 100, 250 workers each in 100 pools at 1,000 (so
-at 1,000 a worker's consecutive stages are seldom of one model; docs/benchmarks.md, issue
-41's twenty-eighth session).
+[--paired R [--plot FILE]] [--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``
+(``--paired 7`` over five points and four schedulers: 140 runs, about 4 minutes). At 10
+GPUs there is one model, a copy of the first base; at 100, two copies of each of the five;
+so the mix of models changes between 10 and 100 GPUs and not after. ``--bases resnet18``
+keeps one mix at every point (``resnet50``'s 100 copies do not fit an 8 GB P4 at 1,000
+GPUs). Its plan uses the L4s alone and puts every model's pool on all of them: 2 workers
+and one pool at 10 GPUs, 25 workers each in 10 pools at 100, 250 workers each in 100 pools
+at 1,000 (so at 1,000 a worker's consecutive stages are seldom of one model;
+docs/benchmarks.md, issue 41's twenty-eighth session).
 """
 
 from __future__ import annotations
@@ -37,6 +52,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -105,10 +123,92 @@ def setup_and_trace(
     return s, build_trace(s, "poisson", rates, seconds, seed=seed)
 
 
+def in_run_ns(s: Any, scheduler: str, tr: Any) -> float:
+    """One simulation of ``tr`` with ``scheduler``, timed inside the run: the wall time
+    per request of the arrivals from the middle one to the last (``--paired``)."""
+    from hetserve.experiments.setup import fit_params
+    from hetserve.scheduling import make_scheduler
+    from hetserve.sim.engine import SimConfig, Simulator
+
+    sched = make_scheduler(scheduler, fit_params(s, scheduler, None))
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr,
+                    SimConfig(cut_bytes_factor=s.cut_bytes_factor, warm=s.warm),
+                    graphs=s.model_catalog.graph)  # fmt: skip
+    n = len(tr)
+    if n < 4:
+        raise ValueError(f"--paired: {n} requests at a point; expected at least 4")
+    half = n // 2
+    stamps: list[float] = []
+    for t in (float(tr.time_s[half]), float(tr.time_s[-1])):
+        # (a callback at an arrival's time runs before the arrival: the trace's arrivals
+        # go after the clock's entries of the same time)
+        sim.clock.at(t, lambda: stamps.append(time.perf_counter()))
+    sim.run()
+    return 1e9 * (stamps[1] - stamps[0]) / (n - 1 - half)
+
+
+def paired(gpus: list[int], schedulers: list[str], rounds: int, requests: int,
+           bases: str) -> dict[tuple[int, str], list[float]]:  # fmt: skip
+    """``--paired``: per (point, scheduler), the in-run time per request of each round,
+    each run in a process of its own (this file with ``--one``), the points and schedulers
+    in turn within a round."""
+    out: dict[tuple[int, str], list[float]] = {(n, x): [] for n in gpus for x in schedulers}
+    for r in range(rounds):
+        for n in gpus:
+            for x in schedulers:
+                cmd = [sys.executable, __file__, "--one", str(n), "--schedulers", x,
+                       "--requests", str(requests), "--bases", bases]  # fmt: skip
+                got = subprocess.run(cmd, capture_output=True, text=True)
+                if got.returncode != 0:
+                    tail = (got.stderr or got.stdout).strip().splitlines()[-1:]
+                    why = f"exit {got.returncode}: {' '.join(tail)}"
+                    raise SystemExit(f"sim_scaling --paired: {n} GPUs, {x}: failed ({why})")
+                ns = float(json.loads(got.stdout.strip().splitlines()[-1])["paired_ns"])
+                out[(n, x)].append(ns)
+                print(f"  round {r + 1}/{rounds}: {n} GPUs, {x}: {ns:,.0f} ns/request",
+                      file=sys.stderr, flush=True)  # fmt: skip
+    return out
+
+
+def plot_paired(
+    got: dict[tuple[int, str], list[float]], gpus: list[int], schedulers: list[str], path: str
+) -> None:
+    """``--plot``: ``--paired``'s timings drawn (the median and the range of the rounds),
+    the time per request and the ratio to the first point, per scheduler."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for x in schedulers:
+        med = [statistics.median(got[(n, x)]) for n in gpus]
+        lo = [m - min(got[(n, x)]) for m, n in zip(med, gpus, strict=True)]
+        hi = [max(got[(n, x)]) - m for m, n in zip(med, gpus, strict=True)]
+        ax1.errorbar(gpus, med, yerr=[lo, hi], fmt="-o", capsize=3, label=x)
+        rs = [[b / c for b, c in zip(got[(gpus[0], x)], got[(n, x)], strict=True)] for n in gpus]
+        rmed = [statistics.median(r) for r in rs]
+        rlo = [m - min(r) for m, r in zip(rmed, rs, strict=True)]
+        rhi = [max(r) - m for m, r in zip(rmed, rs, strict=True)]
+        ax2.errorbar(gpus, rmed, yerr=[rlo, rhi], fmt="-o", capsize=3, label=x)
+    rounds = len(got[(gpus[0], schedulers[0])])
+    ax1.set(xscale="log", xlabel="GPUs", ylabel="wall ns per simulated request (in-run)")
+    ax2.set(xscale="log", xlabel="GPUs", ylabel=f"speed per request vs {gpus[0]} GPUs")
+    ax2.axhline(1.0, color="grey", lw=0.8, ls=":")
+    for ax in (ax1, ax2):
+        ax.set_xticks(gpus, [f"{n:,}" for n in gpus])
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    fig.suptitle(f"The simulator's steady cost per request: median and range of {rounds} rounds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     from hetserve.core.provenance import provenance_line
 
-    print(provenance_line(), flush=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", default="10,100,1000")
     ap.add_argument("--requests", type=int, default=100_000,
@@ -122,10 +222,50 @@ def main() -> None:
     ap.add_argument("--bases", default=",".join(BASES),
                     help="the zoo models copied, in turn (one: every point has the same "
                     "mix of models, only more copies of it)")  # fmt: skip
+    ap.add_argument("--paired", type=int, default=0, metavar="R",
+                    help="R rounds of in-run steady timings, each run in a fresh process, "
+                    "the points in turn; each point's ratio to the first")  # fmt: skip
+    ap.add_argument("--plot", default=None, metavar="FILE",
+                    help="with --paired: the timings and ratios drawn to FILE (PNG)")  # fmt: skip
+    ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     bases = tuple(a.bases.split(","))
     if not 10 <= a.requests <= 10_000_000 or not 1 <= a.rounds <= 20:
         ap.error("--requests: expected 10 to 10,000,000; --rounds: 1 to 20")
+    if not 0 <= a.paired <= 50:
+        ap.error("--paired: expected 0 to 50 rounds")
+    if a.plot is not None and not a.paired:
+        ap.error("--plot: needs --paired R")
+    try:
+        gpus = [int(x) for x in a.gpus.split(",")]
+    except ValueError:
+        ap.error(f"--gpus: expected GPU counts separated by commas, got {a.gpus!r}")
+    if min(gpus) < 1:
+        ap.error(f"--gpus: expected counts of at least 1, got {a.gpus!r}")
+    if a.one is not None:  # (a child of --paired: one in-run timing, as JSON)
+        s, tr = setup_and_trace(a.one, a.requests / (PER_GPU_RPS * a.one), bases=bases)
+        print(json.dumps({"paired_ns": in_run_ns(s, a.schedulers, tr)}), flush=True)
+        return
+    print(provenance_line(), flush=True)
+    if a.paired:
+        scheds = a.schedulers.split(",")
+        got = paired(gpus, scheds, a.paired, a.requests, a.bases)
+        print(
+            f"\n| scheduler | GPUs | in-run ns/request (median of {a.paired}) | "
+            f"ratio to {gpus[0]} GPUs: median | range |"
+        )
+        print("|---|---:|---:|---:|---|")
+        for x in scheds:
+            for n in gpus:
+                ratios = [b / c for b, c in zip(got[(gpus[0], x)], got[(n, x)], strict=True)]
+                print(
+                    f"| {x} | {n:,} | {statistics.median(got[(n, x)]):,.0f} | "
+                    f"{statistics.median(ratios):.2f} | {min(ratios):.2f}-{max(ratios):.2f} |"
+                )
+        if a.plot is not None:
+            plot_paired(got, gpus, scheds, a.plot)
+            print(f"plot: {a.plot}")
+        return
     from hetserve.core.outcome import OK
     from hetserve.experiments.setup import simulate
 
@@ -138,7 +278,7 @@ def main() -> None:
         return best, res
 
     rows = []
-    for n in [int(x) for x in a.gpus.split(",")]:
+    for n in gpus:
         s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n), bases=bases)
         tr2 = (
             setup_and_trace(n, 2 * a.requests / (PER_GPU_RPS * n), bases=bases)[1]
