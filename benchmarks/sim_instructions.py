@@ -142,15 +142,10 @@ def inner_scaling(scheduler: str, gpus: int, seconds: float, bases: str = "") ->
     sys.path.insert(0, str(HERE))
     from sim_scaling import BASES, setup_and_trace
 
-    from hetserve.experiments.setup import fit_params
-    from hetserve.scheduling import make_scheduler
-    from hetserve.sim.engine import SimConfig, Simulator
+    from hetserve.experiments.setup import simulator
 
     s, tr = setup_and_trace(gpus, seconds, bases=tuple(bases.split(",")) if bases else BASES)
-    sched = make_scheduler(scheduler, fit_params(s, scheduler, None))
-    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr,
-                    SimConfig(cut_bytes_factor=s.cut_bytes_factor, warm=s.warm),
-                    graphs=s.model_catalog.graph)  # fmt: skip
+    sim = simulator(s, scheduler, tr)
     print("ready", flush=True)
     sys.stdin.readline()
     sim.run()

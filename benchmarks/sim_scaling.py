@@ -126,14 +126,9 @@ def setup_and_trace(
 def in_run_ns(s: Any, scheduler: str, tr: Any) -> float:
     """One simulation of ``tr`` with ``scheduler``, timed inside the run: the wall time
     per request of the arrivals from the middle one to the last (``--paired``)."""
-    from hetserve.experiments.setup import fit_params
-    from hetserve.scheduling import make_scheduler
-    from hetserve.sim.engine import SimConfig, Simulator
+    from hetserve.experiments.setup import simulator
 
-    sched = make_scheduler(scheduler, fit_params(s, scheduler, None))
-    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr,
-                    SimConfig(cut_bytes_factor=s.cut_bytes_factor, warm=s.warm),
-                    graphs=s.model_catalog.graph)  # fmt: skip
+    sim = simulator(s, scheduler, tr)
     n = len(tr)
     if n < 4:
         raise ValueError(f"--paired: {n} requests at a point; expected at least 4")

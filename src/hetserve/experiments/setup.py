@@ -171,6 +171,19 @@ def simulate(
     """Simulate ``trace`` on the setup's plan; with ``control``, re-planning as the load
     moves (the scheduler wrapped in ``control.switching.Switching``, a fresh one of the
     same name and parameters per plan version)."""
+    return simulator(setup, scheduler, trace, params, config, control).run()
+
+
+def simulator(
+    setup: Setup,
+    scheduler: str,
+    trace: Trace,
+    params: Mapping[str, Any] | None = None,
+    config: SimConfig | None = None,
+    control: ControlSpec | None = None,
+) -> Simulator:
+    """:func:`simulate`'s simulator, made and not run (for a caller that sets something
+    on its clock first: a benchmark's timing callbacks)."""
     fitted = fit_params(setup, scheduler, params)
     sched: Any = make_scheduler(scheduler, fitted)
     if control is not None:
@@ -187,7 +200,7 @@ def simulate(
         config,
         graphs=setup.model_catalog.graph,
         control=control,
-    ).run()
+    )
 
 
 #: planners that re-plan for rates (their plans weigh models by the rates asked for)
