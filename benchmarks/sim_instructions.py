@@ -12,7 +12,9 @@ what does not grow with the run).
 (``benchmarks/against_base.py``'s: 180 BERT-Base instances on ``p3-8xlarge``, PT+DHA load
 plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout).
 ``--planner scaling`` counts ``benchmarks/sim_scaling.py``'s run at ``--gpus`` GPUs with
-``--scheduler`` (its seconds: 100 requests/s per GPU; reads no checkout either).
+``--scheduler`` (its seconds: 100 requests/s per GPU; reads no checkout either), its plan
+the default one of the whole cluster or, with ``--shape replicated``, ``--gpus``/10 copies
+of the 10-GPU point side by side (``sim_scaling.py --shapes``).
 
 ``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``: the host's
 first-level data cache, 48 KB on this machine, and a last level given as this machine's
@@ -22,7 +24,11 @@ hardly do (a time profile drifts with the machine; these counts do not). A miss 
 second level goes to the shared third level or to memory, tens of cycles or more.
 
 ``--keep DIR`` keeps each run's callgrind output (the simulation's part) for
-``callgrind_annotate``.
+``callgrind_annotate``, and the runs' requests (``requests.json``).
+``--compare DIR_A DIR_B [--top N]`` runs nothing: it reads two ``--keep`` folders (two
+durations each, ``--cache-sim``) and prints, per request of each folder's difference,
+the functions whose first-level misses grew most from A to B, with their instructions
+(e.g. the 10-GPU point against 1,000 GPUs: where a larger working set misses).
 
 ``--lines N`` (with ``--cache-sim``) also prints the ``N`` lines of hetserve's compiled
 Python files whose first-level misses per request grew most from the first run to the
@@ -48,7 +54,8 @@ unicodekeys_lookup_unicode,_Py_dict_lookup``).
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--bases B1,B2] [--cache-sim [--lines N]] [--keep DIR] [--perf FILE [--callers S1,S2]]``
+[--bases B1,B2] [--shape planner|replicated] [--cache-sim [--lines N]] [--keep DIR]
+[--perf FILE [--callers S1,S2]]`` or ``sim_instructions.py x --compare DIR_A DIR_B [--top N]``
 (needs ``valgrind`` and ``callgrind_control``; a few minutes, about twice as long with
 ``--cache-sim``). Nothing is downloaded: the checkout is a local copy of
 ``github.com/JonnyKong/PPipe``.
@@ -58,6 +65,7 @@ Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -73,13 +81,19 @@ LL_BYTES = 2 * 1024 * 1024  # (``--cache-sim``'s last level: this machine's L2 p
 
 
 def inner(
-    ppipe: str, planner: str, seconds: float, scheduler: str, gpus: int, bases: str = ""
+    ppipe: str,
+    planner: str,
+    seconds: float,
+    scheduler: str,
+    gpus: int,
+    bases: str = "",
+    shape: str = "planner",
 ) -> None:
     """One run (the valgrind child): setup, then the simulation; prints the requests."""
     if planner == "deepplan":
         return inner_deepplan(seconds)
     if planner == "scaling":
-        return inner_scaling(scheduler, gpus, seconds, bases)
+        return inner_scaling(scheduler, gpus, seconds, bases, shape)
     sys.path.insert(0, str(HERE))
     from against_base import MAF19_TRIO
     from bench_replan_maf19 import profile_set
@@ -134,17 +148,22 @@ def inner_deepplan(seconds: float) -> None:
     sys.stdin.readline()  # (--perf stops sampling here, before the exit)
 
 
-def inner_scaling(scheduler: str, gpus: int, seconds: float, bases: str = "") -> None:
+def inner_scaling(
+    scheduler: str, gpus: int, seconds: float, bases: str = "", shape: str = "planner"
+) -> None:
     """:func:`inner` for ``benchmarks/sim_scaling.py``'s run at ``gpus`` GPUs (100
     requests/s per GPU) with ``scheduler`` (its models copies of ``bases``, comma-separated;
-    empty: sim_scaling's own): the plan, the trace and the simulator made first; the
-    simulation counted (the scheduler's start, the run, the result)."""
+    empty: sim_scaling's own; its plan of ``shape``, sim_scaling's ``--shapes``): the plan,
+    the trace and the simulator made first; the simulation counted (the scheduler's
+    start, the run, the result)."""
     sys.path.insert(0, str(HERE))
     from sim_scaling import BASES, setup_and_trace
 
     from hetserve.experiments.setup import simulator
 
-    s, tr = setup_and_trace(gpus, seconds, bases=tuple(bases.split(",")) if bases else BASES)
+    s, tr = setup_and_trace(
+        gpus, seconds, bases=tuple(bases.split(",")) if bases else BASES, shape=shape
+    )
     sim = simulator(s, scheduler, tr)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -165,6 +184,8 @@ def main() -> None:
     ap.add_argument("--scheduler", default="reservation", help="--planner scaling's")
     ap.add_argument("--gpus", type=int, default=1000, help="--planner scaling's")
     ap.add_argument("--bases", default="", help="--planner scaling's (sim_scaling.py --bases)")
+    ap.add_argument("--shape", default="planner", choices=("planner", "replicated"),
+                    help="--planner scaling's plan (sim_scaling.py --shapes)")  # fmt: skip
     ap.add_argument("--cache-sim", action="store_true",
                     help="also count data cache misses per request: first level (D1), and past "
                     "a 2 MB second level (LL)")  # fmt: skip
@@ -182,10 +203,17 @@ def main() -> None:
                     help="with --perf: record call chains and print, for the samples in "
                     "these functions, the time per request by the nearest hetserve "
                     "caller")  # fmt: skip
+    ap.add_argument("--compare", nargs=2, default=None, metavar=("DIR_A", "DIR_B"),
+                    help="no run: two --keep folders (two durations each), the functions "
+                    "whose first-level misses per request grew most from A to B")  # fmt: skip
+    ap.add_argument("--top", type=int, default=30, help="with --compare: functions shown")
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.compare is not None:
+        compare(Path(a.compare[0]), Path(a.compare[1]), a.top)
+        return
     if a.inner is not None:
-        inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus, a.bases)
+        inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus, a.bases, a.shape)
         return
     if a.callers is not None and a.perf is None:
         ap.error("--callers: needs --perf FILE")
@@ -217,10 +245,17 @@ def main() -> None:
                            capture_output=True)  # fmt: skip
             _, err = proc.communicate("")
             run = f"{out}.2"  # (the run's dump: the setup's is ``.1``, the exit's ``out``)
-            if a.keep:
-                Path(a.keep).mkdir(parents=True, exist_ok=True)
-                shutil.copy(run, Path(a.keep) / f"{a.planner}-{d:g}s.callgrind")
             req = re.search(r"requests (\d+)", rest)
+            if a.keep and req is not None:
+                keep = Path(a.keep)
+                keep.mkdir(parents=True, exist_ok=True)
+                name = f"{a.planner}-{d:g}s.callgrind"
+                shutil.copy(run, keep / name)
+                # (the runs' requests, by file: what --compare divides by)
+                counts_file = keep / "requests.json"
+                kept = json.loads(counts_file.read_text()) if counts_file.exists() else {}
+                kept[name] = int(req.group(1))
+                counts_file.write_text(json.dumps(kept, indent=1) + "\n")
             text = Path(run).read_text() if Path(run).exists() else ""
             events = re.search(r"^events: (.+)$", text, re.M)
             total = re.search(r"^summary: (.+)$", text, re.M)
@@ -252,6 +287,69 @@ def main() -> None:
               f"runs; all lines of the compiled modules together: {total:,.1f}):")  # fmt: skip
         for where, per in sorted(grew.items(), key=lambda kv: -kv[1])[: a.lines]:
             print(f"  {per:7.2f}  {where}  {python_line(where)}")
+
+
+def by_function(dump: Path) -> dict[str, tuple[int, int]]:
+    """A callgrind dump's instructions and first-level misses (reads and writes) by
+    function, each its own (not its callees'), summed over its files and recursion
+    depths. (The frames that enclose the whole run, from ``main`` down to the
+    interpreter's, carry the program's totals in ``callgrind_annotate``'s table even
+    as their own: left out.)"""
+    text = subprocess.run(
+        ["callgrind_annotate", "--show=Ir,D1mr,D1mw", "--threshold=100", "--inclusive=no",
+         str(dump)], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    table = text.split("file:function", 1)[1].split("\n\n", 1)[0]
+    count = r"([\d,]+)\s+(?:\([^)]*\)\s+)?"
+    row = re.compile(rf"^\s*{count}{count}{count}(\S.*)$")
+    out: dict[str, tuple[int, int]] = {}
+    for line in table.splitlines():
+        m = row.match(line)
+        if m is None or "(100.0%)" in line:
+            continue
+        ir, mr, mw = (int(m.group(i).replace(",", "")) for i in (1, 2, 3))
+        where = re.sub(r" \[[^]]*\]$", "", m.group(4))
+        fn = re.sub(r"'\d+$", "", where.rsplit(":", 1)[-1])
+        i0, m0 = out.get(fn, (0, 0))
+        out[fn] = (i0 + ir, m0 + mr + mw)
+    return out
+
+
+def per_request(keep: Path) -> dict[str, tuple[float, float]]:
+    """Per function, instructions and first-level misses per request of the difference of
+    a ``--keep`` folder's two runs (:func:`by_function`)."""
+    counts_file = keep / "requests.json"
+    if not counts_file.exists():
+        raise SystemExit(f"--compare: {counts_file} not found (a folder that --keep wrote)")
+    counts = json.loads(counts_file.read_text())
+    if len(counts) != 2:
+        raise SystemExit(f"--compare: {counts_file}: expected two runs, found {len(counts)}")
+    (f0, n0), (f1, n1) = sorted(counts.items(), key=lambda kv: kv[1])
+    a, b = by_function(keep / f0), by_function(keep / f1)
+    return {
+        fn: (
+            (b.get(fn, (0, 0))[0] - a.get(fn, (0, 0))[0]) / (n1 - n0),
+            (b.get(fn, (0, 0))[1] - a.get(fn, (0, 0))[1]) / (n1 - n0),
+        )
+        for fn in set(a) | set(b)
+    }
+
+
+def compare(dir_a: Path, dir_b: Path, top: int) -> None:
+    """``--compare``: the functions whose first-level misses per request grew most from
+    ``dir_a``'s point to ``dir_b``'s (each the difference of its two runs)."""
+    a, b = per_request(dir_a), per_request(dir_b)
+    zero = (0.0, 0.0)
+    print(f"per request, {dir_a} -> {dir_b}: instructions "
+          f"{sum(v[0] for v in a.values()):,.0f} -> {sum(v[0] for v in b.values()):,.0f}, "
+          f"first-level misses {sum(v[1] for v in a.values()):,.1f} -> "
+          f"{sum(v[1] for v in b.values()):,.1f}")  # fmt: skip
+    print("| D1 misses: growth | A | B | instructions A | B | function |")
+    print("|---:|---:|---:|---:|---:|---|")
+    grew = sorted(set(a) | set(b), key=lambda fn: -(b.get(fn, zero)[1] - a.get(fn, zero)[1]))
+    for fn in grew[:top]:
+        (ia, ma), (ib, mb) = a.get(fn, zero), b.get(fn, zero)
+        print(f"| {mb - ma:+.2f} | {ma:.2f} | {mb:.2f} | {ia:,.0f} | {ib:,.0f} | `{fn[:90]}` |")
 
 
 _PY_COMMENT = re.compile(r'/\* "([^"]+)":(\d+)')
@@ -330,7 +428,7 @@ def start_inner(a: argparse.Namespace, seconds: float, prefix: list[str]) -> sub
     proc = subprocess.Popen(
         [*prefix, sys.executable, __file__, a.ppipe, "--planner", a.planner,
          "--inner", str(seconds), "--scheduler", a.scheduler, "--gpus", str(a.gpus),
-         "--bases", a.bases],
+         "--bases", a.bases, "--shape", a.shape],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},
     )  # fmt: skip

@@ -34,9 +34,20 @@ median and the range over the rounds: about 5-10 points from the median at 1,000
 ``--paired``) also draws them (a PNG): the time per request against the GPUs, and the
 ratio, per scheduler.
 
+``--shapes planner,replicated`` adds a control (thirtieth session): ``replicated`` runs,
+at N GPUs, N/10 copies of the 10-GPU point side by side (each copy the 10-GPU plan's
+pipelines on GPUs of its own, offered the 10-GPU point's load: :func:`replicated_plan`).
+The simulated system is then the 10-GPU one N/10 times over, every request's work the
+same; what the simulator loses per request there against the 10-GPU point is what the
+larger working set costs it (its caches), not more work, and the planner's plan can be
+set against it (docs/benchmarks.md, issue 41's thirtieth session). Copies that need more
+GPUs of a type than the cluster has (``resnet50``'s use the P4s: 800 at 1,000 GPUs, of
+750) are refused in one line.
+
 Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
 [--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]
-[--paired R [--plot FILE]] [--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``
+[--paired R [--plot FILE]] [--shapes planner,replicated]
+[--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``
 (``--paired 7`` over five points and four schedulers: 140 runs, about 4 minutes). At 10
 GPUs there is one model, a copy of the first base; at 100, two copies of each of the five;
 so the mix of models changes between 10 and 100 GPUs and not after. ``--bases resnet18``
@@ -105,22 +116,79 @@ def cluster(n_gpus: int) -> Any:
     return parse_cluster({"name": f"scale-{n_gpus}", "nodes": nodes}, "sim_scaling")
 
 
+SHAPES = ("planner", "replicated")
+
+
 def setup_and_trace(
-    n_gpus: int, seconds: float, seed: int = 0, bases: tuple[str, ...] = BASES
+    n_gpus: int,
+    seconds: float,
+    seed: int = 0,
+    bases: tuple[str, ...] = BASES,
+    shape: str = "planner",
 ) -> tuple[Any, Any]:
     """The run's setup and trace at ``n_gpus`` (module docstring), its models copies of
-    ``bases`` in turn."""
+    ``bases`` in turn. ``shape``: ``planner``, the default plan of the whole cluster;
+    ``replicated``, :func:`replicated_plan` (``n_gpus / 10`` copies of the 10-GPU point
+    side by side)."""
     from hetserve.core.models import ModelCatalog
     from hetserve.engine.setup import build_setup
     from hetserve.experiments.setup import build_trace
 
+    if shape not in SHAPES:
+        raise ValueError(f"--shape: expected one of {', '.join(SHAPES)}, got {shape!r}")
     catalog = ModelCatalog(Copies(max(1, n_gpus // 10), bases))
     assert catalog.source is not None
-    s = build_setup(cluster(n_gpus), catalog.source.names(), model_catalog=catalog, max_batch=8)
-    cap = s.plan.rates_at(1.0)
-    total = sum(cap.values())
-    rates = {m: r * PER_GPU_RPS * n_gpus / total for m, r in cap.items()}
+    names = catalog.source.names()
+    c = cluster(n_gpus)
+    if shape == "replicated":
+        plan = replicated_plan(n_gpus, bases)
+        s = build_setup(c, names, model_catalog=catalog, max_batch=8, plan=plan)
+        # (each copy offered the 10-GPU point's load: the same total as the planner's)
+        rates = {m: PER_GPU_RPS * n_gpus / len(names) for m in names}
+    else:
+        s = build_setup(c, names, model_catalog=catalog, max_batch=8)
+        cap = s.plan.rates_at(1.0)
+        total = sum(cap.values())
+        rates = {m: r * PER_GPU_RPS * n_gpus / total for m, r in cap.items()}
     return s, build_trace(s, "poisson", rates, seconds, seed=seed)
+
+
+def replicated_plan(n_gpus: int, bases: tuple[str, ...] = BASES) -> Any:
+    """``n_gpus / 10`` copies of the 10-GPU point side by side (``--shape replicated``):
+    copy ``i`` (a copy of ``bases[i % len(bases)]``) gets the pipelines the default plan
+    gives that base alone on 10 GPUs, on GPUs of its own (no shared pools), and is
+    offered what the 10-GPU point offers its one model. The simulated system is then
+    the 10-GPU one ``n_gpus / 10`` times over, each request's work the same: what the
+    simulator loses per request against the 10-GPU point is what a working set of that
+    many copies costs it (its caches), not more work. Raises ``SystemExit`` where the
+    copies need more GPUs of a type than the cluster has."""
+    from collections import Counter
+
+    from hetserve.core.models import ModelCatalog
+    from hetserve.core.plan import Plan
+    from hetserve.engine.setup import build_setup
+
+    if n_gpus % 10:
+        raise SystemExit(f"--shapes replicated: expected GPU counts that are multiples of 10, "
+                         f"got {n_gpus}")  # fmt: skip
+    one: dict[str, Any] = {}  # base -> its ModelPlan alone on 10 GPUs
+    for b in dict.fromkeys(bases[: n_gpus // 10]):
+        cat = ModelCatalog(Copies(1, (b,)))
+        s10 = build_setup(cluster(10), [f"{b}-c0"], model_catalog=cat, max_batch=8)
+        one[b] = s10.plan.models[f"{b}-c0"]
+    models = {f"{bases[i % len(bases)]}-c{i}": one[bases[i % len(bases)]]
+              for i in range(n_gpus // 10)}  # fmt: skip
+    need: Counter[str] = Counter()
+    for mp in models.values():
+        for pl in mp.pipelines:
+            for st in pl.stages:
+                need[st.gpu] += -(-st.instances // st.share)  # (whole GPUs)
+    have = Counter({"L4": n_gpus // 4, "P4": n_gpus - n_gpus // 4})  # (:func:`cluster`'s)
+    for gpu, k in need.items():
+        if k > have[gpu]:
+            raise SystemExit(f"--shapes replicated: {n_gpus // 10} copies need {k} {gpu} GPUs; "
+                             f"the {n_gpus}-GPU cluster has {have[gpu]}")  # fmt: skip
+    return Plan(models, shared_pools=False, meta={"planner": "sim_scaling replicated"})
 
 
 def in_run_ns(s: Any, scheduler: str, tr: Any) -> float:
@@ -142,51 +210,68 @@ def in_run_ns(s: Any, scheduler: str, tr: Any) -> float:
     return 1e9 * (stamps[1] - stamps[0]) / (n - 1 - half)
 
 
+Key = tuple[int, str, str]  # (GPUs, shape, scheduler)
+
+
 def paired(gpus: list[int], schedulers: list[str], rounds: int, requests: int,
-           bases: str) -> dict[tuple[int, str], list[float]]:  # fmt: skip
-    """``--paired``: per (point, scheduler), the in-run time per request of each round,
-    each run in a process of its own (this file with ``--one``), the points and schedulers
-    in turn within a round."""
-    out: dict[tuple[int, str], list[float]] = {(n, x): [] for n in gpus for x in schedulers}
+           bases: str, shapes: list[str]) -> dict[Key, list[float]]:  # fmt: skip
+    """``--paired``: per (point, shape, scheduler), the in-run time per request of each
+    round, each run in a process of its own (this file with ``--one``), the points, shapes
+    and schedulers in turn within a round."""
+    out: dict[Key, list[float]] = {(n, sh, x): [] for n in gpus for sh in shapes
+                                   for x in schedulers}  # fmt: skip
     for r in range(rounds):
         for n in gpus:
-            for x in schedulers:
-                cmd = [sys.executable, __file__, "--one", str(n), "--schedulers", x,
-                       "--requests", str(requests), "--bases", bases]  # fmt: skip
-                got = subprocess.run(cmd, capture_output=True, text=True)
-                if got.returncode != 0:
-                    tail = (got.stderr or got.stdout).strip().splitlines()[-1:]
-                    why = f"exit {got.returncode}: {' '.join(tail)}"
-                    raise SystemExit(f"sim_scaling --paired: {n} GPUs, {x}: failed ({why})")
-                ns = float(json.loads(got.stdout.strip().splitlines()[-1])["paired_ns"])
-                out[(n, x)].append(ns)
-                print(f"  round {r + 1}/{rounds}: {n} GPUs, {x}: {ns:,.0f} ns/request",
-                      file=sys.stderr, flush=True)  # fmt: skip
+            for sh in shapes:
+                for x in schedulers:
+                    cmd = [sys.executable, __file__, "--one", str(n), "--schedulers", x,
+                           "--requests", str(requests), "--bases", bases,
+                           "--shapes", sh]  # fmt: skip
+                    got = subprocess.run(cmd, capture_output=True, text=True)
+                    if got.returncode != 0:
+                        tail = (got.stderr or got.stdout).strip().splitlines()[-1:]
+                        why = f"exit {got.returncode}: {' '.join(tail)}"
+                        raise SystemExit(
+                            f"sim_scaling --paired: {n} GPUs, {sh}, {x}: failed ({why})"
+                        )
+                    ns = float(json.loads(got.stdout.strip().splitlines()[-1])["paired_ns"])
+                    out[(n, sh, x)].append(ns)
+                    print(f"  round {r + 1}/{rounds}: {n} GPUs, {sh}, {x}: {ns:,.0f} ns/request",
+                          file=sys.stderr, flush=True)  # fmt: skip
     return out
 
 
 def plot_paired(
-    got: dict[tuple[int, str], list[float]], gpus: list[int], schedulers: list[str], path: str
+    got: dict[Key, list[float]],
+    gpus: list[int],
+    schedulers: list[str],
+    path: str,
+    shapes: tuple[str, ...] | list[str] = ("planner",),
 ) -> None:
     """``--plot``: ``--paired``'s timings drawn (the median and the range of the rounds),
-    the time per request and the ratio to the first point, per scheduler."""
+    the time per request and the ratio to the first point, per scheduler and shape (the
+    replicated shape dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for x in schedulers:
-        med = [statistics.median(got[(n, x)]) for n in gpus]
-        lo = [m - min(got[(n, x)]) for m, n in zip(med, gpus, strict=True)]
-        hi = [max(got[(n, x)]) - m for m, n in zip(med, gpus, strict=True)]
-        ax1.errorbar(gpus, med, yerr=[lo, hi], fmt="-o", capsize=3, label=x)
-        rs = [[b / c for b, c in zip(got[(gpus[0], x)], got[(n, x)], strict=True)] for n in gpus]
-        rmed = [statistics.median(r) for r in rs]
-        rlo = [m - min(r) for m, r in zip(rmed, rs, strict=True)]
-        rhi = [max(r) - m for m, r in zip(rmed, rs, strict=True)]
-        ax2.errorbar(gpus, rmed, yerr=[rlo, rhi], fmt="-o", capsize=3, label=x)
-    rounds = len(got[(gpus[0], schedulers[0])])
+    for k, x in enumerate(schedulers):
+        for sh in shapes:
+            g = {n: got[(n, sh, x)] for n in gpus}
+            style = dict(fmt="--s" if sh == "replicated" else "-o", capsize=3, color=f"C{k}",
+                         label=x if len(shapes) == 1 else f"{x}, {sh}")  # fmt: skip
+            med = [statistics.median(g[n]) for n in gpus]
+            lo = [m - min(g[n]) for m, n in zip(med, gpus, strict=True)]
+            hi = [max(g[n]) - m for m, n in zip(med, gpus, strict=True)]
+            ax1.errorbar(gpus, med, yerr=[lo, hi], **style)
+            rs = [[b / c for b, c in zip(g[gpus[0]], g[n], strict=True)] for n in gpus]
+            rmed = [statistics.median(r) for r in rs]
+            rlo = [m - min(r) for m, r in zip(rmed, rs, strict=True)]
+            rhi = [max(r) - m for m, r in zip(rmed, rs, strict=True)]
+            ax2.errorbar(gpus, rmed, yerr=[rlo, rhi], **style)
+    rounds = len(got[(gpus[0], shapes[0], schedulers[0])])
     ax1.set(xscale="log", xlabel="GPUs", ylabel="wall ns per simulated request (in-run)")
     ax2.set(xscale="log", xlabel="GPUs", ylabel=f"speed per request vs {gpus[0]} GPUs")
     ax2.axhline(1.0, color="grey", lw=0.8, ls=":")
@@ -222,9 +307,16 @@ def main() -> None:
                     "the points in turn; each point's ratio to the first")  # fmt: skip
     ap.add_argument("--plot", default=None, metavar="FILE",
                     help="with --paired: the timings and ratios drawn to FILE (PNG)")  # fmt: skip
+    ap.add_argument("--shapes", default="planner",
+                    help="the plans, comma-separated: planner (the default plan of the "
+                    "whole cluster), replicated (GPUs/10 copies of the 10-GPU point side "
+                    "by side)")  # fmt: skip
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     bases = tuple(a.bases.split(","))
+    shapes = a.shapes.split(",")
+    if not shapes or any(sh not in SHAPES for sh in shapes):
+        ap.error(f"--shapes: expected some of {', '.join(SHAPES)}, got {a.shapes!r}")
     if not 10 <= a.requests <= 10_000_000 or not 1 <= a.rounds <= 20:
         ap.error("--requests: expected 10 to 10,000,000; --rounds: 1 to 20")
     if not 0 <= a.paired <= 50:
@@ -237,28 +329,36 @@ def main() -> None:
         ap.error(f"--gpus: expected GPU counts separated by commas, got {a.gpus!r}")
     if min(gpus) < 1:
         ap.error(f"--gpus: expected counts of at least 1, got {a.gpus!r}")
+    if "replicated" in shapes and any(n % 10 for n in [*gpus, a.one or 10]):
+        ap.error(f"--shapes replicated: expected GPU counts that are multiples of 10, "
+                 f"got {a.gpus!r}")  # fmt: skip
     if a.one is not None:  # (a child of --paired: one in-run timing, as JSON)
-        s, tr = setup_and_trace(a.one, a.requests / (PER_GPU_RPS * a.one), bases=bases)
+        s, tr = setup_and_trace(
+            a.one, a.requests / (PER_GPU_RPS * a.one), bases=bases, shape=shapes[0]
+        )
         print(json.dumps({"paired_ns": in_run_ns(s, a.schedulers, tr)}), flush=True)
         return
     print(provenance_line(), flush=True)
     if a.paired:
         scheds = a.schedulers.split(",")
-        got = paired(gpus, scheds, a.paired, a.requests, a.bases)
+        got = paired(gpus, scheds, a.paired, a.requests, a.bases, shapes)
         print(
-            f"\n| scheduler | GPUs | in-run ns/request (median of {a.paired}) | "
+            f"\n| scheduler | shape | GPUs | in-run ns/request (median of {a.paired}) | "
             f"ratio to {gpus[0]} GPUs: median | range |"
         )
-        print("|---|---:|---:|---:|---|")
+        print("|---|---|---:|---:|---:|---|")
         for x in scheds:
-            for n in gpus:
-                ratios = [b / c for b, c in zip(got[(gpus[0], x)], got[(n, x)], strict=True)]
-                print(
-                    f"| {x} | {n:,} | {statistics.median(got[(n, x)]):,.0f} | "
-                    f"{statistics.median(ratios):.2f} | {min(ratios):.2f}-{max(ratios):.2f} |"
-                )
+            for sh in shapes:
+                for n in gpus:
+                    g0, g = got[(gpus[0], sh, x)], got[(n, sh, x)]
+                    ratios = [b / c for b, c in zip(g0, g, strict=True)]
+                    print(
+                        f"| {x} | {sh} | {n:,} | {statistics.median(g):,.0f} | "
+                        f"{statistics.median(ratios):.2f} | "
+                        f"{min(ratios):.2f}-{max(ratios):.2f} |"
+                    )
         if a.plot is not None:
-            plot_paired(got, gpus, scheds, a.plot)
+            plot_paired(got, gpus, scheds, a.plot, shapes)
             print(f"plot: {a.plot}")
         return
     from hetserve.core.outcome import OK
@@ -273,10 +373,10 @@ def main() -> None:
         return best, res
 
     rows = []
-    for n in gpus:
-        s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n), bases=bases)
+    for n, sh in [(n, sh) for n in gpus for sh in shapes]:
+        s, tr = setup_and_trace(n, a.requests / (PER_GPU_RPS * n), bases=bases, shape=sh)
         tr2 = (
-            setup_and_trace(n, 2 * a.requests / (PER_GPU_RPS * n), bases=bases)[1]
+            setup_and_trace(n, 2 * a.requests / (PER_GPU_RPS * n), bases=bases, shape=sh)[1]
             if a.steady
             else None
         )
@@ -284,7 +384,8 @@ def main() -> None:
         for sched in a.schedulers.split(","):
             best, res = best_of(s, sched, tr)
             rows.append({
-                "gpus": n, "models": len(s.models), "scheduler": sched, "requests": len(tr),
+                "gpus": n, "shape": sh, "models": len(s.models), "scheduler": sched,
+                "requests": len(tr),
                 "offered_rps": round(PER_GPU_RPS * n), "capacity_rps": round(capacity),
                 "attainment": round(float((res.outcome == OK).mean()), 4),
                 "sim_req_per_s": round(len(tr) / best), "wall_ms": round(1e3 * best, 1),
@@ -294,10 +395,12 @@ def main() -> None:
                 rows[-1]["steady_ns"] = round(1e9 * (best2 - best) / (len(tr2) - len(tr)))
             print(json.dumps(rows[-1]), flush=True)
     steady = " steady ns/request |" if a.steady else ""
-    print(f"\n| GPUs | models | scheduler | requests | attainment | simulated req/s | ms |{steady}")
-    print("|---:|---:|---|---:|---:|---:|---:|" + ("---:|" if a.steady else ""))
+    print(f"\n| GPUs | shape | models | scheduler | requests | attainment | simulated req/s | "
+          f"ms |{steady}")  # fmt: skip
+    print("|---:|---|---:|---|---:|---:|---:|---:|" + ("---:|" if a.steady else ""))
     for r in rows:
-        print(f"| {r['gpus']} | {r['models']} | {r['scheduler']} | {r['requests']:,} | "
+        print(f"| {r['gpus']} | {r['shape']} | {r['models']} | {r['scheduler']} | "
+              f"{r['requests']:,} | "
               f"{100 * r['attainment']:.1f}% | {r['sim_req_per_s']:,} | {r['wall_ms']} |"
               + (f" {r['steady_ns']:,} |" if a.steady else ""))  # fmt: skip
 
