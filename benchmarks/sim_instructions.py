@@ -16,9 +16,12 @@ plans, the ``coldstart`` scheduler, Poisson 100 requests/s; it reads no checkout
 the default one of the whole cluster or, with ``--shape replicated``, ``--gpus``/10 copies
 of the 10-GPU point side by side (``sim_scaling.py --shapes``).
 
-``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``: the host's
-first-level data cache, 48 KB on this machine, and a last level given as this machine's
-per-core second level, 2 MB, 16-way: ``--LL=2097152,16,64``) and counts the data reads and
+``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``: a first-level
+data cache of 48 KB, 12-way, ``--D1=49152,12,64``, and a last level of 2 MB, 16-way,
+``--LL=2097152,16,64``: the first-level data cache and the per-core second level of the
+machine the earlier sessions measured on, given, not read from the host, so that counts
+from machines with other caches compare: until the thirtieth session the first level was
+the host's, and that session's machine has 32 KB) and counts the data reads and
 writes that miss each per request: what grows with a cluster's size where instructions
 hardly do (a time profile drifts with the machine; these counts do not). A miss of the
 second level goes to the shared third level or to memory, tens of cycles or more.
@@ -77,7 +80,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LL_BYTES = 2 * 1024 * 1024  # (``--cache-sim``'s last level: this machine's L2 per core)
+LL_BYTES = 2 * 1024 * 1024  # (``--cache-sim``'s last level: a 2 MB L2 per core)
+D1_BYTES = 48 * 1024  # (``--cache-sim``'s first level: 48 KB, 12-way)
 
 
 def inner(
@@ -187,8 +191,8 @@ def main() -> None:
     ap.add_argument("--shape", default="planner", choices=("planner", "replicated"),
                     help="--planner scaling's plan (sim_scaling.py --shapes)")  # fmt: skip
     ap.add_argument("--cache-sim", action="store_true",
-                    help="also count data cache misses per request: first level (D1), and past "
-                    "a 2 MB second level (LL)")  # fmt: skip
+                    help="also count data cache misses per request: past a 48 KB first "
+                    "level (D1) and a 2 MB second level (LL)")  # fmt: skip
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each run's callgrind output in DIR (callgrind_annotate reads "
                     "them: which functions, which libraries)")  # fmt: skip
@@ -229,7 +233,8 @@ def main() -> None:
     for d in (float(x) for x in a.seconds.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             out = f"{tmp}/cg.out"
-            sim = ["--cache-sim=yes", f"--LL={LL_BYTES},16,64"] if a.cache_sim else []
+            sim = (["--cache-sim=yes", f"--D1={D1_BYTES},12,64", f"--LL={LL_BYTES},16,64"]
+                   if a.cache_sim else [])  # fmt: skip
             if a.keep or a.lines:  # (names written out in each dump: annotate reads them)
                 sim.append("--compress-strings=no")
             proc = start_inner(

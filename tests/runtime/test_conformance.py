@@ -227,7 +227,10 @@ def test_admission_refuses_a_burst_at_arrival_not_after_queueing():
     refused = [i for i, r in enumerate(results) if r.outcome == "refused"]
     served = [i for i, r in enumerate(results) if r.outcome in ("ok", "late")]
     assert len(refused) > 200 and len(served) >= 4
-    assert max(done_at[i] for i in refused) < 0.05  # answered at once
+    # answered at arrival: every refusal before the first answer served (at least one
+    # service time, ~0.1 s, after the burst), not after queueing behind served batches.
+    # (Not a fixed time: under a loaded full suite the burst's own admission took 0.13 s.)
+    assert max(done_at[i] for i in refused) < min(done_at[i] for i in served)
     assert "deadline unreachable at arrival" in results[refused[0]].reason
     # the best case is optimistic: every refused request came after the served ones
     assert min(refused) > max(served) - len(served)
