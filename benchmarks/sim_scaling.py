@@ -135,7 +135,7 @@ def setup_and_trace(
     from hetserve.experiments.setup import build_trace
 
     if shape not in SHAPES:
-        raise ValueError(f"--shape: expected one of {', '.join(SHAPES)}, got {shape!r}")
+        raise ValueError(f"--shapes: expected one of {', '.join(SHAPES)}, got {shape!r}")
     catalog = ModelCatalog(Copies(max(1, n_gpus // 10), bases))
     assert catalog.source is not None
     names = catalog.source.names()
@@ -183,11 +183,11 @@ def replicated_plan(n_gpus: int, bases: tuple[str, ...] = BASES) -> Any:
         for pl in mp.pipelines:
             for st in pl.stages:
                 need[st.gpu] += -(-st.instances // st.share)  # (whole GPUs)
-    have = Counter({"L4": n_gpus // 4, "P4": n_gpus - n_gpus // 4})  # (:func:`cluster`'s)
+    have = cluster(n_gpus).gpu_counts()
     for gpu, k in need.items():
-        if k > have[gpu]:
+        if k > have.get(gpu, 0):
             raise SystemExit(f"--shapes replicated: {n_gpus // 10} copies need {k} {gpu} GPUs; "
-                             f"the {n_gpus}-GPU cluster has {have[gpu]}")  # fmt: skip
+                             f"the {n_gpus}-GPU cluster has {have.get(gpu, 0)}")  # fmt: skip
     return Plan(models, shared_pools=False, meta={"planner": "sim_scaling replicated"})
 
 
