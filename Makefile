@@ -59,6 +59,7 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_workload.py
 	$(VENV)/bin/python benchmarks/bench_sim.py
 	$(VENV)/bin/python benchmarks/sim_scaling.py
+	$(VENV)/bin/python benchmarks/scaling_control.py
 	$(VENV)/bin/python benchmarks/bench_planner.py
 	$(VENV)/bin/python benchmarks/bench_reservation.py
 	$(VENV)/bin/python benchmarks/bench_serving.py overhead frontend

@@ -26,6 +26,13 @@ writes that miss each per request: what grows with a cluster's size where instru
 hardly do (a time profile drifts with the machine; these counts do not). A miss of the
 second level goes to the shared third level or to memory, tens of cycles or more.
 
+``--branch-sim`` also counts the conditional and indirect branches that callgrind's model
+of a predictor mispredicts (``--branch-sim=yes``), per request: a branch that goes one way
+or the other by the data (a heap's comparisons, a look-up's probes) costs a pipeline
+flush, 15-20 cycles, where it is mispredicted, so a cost can grow with the cluster where
+neither instructions nor misses do (``scaling_control.py``'s C control: 4.4 a request at
+10 GPUs, 11.2 at 1,000).
+
 ``--keep DIR`` keeps each run's callgrind output (the simulation's part) for
 ``callgrind_annotate``, and the runs' requests (``requests.json``).
 ``--compare DIR_A DIR_B [--top N]`` runs nothing: it reads two ``--keep`` folders (two
@@ -57,7 +64,7 @@ unicodekeys_lookup_unicode,_Py_dict_lookup``).
 
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
-[--bases B1,B2] [--shape planner|replicated] [--cache-sim [--lines N]] [--keep DIR]
+[--bases B1,B2] [--shape planner|replicated] [--cache-sim [--lines N]] [--branch-sim] [--keep DIR]
 [--perf FILE [--callers S1,S2]]`` or ``sim_instructions.py x --compare DIR_A DIR_B [--top N]``
 (needs ``valgrind`` and ``callgrind_control``; a few minutes, about twice as long with
 ``--cache-sim``). Nothing is downloaded: the checkout is a local copy of
@@ -193,6 +200,9 @@ def main() -> None:
     ap.add_argument("--cache-sim", action="store_true",
                     help="also count data cache misses per request: past a 48 KB first "
                     "level (D1) and a 2 MB second level (LL)")  # fmt: skip
+    ap.add_argument("--branch-sim", action="store_true",
+                    help="also count mispredicted branches per request (callgrind's model "
+                    "of a predictor)")  # fmt: skip
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each run's callgrind output in DIR (callgrind_annotate reads "
                     "them: which functions, which libraries)")  # fmt: skip
@@ -235,6 +245,8 @@ def main() -> None:
             out = f"{tmp}/cg.out"
             sim = (["--cache-sim=yes", f"--D1={D1_BYTES},12,64", f"--LL={LL_BYTES},16,64"]
                    if a.cache_sim else [])  # fmt: skip
+            if a.branch_sim:
+                sim.append("--branch-sim=yes")
             if a.keep or a.lines:  # (names written out in each dump: annotate reads them)
                 sim.append("--compress-strings=no")
             proc = start_inner(
@@ -271,17 +283,22 @@ def main() -> None:
         counts = dict(zip(events.group(1).split(), map(int, total.group(1).split()), strict=False))
         miss = counts.get("D1mr", 0) + counts.get("D1mw", 0)
         ll = counts.get("DLmr", 0) + counts.get("DLmw", 0)
-        got.append((int(req.group(1)), counts["Ir"], miss, ll))
-        n, ins, miss, ll = got[-1]
+        bm = counts.get("Bcm", 0) + counts.get("Bim", 0)
+        got.append((int(req.group(1)), counts["Ir"], miss, ll, bm))
+        n, ins, miss, ll, bm = got[-1]
         extra = (f", {miss:,} D1 misses ({miss / n:,.1f} per request), {ll:,} LL misses "
                  f"({ll / n:,.2f})") if a.cache_sim else ""  # fmt: skip
+        if a.branch_sim:
+            extra += f", {bm:,} mispredicted branches ({bm / n:,.2f})"
         print(f"{d:g} s of arrivals: {n:,} requests, {ins:,} instructions after the setup "
               f"({ins / n:,.0f} per request){extra}")  # fmt: skip
-    (n0, i0, m0, l0), (n1, i1, m1, l1) = got[0], got[-1]
+    (n0, i0, m0, l0, b0), (n1, i1, m1, l1, b1) = got[0], got[-1]
     if n1 == n0:  # (one duration: no difference to take; its own count is above)
         return
     extra = (f", {(m1 - m0) / (n1 - n0):,.1f} D1 misses, {(l1 - l0) / (n1 - n0):,.2f} LL misses"
              if a.cache_sim else "")  # fmt: skip
+    if a.branch_sim:
+        extra += f", {(b1 - b0) / (n1 - n0):,.2f} mispredicted branches"
     print(f"{a.planner} plan: {(i1 - i0) / (n1 - n0):,.0f} instructions per request{extra} "
           f"(the difference of the two runs)")  # fmt: skip
     if a.lines:

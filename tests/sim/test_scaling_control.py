@@ -1,0 +1,51 @@
+"""``benchmarks/scaling_control.py``, the compiled control of issue 41's scaling run:
+it builds with the system's C compiler and its runs obey what its model allows."""
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "scaling_control.py"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler"
+)
+
+
+def _control():
+    spec = importlib.util.spec_from_file_location("scaling_control", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_control_builds_and_its_runs_keep_the_queueing_bounds(tmp_path):
+    """Each served request waits at least one batch of one row (20 ms + 2 ms) and, at
+    half the GPUs' capacity, meets its 150 ms deadline; by Little's law the requests in
+    flight are the arrival rate (1,000 a second for ten GPUs) times the mean time in the
+    system, so between 22 and 150; the same seed gives the same run, another seed
+    another."""
+    c = _control()
+    exe = c.build(tmp_path)
+    for gpus in (10, 20):
+        got = c.run(exe, gpus, 20_000, 1)
+        assert 20_000 <= got["served"] < 20_000 + 8 * gpus  # (the last batches end together)
+        assert got["met"] == got["served"]
+        rate = 100.0 * gpus
+        assert 0.022 * rate <= got["in_flight"] <= 0.150 * rate
+    a, b, other = (c.run(exe, 10, 5_000, s) for s in (3, 3, 4))
+    assert a["in_flight"] == b["in_flight"] and a["in_flight"] != other["in_flight"]
+
+
+def test_bad_arguments_get_one_line():
+    """A cluster that is not ten GPUs a model is refused in one line, not a traceback."""
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--gpus", "15"], capture_output=True, text=True
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().count("\n") == 0 and "multiples of 10" in out.stderr
