@@ -8,13 +8,21 @@
  * a batch taking BATCH_S + ROW_S * rows, Poisson arrivals at RATE_PER_GPU requests/s a
  * GPU (the scaling run's 100), a deadline SLO_S after arrival.
  *
- * Usage: scaling_control GPUS REQUESTS SEED
+ * QUEUE (optional) chooses the event queue: "heap" (the default: a binary heap, as most
+ * simulators keep their events) or "calendar" (Brown's calendar queue, CACM 31(10), 1988:
+ * buckets of a fixed width in a ring, each a sorted list, walked in time order; constant
+ * work an event where the buckets hold about one event each, which the width is chosen
+ * for), so that what the heap's depth costs can be told from what the state in flight
+ * costs. Both give the same run where no two events share a time.
+ *
+ * Usage: scaling_control GPUS REQUESTS SEED [heap|calendar]
  * Prints one line: gpus requests seconds ns_per_request served met_slo mean_in_flight
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 #define GPUS_PER_MODEL 10
@@ -32,7 +40,8 @@ typedef struct Req {
     int64_t pad; /* (64 bytes: a cache line each) */
 } Req;
 
-typedef struct { double t; int32_t kind, who; } Ev; /* kind 0: model who's next arrival; 1: GPU who done */
+/* kind 0: model who's next arrival; 1: GPU who's batch done */
+typedef struct { double t; int32_t kind, who; } Ev;
 typedef struct { Req *head, *tail; int32_t n, gpu0; } Model;
 typedef struct { Req *batch; int32_t rows, busy; } Gpu;
 
@@ -45,7 +54,7 @@ static double uniform(void) { /* xorshift64*, in (0, 1) */
     return ((rng * 2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) + 1e-300;
 }
 
-static void push(double t, int32_t kind, int32_t who) {
+static void heap_push(double t, int32_t kind, int32_t who) {
     int64_t i = heap_n++;
     while (i > 0) {
         int64_t p = (i - 1) >> 1;
@@ -56,7 +65,7 @@ static void push(double t, int32_t kind, int32_t who) {
     heap[i].t = t; heap[i].kind = kind; heap[i].who = who;
 }
 
-static Ev pop(void) {
+static Ev heap_pop(void) {
     Ev top = heap[0], last = heap[--heap_n];
     int64_t i = 0;
     for (;;) {
@@ -71,13 +80,58 @@ static Ev pop(void) {
     return top;
 }
 
+/* the calendar queue: bucket (vb & mask) holds, sorted by time, the events whose
+ * "virtual bucket" vb = floor(t / width) is congruent; the walk takes the current
+ * bucket's head where its vb is the current one, else moves to the next bucket */
+typedef struct Node { double t; int32_t kind, who; struct Node *next; } Node;
+static Node **buckets, *node_free;
+static int64_t mask, vb_now;
+static double inv_width;
+static int calendar;
+
+static void cal_push(double t, int32_t kind, int32_t who) {
+    Node *e = node_free;
+    if (e) node_free = e->next; else e = malloc(sizeof *e);
+    e->t = t; e->kind = kind; e->who = who;
+    Node **p = &buckets[(int64_t)(t * inv_width) & mask];
+    while (*p && (*p)->t <= t) p = &(*p)->next; /* (after equal times: in order of push) */
+    e->next = *p;
+    *p = e;
+}
+
+static Ev cal_pop(void) {
+    for (;;) {
+        Node **b = &buckets[vb_now & mask], *e = *b;
+        if (e && (int64_t)(e->t * inv_width) <= vb_now) {
+            *b = e->next;
+            Ev ev = {e->t, e->kind, e->who};
+            e->next = node_free;
+            node_free = e;
+            return ev;
+        }
+        vb_now++;
+    }
+}
+
+static void push(double t, int32_t kind, int32_t who) {
+    if (calendar) cal_push(t, kind, who); else heap_push(t, kind, who);
+}
+
+static Ev pop(void) { return calendar ? cal_pop() : heap_pop(); }
+
 int main(int argc, char **argv) {
-    if (argc != 4) { fprintf(stderr, "usage: scaling_control GPUS REQUESTS SEED\n"); return 2; }
+    if (argc == 5 && strcmp(argv[4], "calendar") == 0) calendar = 1;
+    else if (argc == 5 && strcmp(argv[4], "heap") != 0) argc = 0;
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: scaling_control GPUS REQUESTS SEED [heap|calendar]\n");
+        return 2;
+    }
     int32_t gpus = atoi(argv[1]);
     int64_t requests = atoll(argv[2]);
     rng = (uint64_t)atoll(argv[3]) * 0x9E3779B97F4A7C15ULL + 1;
     if (gpus < GPUS_PER_MODEL || gpus % GPUS_PER_MODEL || requests < 1) {
-        fprintf(stderr, "scaling_control: GPUS a multiple of %d, REQUESTS at least 1\n", GPUS_PER_MODEL);
+        fprintf(stderr, "scaling_control: GPUS a multiple of %d, REQUESTS at least 1\n",
+                GPUS_PER_MODEL);
         return 2;
     }
     int32_t models = gpus / GPUS_PER_MODEL;
@@ -85,6 +139,15 @@ int main(int argc, char **argv) {
     Model *ms = calloc(models, sizeof *ms);
     Gpu *gs = calloc(gpus, sizeof *gs);
     heap = malloc((size_t)(models + gpus + 1) * sizeof *heap);
+    /* about one event a bucket: arrivals at RATE_PER_GPU a GPU and about as many batch
+     * ends as 0.4 of them; the ring spans at least 64 ms, more than a batch's longest
+     * time (an arrival further off waits in its bucket for its round) */
+    double width = 1.0 / (1.4 * RATE_PER_GPU * gpus);
+    int64_t nb = 16;
+    while (nb * width < 0.064) nb <<= 1;
+    mask = nb - 1;
+    inv_width = 1.0 / width;
+    buckets = calloc((size_t)nb, sizeof *buckets);
     Req *free_list = NULL;
     int64_t arrived = 0, served = 0, met = 0;
     double in_flight_s = 0.0, now = 0.0;

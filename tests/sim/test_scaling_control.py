@@ -42,6 +42,20 @@ def test_the_control_builds_and_its_runs_keep_the_queueing_bounds(tmp_path):
     assert a["in_flight"] == b["in_flight"] and a["in_flight"] != other["in_flight"]
 
 
+def test_the_calendar_queue_gives_the_heap_s_run(tmp_path):
+    """The calendar queue (buckets in a ring, each a sorted list) hands the events out in
+    the heap's order: the same run (the requests served and in time, and the mean in
+    flight, a sum of every request's time in the system, to the last bit), at sizes where
+    its ring wraps many times (a run of seconds, a ring of 64 ms or so)."""
+    c = _control()
+    exe = c.build(tmp_path)
+    for gpus, seed in ((10, 1), (20, 2), (200, 3)):
+        heap = c.run(exe, gpus, 30_000, seed, "heap")
+        calendar = c.run(exe, gpus, 30_000, seed, "calendar")
+        for k in ("served", "met", "in_flight"):
+            assert heap[k] == calendar[k], (gpus, k)
+
+
 def test_bad_arguments_get_one_line():
     """A cluster that is not ten GPUs a model is refused in one line, not a traceback."""
     out = subprocess.run(
@@ -49,3 +63,8 @@ def test_bad_arguments_get_one_line():
     )
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0 and "multiples of 10" in out.stderr
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--queues", "heap,fifo"], capture_output=True, text=True
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().count("\n") == 0 and "heap,calendar" in out.stderr
