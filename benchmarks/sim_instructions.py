@@ -39,6 +39,11 @@ neither instructions nor misses do (``scaling_control.py``'s C control: 4.4 a re
 durations each, ``--cache-sim``) and prints, per request of each folder's difference,
 the functions whose first-level misses grew most from A to B, with their instructions
 (e.g. the 10-GPU point against 1,000 GPUs: where a larger working set misses).
+``--into REGEX`` (with ``--compare``) prints instead the calls into the functions whose
+names match ``REGEX``, caller by caller: per (caller, callee) the first-level misses and
+instructions per request of those calls, the callee's with all it called in turn
+(callgrind's cost of a call), by growth; who looks up the dicts or frees the tuples whose
+misses grew (e.g. ``--into 'dict_lookup|dict_get'``).
 
 ``--lines N`` (with ``--cache-sim``) also prints the ``N`` lines of hetserve's compiled
 Python files whose first-level misses per request grew most from the first run to the
@@ -65,7 +70,8 @@ unicodekeys_lookup_unicode,_Py_dict_lookup``).
 Run: ``.venv/bin/python benchmarks/sim_instructions.py PPIPE_CHECKOUT
 [--planner ppipe|np|deepplan|scaling] [--seconds 1,4] [--scheduler S --gpus N]
 [--bases B1,B2] [--shape planner|replicated] [--cache-sim [--lines N]] [--branch-sim] [--keep DIR]
-[--perf FILE [--callers S1,S2]]`` or ``sim_instructions.py x --compare DIR_A DIR_B [--top N]``
+[--perf FILE [--callers S1,S2]]`` or ``sim_instructions.py x --compare DIR_A DIR_B [--top N]
+[--into REGEX]``
 (needs ``valgrind`` and ``callgrind_control``; a few minutes, about twice as long with
 ``--cache-sim``). Nothing is downloaded: the checkout is a local copy of
 ``github.com/JonnyKong/PPipe``.
@@ -221,10 +227,22 @@ def main() -> None:
                     help="no run: two --keep folders (two durations each), the functions "
                     "whose first-level misses per request grew most from A to B")  # fmt: skip
     ap.add_argument("--top", type=int, default=30, help="with --compare: functions shown")
+    ap.add_argument("--into", default=None, metavar="REGEX",
+                    help="with --compare: the calls into the functions REGEX matches, by "
+                    "caller, instead of the functions")  # fmt: skip
     ap.add_argument("--inner", type=float, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.into is not None and a.compare is None:
+        ap.error("--into: needs --compare")
     if a.compare is not None:
-        compare(Path(a.compare[0]), Path(a.compare[1]), a.top)
+        if a.into is not None:
+            try:
+                into = re.compile(a.into)
+            except re.error as e:
+                ap.error(f"--into {a.into!r}: not a regular expression ({e})")
+            compare_calls(Path(a.compare[0]), Path(a.compare[1]), into, a.top)
+        else:
+            compare(Path(a.compare[0]), Path(a.compare[1]), a.top)
         return
     if a.inner is not None:
         inner(a.ppipe, a.planner, a.inner, a.scheduler, a.gpus, a.bases, a.shape)
@@ -337,9 +355,48 @@ def by_function(dump: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def per_request(keep: Path) -> dict[str, tuple[float, float]]:
-    """Per function, instructions and first-level misses per request of the difference of
-    a ``--keep`` folder's two runs (:func:`by_function`)."""
+def calls_into(dump: Path, into: re.Pattern[str]) -> dict[tuple[str, str], tuple[int, int]]:
+    """A callgrind dump's calls into the functions whose names ``into`` finds: per
+    (caller, callee), the instructions and first-level misses (reads and writes) of those
+    calls, the callee's with all it called in turn (the cost line under each ``calls=``),
+    summed over the call sites and recursion depths (``'2`` suffixes dropped). Names
+    written in full or compressed (``(12) name`` once, ``(12)`` after) both read."""
+    names: dict[str, str] = {}
+
+    def name(text: str) -> str:
+        m = re.match(r"\((\d+)\)(?: (.*))?$", text)
+        if m is not None:
+            if m.group(2):
+                names[m.group(1)] = m.group(2)
+            text = names.get(m.group(1), text)
+        return re.sub(r"'\d+$", "", text)
+
+    events: list[str] = []
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    fn = cfn = ""
+    cost_next = False  # (the line after ``calls=`` is the call's cost)
+    with dump.open() as f:
+        for line in f:
+            if cost_next:
+                cost_next = False
+                if into.search(cfn):
+                    got = dict(zip(events, map(int, line.split()[1:]), strict=False))
+                    i0, m0 = out.get((fn, cfn), (0, 0))
+                    out[fn, cfn] = (i0 + got.get("Ir", 0),
+                                    m0 + got.get("D1mr", 0) + got.get("D1mw", 0))  # fmt: skip
+            elif line.startswith("fn="):
+                fn = name(line[3:].strip())
+            elif line.startswith("cfn="):
+                cfn = name(line[4:].strip())
+            elif line.startswith("calls="):
+                cost_next = True
+            elif line.startswith("events:"):
+                events = line.split()[1:]
+    return out
+
+
+def _runs(keep: Path) -> tuple[Path, int, Path, int]:
+    """A ``--keep`` folder's two runs: the shorter's dump and requests, the longer's."""
     counts_file = keep / "requests.json"
     if not counts_file.exists():
         raise SystemExit(f"--compare: {counts_file} not found (a folder that --keep wrote)")
@@ -347,7 +404,14 @@ def per_request(keep: Path) -> dict[str, tuple[float, float]]:
     if len(counts) != 2:
         raise SystemExit(f"--compare: {counts_file}: expected two runs, found {len(counts)}")
     (f0, n0), (f1, n1) = sorted(counts.items(), key=lambda kv: kv[1])
-    a, b = by_function(keep / f0), by_function(keep / f1)
+    return keep / f0, n0, keep / f1, n1
+
+
+def per_request(keep: Path) -> dict[str, tuple[float, float]]:
+    """Per function, instructions and first-level misses per request of the difference of
+    a ``--keep`` folder's two runs (:func:`by_function`)."""
+    d0, n0, d1, n1 = _runs(keep)
+    a, b = by_function(d0), by_function(d1)
     return {
         fn: (
             (b.get(fn, (0, 0))[0] - a.get(fn, (0, 0))[0]) / (n1 - n0),
@@ -355,6 +419,36 @@ def per_request(keep: Path) -> dict[str, tuple[float, float]]:
         )
         for fn in set(a) | set(b)
     }
+
+
+def compare_calls(dir_a: Path, dir_b: Path, into: re.Pattern[str], top: int) -> None:
+    """``--compare --into``: the calls into the functions ``into`` finds whose first-level
+    misses per request grew most from ``dir_a``'s point to ``dir_b``'s, by caller
+    (:func:`calls_into`; each folder the difference of its two runs)."""
+    per: list[dict[tuple[str, str], tuple[float, float]]] = []
+    for keep in (dir_a, dir_b):
+        d0, n0, d1, n1 = _runs(keep)
+        a, b = calls_into(d0, into), calls_into(d1, into)
+        zero = (0, 0)
+        per.append({
+            k: ((b.get(k, zero)[0] - a.get(k, zero)[0]) / (n1 - n0),
+                (b.get(k, zero)[1] - a.get(k, zero)[1]) / (n1 - n0))
+            for k in set(a) | set(b)
+        })  # fmt: skip
+    pa, pb = per
+    none = (0.0, 0.0)
+    print(f"per request, {dir_a} -> {dir_b}: calls into /{into.pattern}/ by caller "
+          "(each call's cost, with all the callee called in turn)")  # fmt: skip
+    if not pa and not pb:
+        print(f"(no calls into a function that /{into.pattern}/ finds)")
+        return
+    print("| D1 misses: growth | A | B | instructions A | B | caller -> callee |")
+    print("|---:|---:|---:|---:|---:|---|")
+    grew = sorted(set(pa) | set(pb), key=lambda k: -(pb.get(k, none)[1] - pa.get(k, none)[1]))
+    for caller, callee in grew[:top]:
+        (ia, ma), (ib, mb) = pa.get((caller, callee), none), pb.get((caller, callee), none)
+        print(f"| {mb - ma:+.2f} | {ma:.2f} | {mb:.2f} | {ia:,.0f} | {ib:,.0f} | "
+              f"`{caller[-60:]}` -> `{callee[-40:]}` |")  # fmt: skip
 
 
 def compare(dir_a: Path, dir_b: Path, top: int) -> None:
