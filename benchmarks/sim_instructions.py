@@ -360,7 +360,9 @@ def calls_into(dump: Path, into: re.Pattern[str]) -> dict[tuple[str, str], tuple
     (caller, callee), the instructions and first-level misses (reads and writes) of those
     calls, the callee's with all it called in turn (the cost line under each ``calls=``),
     summed over the call sites and recursion depths (``'2`` suffixes dropped). Names
-    written in full or compressed (``(12) name`` once, ``(12)`` after) both read."""
+    written in full or compressed (``(12) name`` once, ``(12)`` after) both read. Rows
+    can nest (a matched callee reached again inside another row's call, as in a chain of
+    frees, counts in both): each is what its caller's calls cost, not a share of a sum."""
     names: dict[str, str] = {}
 
     def name(text: str) -> str:
