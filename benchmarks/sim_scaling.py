@@ -44,9 +44,19 @@ set against it (docs/benchmarks.md, issue 41's thirtieth session). Copies that n
 GPUs of a type than the cluster has (``resnet50``'s use the P4s: 800 at 1,000 GPUs, of
 750) are refused in one line.
 
+``--controls heap,calendar`` (with ``--paired``; thirty-second session) runs the compiled
+control of ``scaling_control.py`` in the same rounds, beside the schedulers: at each point
+and in each round, one run of the C simulation of the same shape (N GPUs, N/10 models,
+100 requests/s a GPU) with the queue named (``heap``: a binary heap, more levels as the
+cluster grows; ``calendar``: the same work an event at every size), 3,000,000 requests a
+run. Its rows (shape ``C control``) give what a compiled simulator keeps of its speed per
+request in the same sitting as hetserve's, so the two ratios compare side by side (this
+machine's drift moved one scheduler's median by 31 points between two sittings an hour
+apart). It needs a C compiler (``cc`` or ``gcc``); the GPU counts multiples of 10.
+
 Run: ``.venv/bin/python benchmarks/sim_scaling.py [--gpus 10,100,1000] [--requests 100000]
 [--schedulers edf-adaptive,fixed-batch,reservation,flex] [--rounds 2] [--steady]
-[--paired R [--plot FILE]] [--shapes planner,replicated]
+[--paired R [--plot FILE] [--controls heap,calendar]] [--shapes planner,replicated]
 [--bases resnet50,efficientnet-b0,bert-base,vit-b16,resnet18]``
 (``--paired 7`` over five points and four schedulers: 140 runs, about 4 minutes). At 10
 GPUs there is one model, a copy of the first base; at 100, two copies of each of the five;
@@ -211,17 +221,45 @@ def in_run_ns(s: Any, scheduler: str, tr: Any) -> float:
 
 
 Key = tuple[int, str, str]  # (GPUs, shape, scheduler)
+CONTROL = "C control"  # (the shape of --controls' rows; their scheduler: the queue)
+CONTROL_REQUESTS = 3_000_000  # (a control's run: about 0.2-0.4 s on this machine)
+
+
+def _control_module() -> Any:
+    """``benchmarks/scaling_control.py`` (beside this file; ``benchmarks`` is not a
+    package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("scaling_control.py")
+    spec = importlib.util.spec_from_file_location("scaling_control", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def paired(gpus: list[int], schedulers: list[str], rounds: int, requests: int,
-           bases: str, shapes: list[str]) -> dict[Key, list[float]]:  # fmt: skip
+           bases: str, shapes: list[str], controls: tuple[Any, list[str]] | None = None,
+           ) -> dict[Key, list[float]]:  # fmt: skip
     """``--paired``: per (point, shape, scheduler), the in-run time per request of each
     round, each run in a process of its own (this file with ``--one``), the points, shapes
-    and schedulers in turn within a round."""
+    and schedulers in turn within a round. ``controls`` (``--controls``): the compiled
+    control's executable and its queues, run at each point of each round before the
+    schedulers, under ``(point, CONTROL, queue)``."""
     out: dict[Key, list[float]] = {(n, sh, x): [] for n in gpus for sh in shapes
                                    for x in schedulers}  # fmt: skip
+    ctl = _control_module() if controls else None
+    for n in gpus:
+        for q in controls[1] if controls else []:
+            out[(n, CONTROL, q)] = []
     for r in range(rounds):
         for n in gpus:
+            for q in controls[1] if controls else []:
+                ns = ctl.run(controls[0], n, CONTROL_REQUESTS, 1, q)["ns"]
+                out[(n, CONTROL, q)].append(ns)
+                print(f"  round {r + 1}/{rounds}: {n} GPUs, {CONTROL}, {q}: {ns:,.1f} ns/request",
+                      file=sys.stderr, flush=True)  # fmt: skip
             for sh in shapes:
                 for x in schedulers:
                     cmd = [sys.executable, __file__, "--one", str(n), "--schedulers", x,
@@ -241,38 +279,71 @@ def paired(gpus: list[int], schedulers: list[str], rounds: int, requests: int,
     return out
 
 
+def against_controls(got: dict[Key, list[float]], gpus: list[int], schedulers: list[str],
+                     shapes: list[str], controls: list[str]) -> str:  # fmt: skip
+    """``--controls``' table: at each point after the first, each scheduler's speed kept
+    (its ratio to the first point, per round) over each control's in the same round, the
+    median and range over the rounds: 1.0 loses as much as that control, above 1.0 less."""
+    heads = " | ".join(f"over {q}'s: median (range)" for q in controls)
+    out = [
+        f"\nspeed kept against {gpus[0]} GPUs, over the compiled control's in the same round:",
+        f"| scheduler | shape | GPUs | {heads} |",
+        "|---|---|---:|" + "---|" * len(controls),
+    ]
+    for x in schedulers:
+        for sh in shapes:
+            for n in gpus[1:]:
+                cells = []
+                for q in controls:
+                    g0, g = got[(gpus[0], sh, x)], got[(n, sh, x)]
+                    c0, c = got[(gpus[0], CONTROL, q)], got[(n, CONTROL, q)]
+                    r = sorted(
+                        (a0 / a) / (b0 / b) for a0, a, b0, b in zip(g0, g, c0, c, strict=True)
+                    )
+                    cells.append(f"{statistics.median(r):.2f} ({r[0]:.2f}-{r[-1]:.2f})")
+                out.append(f"| {x} | {sh} | {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def plot_paired(
     got: dict[Key, list[float]],
     gpus: list[int],
     schedulers: list[str],
     path: str,
     shapes: tuple[str, ...] | list[str] = ("planner",),
+    controls: tuple[str, ...] | list[str] = (),
 ) -> None:
     """``--plot``: ``--paired``'s timings drawn (the median and the range of the rounds),
     the time per request and the ratio to the first point, per scheduler and shape (the
-    replicated shape dashed)."""
+    replicated shape dashed; the compiled controls' queues dotted, in greys)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for k, x in enumerate(schedulers):
-        for sh in shapes:
-            g = {n: got[(n, sh, x)] for n in gpus}
-            style = dict(fmt="--s" if sh == "replicated" else "-o", capsize=3, color=f"C{k}",
-                         label=x if len(shapes) == 1 else f"{x}, {sh}")  # fmt: skip
-            med = [statistics.median(g[n]) for n in gpus]
-            lo = [m - min(g[n]) for m, n in zip(med, gpus, strict=True)]
-            hi = [max(g[n]) - m for m, n in zip(med, gpus, strict=True)]
-            ax1.errorbar(gpus, med, yerr=[lo, hi], **style)
-            rs = [[b / c for b, c in zip(g[gpus[0]], g[n], strict=True)] for n in gpus]
-            rmed = [statistics.median(r) for r in rs]
-            rlo = [m - min(r) for m, r in zip(rmed, rs, strict=True)]
-            rhi = [max(r) - m for m, r in zip(rmed, rs, strict=True)]
-            ax2.errorbar(gpus, rmed, yerr=[rlo, rhi], **style)
+    lines = [(x, sh, {"fmt": "--s" if sh == "replicated" else "-o", "color": f"C{k}",
+                      "label": x if len(shapes) == 1 else f"{x}, {sh}"})
+             for k, x in enumerate(schedulers) for sh in shapes]  # fmt: skip
+    lines += [(q, CONTROL, {"fmt": ":^", "color": str(0.2 + 0.35 * k),
+                           "label": f"{CONTROL} ({q})"})
+              for k, q in enumerate(controls)]  # fmt: skip
+    for x, sh, look in lines:
+        g = {n: got[(n, sh, x)] for n in gpus}
+        style = dict(capsize=3, **look)
+        med = [statistics.median(g[n]) for n in gpus]
+        lo = [m - min(g[n]) for m, n in zip(med, gpus, strict=True)]
+        hi = [max(g[n]) - m for m, n in zip(med, gpus, strict=True)]
+        ax1.errorbar(gpus, med, yerr=[lo, hi], **style)
+        rs = [[b / c for b, c in zip(g[gpus[0]], g[n], strict=True)] for n in gpus]
+        rmed = [statistics.median(r) for r in rs]
+        rlo = [m - min(r) for m, r in zip(rmed, rs, strict=True)]
+        rhi = [max(r) - m for m, r in zip(rmed, rs, strict=True)]
+        ax2.errorbar(gpus, rmed, yerr=[rlo, rhi], **style)
     rounds = len(got[(gpus[0], shapes[0], schedulers[0])])
     ax1.set(xscale="log", xlabel="GPUs", ylabel="wall ns per simulated request (in-run)")
+    if controls:  # (the controls' tens of ns beside hetserve's thousands)
+        ax1.set_yscale("log")
     ax2.set(xscale="log", xlabel="GPUs", ylabel=f"speed per request vs {gpus[0]} GPUs")
     ax2.axhline(1.0, color="grey", lw=0.8, ls=":")
     for ax in (ax1, ax2):
@@ -311,6 +382,9 @@ def main() -> None:
                     help="the plans, comma-separated: planner (the default plan of the "
                     "whole cluster), replicated (GPUs/10 copies of the 10-GPU point side "
                     "by side)")  # fmt: skip
+    ap.add_argument("--controls", default="", metavar="QUEUES",
+                    help="with --paired: also the compiled control (scaling_control.c) "
+                    "with these event queues (heap, calendar), in the same rounds")  # fmt: skip
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     bases = tuple(a.bases.split(","))
@@ -323,12 +397,20 @@ def main() -> None:
         ap.error("--paired: expected 0 to 50 rounds")
     if a.plot is not None and not a.paired:
         ap.error("--plot: needs --paired R")
+    controls = [q for q in a.controls.split(",") if q]
+    if controls and not a.paired:
+        ap.error("--controls: needs --paired R")
+    if any(q not in ("heap", "calendar") for q in controls):
+        ap.error(f"--controls: expected some of heap,calendar, got {a.controls!r}")
     try:
         gpus = [int(x) for x in a.gpus.split(",")]
     except ValueError:
         ap.error(f"--gpus: expected GPU counts separated by commas, got {a.gpus!r}")
     if min(gpus) < 1:
         ap.error(f"--gpus: expected counts of at least 1, got {a.gpus!r}")
+    if controls and any(n % 10 for n in gpus):
+        ap.error(f"--controls: expected GPU counts that are multiples of 10 (a model is ten "
+                 f"GPUs in the control), got {a.gpus!r}")  # fmt: skip
     if "replicated" in shapes and any(n % 10 for n in [*gpus, a.one or 10]):
         ap.error(f"--shapes replicated: expected GPU counts that are multiples of 10, "
                  f"got {a.gpus!r}")  # fmt: skip
@@ -340,25 +422,35 @@ def main() -> None:
         return
     print(provenance_line(), flush=True)
     if a.paired:
+        import tempfile
+        from pathlib import Path
+
         scheds = a.schedulers.split(",")
-        got = paired(gpus, scheds, a.paired, a.requests, a.bases, shapes)
+        with tempfile.TemporaryDirectory() as tmp:
+            exe = _control_module().build(Path(tmp)) if controls else None
+            got = paired(gpus, scheds, a.paired, a.requests, a.bases, shapes,
+                         (exe, controls) if controls else None)  # fmt: skip
         print(
             f"\n| scheduler | shape | GPUs | in-run ns/request (median of {a.paired}) | "
             f"ratio to {gpus[0]} GPUs: median | range |"
         )
         print("|---|---|---:|---:|---:|---|")
-        for x in scheds:
-            for sh in shapes:
-                for n in gpus:
-                    g0, g = got[(gpus[0], sh, x)], got[(n, sh, x)]
-                    ratios = [b / c for b, c in zip(g0, g, strict=True)]
-                    print(
-                        f"| {x} | {sh} | {n:,} | {statistics.median(g):,.0f} | "
-                        f"{statistics.median(ratios):.2f} | "
-                        f"{min(ratios):.2f}-{max(ratios):.2f} |"
-                    )
+        rows = [(x, sh) for x in scheds for sh in shapes] + [(q, CONTROL) for q in controls]
+        for x, sh in rows:
+            for n in gpus:
+                g0, g = got[(gpus[0], sh, x)], got[(n, sh, x)]
+                ratios = [b / c for b, c in zip(g0, g, strict=True)]
+                med = statistics.median(g)
+                cell = f"{med:,.0f}" if med >= 100 else f"{med:.1f}"  # (the controls' tens)
+                print(
+                    f"| {x} | {sh} | {n:,} | {cell} | "
+                    f"{statistics.median(ratios):.2f} | "
+                    f"{min(ratios):.2f}-{max(ratios):.2f} |"
+                )
+        if controls:
+            print(against_controls(got, gpus, scheds, shapes, controls))
         if a.plot is not None:
-            plot_paired(got, gpus, scheds, a.plot, shapes)
+            plot_paired(got, gpus, scheds, a.plot, shapes, controls)
             print(f"plot: {a.plot}")
         return
     from hetserve.core.outcome import OK

@@ -68,3 +68,19 @@ def test_bad_arguments_get_one_line():
     )
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0 and "heap,calendar" in out.stderr
+
+
+def test_sim_scaling_runs_the_control_in_its_rounds():
+    """``sim_scaling.py --paired R --controls heap,calendar``: the compiled control's rows
+    beside hetserve's, from the same rounds, and the table of one over the other."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "sim_scaling.py"), "--gpus", "10,20",
+         "--schedulers", "reservation", "--bases", "resnet18", "--requests", "400",
+         "--paired", "1", "--controls", "heap,calendar"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| ")]
+    assert sum("| C control | 20 |" in ln for ln in rows) == 2
+    assert sum(ln.startswith("| reservation | planner | 20 |") for ln in rows) == 2
+    assert "over heap's" in out.stdout and "over calendar's" in out.stdout

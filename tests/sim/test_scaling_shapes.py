@@ -52,3 +52,32 @@ def test_copies_that_do_not_fit_are_refused_in_one_line():
         S.replicated_plan(1000, ("resnet50",))
     with pytest.raises(SystemExit, match="multiples of 10, got 15"):
         S.replicated_plan(15, ("resnet18",))
+
+
+def test_against_controls_divides_each_rounds_speed_kept_by_the_controls():
+    """``--controls``' table: per round, the scheduler's speed kept (its first point's
+    time over this point's) over the control's in the same round; the median and range of
+    those quotients, not a quotient of medians."""
+    got = {
+        (10, "planner", "reservation"): [1000.0, 2000.0, 1000.0],
+        (1000, "planner", "reservation"): [1250.0, 2500.0, 2000.0],  # kept 0.8, 0.8, 0.5
+        (10, S.CONTROL, "calendar"): [50.0, 50.0, 100.0],
+        (1000, S.CONTROL, "calendar"): [62.5, 50.0, 125.0],  # kept 0.8, 1.0, 0.8
+    }
+    table = S.against_controls(got, [10, 1000], ["reservation"], ["planner"], ["calendar"])
+    row = table.strip().splitlines()[-1]
+    assert row == "| reservation | planner | 1,000 | 0.80 (0.62-1.00) |"
+
+
+def test_controls_get_one_line_errors():
+    import subprocess
+    import sys
+
+    for args, why in (
+        (["--controls", "heap"], "--controls: needs --paired R"),
+        (["--paired", "1", "--controls", "fifo"], "expected some of heap,calendar"),
+        (["--paired", "1", "--controls", "heap", "--gpus", "10,15"], "multiples of 10"),
+    ):
+        out = subprocess.run([sys.executable, str(_PATH), *args], capture_output=True, text=True)
+        assert out.returncode == 2 and why in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr
