@@ -249,14 +249,13 @@ def paired(gpus: list[int], schedulers: list[str], rounds: int, requests: int,
     schedulers, under ``(point, CONTROL, queue)``."""
     out: dict[Key, list[float]] = {(n, sh, x): [] for n in gpus for sh in shapes
                                    for x in schedulers}  # fmt: skip
-    ctl = _control_module() if controls else None
-    for n in gpus:
-        for q in controls[1] if controls else []:
-            out[(n, CONTROL, q)] = []
+    exe, queues = controls if controls else (None, [])
+    ctl = _control_module() if queues else None
+    out.update({(n, CONTROL, q): [] for n in gpus for q in queues})
     for r in range(rounds):
         for n in gpus:
-            for q in controls[1] if controls else []:
-                ns = ctl.run(controls[0], n, CONTROL_REQUESTS, 1, q)["ns"]
+            for q in queues:
+                ns = ctl.run(exe, n, CONTROL_REQUESTS, 1, q)["ns"]
                 out[(n, CONTROL, q)].append(ns)
                 print(f"  round {r + 1}/{rounds}: {n} GPUs, {CONTROL}, {q}: {ns:,.1f} ns/request",
                       file=sys.stderr, flush=True)  # fmt: skip
@@ -400,7 +399,7 @@ def main() -> None:
     controls = [q for q in a.controls.split(",") if q]
     if controls and not a.paired:
         ap.error("--controls: needs --paired R")
-    if any(q not in ("heap", "calendar") for q in controls):
+    if controls and any(q not in _control_module().QUEUES for q in controls):
         ap.error(f"--controls: expected some of heap,calendar, got {a.controls!r}")
     try:
         gpus = [int(x) for x in a.gpus.split(",")]
