@@ -63,14 +63,14 @@ def _gpus_cluster() -> SimpleNamespace:
 
 sends = st.lists(
     st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from([0.0, 0.5, 2.0]),
-              st.sampled_from([0.0, 1e6, 4e6]), st.booleans()),
+              st.sampled_from([0.0, 1e6, 4e6]), st.sampled_from(["gpus", "workers", "at"])),
     max_size=40,
 )  # fmt: skip
 
 
 @settings(max_examples=150, deadline=None)
-@given(sends)
-def test_a_send_between_workers_is_the_send_between_their_gpus(ops):
+@given(sends, st.booleans())
+def test_a_send_between_workers_is_the_send_between_their_gpus(ops, record):
     # four workers on three GPUs (two share g1: a transfer between them crosses nothing);
     # one table sends by GPU name only, the other mixes both calls on the same lanes
     gpu_of = ["g0", "g1", "g1", "g2"]
@@ -79,13 +79,17 @@ def test_a_send_between_workers_is_the_send_between_their_gpus(ops):
             mod.Slot(SimpleNamespace(id=f"w{k}", gpu=SimpleNamespace(name="T4"), gpu_id=g), k)
             for k, g in enumerate(gpu_of)
         ]
-        by_name, mixed = mod.LinkTable(_gpus_cluster()), mod.LinkTable(_gpus_cluster())
+        # (``record``: each transfer logged too, by the links' own ``transfer``)
+        by_name = mod.LinkTable(_gpus_cluster(), record=record)
+        mixed = mod.LinkTable(_gpus_cluster(), record=record)
         now = 0.0
-        for src, dst, dt, n_bytes, between in ops:
+        for src, dst, dt, n_bytes, how in ops:
             now += dt
             want = by_name.send(gpu_of[src], gpu_of[dst], n_bytes, now)
-            if between:
+            if how == "workers":
                 got = mixed.send_between(slots[src], slots[dst], n_bytes, now)
+            elif how == "at":  # (the kernel's call: the start, its end in ``end_s``)
+                got = (mixed.send_between_at(slots[src], slots[dst], n_bytes, now), mixed.end_s)
             else:
                 got = mixed.send(gpu_of[src], gpu_of[dst], n_bytes, now)
             assert got == want

@@ -186,6 +186,40 @@ def test_a_report_of_a_batch_with_no_reservations_moves_nothing():
         assert core.correct(7, 1, "w", 0.0, 1.0, 0.0, 0.5, False, False) is False, mod
 
 
+RING_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "get", "del"]),
+        # (ids of batches under way side by side, and now and then one far off, or below
+        # zero: each falls on the ring's places by its low bits)
+        st.one_of(st.integers(0, 200), st.integers(-3, 5000)),
+        st.integers(0, 10**6),
+    ),
+    max_size=300,
+)
+
+
+@given(RING_OPS)
+@settings(max_examples=200, deadline=None)
+def test_the_batches_rows_by_id_are_what_a_dict_of_them_holds(ops):
+    """Each batch's first row, kept by id in a ring that doubles as needed
+    (``Algorithm1.resv_put``/``resv_get``/``resv_del``), holds what a dict holds after
+    the same operations, compiled as in Python; ``resv_items`` lists them by id. (A
+    ``del`` only of a batch kept, as the correction does.)"""
+    for mod in (pure, compiled) if compiled is not None else (pure,):
+        core = mod.Algorithm1(mod.SlotTable(), [], {}, set(), 0.0, {}, [], 0)
+        ref: dict[int, int] = {}
+        for op, bid, first in ops:
+            if op == "put":
+                core.resv_put(bid, first)
+                ref[bid] = first
+            elif op == "del" and bid in ref:
+                core.resv_del(bid)
+                del ref[bid]
+            assert core.resv_get(bid) == ref.get(bid, -1), (mod, op, bid)
+        assert core.resv_items() == sorted(ref.items()), mod
+        assert core.resv_mask + 1 >= len(ref) and (core.resv_mask + 1) & core.resv_mask == 0
+
+
 @needs_build
 def test_a_simulation_is_the_same_compiled_and_in_python():
     """Two pipelines of one model (two pools across links, and a whole model on one

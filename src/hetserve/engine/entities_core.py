@@ -218,6 +218,7 @@ class LinkTable:
         # found yet (lists, not a dict keyed by the pair: found with no hash or key made)
         self._routes: list[list[Route | None]] = []
         self.log: dict[str, list[tuple[float, float]]] = {}
+        self.end_s = 0.0  # (``send_between_at``'s last end)
         for (a, b), path in (pins or {}).items():
             self.pin(a, b, path)
 
@@ -283,6 +284,12 @@ class LinkTable:
         """:meth:`send` from worker ``a``'s GPU to worker ``b``'s (the same lanes, the same
         times), with their path and its links' lanes found by the workers' numbers (one
         kernel's workers: their numbers are unique) instead of by name."""
+        start = self.send_between_at(a, b, n_bytes, now)
+        return start, self.end_s
+
+    def send_between_at(self, a: Slot, b: Slot, n_bytes: float, now: float) -> float:
+        """:meth:`send_between`'s start; its end in ``end_s`` (compiled, two C doubles:
+        no pair made, the kernel's call per stage after the first)."""
         route = None
         rows = self._routes
         if a.index < len(rows):
@@ -292,9 +299,11 @@ class LinkTable:
         if route is None:
             route = self._route(a, b)
         if not route[0] or n_bytes <= 0:
-            return now, now
+            self.end_s = now
+            return now
         if self.record:
-            return self.transfer(route[0], route[1], route[2], n_bytes, now)
+            start, self.end_s = self.transfer(route[0], route[1], route[2], n_bytes, now)
+            return start
         lane_lists = route[3]
         # ``transfer``: the first lane that frees earliest on each link, the latest of them
         start = now
@@ -308,7 +317,8 @@ class LinkTable:
         end_s = end  # (compiled: the one float object every lane gets, made once)
         for ls in lane_lists:
             ls[_earliest_lane(ls)] = end_s
-        return start, end_s
+        self.end_s = end
+        return start
 
     def _route(self, a: Slot, b: Slot) -> Route:
         """The path from worker ``a``'s GPU to ``b``'s, its bottleneck Gbit/s, its delay

@@ -34,6 +34,7 @@ cdef class LinkTable:
     cdef public dict _paths
     cdef public list _routes
     cdef public dict log
+    cdef public double end_s
 
     cpdef tuple path(self, object a, object b)
 
@@ -44,9 +45,12 @@ cdef class LinkTable:
 
     cpdef tuple send(self, object a, object b, double n_bytes, double now)
 
+    @cython.locals(start=double)
+    cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
+
     @cython.locals(rows=list, row=list, route=tuple, lane_lists=tuple, ls=list, start=double,
                    end=double, free_s=double, end_s=object, bw_gbps=double, delay_s=double)
-    cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
+    cpdef double send_between_at(self, Slot a, Slot b, double n_bytes, double now) except? -1.0
 
     @cython.locals(lanes=dict, rows=list, row=list, route=tuple)
     cdef tuple _route(self, Slot a, Slot b)

@@ -767,10 +767,10 @@ class Kernel:
             links = self.links
             if links is not None:
                 nbytes = self._cut_bytes(b.model, blk1 - 1, b.rows)
-                span = links.send_between(w, nw, nbytes, now)
+                x0 = links.send_between_at(w, nw, nbytes, now)  # (its end: ``end_s``)
+                self._transfer_s(ntask, x0, links.end_s, now)
             else:
-                span = (now, now)
-            self._transfer(ntask, span, now)
+                self._transfer_s(ntask, now, now, now)
         core = self._core
         if core is not None and not self._reported:
             # the report's fields to the scheduler's core, as C: no report made
@@ -1167,6 +1167,16 @@ class Kernel:
         task.transfer_start_s, task.transfer_end_s = span
         if span[1] > now:
             self._at(span[1], self._arrived_cb, task, None)
+        else:
+            self._input_arrived(task, now)
+
+    def _transfer_s(self, task: entities.Task, start_s: float, end_s: float, now: float) -> None:
+        """:meth:`_transfer` of the span ``(start_s, end_s)`` (compiled, C doubles: no
+        pair made)."""
+        task.transfer_start_s = start_s
+        task.transfer_end_s = end_s
+        if end_s > now:
+            self._at(end_s, self._arrived_cb, task, None)
         else:
             self._input_arrived(task, now)
 

@@ -84,7 +84,8 @@ cdef class Kernel:
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
                    parked=dict, end_block=Py_ssize_t, links=LinkTable, now_s=object,
-                   blk0=Py_ssize_t, blk1=Py_ssize_t, core=PolicyCore)
+                   blk0=Py_ssize_t, blk1=Py_ssize_t, core=PolicyCore,
+                   nbytes=double, x0=double)
     cpdef stage_done(self, Task task, double now, object output=*)
 
     cpdef stage_done_at(self, Task task, object version, double now)
@@ -115,6 +116,8 @@ cdef class Kernel:
     cpdef _dispatch(self, object d, double now)
 
     cpdef _transfer(self, Task task, tuple span, double now)
+
+    cpdef void _transfer_s(self, Task task, double start_s, double end_s, double now) except *
 
     cpdef _arrived(self, Task task, object _, double now)
 

@@ -167,7 +167,7 @@ class Reservation(BaseScheduler):
         alg = self.algorithm
         if alg is None:
             return {}
-        return {bid: alg.booked.entries(first) for bid, first in alg.batch_resv.items()}
+        return {bid: alg.booked.entries(first) for bid, first in alg.resv_items()}
 
     # ------------------------------------------------------------------ probe / reserve
     def _link(self, a: WorkerId, b: WorkerId) -> tuple[list[str], float, float]:

@@ -101,6 +101,7 @@ _KEPT = slots.KEPT
 _NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
 _NO_XFERS: list[tuple[int, tuple[int, ...], float, float] | None] = []  # (the first stage's)
 _NAN = math.nan
+RESV_ROOM = 64  # the ring of batches' rows at first (a power of two; it doubles as needed)
 _NO_LB = double_buffer(0, 0.0)  # (a pipeline's numbers before it learns any)
 
 
@@ -377,9 +378,10 @@ class Algorithm1(PolicyCore):
     to. Per model, a heap of waiting requests by deadline (``queues``, with their
     ``rows``), the pipelines to probe (``pipes``) and the wake-up timer it waits for
     (``timer_at``), a :class:`ModelQueue` each; each batch's
-    reservations (``batch_resv``: its first row of ``booked``, a
-    :class:`~hetserve.scheduling.reservation_slots.Bookings`; its route is the
-    kernel's, ``Kernel.batches``);
+    reservations (its first row of ``booked``, a
+    :class:`~hetserve.scheduling.reservation_slots.Bookings`, kept by batch id in a ring:
+    :meth:`resv_put`, :meth:`resv_get`, :meth:`resv_items`; its route is the kernel's,
+    ``Kernel.batches``);
     ``next_batch``: the last batch id given (what ``BaseScheduler.new_batch_id``
     counts). A ``policy_core.PolicyCore``: the compiled kernel calls its arrivals and
     stage reports as C methods."""
@@ -402,9 +404,62 @@ class Algorithm1(PolicyCore):
         self.margin_s = margin_s
         self.pipes = pipes
         self.queues: dict[str, ModelQueue] = {m: ModelQueue(pipes.get(m, [])) for m in models}
-        self.batch_resv: dict[int, int] = {}
+        # (each batch's first row by batch id: at ``bid & resv_mask``, its id in
+        # ``resv_bid`` and its row + 1 in ``resv_first``, 0 where none. Batch ids are
+        # this core's counter, so the batches under way sit side by side and a dict's
+        # hashing, insertion and deletion, 650 instructions a batch, are not needed)
+        self.resv_mask = RESV_ROOM - 1
+        self.resv_bid = int_buffer(RESV_ROOM)
+        self.resv_first = int_buffer(RESV_ROOM)
         self.booked = table.bookings()
         self.next_batch = next_batch
+
+    # ------------------------------------------------------------------ the batches' rows
+    def resv_put(self, bid: int, first: int) -> None:
+        """Batch ``bid``'s first row of ``booked`` is ``first`` (the ring doubles where
+        another batch under way holds ``bid``'s place)."""
+        i = bid & self.resv_mask
+        while self.resv_first[i] != 0 and self.resv_bid[i] != bid:
+            self._resv_grow()
+            i = bid & self.resv_mask
+        self.resv_bid[i] = bid
+        self.resv_first[i] = first + 1
+
+    def resv_get(self, bid: int) -> int:
+        """Batch ``bid``'s first row of ``booked``; -1 where none is kept."""
+        i = bid & self.resv_mask
+        if self.resv_first[i] != 0 and self.resv_bid[i] == bid:
+            return self.resv_first[i] - 1
+        return -1
+
+    def resv_del(self, bid: int) -> None:
+        """Batch ``bid``'s row is kept no more (it was: :meth:`resv_get`)."""
+        self.resv_first[bid & self.resv_mask] = 0
+
+    def resv_items(self) -> list[tuple[int, int]]:
+        """``(batch id, first row)`` of each batch whose reservations are kept, by id."""
+        return sorted(
+            (int(self.resv_bid[i]), int(self.resv_first[i]) - 1)
+            for i in range(self.resv_mask + 1)
+            if self.resv_first[i] != 0
+        )
+
+    def _resv_grow(self) -> None:
+        """The ring twice as large (again, until the batches kept fall on places of
+        their own)."""
+        kept = self.resv_items()
+        size = 2 * (self.resv_mask + 1)
+        while True:
+            mask = size - 1
+            if len({bid & mask for bid, _ in kept}) == len(kept):
+                break
+            size *= 2
+        self.resv_mask = mask
+        self.resv_bid = int_buffer(size)
+        self.resv_first = int_buffer(size)
+        for bid, first in kept:
+            self.resv_bid[bid & mask] = bid
+            self.resv_first[bid & mask] = first + 1
 
     # ------------------------------------------------------------------ the protocol
     def on_arrival(self, request: object, now: float) -> list:
@@ -580,7 +635,7 @@ class Algorithm1(PolicyCore):
                 self.probe_into(chosen, chosen.pipe, taken, now)
             self.next_batch += 1
             bid = self.next_batch
-            self.batch_resv[bid] = reserve(table, bid, chosen, self.booked)
+            self.resv_put(bid, reserve(table, bid, chosen, self.booked))
             names = self.names
             blocks = chosen.pipe.blocks
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
@@ -614,10 +669,12 @@ class Algorithm1(PolicyCore):
         transfer start and end, whether it completed, whether it was the last): the
         batch's reservations follow reality (:meth:`SlotTable.correct`). Returns whether
         any reservation moved."""
-        got = self.batch_resv.get(bid)
-        if got is None:  # (none kept: released, or never this core's)
+        if type(bid) is not int:  # (never this core's: its ids are ints)
             return False
-        first = got  # (compiled, a C integer: ``got`` is the object, which may be None)
+        b = bid  # (compiled, a C integer)
+        first = self.resv_get(b)
+        if first < 0:  # (none kept: released, or never this core's)
+            return False
         has_x = xs is not None and xe is not None
         res = self.table.correct(
             bid, self.booked, first, stage, self.ids[worker], start_s, end_s,
@@ -625,5 +682,5 @@ class Algorithm1(PolicyCore):
         )  # fmt: skip
         if not res & _KEPT:
             self.booked.release(first)
-            del self.batch_resv[bid]
+            self.resv_del(b)
         return (res & _MOVED) != 0

@@ -25,6 +25,7 @@ cdef long long _MAX_BATCH_ID
 cdef tuple _NO_XFER
 cdef list _NO_XFERS
 cdef double _NAN
+cdef Py_ssize_t RESV_ROOM
 cdef double[::1] _NO_LB
 
 cdef class Probed
@@ -99,9 +100,22 @@ cdef class Algorithm1(PolicyCore):
     cdef public double margin_s
     cdef public dict pipes
     cdef public dict queues
-    cdef public dict batch_resv
+    cdef public Py_ssize_t resv_mask
+    cdef public long long[::1] resv_bid
+    cdef public long long[::1] resv_first
     cdef public Bookings booked
     cdef public object next_batch
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef void resv_put(self, long long bid, Py_ssize_t first) except *
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef Py_ssize_t resv_get(self, long long bid) except? -2
+
+    cpdef void resv_del(self, long long bid) except *
+
+    @cython.locals(kept=list, size=Py_ssize_t, mask=Py_ssize_t)
+    cdef void _resv_grow(self) except *
 
     @cython.locals(mq=ModelQueue)
     cpdef list on_arrival(self, object request, double now)
@@ -134,7 +148,7 @@ cdef class Algorithm1(PolicyCore):
                    blocks=list, route=tuple)
     cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
 
-    @cython.locals(has_x=bint, res=cython.int, first=Py_ssize_t, got=object)
+    @cython.locals(has_x=bint, res=cython.int, first=Py_ssize_t, b=cython.longlong)
     cpdef bint correct(self, object bid, Py_ssize_t stage, object worker, double start_s,
                        double end_s, object xs, object xe, bint completed,
                        bint last) except? -1

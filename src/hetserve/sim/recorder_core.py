@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those ty
     from hetserve.engine import entities
 
 FINISHED = -1  # (while running: finished, ok or late not yet told apart)
+_COMPLETED = "completed"  # (a stage's status as the kernel gives it)
 _NAN = math.nan  # (a C double compiled)
 
 
@@ -145,10 +146,14 @@ class Ledger(ObserverCore):
         k = w.index
         self.busy_s[k] += now - task.start_s
         run = task.run
-        if run is not None and status != "failed":
-            self.busy_energy_j[k] += (
-                run[1] if status == "completed" else run[1] * blocks_done / len(run[0])
-            )
+        if run is None:
+            return
+        # (the kernel's own ``"completed"``, the same object: told apart without comparing
+        # the strings, which compiled is a call per comparison)
+        if status is _COMPLETED or status == "completed":
+            self.busy_energy_j[k] += run[1]
+        elif status != "failed":
+            self.busy_energy_j[k] += run[1] * blocks_done / len(run[0])
 
     def ended(
         self,

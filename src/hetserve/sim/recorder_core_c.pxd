@@ -10,6 +10,7 @@ from hetserve.engine.entities_core_c cimport Batch, ObserverCore, Slot, Task
 
 
 cdef double _NAN
+cdef str _COMPLETED
 
 
 cdef class Ledger(ObserverCore):
