@@ -33,7 +33,6 @@ from typing import Any
 __all__ = [
     "LAYOUT",
     "NO_CYTHON",
-    "clear",
     "field",
     "fields",
     "pop_last",
@@ -93,12 +92,6 @@ def take(items: list[Any], i: int) -> Any:
 def put(items: list[Any], i: int, x: Any) -> None:
     """``items[i] = x`` (compiled, ``records_c.pxd``: written inline, without a call)."""
     items[i] = x
-
-
-def clear(items: list[Any]) -> None:
-    """``del items[:]`` (compiled, one C call: no slice object made, no method looked up
-    by name)."""
-    del items[:]
 
 
 def fields(rec: Any) -> Any:

@@ -14,9 +14,6 @@ cdef extern from "Python.h":
     object PyType_GenericAlloc(type cls, Py_ssize_t n)
     # a list's length set, its items and memory left as they are
     void Py_SET_SIZE(list o, Py_ssize_t n)
-    # ``PyList_SetSlice`` with NULL for the items: the slice deleted
-    int _list_del_slice "PyList_SetSlice" (list o, Py_ssize_t lo, Py_ssize_t hi,
-                                           void *items) except -1
 
 
 cdef inline object pop_last(list items):
@@ -34,11 +31,6 @@ cdef inline object pop_last(list items):
     return x
 
 
-cdef inline void clear(list items) except *:
-    """``del items[:]``: one C call (no slice object made)."""
-    _list_del_slice(items, 0, PyList_GET_SIZE(items), NULL)
-
-
 cdef inline object take(list items, Py_ssize_t i):
     """``items[i]``, leaving None in its place (``i`` in range: the build checks no
     bounds). The list's reference to the item becomes the caller's: no reference counted
@@ -50,9 +42,12 @@ cdef inline object take(list items, Py_ssize_t i):
     return x
 
 
-cdef inline void put(list items, Py_ssize_t i, object x):
+cdef inline void put(list items, Py_ssize_t i, object x) noexcept:
     """``items[i] = x`` (``i`` in range: the build checks no bounds), written inline: the
-    list takes a reference to ``x`` and lets go of the item it held."""
+    list takes a reference to ``x`` and lets go of the item it held. ``noexcept``: nothing
+    here raises (an exception in a ``__del__`` that the release runs is CPython's to
+    report, never set after it), so no caller asks ``PyErr_Occurred`` after each call, as
+    Cython 3 has a ``void`` function's callers do unless it says so."""
     cdef object old = <object>PyList_GET_ITEM(items, i)  # (a new reference: ``old``'s own)
     Py_INCREF(x)
     PyList_SET_ITEM(items, i, x)  # (takes the reference to ``x`` just made)

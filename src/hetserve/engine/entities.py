@@ -22,7 +22,8 @@ from hetserve.engine import entities_core as _pure
 
 __all__ = [
     "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot",
-    "StageStarter", "Task", "build_beside", "core", "new_batch", "new_task", "starter_of",
+    "StageStarter", "Task", "add_task", "build_beside", "core", "new_batch", "new_task",
+    "starter_of", "tasks_of",
 ]  # fmt: skip
 
 
@@ -53,12 +54,15 @@ if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
         Slot,
         StageStarter,
         Task,
+        add_task,
         new_batch,
         new_task,
         starter_of,
+        tasks_of,
     )
 else:
     Batch, LinkTable, Slot, Task = core.Batch, core.LinkTable, core.Slot, core.Task
     HostLinks, ObserverCall, ObserverCore = core.HostLinks, core.ObserverCall, core.ObserverCore
     new_batch, new_task = core.new_batch, core.new_task
+    add_task, tasks_of = core.add_task, core.tasks_of
     StageStarter, starter_of = core.StageStarter, core.starter_of

@@ -46,9 +46,11 @@ __all__ = [
     "Slot",
     "StageStarter",
     "Task",
+    "add_task",
     "new_batch",
     "new_task",
     "starter_of",
+    "tasks_of",
 ]
 
 
@@ -83,7 +85,11 @@ class Slot:
 @cython.freelist(64)  # (compiled: the memory of freed ones kept for new ones; Python: no-op)
 @cython.cclass
 class Batch:
-    """A dispatched batch: its ``Dispatch`` (``d``), the route step it is at, its tasks."""
+    """A dispatched batch: its ``Dispatch`` (``d``), the route step it is at, its tasks:
+    the latest (``task``, None where none or once it ended), each with the one before it
+    (``Task.prev``; :func:`tasks_of` lists them). A chain, not a list per batch: the
+    batch's tasks are read only where it ends early (each marked dead), and a list was
+    made, grown and emptied per batch."""
 
     __slots__ = (
         "alive",
@@ -97,7 +103,7 @@ class Batch:
         "route",
         "rows",
         "stage",
-        "tasks",
+        "task",
     )
 
     def __init__(self, d: Dispatch, now: float, rows: int) -> None:
@@ -119,7 +125,7 @@ def _init_batch(
     b.stage = 0
     b.dispatch_s = now
     b.alive = True
-    b.tasks = []
+    b.task = None
     # ids of its requests cancelled while it was under way (None: none): they have ended;
     # the batch runs on for the others, and the kernel leaves them out at its end
     b.gone = None
@@ -146,12 +152,14 @@ class Task:
     not fail or defer it at once). ``run``, ``version`` and ``stop`` are the
     executor's: what it needs to end the step (the modelled executor's block times and
     energy), a counter that makes its pending callbacks stale, and the flag a
-    ``Preempt`` raises (a thread checks it at every block boundary)."""
+    ``Preempt`` raises (a thread checks it at every block boundary). ``prev``: the
+    batch's task before this one, once :func:`add_task` made this its latest."""
 
     __slots__ = (
         "batch",
         "dead",
         "index",
+        "prev",
         "ran",
         "run",
         "start_s",
@@ -186,6 +194,23 @@ def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> None:
     t.run = None
     t.transfer_start_s = None
     t.transfer_end_s = None
+    t.prev = None
+
+
+def add_task(batch: Batch, task: Task) -> None:
+    """``task`` is ``batch``'s latest (its stage under way), after the one that was."""
+    task.prev = batch.task
+    batch.task = task
+
+
+def tasks_of(batch: Batch) -> list[Task]:
+    """``batch``'s tasks, the latest first (none once it ended)."""
+    out = []
+    t = batch.task
+    while t is not None:
+        out.append(t)
+        t = t.prev
+    return out
 
 
 def new_task(batch: Batch, index: int, worker: Slot) -> Task:

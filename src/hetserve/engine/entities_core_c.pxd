@@ -81,13 +81,14 @@ cdef class Batch:
     cdef public Py_ssize_t stage
     cdef public double dispatch_s
     cdef public bint alive
-    cdef public list tasks
+    cdef public Task task
     cdef public object gone
     cdef public object payload
 
 
 cdef class Task:
     cdef public Batch batch
+    cdef public Task prev
     cdef public Py_ssize_t index
     cdef public object step
     cdef public Slot worker
@@ -170,3 +171,8 @@ cpdef Batch new_batch(object d, object bid, object model, object requests, objec
 cdef void _init_task(Task t, Batch batch, Py_ssize_t index, Slot worker) except *
 
 cpdef Task new_task(Batch batch, Py_ssize_t index, Slot worker)
+
+cpdef void add_task(Batch batch, Task task) noexcept
+
+@cython.locals(out=list, t=Task)
+cpdef list tasks_of(Batch batch)

@@ -121,14 +121,13 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         STEP_PLANNED_START_S,
         STEP_STAGE,
         STEP_WORKER,
-        clear,
         field,
         fields,
         record,
         record7,
         record15,
     )
-    from hetserve.engine.entities import new_batch, new_task, starter_of
+    from hetserve.engine.entities import add_task, new_batch, new_task, starter_of, tasks_of
     from hetserve.scheduling.policy_core import core_of, timer_core_of
 
 LOG = logging.getLogger("hetserve.engine")
@@ -439,7 +438,7 @@ class Kernel:
             return False
         b.gone.add(r.id)
         self._end((r,), CANCELLED, reason, now)
-        task = b.tasks[len(b.tasks) - 1]
+        task = b.task
         if len(b.gone) == len(b.requests) and task.worker.running is not task:
             self._end_batch(b, task, now, WITHDRAWN, 0)  # (not started: it never will)
         return True
@@ -662,13 +661,13 @@ class Kernel:
         is cut here), requests the scheduler still holds are dropped (``held_reason``).
         Nothing is reported to the scheduler."""
         for b in list(self.batches.values()):
-            task = b.tasks[len(b.tasks) - 1]
+            task = b.task
             w = task.worker
             if w.running is task:
                 w.running = None
                 self._obs.stage_ended(task, now, "failed", 0)
             b.alive = False
-            for t in b.tasks:
+            for t in tasks_of(b):
                 t.dead = True
             live = _live(b)
             if live:
@@ -689,7 +688,7 @@ class Kernel:
         left = self.unended()
         for b in self.batches.values():
             b.alive = False
-            for t in b.tasks:
+            for t in tasks_of(b):
                 t.dead = True
         self.batches.clear()
         for w in self.workers.values():
@@ -729,7 +728,7 @@ class Kernel:
             del self.batches[b.id]
             # the batch and its tasks a cycle no more: freed as soon as they are dropped,
             # not by the garbage collector (which a cycle a batch made run ~8x as often)
-            clear(b.tasks)  # (``list.clear`` compiled is a call by name)
+            b.task = None
             end_block = blk1
             reqs = b.requests
             if b.gone is not None:  # (some were cancelled: their parts are discarded)
@@ -763,7 +762,7 @@ class Kernel:
             b.payload = output
             nw = self.workers[field(b.route[b.stage], STEP_WORKER)]
             ntask = new_task(b, b.stage, nw)
-            b.tasks.append(ntask)
+            add_task(b, ntask)
             links = self.links
             if links is not None:
                 nbytes = self._cut_bytes(b.model, blk1 - 1, b.rows)
@@ -1108,7 +1107,7 @@ class Kernel:
         self.batches[bid] = b
         self._obs.dispatched(b, first, now)
         task = new_task(b, 0, self.workers[field(route[0], STEP_WORKER)])
-        b.tasks.append(task)
+        add_task(b, task)
         if first == 0:
             self._input_arrived(task, now)
             return
@@ -1249,7 +1248,7 @@ class Kernel:
         b = self.batches.get(p.batch_id)
         if b is None or not b.alive:
             return  # finished or gone: nothing to stop (a race a real system has too)
-        task = b.tasks[len(b.tasks) - 1]
+        task = b.task
         if task.worker.id != p.worker:
             return
         if task.worker.running is task:
@@ -1266,9 +1265,9 @@ class Kernel:
         the scheduler (``reason`` in ``RETURNED``) or fail."""
         b.alive = False
         self.batches.pop(b.id, None)
-        for t in b.tasks:
+        for t in tasks_of(b):
             t.dead = True
-        clear(b.tasks)  # (see ``stage_done``)
+        b.task = None  # (see ``stage_done``)
         live = _live(b)
         if reason not in RETURNED and reason != WITHDRAWN:
             # a failure: of the closed set (an executor's own text is a stage's error),

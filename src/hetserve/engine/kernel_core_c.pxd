@@ -13,11 +13,12 @@ import cython
 from hetserve.core.heaps_core_c cimport EventHeap
 from hetserve.core.records_c cimport (
     LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, REQUEST_ID, REQUEST_MODEL, STEP_BLOCKS,
-    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, clear, field, fields, record, record7,
+    STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record, record7,
     record15,
 )
 from hetserve.engine.entities_core_c cimport (
-    Batch, LinkTable, ObserverCore, Slot, StageStarter, Task, new_batch, new_task, starter_of,
+    Batch, LinkTable, ObserverCore, Slot, StageStarter, Task, add_task, new_batch, new_task,
+    starter_of, tasks_of,
 )
 from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of, timer_core_of
 
