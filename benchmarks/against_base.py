@@ -15,7 +15,8 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   ``py`` after a speed: the tree ran its compiled parts or the Python files
   (``scheduling/reservation_table.COMPILED`` and, where the tree has it,
   ``engine/kernel.COMPILED``; ``py`` where either ran Python; nothing: a tree from before
-  the core).
+  the core). A tree whose build changes within the sitting (a compiled part's source
+  edited while it ran: the runs after that take the Python files) stops it, exit 2.
   The base's worktree runs its Python files unless ``--build-base`` builds its compiled
   parts first (``setup.py build_ext --inplace``): then both trees run as installed, and a
   ratio is this tree's code against the base's alone.
@@ -305,6 +306,7 @@ def main() -> None:
             if "speed" in args.what:
                 print(f"\nspeed (simulated requests per wall second, best of {args.rounds}, "
                       f"alternating):")  # fmt: skip
+                seen: dict[str, str] = {}  # (each tree's build as its first run took it)
                 for name in names:
                     best = {"base": 0.0, "this": 0.0}
                     core = {"base": "", "this": ""}
@@ -316,7 +318,7 @@ def main() -> None:
                             if key == "this":
                                 events = r.get("events", 0)
                             best[key] = max(best[key], r["n"] / r["wall"])
-                            core[key] = {True: "c", False: "py"}.get(r.get("compiled"), "")
+                            core[key] = same_build(seen, key, r.get("compiled"))
                     per_s = best["this"] * events / n if n else 0.0
                     print(
                         f"  {name:<55} base {best['base']:>9,.0f}{core['base']:>3}"
@@ -327,6 +329,25 @@ def main() -> None:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
                            check=False)  # fmt: skip
+
+
+def same_build(seen: dict[str, str], key: str, compiled: bool | None) -> str:
+    """The mark of a run's build (``c``: compiled, ``py``: the Python files, ``""``: a
+    tree from before the compiled core), which must be the one the tree's first run of
+    the sitting had: a compiled part's source changed while the sitting ran makes its
+    build stale, and the runs after that silently take the Python files (a ratio of
+    those is not the code's). SystemExit (exit 2) where it changed."""
+    mark = {True: "c", False: "py"}.get(compiled, "")  # type: ignore[arg-type]
+    first = seen.setdefault(key, mark)
+    if mark != first:
+        print(
+            f"against_base.py: the {key} tree ran its {mark or 'pre-core'} build after its "
+            f"{first or 'pre-core'} one in this sitting: a compiled part's source changed "
+            f"while it ran; build it again (setup.py build_ext --inplace) and run again",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return mark
 
 
 if __name__ == "__main__":

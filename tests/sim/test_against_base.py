@@ -1,0 +1,34 @@
+"""benchmarks/against_base.py's timed sittings (issue 41): a tree whose compiled build went
+stale in the middle of a sitting (a ``.pxd`` edited while it ran) took the Python files
+for the runs after that, and the sitting printed their ratios beside the compiled ones'.
+It now stops there."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "against_base.py"
+_SPEC = importlib.util.spec_from_file_location("against_base_under_test", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+A = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(A)
+
+
+def test_each_tree_keeps_the_build_its_first_run_took():
+    seen: dict[str, str] = {}
+    assert A.same_build(seen, "this", True) == "c"
+    assert A.same_build(seen, "base", None) == ""  # (a tree from before the compiled core)
+    assert A.same_build(seen, "this", True) == "c"
+    assert A.same_build(seen, "base", None) == ""
+    assert seen == {"this": "c", "base": ""}
+
+
+def test_a_build_gone_stale_in_the_sitting_stops_it_with_one_line(capsys):
+    seen: dict[str, str] = {}
+    A.same_build(seen, "this", True)
+    with pytest.raises(SystemExit) as e:
+        A.same_build(seen, "this", False)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "this tree ran its py build after its c one" in err
