@@ -1,11 +1,15 @@
-"""Small clusters and latency models for scheduler and simulator tests."""
+"""Small clusters and latency models for scheduler and simulator tests, and the benchmark
+scripts loaded as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 
 from hetserve.core.cluster import parse_cluster
 from hetserve.core.latency import LinearModel, LinearParams
@@ -49,3 +53,14 @@ def run_python_json(code: str, pure_python: bool) -> dict:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` loaded as a module (the scripts are not a package), under a
+    name of its own so that it does not shadow an import of the same script."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -3,16 +3,11 @@ stale in the middle of a sitting (a ``.pxd`` edited while it ran) took the Pytho
 for the runs after that, and the sitting printed their ratios beside the compiled ones'.
 It now stops there."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "against_base.py"
-_SPEC = importlib.util.spec_from_file_location("against_base_under_test", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-A = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(A)
+from tests.helpers import benchmark_module
+
+A = benchmark_module("against_base")
 
 
 def test_each_tree_keeps_the_build_its_first_run_took():

@@ -1,13 +1,14 @@
 """``benchmarks/scaling_control.py``, the compiled control of issue 41's scaling run:
 it builds with the system's C compiler and its runs obey what its model allows."""
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "scaling_control.py"
@@ -18,10 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _control():
-    spec = importlib.util.spec_from_file_location("scaling_control", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("scaling_control")
 
 
 def test_the_control_builds_and_its_runs_keep_the_queueing_bounds(tmp_path):

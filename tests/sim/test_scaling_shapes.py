@@ -2,19 +2,13 @@
 side by side, the control run that tells what a larger working set costs the simulator
 from what more work per request would."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from hetserve.experiments.setup import simulate
+from tests.helpers import benchmark_module
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_scaling.py"
-_SPEC = importlib.util.spec_from_file_location("sim_scaling_under_test", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-S = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(S)
+S = benchmark_module("sim_scaling")
 
 
 def test_at_ten_gpus_the_replicated_shape_is_the_planners_system():
@@ -78,6 +72,6 @@ def test_controls_get_one_line_errors():
         (["--paired", "1", "--controls", "fifo"], "expected some of heap,calendar"),
         (["--paired", "1", "--controls", "heap", "--gpus", "10,15"], "multiples of 10"),
     ):
-        out = subprocess.run([sys.executable, str(_PATH), *args], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, S.__file__, *args], capture_output=True, text=True)
         assert out.returncode == 2 and why in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr

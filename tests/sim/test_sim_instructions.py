@@ -2,16 +2,13 @@
 caller by caller, read from callgrind dumps (two small dumps written here in callgrind's
 format, with names in full and compressed)."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_instructions.py"
-_SPEC = importlib.util.spec_from_file_location("sim_instructions_under_test", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-S = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(S)
+from tests.helpers import benchmark_module
+
+S = benchmark_module("sim_instructions")
 
 HEADER = "version: 1\npositions: line\nevents: Ir Dr Dw I1mr D1mr D1mw\n\n"
 
