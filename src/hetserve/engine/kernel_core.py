@@ -1163,11 +1163,7 @@ class Kernel:
 
     def _transfer(self, task: entities.Task, span: tuple[float, float], now: float) -> None:
         """A stage's input on its way (``span``: the transfer's start and end)."""
-        task.transfer_start_s, task.transfer_end_s = span
-        if span[1] > now:
-            self._at(span[1], self._arrived_cb, task, None)
-        else:
-            self._input_arrived(task, now)
+        self._transfer_s(task, span[0], span[1], now)
 
     def _transfer_s(self, task: entities.Task, start_s: float, end_s: float, now: float) -> None:
         """:meth:`_transfer` of the span ``(start_s, end_s)`` (compiled, C doubles: no
