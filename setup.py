@@ -127,6 +127,8 @@ EXTENSIONS = [
             HEAPS_PXD,
             RECORDS_PXD,
             *POLICY,
+            "src/hetserve/engine/deadlines_core_c.pxd",
+            "src/hetserve/engine/deadlines_core.py",
         ],
     ),
     (

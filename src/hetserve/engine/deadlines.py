@@ -7,15 +7,22 @@ even where both are there; ``COMPILED`` says which one this process took."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hetserve.core import heaps
+from hetserve.core import heaps, records
 from hetserve.engine import deadlines_core as _pure
 
-__all__ = ["COMPILED", "Deadlines", "core"]
+__all__ = ["COMPILED", "LAYOUT", "Deadlines", "core"]
 
-# (it cimports the keyed heaps: taken only beside their build)
-core, COMPILED = heaps.build_beside(_pure)
+#: what a build that ``cimport``s this one was made against (``core.compiled``; the
+#: kernel's): its files
+_HERE = Path(__file__)
+LAYOUT = (_HERE.with_name("deadlines_core.py"), _HERE.with_name("deadlines_core_c.pxd"))
+
+# (it cimports the keyed heaps, and ``core.records``' inline C: taken only beside the heaps'
+# build, both as they are now)
+core, COMPILED = heaps.build_beside(_pure, *records.LAYOUT)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.engine.deadlines_core import Deadlines

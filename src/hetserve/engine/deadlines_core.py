@@ -39,14 +39,25 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
     import cython
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
-if not cython.compiled:  # (compiled: the C type its .pxd cimports)
+if not cython.compiled:  # (compiled: the C type and inline C its .pxd cimports)
     from hetserve.core.heaps import EventHeap
+    from hetserve.core.records import REQUEST_DEADLINE_S, field
 
 __all__ = ["Deadlines"]
+
+_INF = math.inf  # (compiled: a C double, not a module attribute read per call)
 
 
 def _by_deadline(r: Request) -> tuple[float, int]:
     return (r.deadline_s, r.id)
+
+
+def _deadline_s(r: Request) -> float:
+    """``r.deadline_s``; compiled, a ``Request``'s read as its tuple item in C (no
+    attribute looked up)."""
+    if type(r) is Request:
+        return field(r, REQUEST_DEADLINE_S)
+    return r.deadline_s
 
 
 class Deadlines:
@@ -95,24 +106,28 @@ class Deadlines:
         once: a request given back may be here twice; they are forgotten here)."""
         out: dict[int, Request] = {}
         heads = self.heads
-        get = held.get
+        # (compiled, a dict's look-ups in C: the kernel's ``held`` is one; any other
+        # mapping is copied into one first)
+        hd = held if type(held) is dict else dict(held)
         while heads.n > 0 and heads.first_s() <= now:
             heads.pop_into()
             q = heads.fn
             while q:
-                r = get(q[0])
+                r = hd.get(q[0])
                 if r is None:
                     q.popleft()  # no longer the scheduler's
-                elif r.deadline_s <= now:
+                    continue
+                d = _deadline_s(r)
+                if d <= now:
                     out[q.popleft()] = r
                 else:
-                    heads.push(r.deadline_s, q, None, None)
+                    heads.push(d, q, None, None)
                     break
         heads.fn = None
         heap = self.heap
         while heap and heap[0][0] <= now:
-            r = get(pop(heap)[1])
-            if r is not None and r.deadline_s <= now:
+            r = hd.get(pop(heap)[1])
+            if r is not None and _deadline_s(r) <= now:
                 out[r.id] = r
         if len(out) > 1:
             return sorted(out.values(), key=_by_deadline)
@@ -121,26 +136,28 @@ class Deadlines:
     def first_s(self, held: Mapping[int, Request]) -> float:
         """The earliest deadline of a held request (inf: none is held); the FIFOs and
         the heap are cleaned of requests no longer held on the way."""
-        get = held.get
+        hd = held if type(held) is dict else dict(held)  # (as in ``due``)
         heap = self.heap
-        while heap and get(heap[0][1]) is None:
+        while heap and hd.get(heap[0][1]) is None:
             pop(heap)
-        first = heap[0][0] if heap else math.inf
+        first = heap[0][0] if heap else _INF
         heads = self.heads
         while heads.n > 0:
             d = heads.first_s()
             q = heads.first()
             r = None
             while q:
-                r = get(q[0])
+                r = hd.get(q[0])
                 if r is not None:
                     break
                 q.popleft()
             if r is None:
                 heads.pop_into()
-            elif r.deadline_s != d:  # (its key a bound no more: replaced, as heapreplace)
+                continue
+            d_r = _deadline_s(r)
+            if d_r != d:  # (its key a bound no more: replaced, as heapreplace)
                 heads.pop_into()
-                heads.push(r.deadline_s, q, None, None)
+                heads.push(d_r, q, None, None)
             else:
                 break
         heads.fn = None

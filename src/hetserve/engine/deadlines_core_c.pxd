@@ -4,10 +4,17 @@
 # annotations are for readers and type checkers: ``annotation_typing=False`` at its top
 # leaves the C types to this file). The held requests by deadline are an extension type
 # with typed attributes (every one readable and writable from Python); its heaps are a keyed
-# heap and an EventHeap (core/heaps_core_c.pxd), its FIFOs deques.
+# heap and an EventHeap (core/heaps_core_c.pxd), its FIFOs deques; a request's deadline is
+# read as its tuple item (core/records_c.pxd).
 import cython
 
 from hetserve.core.heaps_core_c cimport EventHeap, pop, push
+from hetserve.core.records_c cimport REQUEST_DEADLINE_S, field
+
+cdef double _INF
+
+
+cdef double _deadline_s(object r) except? -1.0
 
 
 cdef class Deadlines:
@@ -25,10 +32,10 @@ cdef class Deadlines:
 
     cpdef void head(self, object q, double deadline_s) except *
 
-    @cython.locals(out=dict, heads=EventHeap, heap=list)
+    @cython.locals(out=dict, heads=EventHeap, heap=list, hd=dict, d=double)
     cpdef list due(self, double now, object held)
 
-    @cython.locals(heap=list, heads=EventHeap, first=double, d=double)
+    @cython.locals(heap=list, heads=EventHeap, first=double, d=double, d_r=double, hd=dict)
     cpdef double first_s(self, object held) except? -1.0
 
     cpdef void clear(self) except *

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from hetserve.core import records
-from hetserve.engine import entities
+from hetserve.engine import deadlines, entities
 from hetserve.engine import kernel_core as _pure
 from hetserve.scheduling import policy_core
 
@@ -23,8 +23,11 @@ __all__ = ["COMPILED", "Kernel", "core"]
 
 def _core() -> tuple[ModuleType, bool]:
     """The compiled build where there is one (``entities.build_beside``; it cimports
-    ``core.records``' inline C too)."""
-    return entities.build_beside(_pure, *records.LAYOUT, *policy_core.LAYOUT)
+    ``core.records``' inline C too, and the deadline watch's class: taken only beside
+    that class's build, as it is now)."""
+    if not deadlines.COMPILED:
+        return _pure, False
+    return entities.build_beside(_pure, *records.LAYOUT, *policy_core.LAYOUT, *deadlines.LAYOUT)
 
 
 core, COMPILED = _core()

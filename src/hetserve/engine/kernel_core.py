@@ -69,7 +69,6 @@ from hetserve.core.plan import Plan
 from hetserve.core.requests import Request
 from hetserve.engine import entities
 from hetserve.engine.clock import VirtualClock
-from hetserve.engine.deadlines import Deadlines
 from hetserve.engine.executor import Clock, Executor, Observer
 from hetserve.engine.rules import (
     ACTIVATIONS_LOST,
@@ -127,6 +126,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         record7,
         record15,
     )
+    from hetserve.engine.deadlines import Deadlines
     from hetserve.engine.entities import add_task, new_batch, new_task, starter_of, tasks_of
     from hetserve.scheduling.policy_core import core_of, timer_core_of
 
@@ -528,8 +528,8 @@ class Kernel:
         held = self.held
         on_arrival, on_timer = self.scheduler.on_arrival, self.scheduler.on_timer
         timer, done_at, arrived = self._timer_cb, self.stage_done_at_cb, self._arrived_cb
-        dl = self.deadlines
-        watch, fifo_of, new_head, watched = dl.add, dl.fifos.get, dl.head, held.get
+        dl = self.deadlines  # (compiled, its methods C calls and ``fifos`` a dict read in C)
+        fifos = dl.fifos
         expire = self._expire_cb
         core = self._core  # (where there is one: its arrivals as C calls)
         tcore = self._tcore  # (likewise its timers)
@@ -558,14 +558,14 @@ class Kernel:
                 acts = core.on_arrival(r, now) if core is not None else on_arrival(r, t_obj)
                 if acts:
                     self._apply_strict(acts, now)
-                if watched(rid) is r:  # ``_watch``, inline (a stream's deadlines come in order)
-                    q = fifo_of(stream)
+                if held.get(rid) is r:  # ``_watch``, inline (a stream's deadlines come in order)
+                    q = fifos.get(stream)
                     t = dl_obj
                     if q is None:
-                        watch(r)
+                        dl.add(r)
                     else:
                         if not q:
-                            new_head(q, t)
+                            dl.head(q, t)
                         q.append(rid)
                     if t < self._expiry_s:
                         self._expiry_s = t

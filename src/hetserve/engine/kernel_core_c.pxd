@@ -5,7 +5,8 @@
 # leaves the C types to this file). The kernel is an extension type with typed attributes
 # (every one readable and writable from Python, as the executors and tests use them); the
 # entities and the link table come typed from their own build (entities_core_c.pxd), so
-# the kernel reads them as C structs and calls the link table in C; the per-request
+# the kernel reads them as C structs and calls the link table in C (the deadline watch
+# likewise, deadlines_core_c.pxd); the per-request
 # methods are ``cpdef`` (C calls inside the kernel, Python methods outside it); lists,
 # dicts and tuples stay Python objects.
 import cython
@@ -16,6 +17,7 @@ from hetserve.core.records_c cimport (
     STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record, record7,
     record15,
 )
+from hetserve.engine.deadlines_core_c cimport Deadlines
 from hetserve.engine.entities_core_c cimport (
     Batch, LinkTable, ObserverCore, Slot, StageStarter, Task, add_task, new_batch, new_task,
     starter_of, tasks_of,
@@ -50,7 +52,7 @@ cdef class Kernel:
     cdef public dict parked
     cdef public dict payloads
     cdef public set gone
-    cdef public object deadlines
+    cdef public Deadlines deadlines
     cdef public double _expiry_s
     cdef public object _ask
     cdef public object _apply
@@ -80,7 +82,7 @@ cdef class Kernel:
                    now=double, last=double, t=double, task=Task, t_next=double, rid=object,
                    core=PolicyCore, tcore=PolicyCore, models_l=list, streams_l=list,
                    deadlines_a="double[::1]", times_a="double[::1]", t_obj=object,
-                   dl_obj=object, stream=object)
+                   dl_obj=object, stream=object, dl=Deadlines, fifos=dict)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,
