@@ -3,6 +3,8 @@ requests: whatever the order of arrivals, returns and departures, ``due`` gives 
 the held requests whose deadline has come (each once, by deadline) and ``first_s`` the
 earliest deadline of one still held; compiled (where built) and as the Python file."""
 
+from types import MappingProxyType
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,9 +26,11 @@ SLOS = {"a": (0.1, 0.1, 0.1), "b": (0.25, 0.05, 0.4)}  # stream b: per-request d
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=lambda c: c.__module__.rsplit(".", 1)[1])
+@pytest.mark.parametrize("mapping", [dict, MappingProxyType], ids=["dict", "mapping"])
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(STEP, max_size=120))
-def test_due_and_first_match_a_brute_force(build, steps):
+def test_due_and_first_match_a_brute_force(build, mapping, steps):
+    """``held`` the kernel's dict, or any other mapping (read through a copy)."""
     dl, held, left = build(), {}, []
     now, nid = 0.0, 0
     for step in steps:
@@ -49,9 +53,9 @@ def test_due_and_first_match_a_brute_force(build, steps):
             now += step[1]
             want = sorted((r for r in held.values() if r.deadline_s <= now),
                           key=lambda r: (r.deadline_s, r.id))  # fmt: skip
-            got = dl.due(now, held)
+            got = dl.due(now, mapping(held))
             assert got == want
             for r in got:
                 del held[r.id]
         first = min((r.deadline_s for r in held.values()), default=float("inf"))
-        assert dl.first_s(held) == first
+        assert dl.first_s(mapping(held)) == first

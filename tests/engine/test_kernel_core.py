@@ -186,6 +186,20 @@ def test_beside_python_entities_the_kernel_and_recorder_are_python(monkeypatch):
     assert result._ledger() == (recorder_core.Ledger, False)
 
 
+@needs_build
+def test_beside_a_python_deadline_watch_the_kernel_is_python(monkeypatch):
+    """The compiled kernel holds its deadline watch typed (the compiled class's C
+    methods): beside the Python one (not built, or older than its source) it is the
+    Python file, and it takes no other watch."""
+    monkeypatch.setattr(deadlines, "COMPILED", False)
+    assert kernel._core() == (kernel_core, False)
+    monkeypatch.undo()
+    k = compiled.Kernel.__new__(compiled.Kernel)
+    with pytest.raises(TypeError):
+        k.deadlines = deadlines_core.Deadlines()  # (the Python class: not the C one)
+    k.deadlines = deadlines.Deadlines()
+
+
 def test_beside_python_heaps_their_users_are_python(monkeypatch):
     """The compiled entities (and so the kernel, the modelled executor and the ledger) and
     the reservation core call the keyed heaps' compiled functions: beside the Python ones

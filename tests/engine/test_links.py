@@ -1,7 +1,7 @@
 """The link table's lanes (``engine/entities_core.py``, ``LinkTable.transfer``): a transfer
 takes, on every link it crosses, the first of the lanes that frees earliest, and starts
 when the last of those is free; checked against a plain model of the lanes, compiled and
-as Python."""
+as Python. And the host links a planned load in two parts takes (``HostLinks.take``)."""
 
 from types import SimpleNamespace
 
@@ -236,3 +236,44 @@ def test_host_links_count_loads_and_dha_runs_as_a_plain_model(switches, ops):
         assert {hl.names[i]: b for i, b in enumerate(hl.busy) if b} == {
             x: b for x, b in plain.busy.items() if b
         }
+
+
+# a node of eight GPUs, two under each of four PCIe switches, NVLink between every pair:
+# a GPU's load may take the host links of any GPU under another switch
+_EIGHT = {
+    "name": "eight",
+    "nodes": [{
+        "name": "n", "gpus": {"V100-16GB": 8}, "nic_gbps": 10,
+        "pcie_switches": [[0, 1], [2, 3], [4, 5], [6, 7]], "pcie_switch_gbps": 15.75,
+        "nvlink": [[i, j] for i in range(8) for j in range(i + 1, 8)],
+    }],
+}  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.sampled_from([1, 2, 3])), max_size=25))
+def test_a_load_in_two_parts_takes_the_first_other_gpu_of_the_full_ranking(loads):
+    """A load in two parts takes one other GPU's links, found by a scan
+    (``HostLinks._secondary``): the first of the full ranking by the loads on the busiest
+    link of each one's host path, then by index, one GPU per switch (``secondaries`` of
+    two), whatever the loads already under way; its links are its own path's, then that
+    GPU's. Compiled and as Python."""
+    from hetserve.core.cluster import parse_cluster
+
+    cluster = parse_cluster(_EIGHT, "test")
+    gpus = [g.id for g in cluster.gpus]
+    builds = [entities.HostLinks(cluster)]
+    if entities.COMPILED:
+        builds.append(entities_core.HostLinks(cluster))  # (the Python file too)
+    for hl in builds:
+        for k, parts in loads:
+            g = gpus[k]
+            ranked = hl.secondaries(g, 2, "m")  # (the full ranking: two, from two switches)
+            assert hl.secondaries(g, 1, "m") == ranked[:1]
+            want = hl.path(g) + hl.path(ranked[0]) if parts == 2 else None
+            scale, held = hl.take(g, parts, "m")
+            assert len(scale) == parts
+            if want is not None:
+                assert held == want
+    if len(builds) == 2:  # (the same loads taken: the same counts on every link)
+        assert builds[0].busy == builds[1].busy

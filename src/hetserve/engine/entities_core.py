@@ -505,7 +505,12 @@ class HostLinks:
         # each part's factor from the loads already there (the worker's part first), then
         # every link crossed counted once per part that crosses it
         scale = [float(_most(busy, path) + 1)]
-        if n_parts > 1:
+        c = self._secondary(gpu_id) if n_parts == 2 else None
+        if c is not None:  # (the common case: one other GPU, its path its candidate's)
+            p = c[3]
+            scale.append(float(_most(busy, p) + 1))
+            held = path + p
+        elif n_parts > 1:
             links = list(path)
             for g in self.secondaries(gpu_id, n_parts - 1, model):
                 p = self.path(g)
@@ -531,22 +536,8 @@ class HostLinks:
         if cands is None:
             cands = self._cands[gpu_id] = self._candidates(gpu_id)
         busy = self.busy
-        if k == 1:  # (the common case, two parts: the first of the order below, found
-            # without ranking them all)
-            own = self._switch[gpu_id]
-            best = None
-            best_m = 0
-            best_i = 0
-            for c in cands:
-                s_ = c[2]
-                if s_ is not None and s_ == own:
-                    continue
-                m = _most(busy, c[3])
-                i = c[1]
-                if best is None or m < best_m or (m == best_m and i < best_i):
-                    best = c
-                    best_m = m
-                    best_i = i
+        if k == 1:  # (the common case, two parts: :meth:`_secondary`)
+            best = self._secondary(gpu_id)
             if best is not None:
                 return [best[0]]
         # by the loads on the busiest link of each one's host path, then by index (a node's
@@ -570,6 +561,30 @@ class HostLinks:
             f"load plan of {model} loads over {k + 1} GPUs' host links; GPU {gpu_id}'s "
             f"node offers {len(out) + 1} (GPUs under other PCIe switches joined by NVLink)"
         )
+
+    def _secondary(self, gpu_id: str) -> tuple[str, int, object, tuple[int, ...]] | None:
+        """The one other GPU whose links a load in two parts takes: the first in
+        :meth:`secondaries`' order, found without ranking them all; its candidate ``(id,
+        index, switch, host path)``, or None where there is none."""
+        cands = self._cands.get(gpu_id)
+        if cands is None:
+            cands = self._cands[gpu_id] = self._candidates(gpu_id)
+        busy = self.busy
+        own = self._switch[gpu_id]
+        best = None
+        best_m = 0
+        best_i = 0
+        for c in cands:
+            s_ = c[2]
+            if s_ is not None and s_ == own:
+                continue
+            m = _most(busy, c[3])
+            i = c[1]
+            if best is None or m < best_m or (m == best_m and i < best_i):
+                best = c
+                best_m = m
+                best_i = i
+        return best
 
     def _candidates(self, gpu_id: str) -> list[tuple[str, int, object, tuple[int, ...]]]:
         """The GPUs that can carry a part of a load for ``gpu_id``: of its node, under

@@ -131,15 +131,18 @@ cdef class HostLinks:
     cpdef tuple path(self, object gpu_id)
 
     @cython.locals(busy=list, path=tuple, p=tuple, links=list, scale=list, held=tuple,
-                   x=Py_ssize_t)
+                   x=Py_ssize_t, c=tuple)
     cpdef tuple take(self, object gpu_id, Py_ssize_t n_parts, object model, object now=*)
 
     @cython.locals(busy=list, x=Py_ssize_t)
     cpdef void release(self, tuple held) except *
 
-    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, out=list, best=tuple,
-                   best_m=Py_ssize_t, best_i=Py_ssize_t, m=Py_ssize_t, i=Py_ssize_t)
+    @cython.locals(cands=list, busy=list, ranked=list, c=tuple, e=tuple, out=list, best=tuple)
     cpdef list secondaries(self, object gpu_id, Py_ssize_t k, object model)
+
+    @cython.locals(cands=list, busy=list, c=tuple, best=tuple, best_m=Py_ssize_t,
+                   best_i=Py_ssize_t, m=Py_ssize_t, i=Py_ssize_t)
+    cpdef tuple _secondary(self, object gpu_id)
 
 
 cdef class ObserverCore:

@@ -556,9 +556,13 @@ class Kernel:
                 r = record7(Request, rid, models_l[i], stream, t_obj, dl_obj, None, 1)
                 held[rid] = r
                 acts = core.on_arrival(r, now) if core is not None else on_arrival(r, t_obj)
+                # still held (``_watch``, inline below): where no action came, nothing took
+                # it, and it is not looked up
+                kept = True
                 if acts:
                     self._apply_strict(acts, now)
-                if held.get(rid) is r:  # ``_watch``, inline (a stream's deadlines come in order)
+                    kept = held.get(rid) is r
+                if kept:  # (``_watch``: a stream's deadlines come in order)
                     q = fifos.get(stream)
                     t = dl_obj
                     if q is None:

@@ -82,7 +82,8 @@ cdef class Kernel:
                    now=double, last=double, t=double, task=Task, t_next=double, rid=object,
                    core=PolicyCore, tcore=PolicyCore, models_l=list, streams_l=list,
                    deadlines_a="double[::1]", times_a="double[::1]", t_obj=object,
-                   dl_obj=object, stream=object, dl=Deadlines, fifos=dict)
+                   dl_obj=object, stream=object, dl=Deadlines, fifos=dict,
+                   kept=bint)
     cpdef double run(self, models, streams, deadlines_s, times, double horizon) except? -1.0
 
     @cython.locals(w=Slot, b=Batch, ntask=Task, nw=Slot, last=bint, held=dict,

@@ -661,24 +661,25 @@ class ModelledLoads:
         model = field(a, LOAD_MODEL)
         blocks = field(a, LOAD_BLOCKS)
         wait = field(a, LOAD_WAIT)
-        key = (model, blocks)
-        if not wait and key in h.waits:  # the last word on a waiting load: now, or never
-            wa, new = h.waits.pop(key)
-            if h.mem_used + res.bytes_of(model, new) > h.mem_cap * (1 + 1e-9):
-                h.loading[model] = h.loading.get(model, 0) & ~new
-                self.kernel.load_finished(wa, now, now, False, "out of memory")
+        if not wait and (h.waits or h.streams):  # (no key made where none waits or streams)
+            key = (model, blocks)
+            if key in h.waits:  # the last word on a waiting load: now, or never
+                wa, new = h.waits.pop(key)
+                if h.mem_used + res.bytes_of(model, new) > h.mem_cap * (1 + 1e-9):
+                    h.loading[model] = h.loading.get(model, 0) & ~new
+                    self.kernel.load_finished(wa, now, now, False, "out of memory")
+                    return
+                self.begin(wa, new, now)
                 return
-            self.begin(wa, new, now)
-            return
-        if not wait and key in h.streams:
-            return  # (a waiting load under way already: it reports once, when it ends)
+            if key in h.streams:
+                return  # (a waiting load under way already: it reports once, when it ends)
         m = block_mask(blocks)
         new = m & ~h.resident.get(model, 0) & ~h.loading.get(model, 0)
         nbytes = res.bytes_of(model, new)
         if h.mem_used + nbytes > h.mem_cap * (1 + 1e-9):
             if wait:  # until an eviction makes room; its stages wait for it
                 h.loading[model] = h.loading.get(model, 0) | new
-                h.waits[key] = (a, new)
+                h.waits[(model, blocks)] = (a, new)
                 return
             self.kernel.load_finished(a, now, now, False, "out of memory")
             return
