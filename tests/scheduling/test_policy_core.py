@@ -272,3 +272,70 @@ def test_the_kernel_calls_the_modelled_start_as_c_and_an_executors_own_start_thr
         out.append((starter, _digest(res)))
     assert out[0][0] is not None and out[1][0] is None and len(calls) > 5000
     assert out[0][1] == out[1][1]
+
+
+def _requests(n: int, deadline_s: float) -> list:
+    from hetserve.core.requests import Request
+
+    return [Request(i, "resnet50", "resnet50", 0.0, deadline_s) for i in range(n)]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_a_core_gives_plain_tuples_only_in_the_call_the_kernel_flags(plain):
+    """``PolicyCore.plain``: raised before a call, that call's dispatch is a plain tuple of
+    the ``Dispatch``'s fields (its steps a ``RouteStep``'s) and the core lowers the flag;
+    otherwise, and in every later call, the protocol's NamedTuples. Either way the same
+    values."""
+    from hetserve.engine.rules import as_dispatch
+    from hetserve.scheduling.protocol import Dispatch, RouteStep
+
+    s = _two_pools()
+    view = _view(s)
+    out = {}
+    for flag in (False, plain):
+        r = make_scheduler("reservation")
+        r.start(view, s.plan, 0.0)
+        core = r.algorithm
+        assert core.plain is False  # (lowered from the start)
+        acts = []
+        for req in _requests(4, 5.0):  # (the plan's batch of 4: dispatched at the 4th)
+            core.plain = flag
+            acts += core.on_arrival(req, 0.0)
+            assert core.plain is False
+        (d,) = [a for a in acts if type(a) in (tuple, Dispatch)]
+        out[flag] = d
+    d, named = out[plain], out[False]
+    assert type(named) is Dispatch and all(type(st) is RouteStep for st in named.route)
+    assert len(named.route) == 2 and d == named  # (a tuple equals its NamedTuple)
+    if plain:
+        assert type(d) is tuple and all(type(st) is tuple for st in d[3])
+    assert as_dispatch(d) == named and type(as_dispatch(d)) is Dispatch
+    assert all(type(st) is RouteStep for st in as_dispatch(d).route)
+
+
+def test_a_batch_of_a_plain_dispatch_shows_python_the_named_tuples():
+    """``Batch.d``, ``Batch.route`` and ``Task.step`` of a batch a compiled core gave as
+    plain tuples: the NamedTuples, made once; the kernel's own reads (``_d``, ``_route``,
+    ``_step``) keep what it was given."""
+    from hetserve.engine import entities
+    from hetserve.scheduling.protocol import Dispatch, RouteStep
+
+    reqs = tuple(_requests(2, 1.0))
+    steps = ((0, "w0", 0.25, (0, 5)), (1, "w1", 0.5, (5, 10)))
+    plain = (7, "resnet50", reqs, steps)
+    b = entities.Batch(plain, 0.0, 2)
+    t = entities.Task(b, 1, None)
+    assert t._step is steps[1] and b._route is steps and b._d is plain
+    assert not t.last or t.index == 1
+    step = t.step
+    assert type(step) is RouteStep and step == RouteStep(1, "w1", 0.5, (5, 10))
+    assert t.step is step and t._step is step  # (made once)
+    assert all(type(s) is RouteStep for s in b.route) and b.route == steps
+    d = b.d
+    assert type(d) is Dispatch and d == Dispatch(7, "resnet50", reqs, steps)
+    assert b.d is d and d.route is b.route
+    # a batch of the protocol's Dispatch keeps it as it is
+    named = Dispatch(8, "resnet50", reqs, tuple(RouteStep(*s) for s in steps))
+    b2 = entities.Batch(named, 0.0, 2)
+    assert b2.d is named and b2.route is named.route
+    assert entities.Task(b2, 0, None).step is named.route[0]

@@ -23,7 +23,7 @@ from typing import Any
 
 from hetserve.core.cluster import Cluster
 from hetserve.core.errors import HetserveError
-from hetserve.scheduling.protocol import Dispatch, WorkerInfo
+from hetserve.scheduling.protocol import Dispatch, RouteStep, WorkerInfo
 
 try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this file)
     import cython
@@ -92,15 +92,15 @@ class Batch:
     made, grown and emptied per batch."""
 
     __slots__ = (
+        "_d",
+        "_route",
         "alive",
-        "d",
         "dispatch_s",
         "gone",
         "id",
         "model",
         "payload",
         "requests",
-        "route",
         "rows",
         "stage",
         "task",
@@ -110,17 +110,38 @@ class Batch:
         bid, model, requests, route = d
         _init_batch(self, d, bid, model, requests, route, now, rows)
 
+    @property
+    def route(self) -> tuple[RouteStep, ...]:
+        """The route, its steps ``RouteStep``s (a scheduler's compiled core gives the
+        kernel plain tuples of their fields, ``_route``: made ``RouteStep``s here, once,
+        where Python reads them)."""
+        route = self._route
+        if route and type(route[0]) is not RouteStep:
+            route = tuple([RouteStep(*step) for step in route])
+            self._route = route
+        return route
+
+    @property
+    def d(self) -> Dispatch:
+        """The ``Dispatch`` this batch came from (``_d``: as its scheduler gave it, or a
+        plain tuple of its fields from a compiled core; made a ``Dispatch`` here, once)."""
+        d = self._d
+        if type(d) is not Dispatch:
+            d = Dispatch(d[0], d[1], d[2], self.route)
+            self._d = d
+        return d
+
 
 def _init_batch(
     b: Batch, d: Dispatch, bid: int, model: str, requests: Any, route: Any, now: float, rows: int
 ) -> None:
     """A batch's fields (``Batch.__init__``, :func:`new_batch`): ``bid``, ``model``,
     ``requests`` and ``route`` are ``d``'s fields."""
-    b.d = d
+    b._d = d
     b.id = bid
     b.model = model
     b.requests = requests
-    b.route = route
+    b._route = route
     b.rows = rows  # its size: the requests' rows together
     b.stage = 0
     b.dispatch_s = now
@@ -156,6 +177,7 @@ class Task:
     batch's task before this one, once :func:`add_task` made this its latest."""
 
     __slots__ = (
+        "_step",
         "batch",
         "dead",
         "index",
@@ -163,7 +185,6 @@ class Task:
         "ran",
         "run",
         "start_s",
-        "step",
         "stop",
         "transfer_end_s",
         "transfer_start_s",
@@ -177,14 +198,25 @@ class Task:
     @property
     def last(self) -> bool:
         """The route's last step."""
-        return self.index == len(self.batch.route) - 1
+        return self.index == len(self.batch._route) - 1
+
+    @property
+    def step(self) -> RouteStep:
+        """Its route step, a ``RouteStep`` (``_step``: as the batch's route holds it, a
+        plain tuple of its fields where a compiled core made the route: :attr:`Batch.route`
+        makes them ``RouteStep``s)."""
+        step = self._step
+        if type(step) is not RouteStep:
+            step = self.batch.route[self.index]
+            self._step = step
+        return step
 
 
 def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> None:
     """A task's fields (``Task.__init__``, :func:`new_task`)."""
     t.batch = batch
     t.index = index
-    t.step = batch.route[index]
+    t._step = batch._route[index]
     t.worker = worker
     t.version = 0
     t.dead = False

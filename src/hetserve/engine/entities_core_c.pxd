@@ -72,11 +72,11 @@ cdef class Slot:
 
 
 cdef class Batch:
-    cdef public object d
+    cdef public object _d
     cdef public object id
     cdef public object model
     cdef public object requests
-    cdef public object route
+    cdef public object _route
     cdef public Py_ssize_t rows
     cdef public Py_ssize_t stage
     cdef public double dispatch_s
@@ -90,7 +90,7 @@ cdef class Task:
     cdef public Batch batch
     cdef public Task prev
     cdef public Py_ssize_t index
-    cdef public object step
+    cdef public object _step
     cdef public Slot worker
     cdef public Py_ssize_t version
     cdef public bint dead

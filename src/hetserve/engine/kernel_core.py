@@ -76,6 +76,7 @@ from hetserve.engine.rules import (
     PREEMPTED,
     WITHDRAWN,
     ProtocolError,
+    as_dispatch,
     check_load,
     check_timer,
     drop_not_held,
@@ -159,8 +160,8 @@ def check_dispatch(
         pos_c = 0
         for k in range(len(rt)):
             step = rt[k]
-            if type(step) is not RouteStep:
-                break
+            if type(step) is not RouteStep and type(step) is not tuple:
+                break  # (a compiled core's steps: plain tuples of a RouteStep's fields)
             stage, worker, at, blocks = fields(step)
             if type(stage) is not int or type(blocks) is not tuple:
                 break
@@ -555,13 +556,20 @@ class Kernel:
                 dl_obj = deadlines_a[i]
                 r = record7(Request, rid, models_l[i], stream, t_obj, dl_obj, None, 1)
                 held[rid] = r
-                acts = core.on_arrival(r, now) if core is not None else on_arrival(r, t_obj)
                 # still held (``_watch``, inline below): where no action came, nothing took
                 # it, and it is not looked up
                 kept = True
-                if acts:
-                    self._apply_strict(acts, now)
-                    kept = held.get(rid) is r
+                if core is not None:
+                    core.plain = True  # (its dispatches as plain tuples: this call's)
+                    acts = core.on_arrival(r, now)
+                    if acts:
+                        self._apply_core(acts, now)
+                        kept = held.get(rid) is r
+                else:
+                    acts = on_arrival(r, t_obj)
+                    if acts:
+                        self._apply_strict(acts, now)
+                        kept = held.get(rid) is r
                 if kept:  # (``_watch``: a stream's deadlines come in order)
                     q = fifos.get(stream)
                     t = dl_obj
@@ -591,11 +599,14 @@ class Kernel:
                 self._input_arrived(a, now)
             elif fn is timer:  # ``_timer``, inline
                 if tcore is not None:
+                    tcore.plain = True
                     acts = tcore.on_timer(a, b if now < b else now)
+                    if acts:
+                        self._apply_core(acts, b if now < b else now)
                 else:
                     acts = on_timer(a, b if now < b else now)
-                if acts:
-                    self._apply_strict(acts, b if now < b else now)
+                    if acts:
+                        self._apply_strict(acts, b if now < b else now)
             elif fn is expire:
                 if not self._expire(a, b, now):
                     now = last  # (it found nothing due: not an event of the run's)
@@ -716,12 +727,12 @@ class Kernel:
         w = task.worker
         b = task.batch
         w.running = None
-        step = task.step
+        step = task._step  # (as the route holds it: ``Task.step``)
         blocks = field(step, STEP_BLOCKS)
         blk0 = blocks[0]  # (C integers compiled: ``check_dispatch`` took them as such)
         blk1 = blocks[1]
         self._obs.stage_ended(task, now, "completed", blk1 - blk0)
-        last = task.index == len(b.route) - 1
+        last = task.index == len(b._route) - 1
         reason = ""
         withdraw = None
         if last:
@@ -758,13 +769,13 @@ class Kernel:
         elif b.gone is not None and len(b.gone) == len(b.requests):
             # every request was cancelled while this stage ran: the next does not start
             reqs = ()
-            nw = self.workers[field(b.route[b.stage + 1], STEP_WORKER)]
+            nw = self.workers[field(b._route[b.stage + 1], STEP_WORKER)]
             withdraw = new_task(b, b.stage + 1, nw)
         else:
             reqs = b.requests if b.gone is None else _live(b)
             b.stage += 1
             b.payload = output
-            nw = self.workers[field(b.route[b.stage], STEP_WORKER)]
+            nw = self.workers[field(b._route[b.stage], STEP_WORKER)]
             ntask = new_task(b, b.stage, nw)
             add_task(b, ntask)
             links = self.links
@@ -778,13 +789,14 @@ class Kernel:
         if core is not None and not self._reported:
             # the report's fields to the scheduler's core, as C: no report made
             # (``scheduling.policy_core``; what ``on_stage_done`` of the report would do)
+            core.plain = True
             acts = core.stage_report(
                 "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now,
                 reqs, True, last, reason, blocks, blk1 - blk0, task.transfer_start_s,
                 task.transfer_end_s, now,
             )  # fmt: skip
             if acts:
-                self._apply_strict(acts, now)
+                self._apply_core(acts, now)
         else:
             # (engine.rules.stage_done_report, made without its Python calls; ``now_s``:
             # the one float object of ``now``, for the report and the call)
@@ -873,18 +885,19 @@ class Kernel:
         if ok and w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
-                w.ready.push(t.step.planned_start_s, None, t, None)
+                w.ready.push(field(t._step, STEP_PLANNED_START_S), None, t, None)
         core = self._core
         if core is not None and not self._reported:
             # the load's report's fields to the scheduler's core, as C (as ``stage_done``
             # does: no report made, no Python call; a cold-start-heavy run loads every few
             # requests)
+            core.plain = True
             acts = core.stage_report(
                 "load", -1, model, 0, worker, start_s, now, (), ok, False, reason, blocks, 0,
                 None, None, now,
             )  # fmt: skip
             if acts:
-                self._apply_strict(acts, now)
+                self._apply_core(acts, now)
         else:
             # (``engine.rules.load_report``, made without its Python calls)
             rep = record(StageReport, (
@@ -902,7 +915,7 @@ class Kernel:
         if w.waiting:
             waiting, w.waiting = w.waiting, []
             for t in waiting:
-                w.ready.push(t.step.planned_start_s, None, t, None)
+                w.ready.push(field(t._step, STEP_PLANNED_START_S), None, t, None)
             if w.running is None:
                 self._try_start(w, now)
 
@@ -943,28 +956,44 @@ class Kernel:
         if self.strict:
             tcore = self._tcore
             if tcore is not None:
+                tcore.plain = True
                 acts = tcore.on_timer(token, now)
+                if acts:
+                    self._apply_core(acts, now)
             else:
                 acts = self.scheduler.on_timer(token, now)
-            if acts:
-                self._apply_strict(acts, now)
+                if acts:
+                    self._apply_strict(acts, now)
         else:
             self._ask_guarded(self.scheduler.on_timer, token, now)
 
     # ------------------------------------------------------------------ actions
     def _apply_strict(self, actions: Iterable[object], now: float) -> None:
         for a in actions:
-            kind = type(a)
-            if kind is Dispatch:  # the common cases, without a call
-                self._dispatch(a, now)  # type: ignore[arg-type]
-            elif kind is SetTimer:
-                at = at_s = a.at_s  # type: ignore[attr-defined]
-                if at < now:
-                    check_timer(at, now)
-                    at = now
-                self._at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
-            else:
-                self._act(a, now)
+            self._take(a, now, False)
+
+    def _apply_core(self, actions: list, now: float) -> None:
+        """A compiled core's actions, called with ``PolicyCore.plain`` raised: as
+        :meth:`_apply_strict`, but a plain tuple is a dispatch (the fields of a
+        ``Dispatch``, its route's steps plain tuples of a ``RouteStep``'s: no NamedTuple
+        made and freed per batch and step). From a scheduler's Python, a plain tuple is no
+        action (``_act``)."""
+        for a in actions:
+            self._take(a, now, True)
+
+    def _take(self, a: object, now: float, plain: bool) -> None:
+        """One action, strictly (``plain``: :meth:`_apply_core`'s)."""
+        kind = type(a)
+        if kind is Dispatch or (plain and kind is tuple):  # the common cases, without a call
+            self._dispatch(a, now)  # type: ignore[arg-type]
+        elif kind is SetTimer:
+            at = at_s = a.at_s  # type: ignore[attr-defined]
+            if at < now:
+                check_timer(at, now)
+                at = now
+            self._at(at, self._timer_cb, a.token, at_s)  # type: ignore[attr-defined]
+        else:
+            self._act(a, now)
 
     def _apply_guarded(self, actions: Iterable[object], now: float) -> None:
         for a in actions:
@@ -1095,12 +1124,13 @@ class Kernel:
                 raise parked_elsewhere(d, r, 0)
         if trim:
             gone = self.gone
+            given = reqs
             reqs = tuple([r for r in reqs if r.id not in gone])
-            gone.difference_update([r.id for r in d.requests])
+            gone.difference_update([r.id for r in given])
             if not reqs:  # nothing left to run: the scheduler hears so, after this call
                 self.clock.call_at(now, self._withdrawn, d)
                 return
-            d = d._replace(requests=reqs)
+            d = d._replace(requests=reqs) if type(d) is Dispatch else (bid, model, reqs, route)
         n_rows = len(reqs) if self._unit else sum([r.rows for r in reqs])
         b = new_batch(d, bid, model, reqs, route, now, n_rows)
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
@@ -1119,6 +1149,7 @@ class Kernel:
 
     def _withdrawn(self, d: Dispatch, _: Any, now: float) -> None:
         """A dispatch whose every request had ended (``_dispatch``): reported, not run."""
+        d = as_dispatch(d)  # (a compiled core's: a plain tuple)
         rep = stage_ended_report(d, 0, d.route[0].worker, now, now, WITHDRAWN, 0)
         self._report(rep._replace(requests=()), now)
 
@@ -1189,7 +1220,7 @@ class Kernel:
         if w.running is None and w.ready.n == 0 and not w.lost:
             self._start(w, task, now)  # (the common case: an idle worker, nothing queued)
             return
-        w.ready.push(field(task.step, STEP_PLANNED_START_S), None, task, None)
+        w.ready.push(field(task._step, STEP_PLANNED_START_S), None, task, None)
         if w.running is None:
             self._try_start(w, now)
 

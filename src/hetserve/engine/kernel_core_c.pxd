@@ -107,8 +107,12 @@ cdef class Kernel:
 
     cpdef _watch(self, object r, bint again=*)
 
-    @cython.locals(at=double)
     cpdef _apply_strict(self, object actions, double now)
+
+    cpdef _apply_core(self, list actions, double now)
+
+    @cython.locals(at=double)
+    cdef _take(self, object a, double now, bint plain)
 
     cpdef _act(self, object a, double now)
 

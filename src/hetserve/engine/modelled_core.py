@@ -464,7 +464,7 @@ class ModelledStart(StageStarter):
         b = task.batch
         model = b.model
         n = b.rows
-        blocks = field(task.step, STEP_BLOCKS)
+        blocks = field(task._step, STEP_BLOCKS)
         w = task.worker
         b0 = blocks[0]
         b1 = blocks[1]
@@ -858,7 +858,7 @@ class ModelledExecutor(BaseExecutor):
         k = 0
         while k < len(cum) - 1 and cum[k] < elapsed - 1e-12:
             k += 1
-        if k == len(cum) - 1 and task.index == len(task.batch.route) - 1:
+        if k == len(cum) - 1 and task.index == len(task.batch._route) - 1:
             return  # the next exit point is the end: the batch simply completes
         task.version += 1  # the stage's end is stale: it stops at block k + 1
         self.kernel.clock.call_at(task.start_s + cum[k], self.kernel.stage_stopped, task, k + 1)

@@ -37,9 +37,20 @@ class ProtocolError(RuntimeError):
 # ---------------------------------------------------------------------- dispatch (rule 4)
 # (a dispatch's shape is checked by ``engine.kernel_core.check_dispatch``, compiled with the
 # kernel: it runs for every batch)
+def as_dispatch(d: Dispatch | tuple) -> Dispatch:
+    """``d`` as a ``Dispatch`` of ``RouteStep``s: a scheduler's compiled core gives the
+    kernel a dispatch as a plain tuple of its fields, its route of plain tuples of a step's
+    (``scheduling.policy_core.PolicyCore.plain``)."""
+    if type(d) is Dispatch:
+        return d
+    bid, model, requests, route = d
+    return Dispatch(bid, model, requests, tuple([RouteStep(*step) for step in route]))
+
+
 def not_held(d: Dispatch, r: Request) -> ProtocolError:
     """A dispatched request the scheduler does not hold (never arrived, in another batch,
     already ended) or one of another model."""
+    d = as_dispatch(d)
     return ProtocolError(
         f"Dispatch {d.batch_id}: request {r.id} is not held by the scheduler or is for "
         f"another model"
@@ -49,6 +60,7 @@ def not_held(d: Dispatch, r: Request) -> ProtocolError:
 def parked_elsewhere(d: Dispatch, r: Request, at_block: int) -> ProtocolError:
     """A dispatched request not at the route's first block (rule 3: a returned request
     stays where its batch started; rule 4: a continued route starts where it stopped)."""
+    d = as_dispatch(d)
     return ProtocolError(
         f"Dispatch {d.batch_id}: request {r.id} is parked at block {at_block}, "
         f"the route starts at block {d.route[0].blocks[0]}"

@@ -138,6 +138,7 @@ class ColdStartCore(PolicyCore):
         cold_ids: list[int],
         next_batch: int,
     ) -> None:
+        super().__init__()
         self.view = view
         self.plan = plan
         self.max_batch = max_batch
@@ -394,6 +395,9 @@ class ColdStartCore(PolicyCore):
             res = g.resident
             if m in res:  # (used again: the most recent)
                 res[m] = res.pop(m)
+            if self.plain:  # (the kernel's C call: the NamedTuples' fields, ``PolicyCore``)
+                out.append((bid, m, tuple(take), ((0, g.id, now, self._span[m]),)))
+                return
             step = record4(RouteStep, 0, g.id, now, self._span[m])
             out.append(record4(Dispatch, bid, m, tuple(take), (step,)))
             return
@@ -440,11 +444,14 @@ class ColdStartCore(PolicyCore):
 
     # ------------------------------------------------------------------ protocol
     def on_arrival(self, request: Request, now: float) -> list[Action]:
-        self.n_requests += 1
-        out: list[Action] = []
-        if not self._route(request, now, out):
-            self.pending.append(request)
-        return out
+        try:
+            self.n_requests += 1
+            out: list[Action] = []
+            if not self._route(request, now, out):
+                self.pending.append(request)
+            return out
+        finally:
+            self.plain = False  # (raised by the kernel for this call: ``PolicyCore``)
 
     def stage_report(
         self,
@@ -467,39 +474,42 @@ class ColdStartCore(PolicyCore):
     ) -> list[Action]:
         """A stage's or a load's report (``on_stage_done``, its fields:
         ``policy_core.PolicyCore``)."""
-        out: list[Action] = []
-        w = worker
-        g = self.gpus[w]
-        if kind == "load":
-            m = model
-            g.loading.pop(m, None)
-            if completed and w not in self.lost:
-                res = g.resident
-                res.pop(m, None)  # (the most recent: last)
-                res[m] = now
-            else:
-                self.where.get(m, set()).discard(w)
-                g.used -= self._bytes_on(g, m)
-                stuck = [r for r in g.queue if field(r, REQUEST_MODEL) == m]
-                for r in stuck:
-                    self._dequeue(g, r)
-                for r in stuck:
+        try:
+            out: list[Action] = []
+            w = worker
+            g = self.gpus[w]
+            if kind == "load":
+                m = model
+                g.loading.pop(m, None)
+                if completed and w not in self.lost:
+                    res = g.resident
+                    res.pop(m, None)  # (the most recent: last)
+                    res[m] = now
+                else:
+                    self.where.get(m, set()).discard(w)
+                    g.used -= self._bytes_on(g, m)
+                    stuck = [r for r in g.queue if field(r, REQUEST_MODEL) == m]
+                    for r in stuck:
+                        self._dequeue(g, r)
+                    for r in stuck:
+                        if not self._route(r, now, out):
+                            self.pending.append(r)
+                return out
+            if last or not completed:
+                g.running = None
+                g.running_model = None
+                g.busy_until = now
+            if not completed and reason in RETURNED:
+                for r in requests:
                     if not self._route(r, now, out):
                         self.pending.append(r)
+            if g.running is None and w not in self.lost:
+                self._next(g, now, out)
+            if self.pending:
+                self._retry_pending(now, out)
             return out
-        if last or not completed:
-            g.running = None
-            g.running_model = None
-            g.busy_until = now
-        if not completed and reason in RETURNED:
-            for r in requests:
-                if not self._route(r, now, out):
-                    self.pending.append(r)
-        if g.running is None and w not in self.lost:
-            self._next(g, now, out)
-        if self.pending:
-            self._retry_pending(now, out)
-        return out
+        finally:
+            self.plain = False  # (raised by the kernel for this call: ``PolicyCore``)
 
     def on_worker_lost(self, worker: WorkerId, now: float) -> list[Action]:
         self.lost.add(worker)

@@ -53,7 +53,19 @@ class PolicyCore:
     """The per-request calls of a scheduler's compiled core (module docstring). A core
     implements :meth:`on_arrival` and :meth:`stage_report`; it does not override
     :meth:`on_stage_done` (:func:`core_of` takes no core that does: the kernel would not
-    call it)."""
+    call it).
+
+    ``plain``: the kernel raises it just before each C call it makes (its arrivals, timers
+    and stage reports); the core lowers it before that call returns (``reservation``'s as
+    it takes the call, ``coldstart``'s in a ``finally``), and in that call only may give a
+    dispatch as a plain tuple of a ``Dispatch``'s fields, its route a tuple of plain
+    tuples of a ``RouteStep``'s (the kernel's ``_apply_core`` reads them; its
+    ``Batch.d``, ``Batch.route`` and ``Task.step`` make the NamedTuples where Python reads
+    them). Any other caller, the flag lowered, gets the NamedTuples: what the protocol
+    says. A core that makes no plain tuples may leave the flag as it is."""
+
+    def __init__(self) -> None:
+        self.plain = False
 
     def on_arrival(self, request: Any, now: float) -> list:
         """The Scheduler protocol's ``on_arrival``: the actions it takes (a list, maybe

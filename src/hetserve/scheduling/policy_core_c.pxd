@@ -10,6 +10,8 @@ from hetserve.core.records_c cimport fields
 
 
 cdef class PolicyCore:
+    cdef public bint plain
+
     cpdef list on_arrival(self, object request, double now)
 
     cpdef list on_timer(self, object token, double now)

@@ -397,6 +397,7 @@ class Algorithm1(PolicyCore):
         models: Iterable[str],
         next_batch: int,
     ) -> None:
+        super().__init__()
         self.table = table
         self.names = names  # (resources by number, and the numbers by name)
         self.ids = ids
@@ -464,6 +465,8 @@ class Algorithm1(PolicyCore):
     # ------------------------------------------------------------------ the protocol
     def on_arrival(self, request: object, now: float) -> list:
         """A request joins its model's queue; then Algorithm 1 for that model."""
+        plain = self.plain  # (this call's: ``PolicyCore``)
+        self.plain = False
         model = field(request, REQUEST_MODEL)
         mq = self.queues.get(model)
         if mq is None:
@@ -471,7 +474,7 @@ class Algorithm1(PolicyCore):
         push(mq.heap, (field(request, REQUEST_DEADLINE_S), field(request, REQUEST_ID), request))
         mq.rows += field(request, REQUEST_ROWS)
         out: list = []
-        self.try_model(mq, model, now, out)
+        self.try_model(mq, model, now, out, plain)
         return out
 
     def on_timer(self, token: object, now: float) -> list:
@@ -480,6 +483,8 @@ class Algorithm1(PolicyCore):
         model's queue: most timers fire after an arrival asked for an earlier one, and
         are answered without a look-up by the model's name (a look-up in a dict of 100
         models' queues missed the first-level cache at 1,000 GPUs)."""
+        plain = self.plain
+        self.plain = False
         mq = token[3]
         at = token[2]
         if mq.timer_at != at:  # (NaN: none, unequal to any)
@@ -489,7 +494,7 @@ class Algorithm1(PolicyCore):
             return []
         mq.timer_at = _NAN
         out: list = []
-        self.try_model(mq, model, now, out)
+        self.try_model(mq, model, now, out, plain)
         return out
 
     def stage_report(
@@ -514,6 +519,8 @@ class Algorithm1(PolicyCore):
         """A stage report (``on_stage_done``, its fields: ``PolicyCore``): the feedback
         correction; preempted requests back in their queue; Algorithm 1 again where
         anything moved."""
+        plain = self.plain
+        self.plain = False
         if kind != "stage":
             return None  # (no actions: ``PolicyCore.on_stage_done`` says ``[]``)
         # (the tables say who is busy: no counts kept)
@@ -532,7 +539,7 @@ class Algorithm1(PolicyCore):
             # runs on arrivals, at the wake-up timer and when resources change)
             return None
         out: list = []
-        self.try_model(self.queues[model], model, now, out)
+        self.try_model(self.queues[model], model, now, out, plain)
         return out
 
     # ------------------------------------------------------------------ the steps
@@ -572,9 +579,11 @@ class Algorithm1(PolicyCore):
             bs -= 1
         return None
 
-    def try_model(self, mq: ModelQueue, model: str, now: float, out: list) -> None:
+    def try_model(
+        self, mq: ModelQueue, model: str, now: float, out: list, plain: bool = False
+    ) -> None:
         """Algorithm 1 for ``model``'s queue (``mq``), until it is empty or waits; the
-        actions go to ``out``."""
+        actions go to ``out`` (``plain``: its dispatches as plain tuples, ``PolicyCore``)."""
         q = mq.heap
         if not q:
             return
@@ -638,6 +647,21 @@ class Algorithm1(PolicyCore):
             self.resv_put(bid, reserve(table, bid, chosen, self.booked))
             names = self.names
             blocks = chosen.pipe.blocks
+            if plain:  # (the kernel's C call: the NamedTuples' fields, ``PolicyCore.plain``)
+                if chosen.n_stages == 1:
+                    route = ((0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),)
+                elif chosen.n_stages == 2:
+                    route = (
+                        (0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),
+                        (1, names[chosen.iw[1]], chosen.dv[1], blocks[1]),
+                    )
+                else:
+                    route = tuple([
+                        (si, names[chosen.iw[si]], chosen.dv[si], blocks[si])
+                        for si in range(chosen.n_stages)
+                    ])  # fmt: skip
+                out.append((bid, model, reqs, route))
+                continue
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
                 step = record4(RouteStep, 0, names[chosen.iw[0]], chosen.dv[0], blocks[0])
                 route = (step,)

@@ -117,13 +117,13 @@ cdef class Algorithm1(PolicyCore):
     @cython.locals(kept=list, size=Py_ssize_t, mask=Py_ssize_t)
     cdef void _resv_grow(self) except *
 
-    @cython.locals(mq=ModelQueue)
+    @cython.locals(mq=ModelQueue, plain=bint)
     cpdef list on_arrival(self, object request, double now)
 
-    @cython.locals(mq=ModelQueue, at=double)
+    @cython.locals(mq=ModelQueue, at=double, plain=bint)
     cpdef list on_timer(self, object token, double now)
 
-    @cython.locals(changed=bint, out=list, mq=ModelQueue)
+    @cython.locals(changed=bint, out=list, mq=ModelQueue, plain=bint)
     cpdef list stage_report(self, object kind, object batch_id, object model, Py_ssize_t stage,
                             object worker, double start_s, double end_s, object requests,
                             bint completed, bint last, object reason, object blocks,
@@ -146,7 +146,8 @@ cdef class Algorithm1(PolicyCore):
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
                    si=Py_ssize_t,
                    blocks=list, route=tuple)
-    cpdef void try_model(self, ModelQueue mq, object model, double now, list out) except *
+    cpdef void try_model(self, ModelQueue mq, object model, double now, list out,
+                         bint plain=*) except *
 
     @cython.locals(has_x=bint, res=cython.int, first=Py_ssize_t, b=cython.longlong)
     cpdef bint correct(self, object bid, Py_ssize_t stage, object worker, double start_s,

@@ -125,7 +125,7 @@ class Ledger(ObserverCore):
         if j == len(self.row_batch):
             self._grow()
         self.row_batch[j] = b.id
-        self.row_stage[j] = field(task.step, STEP_STAGE)
+        self.row_stage[j] = field(task._step, STEP_STAGE)
         self.row_size[j] = b.rows
         self.row_start_s[j] = task.start_s
         self.row_end_s[j] = now
@@ -139,7 +139,7 @@ class Ledger(ObserverCore):
         put(self.row_gpu, j, w.gpu_name)
         put(self.row_status, j, status)
         self.n_rows = j + 1
-        if task.ran and task.index == 0 and field(task.step, STEP_BLOCKS)[0] == 0:  # service began
+        if task.ran and task.index == 0 and field(task._step, STEP_BLOCKS)[0] == 0:  # service began
             t0 = task.start_s
             for r in b.requests:
                 self.start_s[field(r, REQUEST_ID)] = t0
