@@ -647,35 +647,25 @@ class Algorithm1(PolicyCore):
             self.resv_put(bid, reserve(table, bid, chosen, self.booked))
             names = self.names
             blocks = chosen.pipe.blocks
-            if plain:  # (the kernel's C call: the NamedTuples' fields, ``PolicyCore.plain``)
-                if chosen.n_stages == 1:
-                    route = ((0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),)
-                elif chosen.n_stages == 2:
-                    route = (
-                        (0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),
-                        (1, names[chosen.iw[1]], chosen.dv[1], blocks[1]),
-                    )
-                else:
-                    route = tuple([
-                        (si, names[chosen.iw[si]], chosen.dv[si], blocks[si])
-                        for si in range(chosen.n_stages)
-                    ])  # fmt: skip
-                out.append((bid, model, reqs, route))
-                continue
+            # the route as plain tuples of a ``RouteStep``'s fields: what the kernel's C call
+            # takes (``PolicyCore.plain``); the protocol's NamedTuples for any other caller
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
-                step = record4(RouteStep, 0, names[chosen.iw[0]], chosen.dv[0], blocks[0])
-                route = (step,)
+                route = ((0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),)
             elif chosen.n_stages == 2:  # (two: likewise, no list made first)
                 route = (
-                    record4(RouteStep, 0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),
-                    record4(RouteStep, 1, names[chosen.iw[1]], chosen.dv[1], blocks[1]),
+                    (0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),
+                    (1, names[chosen.iw[1]], chosen.dv[1], blocks[1]),
                 )
             else:
                 route = tuple([
-                    record4(RouteStep, si, names[chosen.iw[si]], chosen.dv[si], blocks[si])
+                    (si, names[chosen.iw[si]], chosen.dv[si], blocks[si])
                     for si in range(chosen.n_stages)
                 ])  # fmt: skip
-            out.append(record4(Dispatch, bid, model, reqs, route))
+            if plain:
+                out.append((bid, model, reqs, route))
+            else:
+                steps = tuple([record4(RouteStep, st[0], st[1], st[2], st[3]) for st in route])
+                out.append(record4(Dispatch, bid, model, reqs, steps))
 
     def correct(
         self,
