@@ -182,8 +182,8 @@ def test_a_report_of_a_batch_with_no_reservations_moves_nothing():
     read the kept row as a C integer before asking whether there was one: a TypeError.)"""
     for mod in (pure, compiled) if compiled is not None else (pure,):
         core = mod.Algorithm1(mod.SlotTable(), [], {}, set(), 0.0, {}, [], 0)
-        assert core.correct(12345, 0, "w", 0.0, 1.0, None, None, True, True) is False, mod
-        assert core.correct(7, 1, "w", 0.0, 1.0, 0.0, 0.5, False, False) is False, mod
+        assert core.correct(12345, 0, 0.0, 1.0, None, None, True, True) is False, mod
+        assert core.correct(7, 1, 0.0, 1.0, 0.0, 0.5, False, False) is False, mod
 
 
 RING_OPS = st.lists(
@@ -499,7 +499,8 @@ def test_the_correction_over_bookings_is_the_correction_over_a_list(n, reports, 
             last = s == n - 1
             x = (start - 0.001, start) if has_x and s else (0.0, 0.0)
             args = (s, s, start, end, x[0], x[1], has_x and s > 0, completed, last)
-            res = tables[0].correct(7, bk, first, *args)
+            # (the table is not told the stage's worker: it is its last row, as booked)
+            res = tables[0].correct(7, bk, first, s, *args[2:])
             changed, keep = bool(res & reservation_slots.MOVED), bool(res & reservation_slots.KEPT)
             want_changed, want = _correct_as_a_list(tables[1], kept, *args)
             assert changed == want_changed, mod

@@ -525,8 +525,8 @@ class Algorithm1(PolicyCore):
             return None  # (no actions: ``PolicyCore.on_stage_done`` says ``[]``)
         # (the tables say who is busy: no counts kept)
         changed = self.correct(
-            batch_id, stage, worker, start_s, end_s, transfer_start_s, transfer_end_s,
-            completed, last,
+            batch_id, stage, start_s, end_s, transfer_start_s, transfer_end_s, completed,
+            last,
         )  # fmt: skip
         if not completed and reason in RETURNED:
             mq = self.queues[model]  # (back in their queue: they keep their deadlines)
@@ -671,7 +671,6 @@ class Algorithm1(PolicyCore):
         self,
         bid: int,
         stage: int,
-        worker: str,
         start_s: float,
         end_s: float,
         xs: float | None,
@@ -679,10 +678,11 @@ class Algorithm1(PolicyCore):
         completed: bool,
         last: bool,
     ) -> bool:
-        """Feedback correction of a stage report's (its batch, stage, worker, start, end,
+        """Feedback correction of a stage report's (its batch, stage, start, end,
         transfer start and end, whether it completed, whether it was the last): the
-        batch's reservations follow reality (:meth:`SlotTable.correct`). Returns whether
-        any reservation moved."""
+        batch's reservations follow reality (:meth:`SlotTable.correct`, which knows the
+        stage's worker from its rows: the report's is the one it was routed to). Returns
+        whether any reservation moved."""
         if type(bid) is not int:  # (never this core's: its ids are ints)
             return False
         b = bid  # (compiled, a C integer)
@@ -691,7 +691,7 @@ class Algorithm1(PolicyCore):
             return False
         has_x = xs is not None and xe is not None
         res = self.table.correct(
-            bid, self.booked, first, stage, self.ids[worker], start_s, end_s,
+            bid, self.booked, first, stage, start_s, end_s,
             xs if has_x else 0.0, xe if has_x else 0.0, has_x, completed, last,
         )  # fmt: skip
         if not res & _KEPT:

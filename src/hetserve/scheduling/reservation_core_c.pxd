@@ -150,6 +150,5 @@ cdef class Algorithm1(PolicyCore):
                          bint plain=*) except *
 
     @cython.locals(has_x=bint, res=cython.int, first=Py_ssize_t, b=cython.longlong)
-    cpdef bint correct(self, object bid, Py_ssize_t stage, object worker, double start_s,
-                       double end_s, object xs, object xe, bint completed,
-                       bint last) except? -1
+    cpdef bint correct(self, object bid, Py_ssize_t stage, double start_s, double end_s,
+                       object xs, object xe, bint completed, bint last) except? -1

@@ -597,7 +597,6 @@ class SlotTable:
         bk: Bookings,
         first: int,
         stage: int,
-        worker: int,
         start_s: float,
         end_s: float,
         x_start_s: float,
@@ -608,13 +607,16 @@ class SlotTable:
     ) -> int:
         """Feedback correction of batch ``bid``'s reservations (the rows of ``bk`` from
         ``first`` on, as ``reservation_core.reserve`` made them) by its stage ``stage``'s
-        report: that stage's worker (``worker``) and transfer move to when they really ran
+        report: that stage's worker and transfer move to when they really ran
         (``start_s``..``end_s``, ``x_start_s``..``x_end_s`` where ``has_transfer``); later
         stages move by the stage's overrun (or gain), their rows with them, or are
         released if the batch stops here (not ``completed``). Returns ``MOVED`` (1) where
         any reservation moved, plus ``KEPT`` (2) where the batch keeps its rows (without
         it, the batch has no more reservations to correct: the caller releases the
-        rows). (Two flags in one integer: no tuple made per report.)"""
+        rows). (Two flags in one integer: no tuple made per report.) The stage's worker's
+        row is its last (``reservation_core.reserve`` books a stage's transfers, then the
+        worker that runs it), so the report's worker is not looked up: the stage ran on
+        the worker it was routed to (``Kernel`` starts a stage on its route step's)."""
         delay = 0.0
         changed = False
         k = first
@@ -624,7 +626,8 @@ class SlotTable:
                 start = bk.t[k]
                 dur = bk.d[k]
                 moves = True
-                if r == worker:
+                nk = bk.nxt[k]
+                if nk < 0 or bk.st[nk] != stage:  # (the stage's last row: its worker's)
                     a = start_s
                     b = end_s
                     delay = b - (start + dur)

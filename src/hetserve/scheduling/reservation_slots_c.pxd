@@ -163,8 +163,8 @@ cdef class SlotTable:
     cpdef void replace(self, Py_ssize_t r, long long tag, double start, double end) except *
 
     @cython.locals(delay=double, changed=bint, k=Py_ssize_t, r=Py_ssize_t, start=double,
-                   dur=double, a=double, b=double, moves=bint)
+                   dur=double, a=double, b=double, moves=bint, nk=Py_ssize_t)
     cpdef int correct(self, object bid, Bookings bk, Py_ssize_t first, Py_ssize_t stage,
-                        Py_ssize_t worker, double start_s, double end_s, double x_start_s,
+                        double start_s, double end_s, double x_start_s,
                         double x_end_s, bint has_transfer, bint completed,
                         bint last) except -1
