@@ -339,3 +339,48 @@ def test_a_batch_of_a_plain_dispatch_shows_python_the_named_tuples():
     b2 = entities.Batch(named, 0.0, 2)
     assert b2.d is named and b2.route is named.route
     assert entities.Task(b2, 0, None).step is named.route[0]
+
+
+def test_the_kernel_gives_the_reservation_core_its_slots_and_checks_the_slots_it_is_given():
+    """``PolicyCore.worker_keys``: the kernel that takes ``reservation``'s core gives it
+    its own slots for the core's workers; the core's plain dispatches (the kernel's flagged
+    call) then carry those slots in place of names, the same route otherwise, and the
+    protocol's NamedTuples still carry names. ``check_dispatch`` takes a slot only where it
+    is the kernel's own: a slot of another kernel is an unknown worker, named."""
+    from hetserve.engine import entities
+    from hetserve.engine.rules import ProtocolError, as_dispatch
+    from hetserve.scheduling.protocol import Dispatch
+
+    sim, _ = _run_reservation(make_scheduler("reservation"))
+    k, core = sim.kernel, sim.scheduler.algorithm
+    check_dispatch = kernel.core.check_dispatch  # (the build this process's kernel is)
+    keys = core.worker_keys
+    names = core.worker_names()
+    assert keys is not None and len(keys) <= len(names)
+    assert sum(1 for x in keys if type(x) is entities.Slot) == len(k.workers)
+    for n, key in zip(names, keys, strict=False):
+        assert key is k.workers[n] if n in k.workers else key == n
+    # a fresh core of the same plan, bound by that kernel's keys: its flagged call's route
+    # carries the slots, its unflagged call's the names, on the same workers
+    out = {}
+    for flag in (True, False):
+        r = make_scheduler("reservation")
+        r.start(k.view, sim.plan, 0.0)
+        r.algorithm.worker_keys = [k.workers.get(n, n) for n in r.algorithm.worker_names()]
+        acts = []
+        for req in _requests(4, 5.0):
+            r.algorithm.plain = flag
+            acts += r.algorithm.on_arrival(req, 0.0)
+        (out[flag],) = [a for a in acts if type(a) in (tuple, Dispatch)]
+    plain, named = out[True], out[False]
+    assert [type(st[1]) for st in plain[3]] == [entities.Slot, entities.Slot]
+    assert [st[1].id for st in plain[3]] == [st.worker for st in named.route]
+    assert as_dispatch(plain) == named
+    slots = k._slots
+    assert all(slots[w.index] is w for w in k.workers.values())
+    assert check_dispatch(plain, k.nblocks, k.workers, {}, slots) == 0
+    w = plain[3][1][1]
+    stranger = entities.Slot(w.info, w.index)  # (another kernel's slot for the same worker)
+    bad = (plain[0], plain[1], plain[2], (plain[3][0], (1, stranger, *plain[3][1][2:])))
+    with pytest.raises(ProtocolError, match=f"unknown worker {w.id!r}"):
+        check_dispatch(bad, k.nblocks, k.workers, {}, slots)

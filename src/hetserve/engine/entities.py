@@ -23,7 +23,7 @@ from hetserve.engine import entities_core as _pure
 __all__ = [
     "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot",
     "StageStarter", "Task", "add_task", "build_beside", "core", "new_batch", "new_task",
-    "starter_of", "tasks_of",
+    "route_steps", "starter_of", "tasks_of",
 ]  # fmt: skip
 
 
@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
         add_task,
         new_batch,
         new_task,
+        route_steps,
         starter_of,
         tasks_of,
     )
@@ -64,5 +65,5 @@ else:
     Batch, LinkTable, Slot, Task = core.Batch, core.LinkTable, core.Slot, core.Task
     HostLinks, ObserverCall, ObserverCore = core.HostLinks, core.ObserverCall, core.ObserverCore
     new_batch, new_task = core.new_batch, core.new_task
-    add_task, tasks_of = core.add_task, core.tasks_of
+    add_task, tasks_of, route_steps = core.add_task, core.tasks_of, core.route_steps
     StageStarter, starter_of = core.StageStarter, core.starter_of

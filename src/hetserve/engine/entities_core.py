@@ -117,7 +117,7 @@ class Batch:
         where Python reads them)."""
         route = self._route
         if route and type(route[0]) is not RouteStep:
-            route = tuple([RouteStep(*step) for step in route])
+            route = route_steps(route)
             self._route = route
         return route
 
@@ -130,6 +130,19 @@ class Batch:
             d = Dispatch(d[0], d[1], d[2], self.route)
             self._d = d
         return d
+
+
+def route_steps(route: Any) -> tuple[RouteStep, ...]:
+    """A compiled core's plain route (``PolicyCore.plain``: each step a plain tuple of a
+    ``RouteStep``'s fields, its worker a name or the kernel's ``Slot`` for it,
+    ``PolicyCore.worker_keys``) as the protocol's ``RouteStep``s, each worker its name."""
+    out = []
+    for step in route:
+        stage, worker, at, blocks = step
+        if type(worker) is Slot:
+            worker = worker.id
+        out.append(RouteStep(stage, worker, at, blocks))
+    return tuple(out)
 
 
 def _init_batch(

@@ -128,7 +128,14 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
         record15,
     )
     from hetserve.engine.deadlines import Deadlines
-    from hetserve.engine.entities import add_task, new_batch, new_task, starter_of, tasks_of
+    from hetserve.engine.entities import (
+        Slot,
+        add_task,
+        new_batch,
+        new_task,
+        starter_of,
+        tasks_of,
+    )
     from hetserve.scheduling.policy_core import core_of, timer_core_of
 
 LOG = logging.getLogger("hetserve.engine")
@@ -137,13 +144,18 @@ _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor compute
 
 # ---------------------------------------------------------------------- dispatch (rule 4)
 def check_dispatch(
-    d: Dispatch, nblocks: Mapping[str, int], workers: Container[str], live: Container[int]
+    d: Dispatch,
+    nblocks: Mapping[str, int],
+    workers: Container[str],
+    live: Container[int],
+    slots: list[entities.Slot],
 ) -> int:
     """A dispatch's shape: a batch id not in use (``live``: the batches under way), some
     requests, a route over the model's blocks contiguously with consecutive stage numbers,
-    on known workers, ending at or before the model's last block. Returns the route's
-    first block. (Rule 4's check, with the other rules' in ``engine.rules``; here, beside
-    the kernel, so that it is compiled with it.)"""
+    on known workers (a name in ``workers``, or, in a compiled core's plain dispatch, one
+    of the kernel's ``slots`` itself: ``PolicyCore.worker_keys``), ending at or before the
+    model's last block. Returns the route's first block. (Rule 4's check, with the other
+    rules' in ``engine.rules``; here, beside the kernel, so that it is compiled with it.)"""
     # (the NamedTuples' fields in their order: one unpacking each, no attribute lookups)
     bid, model, reqs, route = fields(d)
     if bid in live or not reqs or not route:
@@ -175,7 +187,13 @@ def check_dispatch(
             stage_c = stage
             b0_c = b0
             b1_c = b1
-            if stage_c != k or b0_c != pos_c or b1_c <= pos_c or worker not in workers:
+            if stage_c != k or b0_c != pos_c or b1_c <= pos_c:
+                break
+            if type(worker) is Slot:  # (a plain dispatch's: one of this kernel's, by index)
+                ws = worker
+                if ws.index >= len(slots) or slots[ws.index] is not ws:
+                    break
+            elif worker not in workers:
                 break
             pos_c = b1_c
         else:
@@ -200,7 +218,11 @@ def check_dispatch(
                 f"Dispatch {bid}: route must cover blocks contiguously with "
                 f"consecutive stage numbers (step {k}: stage {stage}, {blocks})"
             )
-        if worker not in workers:
+        if type(worker) is Slot:
+            ws = worker
+            if ws.index >= len(slots) or slots[ws.index] is not ws:
+                raise ProtocolError(f"Dispatch {bid}: unknown worker {ws.id!r}")
+        elif worker not in workers:
             raise ProtocolError(f"Dispatch {bid}: unknown worker {worker!r}")
         if type(at) is not float and (not isinstance(at, Real) or isinstance(at, bool)):
             # (it orders the worker's queue: a keyed heap's first key, ``core/heaps.py``)
@@ -243,6 +265,7 @@ class Kernel:
         self.workers = {
             wid: entities.Slot(info, k) for k, (wid, info) in enumerate(view.workers.items())
         }
+        self._slots = list(self.workers.values())  # (by ``Slot.index``)
         self.retired: set[str] = set()  # workers a switch released (``retire``)
         self.nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
         self.batches: dict[int, entities.Batch] = {}
@@ -343,7 +366,8 @@ class Kernel:
         ids of the workers added (new slots)."""
         new = {wid: info for wid, info in view.workers.items() if wid not in self.workers}
         for wid, info in new.items():
-            self.workers[wid] = entities.Slot(info, len(self.workers))
+            w = self.workers[wid] = entities.Slot(info, len(self.workers))
+            self._slots.append(w)
         self.retired -= set(view.workers)
         for m in plan.models:
             if m not in self.nblocks:
@@ -381,6 +405,7 @@ class Kernel:
         self._on_stage_done = self.scheduler.on_stage_done
         self._core = core_of(self.scheduler) if self.strict else None
         self._tcore = timer_core_of(self.scheduler) if self.strict else None
+        self._bind_core()
         self._rebound = True
 
     # ------------------------------------------------------------------ entry points
@@ -392,6 +417,20 @@ class Kernel:
         self._on_stage_done = self.scheduler.on_stage_done
         self._core = core_of(self.scheduler) if self.strict else None
         self._tcore = timer_core_of(self.scheduler) if self.strict else None
+        self._bind_core()
+
+    def _bind_core(self) -> None:
+        """The scheduler's compiled core, where it numbers its workers
+        (``PolicyCore.worker_names``), gets this kernel's slots as their keys
+        (``PolicyCore.worker_keys``; a name the kernel has no worker of stays a name): its
+        plain dispatches then carry the slots, and no name is looked up per stage."""
+        core = self._core
+        if core is None:
+            return
+        names = core.worker_names()
+        if names is not None:
+            workers = self.workers
+            core.worker_keys = [workers.get(n, n) for n in names]
 
     def arrive(self, r: Request, now: float, payload: Any = None) -> None:
         """A request arrives (each once: the driver gives every request a new id); it
@@ -769,13 +808,13 @@ class Kernel:
         elif b.gone is not None and len(b.gone) == len(b.requests):
             # every request was cancelled while this stage ran: the next does not start
             reqs = ()
-            nw = self.workers[field(b._route[b.stage + 1], STEP_WORKER)]
+            nw = self._slot(field(b._route[b.stage + 1], STEP_WORKER))
             withdraw = new_task(b, b.stage + 1, nw)
         else:
             reqs = b.requests if b.gone is None else _live(b)
             b.stage += 1
             b.payload = output
-            nw = self.workers[field(b._route[b.stage], STEP_WORKER)]
+            nw = self._slot(field(b._route[b.stage], STEP_WORKER))
             ntask = new_task(b, b.stage, nw)
             add_task(b, ntask)
             links = self.links
@@ -1093,7 +1132,7 @@ class Kernel:
             self._end((r,), DROPPED, text, now)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
-        first = check_dispatch(d, self.nblocks, self.workers, self.batches)
+        first = check_dispatch(d, self.nblocks, self.workers, self.batches, self._slots)
         held, parked = self.held, self.parked
         bid, model, reqs, route = fields(d)  # (one unpacking: cheaper than the fields)
         trim = False
@@ -1140,12 +1179,19 @@ class Kernel:
             b.payload = [pl.get(r.id) for r in reqs]
         self.batches[bid] = b
         self._obs.dispatched(b, first, now)
-        task = new_task(b, 0, self.workers[field(route[0], STEP_WORKER)])
+        task = new_task(b, 0, self._slot(field(route[0], STEP_WORKER)))
         add_task(b, task)
         if first == 0:
             self._input_arrived(task, now)
             return
         self._gather(task, first, now)
+
+    def _slot(self, worker: Any) -> entities.Slot:
+        """A route step's worker's slot: the step's worker itself where it is one (a
+        compiled core's plain dispatch: ``PolicyCore.worker_keys``), else by its name."""
+        if type(worker) is Slot:
+            return worker  # type: ignore[no-any-return]
+        return self.workers[worker]
 
     def _withdrawn(self, d: Dispatch, _: Any, now: float) -> None:
         """A dispatch whose every request had ended (``_dispatch``): reported, not run."""

@@ -29,8 +29,9 @@ cdef object _NO_PARTS
 
 @cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
                first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
-               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t)
-cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live) except -1
+               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t, ws=Slot)
+cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live,
+                                list slots) except -1
 
 
 cdef class Kernel:
@@ -44,6 +45,7 @@ cdef class Kernel:
     cdef public object links
     cdef public bint strict
     cdef public dict workers
+    cdef public list _slots
     cdef public set retired
     cdef public dict nblocks
     cdef public dict batches
@@ -113,6 +115,8 @@ cdef class Kernel:
 
     @cython.locals(at=double)
     cdef _take(self, object a, double now, bint plain)
+
+    cdef Slot _slot(self, object worker)
 
     cpdef _act(self, object a, double now)
 

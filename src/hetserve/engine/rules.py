@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping
 
 from hetserve.core.requests import Request
+from hetserve.engine.entities import route_steps
 from hetserve.scheduling.protocol import Dispatch, Evict, Load, RouteStep, StageReport
 
 # A stage's result, as the engines record it and report it (rule 5).
@@ -44,7 +45,7 @@ def as_dispatch(d: Dispatch | tuple) -> Dispatch:
     if type(d) is Dispatch:
         return d
     bid, model, requests, route = d
-    return Dispatch(bid, model, requests, tuple([RouteStep(*step) for step in route]))
+    return Dispatch(bid, model, requests, route_steps(route))
 
 
 def not_held(d: Dispatch, r: Request) -> ProtocolError:

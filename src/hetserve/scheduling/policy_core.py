@@ -62,10 +62,24 @@ class PolicyCore:
     tuples of a ``RouteStep``'s (the kernel's ``_apply_core`` reads them; its
     ``Batch.d``, ``Batch.route`` and ``Task.step`` make the NamedTuples where Python reads
     them). Any other caller, the flag lowered, gets the NamedTuples: what the protocol
-    says. A core that makes no plain tuples may leave the flag as it is."""
+    says. A core that makes no plain tuples may leave the flag as it is.
+
+    ``worker_keys``: None, or, for each of :meth:`worker_names` in its order, what the
+    kernel gave for it (its own object for that worker, or the name again where it has
+    none): in a plain dispatch's route, a core whose numbers these are may put a step's
+    key in place of its worker's name, so that the kernel finds the worker without
+    looking the name up (``Kernel.bind_core`` sets them; the NamedTuples always carry
+    names)."""
 
     def __init__(self) -> None:
         self.plain = False
+        self.worker_keys = None
+
+    def worker_names(self) -> list | None:
+        """The names of this core's resources by its numbers, where its plain dispatches
+        can carry :attr:`worker_keys` in place of workers' names (None: they carry names).
+        Read once, when the kernel takes the core."""
+        return None
 
     def on_arrival(self, request: Any, now: float) -> list:
         """The Scheduler protocol's ``on_arrival``: the actions it takes (a list, maybe

@@ -11,6 +11,7 @@ from hetserve.core.records_c cimport fields
 
 cdef class PolicyCore:
     cdef public bint plain
+    cdef public list worker_keys
 
     cpdef list on_arrival(self, object request, double now)
 

@@ -542,6 +542,11 @@ class Algorithm1(PolicyCore):
         self.try_model(self.queues[model], model, now, out, plain)
         return out
 
+    def worker_names(self) -> list | None:
+        """The resources' names by number (``PolicyCore.worker_names``): a plain
+        dispatch's steps carry the kernel's keys for them."""
+        return self.names
+
     # ------------------------------------------------------------------ the steps
     def probe(self, p: Pipe, batch: int, now: float) -> Probed:
         """Algorithm 2 (:func:`probe`) for ``batch`` rows on ``p``: a new
@@ -648,7 +653,19 @@ class Algorithm1(PolicyCore):
             names = self.names
             blocks = chosen.pipe.blocks
             # the route as plain tuples of a ``RouteStep``'s fields: what the kernel's C call
-            # takes (``PolicyCore.plain``); the protocol's NamedTuples for any other caller
+            # takes (``PolicyCore.plain``), each worker its key there where the kernel gave
+            # keys for its number (``PolicyCore.worker_keys``: the resources named when the
+            # kernel took this core, the workers among them; links are named later); the
+            # protocol's NamedTuples, with names, for any other caller
+            if plain:
+                keys = self.worker_keys
+                if keys is not None:
+                    nk = len(keys)
+                    for si in range(chosen.n_stages):
+                        if chosen.iw[si] >= nk:
+                            break
+                    else:
+                        names = keys
             if chosen.n_stages == 1:  # (one stage: its tuple made at once)
                 route = ((0, names[chosen.iw[0]], chosen.dv[0], blocks[0]),)
             elif chosen.n_stages == 2:  # (two: likewise, no list made first)

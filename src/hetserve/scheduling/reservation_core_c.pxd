@@ -144,7 +144,7 @@ cdef class Algorithm1(PolicyCore):
                    top=tuple, head_dl=double,
                    p=Pipe, pr=Probed, head=double, least=Py_ssize_t, chosen=Probed,
                    n=Py_ssize_t, slack=double, at=double, taken=Py_ssize_t, names=list,
-                   si=Py_ssize_t,
+                   si=Py_ssize_t, keys=list, nk=Py_ssize_t,
                    blocks=list, route=tuple)
     cpdef void try_model(self, ModelQueue mq, object model, double now, list out,
                          bint plain=*) except *
