@@ -384,3 +384,118 @@ def test_the_kernel_gives_the_reservation_core_its_slots_and_checks_the_slots_it
     bad = (plain[0], plain[1], plain[2], (plain[3][0], (1, stranger, *plain[3][1][2:])))
     with pytest.raises(ProtocolError, match=f"unknown worker {w.id!r}"):
         check_dispatch(bad, k.nblocks, k.workers, {}, slots)
+
+
+class _Scripted:
+    """A core (a Python subclass of this build's ``PolicyCore``) that answers arrivals by
+    a script of the request's id: the actions the kernel's ``run`` must take the same way
+    whether the arrival it calls the core with is in ``held`` or only its own."""
+
+    @staticmethod
+    def make(s: Setup, fail_at: int = -1):
+        from hetserve.scheduling.protocol import Dispatch, Drop, RouteStep, SetTimer
+
+        p4 = [w.id for w in s.placement.workers if w.gpu == "P4"]
+        l4 = [w.id for w in s.placement.workers if w.gpu == "L4"]
+
+        class Scripted(_policy().PolicyCore):
+            def __init__(self):
+                super().__init__()
+                self.waiting = []
+                self.next_id = 0
+
+            def _dispatch(self, reqs, now):
+                self.next_id += 1
+                k = self.next_id
+                route = (RouteStep(0, p4[k % len(p4)], now, (0, 5)),
+                         RouteStep(1, l4[k % len(l4)], now, (5, 10)))  # fmt: skip
+                return Dispatch(self.next_id, "resnet50", tuple(reqs), route)
+
+            def on_arrival(self, r, now):
+                self.plain = False  # (NamedTuples: what the protocol says)
+                if r.id == fail_at:
+                    raise RuntimeError("the core failed")
+                k = r.id % 7
+                if k == 0:  # at once
+                    return [self._dispatch([r], now)]
+                if k == 1:  # kept, for a later arrival to dispatch
+                    self.waiting.append(r)
+                    return []
+                if k == 2:  # another action first
+                    return [SetTimer(now + 1e-3, "tick"), self._dispatch([r], now)]
+                if k == 3:  # an older request's batch; this one stays held until its deadline
+                    return [self._dispatch([self.waiting.pop()], now)] if self.waiting else []
+                if k == 4:  # the same request, another object
+                    return [self._dispatch([r._replace()], now)]
+                if k == 5:  # the kept ones with it, in one batch
+                    reqs, self.waiting = [*self.waiting, r], []
+                    return [self._dispatch(reqs, now)]
+                return [Drop((r,), "rows")]  # dropped at once
+
+            def on_timer(self, token, now):
+                return []
+
+            def stage_report(self, *fields):
+                return None
+
+        class Sched:
+            name = "scripted"
+            preempts = False
+
+            def __init__(self):
+                self.core = Scripted()
+                self.on_arrival = self.core.on_arrival
+                self.on_stage_done = self.core.on_stage_done
+                self.on_timer = self.core.on_timer
+
+            def start(self, view, plan, now):
+                return []
+
+            def on_worker_lost(self, worker, now):
+                return []
+
+            def max_rows(self, model):
+                return None
+
+        return Sched()
+
+
+@pytest.mark.parametrize("through", [False, True])
+def test_an_arrival_the_core_dispatches_at_once_is_never_held_and_every_other_is(through):
+    """``Kernel.run`` gives an arrival to the scheduler's core without putting it in
+    ``held``, and puts it there where the core does not dispatch it at once (kept for
+    later, or another action first): every request ends once, as it does where the core
+    is called through the protocol (the arrival in ``held`` first), and a core that
+    raises leaves its arrival held."""
+    s = _two_pools()
+    tr = build_trace(s, "poisson", {"resnet50": 300.0}, 2.0, seed=1)
+    sched = _Scripted.make(s)
+    if through:  # (functions of its own: the kernel calls the protocol)
+        core = sched.core
+        sched.on_arrival = lambda r, t: core.on_arrival(r, t)
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, sched, tr, SimConfig(seed=2))
+    res = sim.run()
+    assert (sim.kernel._core is None) == through
+    ids = np.arange(len(tr))
+    n = len(tr)
+    assert n > 300 and not sim.kernel.held and sim.kernel._fresh is None
+    # each request's one ending, by its script
+    reason = np.array([res.reasons[i] for i in res.reason])
+    dropped = reason == "deadline"
+    assert dropped[ids % 7 == 3].all()  # (kept by the core, never dispatched)
+    assert (reason[ids % 7 == 6] == "rows").all()
+    at_once = np.isin(ids % 7, (0, 2, 4, 5))  # (dispatched in the call they came in)
+    assert not dropped[at_once].any() and (res.outcome[at_once] == OK).mean() > 0.9
+    # the same run either way
+    other = _Scripted.make(s)
+    if not through:
+        c2 = other.core
+        other.on_arrival = lambda r, t: c2.on_arrival(r, t)
+    sim2 = Simulator(s.cluster, s.latency, s.plan, s.placement, other, tr, SimConfig(seed=2))
+    assert _digest(sim2.run()) == _digest(res)
+    # a core that raises: its arrival stays held (what ``close`` ends)
+    bad = _Scripted.make(s, fail_at=40)
+    sim3 = Simulator(s.cluster, s.latency, s.plan, s.placement, bad, tr, SimConfig(seed=2))
+    with pytest.raises(RuntimeError, match="the core failed"):
+        sim3.run()
+    assert 40 in sim3.kernel.held and sim3.kernel._fresh is None

@@ -95,10 +95,12 @@ class Batch:
         "_d",
         "_route",
         "alive",
+        "cuts",
         "dispatch_s",
         "gone",
         "id",
         "model",
+        "nblocks",
         "payload",
         "requests",
         "rows",
@@ -166,6 +168,10 @@ def _init_batch(
     # the stage's input: the requests' inputs (or parked parts) for the first step, the
     # previous step's output after it
     b.payload = None
+    # its model's blocks and bytes out by block (the kernel's, which sets them as it
+    # takes the dispatch: ``Kernel._models``; -1 and None until then)
+    b.nblocks = -1
+    b.cuts = None
 
 
 def new_batch(

@@ -84,6 +84,8 @@ cdef class Batch:
     cdef public Task task
     cdef public object gone
     cdef public object payload
+    cdef public Py_ssize_t nblocks
+    cdef public list cuts
 
 
 cdef class Task:

@@ -154,13 +154,25 @@ def check_dispatch(
     requests, a route over the model's blocks contiguously with consecutive stage numbers,
     on known workers (a name in ``workers``, or, in a compiled core's plain dispatch, one
     of the kernel's ``slots`` itself: ``PolicyCore.worker_keys``), ending at or before the
-    model's last block. Returns the route's first block. (Rule 4's check, with the other
-    rules' in ``engine.rules``; here, beside the kernel, so that it is compiled with it.)"""
+    model's last block (``nblocks``: each model's blocks). Returns the route's first block.
+    (Rule 4's check, with the other rules' in ``engine.rules``; here, beside the kernel,
+    so that it is compiled with it.)"""
+    return check_dispatch_nb(d, nblocks.get(field(d, 1)), workers, live, slots)
+
+
+def check_dispatch_nb(
+    d: Dispatch,
+    nb: int | None,
+    workers: Container[str],
+    live: Container[int],
+    slots: list[entities.Slot],
+) -> int:
+    """:func:`check_dispatch` where the caller has looked the model's blocks up (``nb``;
+    None: the model is not in the plan)."""
     # (the NamedTuples' fields in their order: one unpacking each, no attribute lookups)
     bid, model, reqs, route = fields(d)
     if bid in live or not reqs or not route:
         raise ProtocolError(f"Dispatch {bid}: batch ids must be new; requests and route non-empty")
-    nb = nblocks.get(model)
     if nb is None:
         raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")
     if type(route) is tuple and type(nb) is int:
@@ -270,6 +282,14 @@ class Kernel:
         self.nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
         self.batches: dict[int, entities.Batch] = {}
         self.held: dict[int, Request] = {}
+        # :meth:`run`'s arrival while the scheduler's compiled core takes it: held, but
+        # not in ``held`` (None: none). Where the core dispatches it at once, as it
+        # mostly does, it goes from here into its batch: no dict entry made and taken.
+        # Any other action, or a dispatch's steps after its requests are taken, puts it in
+        # ``held`` first (:meth:`_hold_fresh`), so every other path sees ``held`` as ever.
+        self._fresh = None
+        self._fresh_id = -1
+        self._fresh_held = False  # (:meth:`_hold_fresh` put it in ``held``)
         self.open: dict[int, Request] | None = {} if track else None
         self.parked: dict[int, tuple[int, str, Any]] = {}
         self.payloads: dict[int, Any] = {}
@@ -279,6 +299,10 @@ class Kernel:
         self.deadlines = Deadlines()
         # model -> by block, its bytes out (-1.0: not read yet); the view's factor
         self._out_bytes: dict[str, list[float]] = {}
+        # model -> (its blocks, its ``_out_bytes`` list), made at its first dispatch: each
+        # batch keeps its model's (``Batch.nblocks``, ``Batch.cuts``), so that its stages'
+        # ends look nothing up by the model's name
+        self._models: dict[str, tuple[int, list[float]]] = {}
         self._cut_factor = view.cut_bytes_factor
         self._expiry_s = math.inf  # the kernel's deadline timer (inf: none set)
         self._ask = self._ask_strict if strict else self._ask_guarded
@@ -594,17 +618,30 @@ class Kernel:
                 stream = streams_l[i]
                 dl_obj = deadlines_a[i]
                 r = record7(Request, rid, models_l[i], stream, t_obj, dl_obj, None, 1)
-                held[rid] = r
                 # still held (``_watch``, inline below): where no action came, nothing took
                 # it, and it is not looked up
                 kept = True
                 if core is not None:
                     core.plain = True  # (its dispatches as plain tuples: this call's)
-                    acts = core.on_arrival(r, now)
-                    if acts:
-                        self._apply_core(acts, now)
+                    self._fresh = r  # (held, as ``_fresh``: ``__init__``)
+                    self._fresh_id = i
+                    self._fresh_held = False
+                    try:
+                        acts = core.on_arrival(r, now)
+                        if acts:
+                            self._apply_core(acts, now)
+                    except BaseException:
+                        self._hold_fresh()
+                        raise
+                    if self._fresh is not None:  # nothing took it: held from now on
+                        self._fresh = None
+                        held[rid] = r
+                    elif self._fresh_held:  # an action came before: ``held`` tells
                         kept = held.get(rid) is r
+                    else:  # a dispatch took it
+                        kept = False
                 else:
+                    held[rid] = r
                     acts = on_arrival(r, t_obj)
                     if acts:
                         self._apply_strict(acts, now)
@@ -790,7 +827,7 @@ class Kernel:
                 reqs = tuple([reqs[k] for k in keep])
                 if self._outputs:
                     parts = [parts[k] for k in keep]  # type: ignore[index]
-            if end_block < self.nblocks[b.model]:
+            if end_block < b.nblocks:
                 # an open route: the requests are parked here, back with the scheduler
                 reason = PARKED
                 held, parked, wid = self.held, self.parked, w.id
@@ -819,7 +856,7 @@ class Kernel:
             add_task(b, ntask)
             links = self.links
             if links is not None:
-                nbytes = self._cut_bytes(b.model, blk1 - 1, b.rows)
+                nbytes = self._cut_bytes_in(b.cuts, b.model, blk1 - 1, b.rows)
                 x0 = links.send_between_at(w, nw, nbytes, now)  # (its end: ``end_s``)
                 self._transfer_s(ntask, x0, links.end_s, now)
             else:
@@ -1025,7 +1062,10 @@ class Kernel:
         kind = type(a)
         if kind is Dispatch or (plain and kind is tuple):  # the common cases, without a call
             self._dispatch(a, now)  # type: ignore[arg-type]
-        elif kind is SetTimer:
+            return
+        if self._fresh is not None:
+            self._hold_fresh()
+        if kind is SetTimer:
             at = at_s = a.at_s  # type: ignore[attr-defined]
             if at < now:
                 check_timer(at, now)
@@ -1132,9 +1172,16 @@ class Kernel:
             self._end((r,), DROPPED, text, now)
 
     def _dispatch(self, d: Dispatch, now: float) -> None:
-        first = check_dispatch(d, self.nblocks, self.workers, self.batches, self._slots)
-        held, parked = self.held, self.parked
         bid, model, reqs, route = fields(d)  # (one unpacking: cheaper than the fields)
+        mi = self._models.get(model)
+        if mi is None:
+            nb = self.nblocks.get(model)
+            if nb is not None:
+                mi = self._models[model] = (nb, self._cuts(model))
+        else:
+            nb = mi[0]
+        first = check_dispatch_nb(d, nb, self.workers, self.batches, self._slots)
+        held, parked = self.held, self.parked
         trim = False
         for k, r in enumerate(reqs):
             if type(r) is Request:  # (its fields read in C)
@@ -1143,8 +1190,13 @@ class Kernel:
             else:
                 rid = r.id
                 r_model = r.model
-            got = held.pop(rid, None)
+            got = self._fresh
+            if got is not None and (r is got or rid == self._fresh_id):
+                self._fresh = None  # (:meth:`run`'s arrival: held, not in ``held``)
+            else:
+                got = held.pop(rid, None)
             if got is None or r_model != model:
+                self._hold_fresh()
                 if got is None and rid in self.gone and r_model == model:
                     trim = True  # ended meanwhile (deadline, cancelled): left out below
                     continue
@@ -1161,6 +1213,8 @@ class Kernel:
             elif first:
                 self._give_back(reqs[: k + 1])
                 raise parked_elsewhere(d, r, 0)
+        if self._fresh is not None:  # (another request's batch: the rest sees ``held``)
+            self._hold_fresh()
         if trim:
             gone = self.gone
             given = reqs
@@ -1172,6 +1226,8 @@ class Kernel:
             d = d._replace(requests=reqs) if type(d) is Dispatch else (bid, model, reqs, route)
         n_rows = len(reqs) if self._unit else sum([r.rows for r in reqs])
         b = new_batch(d, bid, model, reqs, route, now, n_rows)
+        b.nblocks = mi[0]
+        b.cuts = mi[1]
         if first > 0:  # a continued batch (rule 4): its input is the parked activations
             b.payload = [parked[r.id][2] for r in reqs]
         elif self.payloads:
@@ -1185,6 +1241,15 @@ class Kernel:
             self._input_arrived(task, now)
             return
         self._gather(task, first, now)
+
+    def _hold_fresh(self) -> None:
+        """:meth:`run`'s arrival, where the core has not dispatched it, put in ``held``
+        (``__init__``'s ``_fresh``)."""
+        r = self._fresh
+        if r is not None:
+            self._fresh = None
+            self._fresh_held = True
+            self.held[self._fresh_id] = r
 
     def _slot(self, worker: Any) -> entities.Slot:
         """A route step's worker's slot: the step's worker itself where it is one (a
@@ -1231,9 +1296,17 @@ class Kernel:
         """Activation bytes crossing the cut after ``after_block`` for a batch of ``rows``
         rows (the view's ``cut_bytes_factor``: 0.5 FP16, 1.0 FP32 of the graph's FP32
         bytes); the graph's bytes per cut are read once."""
+        return self._cut_bytes_in(self._cuts(model), model, after_block, rows)
+
+    def _cuts(self, model: str) -> list[float]:
+        """``model``'s bytes out by block, as read so far (-1.0: not yet)."""
         per = self._out_bytes.get(model)  # (by model, then a list by block: no key to make)
         if per is None:
             per = self._out_bytes[model] = []
+        return per
+
+    def _cut_bytes_in(self, per: list[float], model: str, after_block: int, rows: int) -> float:
+        """:meth:`_cut_bytes` where the caller has ``model``'s list (:meth:`_cuts`)."""
         while len(per) <= after_block:
             per.append(-1.0)
         out = per[after_block]  # (compiled: C doubles, the product without floats made)

@@ -27,11 +27,14 @@ from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of, timer_core_o
 cdef object _NO_PARTS
 
 
-@cython.locals(nb=object, route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
-               first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
-               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t, ws=Slot)
 cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live,
                                 list slots) except -1
+
+@cython.locals(route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
+               first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
+               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t, ws=Slot)
+cpdef Py_ssize_t check_dispatch_nb(object d, object nb, dict workers, dict live,
+                                   list slots) except -1
 
 
 cdef class Kernel:
@@ -50,6 +53,9 @@ cdef class Kernel:
     cdef public dict nblocks
     cdef public dict batches
     cdef public dict held
+    cdef public object _fresh
+    cdef public Py_ssize_t _fresh_id
+    cdef public bint _fresh_held
     cdef public object open
     cdef public dict parked
     cdef public dict payloads
@@ -74,11 +80,18 @@ cdef class Kernel:
     cdef public bint _outputs
     cdef public EventHeap _heap
     cdef public dict _out_bytes
+    cdef public dict _models
     cdef public double _cut_factor
 
-    @cython.locals(per=list, out=double)
     cpdef double _cut_bytes(self, object model, Py_ssize_t after_block,
                             Py_ssize_t rows) except? -1.0
+
+    @cython.locals(per=list)
+    cpdef list _cuts(self, object model)
+
+    @cython.locals(out=double)
+    cpdef double _cut_bytes_in(self, list per, object model, Py_ssize_t after_block,
+                               Py_ssize_t rows) except? -1.0
 
     @cython.locals(clock=object, heap=EventHeap, held=dict, n=Py_ssize_t, i=Py_ssize_t,
                    now=double, last=double, t=double, task=Task, t_next=double, rid=object,
@@ -118,13 +131,15 @@ cdef class Kernel:
 
     cdef Slot _slot(self, object worker)
 
+    cdef void _hold_fresh(self) except *
+
     cpdef _act(self, object a, double now)
 
     @cython.locals(nb=object, blocks=object)
     cpdef _check_load(self, object a)
 
     @cython.locals(held=dict, parked=dict, first=Py_ssize_t, k=Py_ssize_t, trim=bint,
-                   b=Batch, task=Task, blk=Py_ssize_t)
+                   b=Batch, task=Task, blk=Py_ssize_t, mi=tuple, nb=object)
     cpdef _dispatch(self, object d, double now)
 
     cpdef _transfer(self, Task task, tuple span, double now)
