@@ -2,7 +2,8 @@
 entry for entry, as ``heapq`` does on heaps of ``(key, unique number, ...)`` tuples, mixed
 with ``heapq`` on one heap too; the Python file's sift (what the build compiles) does the
 same run as Python; ``pop_edf`` takes what an independent sort says it should; the idle
-set (``IdleSet``) holds what a Python set does."""
+set (``IdleSet``) holds what a Python set does; the map by id (``IdMap``) answers as a
+dict does."""
 
 import heapq
 import importlib
@@ -324,3 +325,106 @@ def test_the_idle_set_walks_its_members_in_order(n):
                     got.append(k)
                     k = s.first_from(k + 1)
                 assert got == sorted(ref), (cls, step)
+
+
+def _map_builds():
+    """The map by id (``IdMap``) as the Python file has it (a dict), and compiled."""
+    out = [heaps_core.IdMap]
+    if compiled is not None:
+        out.append(compiled.IdMap)
+    return out
+
+
+# keys: mostly small ints that come and go (a ledger's ids, each often put, removed and
+# looked up again), some colliding in the table (multiples of 2**32 and of 2**29, negative
+# ones), any of 64 bits; and, in some runs only, a key outside 64 bits or of another kind
+# (a float equal to an int, a bool, a string), which makes the map a dict from then on
+_ID_KEYS = st.one_of(
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.integers(0, 12).map(lambda k: k << 32),
+    st.integers(-3, 3).map(lambda k: k * 2**29),
+    st.integers(-(2**63), 2**63 - 1),
+)
+_ODD_KEYS = st.sampled_from([2**64, -(2**63) - 1, 2**63, 3.0, True, "x", (1, 2)])
+_OPS = st.sampled_from(["put", "put", "put", "discard", "del", "pop", "get", "has"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_OPS, _ID_KEYS, st.integers()), max_size=300),
+    st.integers(0, 300),
+    st.one_of(st.none(), st.tuples(_ODD_KEYS, st.integers(0, 300))),
+    st.integers(0, 300),
+)
+def test_the_map_by_id_answers_as_a_dict_does(ops, clear_at, odd, check_at):
+    """Whatever is put, removed, looked up or cleared, in both builds, ``IdMap`` holds
+    and answers what a dict does: its length, each look-up (``in``, ``get``, ``[]``,
+    ``pop`` with and without a default, ``KeyError`` where a dict raises one), and its
+    keys, values and items in the dict's order (insertion, a re-put key keeping its
+    place), through the packing of removed entries and the table's growth."""
+    if odd is not None:  # (a put of a key of another kind, at a point of the run)
+        ops = [*ops[: odd[1]], ("put", odd[0], 7), *ops[odd[1] :]]
+    for cls in _map_builds():
+        m, ref = cls(), {}
+        for t, (op, key, value) in enumerate(ops):
+            if t == clear_at:
+                m.clear()
+                ref.clear()
+            if t == check_at:  # (the order, midway)
+                assert m.items() == list(ref.items())
+            if op == "put":
+                if value % 2:
+                    m.put(key, value)
+                else:
+                    m[key] = value
+                ref[key] = value
+            elif op == "discard":
+                assert m.discard(key) == ref.pop(key, None)
+            elif op == "del":
+                if key in ref:
+                    del m[key]
+                    del ref[key]
+                else:
+                    with pytest.raises(KeyError):
+                        del m[key]
+            elif op == "pop":
+                if key in ref or value % 2:
+                    assert m.pop(key, "none") == ref.pop(key, "none")
+                else:
+                    with pytest.raises(KeyError):
+                        m.pop(key)
+            elif op == "get":
+                assert m.get(key) == ref.get(key)
+                assert m.get(key, "none") == ref.get(key, "none")
+                if key in ref:
+                    assert m[key] == ref[key]
+                else:
+                    with pytest.raises(KeyError):
+                        m[key]
+            else:
+                assert m.has(key) == (key in ref) == (key in m)
+            assert len(m) == len(ref) and bool(m) == bool(ref)
+        assert m.keys() == list(ref) == list(m)
+        assert m.values() == list(ref.values())
+        assert m.items() == list(ref.items())
+
+
+@needs_build
+def test_the_compiled_map_by_id_keeps_ints_in_c_and_becomes_a_dict_for_another_key():
+    """A map of ints keeps them in its C buffers (no dict) across growth and packing; the
+    first key of another kind makes it a dict, with every entry and the order kept."""
+    m = compiled.IdMap()
+    for k in range(1000):
+        m.put(k, -k)
+        if k % 3 == 0:
+            m.discard(k // 2)
+    assert m.d is None and len(m.vals) < 4096
+    want = {k: -k for k in range(1000)}
+    for k in range(1000):
+        if k % 3 == 0:
+            want.pop(k // 2, None)
+    assert m.items() == list(want.items())
+    m.put("x", 1)
+    want["x"] = 1
+    assert m.d is not None and m.items() == list(want.items())

@@ -2,8 +2,8 @@
 tuples ordered by their first two items (a time or deadline, then a number no other entry
 has); ``pop_edf``, the most urgent requests of a deadline queue whose rows fit
 (``pop_first``, where each is one row); ``bisect_s``, the largest batch of a latency
-table within a time; and ``IdleSet``, a set of places as words of 64 bits (schedulers'
-idle workers).
+table within a time; ``IdleSet``, a set of places as words of 64 bits (schedulers'
+idle workers); and ``IdMap``, a map by integer id (the kernel's batches).
 
 Where the package was built with Cython (``setup.py``) these are that file's compiled
 build, which compares the two keys as C numbers; else ``heapq``'s own functions and the
@@ -24,8 +24,8 @@ from hetserve.core import records
 from hetserve.core.compiled import build_of
 
 __all__ = [
-    "COMPILED", "LAYOUT", "EventHeap", "IdleSet", "bisect_s", "build_beside", "core", "pop",
-    "pop_edf", "pop_first", "push",
+    "COMPILED", "LAYOUT", "EventHeap", "IdMap", "IdleSet", "bisect_s", "build_beside", "core",
+    "pop", "pop_edf", "pop_first", "push",
 ]  # fmt: skip
 
 core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
@@ -43,6 +43,9 @@ EventHeap = core.EventHeap
 #: a set of places 0..n-1 as words of 64 bits (``heaps_core.IdleSet``: schedulers' idle
 #: workers)
 IdleSet = core.IdleSet
+#: a map by integer id, a dict's behaviour (``heaps_core.IdMap``: compiled, the ids C
+#: integers in an open-addressed table; the kernel's batches)
+IdMap = core.IdMap
 
 
 def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:

@@ -13,6 +13,10 @@ double and a C integer instead. They are ``heapq``'s algorithm step for step, so
 they keep is the same list, item for item, as ``heapq`` keeps (``tests/core/test_heaps.py``
 checks it against ``heapq``); the two mix on one heap.
 
+The file also keeps :class:`IdleSet` (a set of places as words of 64 bits) and
+:class:`IdMap` (a map by integer id, the kernel's batches), each a dict or a set's work in
+C where compiled.
+
 Run as plain Python, this file's :func:`push` and :func:`pop` hand over to ``heapq``
 (``COMPILED`` is False): ``heapq``'s C functions are faster than any sift written in
 Python. ``core/heaps.py`` exports whichever build is taken."""
@@ -31,7 +35,7 @@ except ImportError:  # (Cython is not installed: this file runs as plain Python)
     from hetserve.core.records import NO_CYTHON as cython
 COMPILED = bool(cython.compiled)
 if not cython.compiled:  # (compiled: the inline C its .pxd cimports)
-    from hetserve.core.records import pop_last, put, take
+    from hetserve.core.records import id_fits, pop_last, put, take
 
 _heappush = heapq.heappush
 _INF = math.inf
@@ -447,3 +451,209 @@ class EventHeap:
         self.es, self.free = es, free
         self.n_free = more
         self.calls.extend([None] * (3 * more))
+
+
+_MAP_ROOM = 8  # (an ``IdMap``'s room for entries at first; it doubles as it fills)
+_MISSING = object()  # (``IdMap.pop``'s default where none is given)
+
+
+class IdMap:
+    """A map by integer id (the kernel's batches by batch id): a dict's behaviour, its
+    order of insertion included, for ledgers whose keys are ints of 64 bits. Compiled, such
+    a key is a C integer: the entries' ids sit in a C buffer and their values in a list,
+    in the order they came (a removed entry's place stays empty until the entries are
+    packed again), and an open-addressed table of twice as many places maps an id to its
+    entry (the id's bits folded, then the next places in turn): no Python hashing,
+    comparison or call, where a dict's insertion, look-up and deletion of an int were
+    100-240 instructions each. A key of any other kind (not exactly an ``int``, or outside
+    64 bits) makes the map a dict (``d``) from then on, with a dict's meaning for every
+    key. Plain Python: a dict from the first.
+
+    :meth:`has`, :meth:`put` and :meth:`discard` are the kernel's calls (compiled, C
+    methods); Python uses it as a dict (``in``, ``[]``, ``get``, ``pop``, ``del``,
+    iteration, ``len``, ``clear``; ``keys``, ``values`` and ``items`` are lists, made when
+    called)."""
+
+    def __init__(self) -> None:
+        self.d: dict[Any, Any] | None = None if COMPILED else {}
+        self.n = 0
+        self.key = 0  # (compiled: the C integer of the key :meth:`_c` took)
+        self._room(_MAP_ROOM if COMPILED else 0)
+
+    def _room(self, cap: int) -> None:
+        """Empty buffers for ``cap`` entries (``used``: none yet), and their table."""
+        self.ids = _longs(cap)
+        self.vals: list[Any] = [None] * cap
+        self.live = _longs(cap)  # (1: the entry is there; 0: removed)
+        self.table = _longs(2 * cap)  # (an entry's place + 1; 0: empty; -1: removed)
+        self.mask = 2 * cap - 1 if cap > 0 else 0
+        self.used = 0
+
+    def _c(self, key: Any) -> bool:
+        """Whether ``key`` is a C integer here (then in ``key``); where it is not, the map
+        is a dict from now on. (:meth:`has`, :meth:`put` and :meth:`discard` ask the
+        same inline.)"""
+        if self.d is None and type(key) is int and id_fits(key):
+            self.key = key
+            return True
+        self._as_dict()
+        return False
+
+    def _as_dict(self) -> None:
+        """The map a dict from now on (``d``; where it is not one yet)."""
+        if self.d is None:
+            d = {}
+            for j in range(self.used):
+                if self.live[j]:
+                    d[int(self.ids[j])] = self.vals[j]
+            self.d = d
+            self._room(0)
+
+    def _place(self, key: int) -> int:
+        """The table's place of ``key``'s entry; -1 where there is none."""
+        mask = self.mask
+        i = (key ^ (key >> 29)) & mask
+        while True:
+            e = self.table[i]
+            if e == 0:
+                return -1
+            if e > 0 and self.ids[e - 1] == key:
+                return i
+            i = (i + 1) & mask
+
+    def _remove(self, i: int) -> Any:
+        """The entry at the table's place ``i`` removed; its value."""
+        j = self.table[i] - 1
+        self.table[i] = -1
+        self.live[j] = 0
+        self.n -= 1
+        return take(self.vals, j)
+
+    def has(self, key: Any) -> bool:
+        """``key in map``."""
+        if self.d is None and type(key) is int and id_fits(key):
+            return self._place(key) >= 0
+        self._as_dict()
+        return key in self.d  # type: ignore[operator]
+
+    def put(self, key: Any, value: Any) -> None:
+        """``map[key] = value`` (a new key comes last in the order; a known one keeps its
+        place)."""
+        if self.d is not None or type(key) is not int or not id_fits(key):
+            self._as_dict()
+            self.d[key] = value  # type: ignore[index]
+            return
+        k = key
+        i = self._place(k)
+        if i >= 0:
+            put(self.vals, self.table[i] - 1, value)
+            return
+        if self.used == len(self.vals):
+            self._pack()
+        j = self.used
+        self.used = j + 1
+        self.ids[j] = k
+        self.live[j] = 1
+        put(self.vals, j, value)
+        mask = self.mask
+        i = (k ^ (k >> 29)) & mask
+        while self.table[i] > 0:  # (the first empty or removed place: ``k`` is not there)
+            i = (i + 1) & mask
+        self.table[i] = j + 1
+        self.n += 1
+
+    def discard(self, key: Any) -> Any:
+        """``map.pop(key, None)``."""
+        if self.d is None and type(key) is int and id_fits(key):
+            i = self._place(key)
+            return None if i < 0 else self._remove(i)
+        self._as_dict()
+        return self.d.pop(key, None)  # type: ignore[union-attr]
+
+    def _pack(self) -> None:
+        """The entries there are, in their order, in buffers of their own, with room for
+        four times as many (so that a pack comes at most once per three puts of each
+        entry packed)."""
+        ids, vals, live, used, n = self.ids, self.vals, self.live, self.used, self.n
+        cap = _MAP_ROOM
+        while cap < 4 * n:
+            cap *= 2
+        self._room(cap)
+        mask = self.mask
+        j = 0
+        for e in range(used):
+            if live[e]:
+                k = ids[e]
+                self.ids[j] = k
+                self.live[j] = 1
+                put(self.vals, j, take(vals, e))
+                i = (k ^ (k >> 29)) & mask
+                while self.table[i] > 0:
+                    i = (i + 1) & mask
+                self.table[i] = j + 1
+                j += 1
+        self.used = j
+        self.n = j
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if self._c(key):
+            i = self._place(self.key)
+            return default if i < 0 else self.vals[self.table[i] - 1]
+        return self.d.get(key, default)  # type: ignore[union-attr]
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        if self._c(key):
+            i = self._place(self.key)
+            if i >= 0:
+                return self._remove(i)
+        elif key in self.d:  # type: ignore[operator]
+            return self.d.pop(key)  # type: ignore[union-attr]
+        if default is _MISSING:
+            raise KeyError(key)
+        return default
+
+    def __len__(self) -> int:
+        return self.n if self.d is None else len(self.d)
+
+    def __contains__(self, key: Any) -> bool:
+        return self.has(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        out = self.get(key, _MISSING)
+        if out is _MISSING:
+            raise KeyError(key)
+        return out
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def keys(self) -> list[Any]:
+        if self.d is not None:
+            return list(self.d)
+        return [int(self.ids[j]) for j in range(self.used) if self.live[j]]
+
+    def values(self) -> list[Any]:
+        if self.d is not None:
+            return list(self.d.values())
+        return [self.vals[j] for j in range(self.used) if self.live[j]]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        if self.d is not None:
+            return list(self.d.items())
+        return [(int(self.ids[j]), self.vals[j]) for j in range(self.used) if self.live[j]]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+    def clear(self) -> None:
+        if self.d is not None:
+            self.d.clear()
+            return
+        self.n = 0
+        self._room(_MAP_ROOM)
+
+    def __repr__(self) -> str:
+        return f"IdMap({dict(self.items())!r})"

@@ -5,7 +5,7 @@
 # builds that ``cimport`` them, Python functions for everyone else).
 import cython
 
-from hetserve.core.records_c cimport pop_last, put, take
+from hetserve.core.records_c cimport id_fits, pop_last, put, take
 
 cdef bint COMPILED
 cdef object _heappush
@@ -45,6 +45,7 @@ cdef unsigned long long _DE_BRUIJN
 cdef long long[::1] _PLACE
 
 
+@cython.final
 cdef class IdleSet:
     cdef public Py_ssize_t n
     cdef public Py_ssize_t count
@@ -63,6 +64,7 @@ cdef class IdleSet:
     cpdef object as_int(self)
 
 
+@cython.final
 cdef class EventHeap:
     cdef public long long pushed
     cdef public Py_ssize_t n
@@ -97,3 +99,53 @@ cdef class EventHeap:
 
     @cython.locals(cap=Py_ssize_t, i=Py_ssize_t, more=Py_ssize_t, new=Py_ssize_t)
     cpdef void _grow(self) except *
+
+
+cdef Py_ssize_t _MAP_ROOM
+cdef object _MISSING
+
+
+@cython.final
+cdef class IdMap:
+    cdef public dict d
+    cdef public Py_ssize_t n
+    cdef public long long key
+    cdef public long long[::1] ids
+    cdef public list vals
+    cdef public long long[::1] live
+    cdef public long long[::1] table
+    cdef public Py_ssize_t mask
+    cdef public Py_ssize_t used
+
+    cpdef void _room(self, Py_ssize_t cap) except *
+
+    cdef bint _c(self, object key) except -1
+
+    @cython.locals(d=dict, j=Py_ssize_t)
+    cdef void _as_dict(self) except *
+
+    @cython.locals(mask=Py_ssize_t, i=Py_ssize_t, e=Py_ssize_t)
+    cdef Py_ssize_t _place(self, long long key) noexcept
+
+    @cython.locals(j=Py_ssize_t)
+    cdef object _remove(self, Py_ssize_t i)
+
+    @cython.locals(k="long long")
+    cpdef bint has(self, object key) except -1
+
+    @cython.locals(k="long long", i=Py_ssize_t, j=Py_ssize_t, mask=Py_ssize_t)
+    cpdef void put(self, object key, object value) except *
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef object discard(self, object key)
+
+    @cython.locals(cap=Py_ssize_t, used=Py_ssize_t, n=Py_ssize_t, j=Py_ssize_t, e=Py_ssize_t,
+                   i=Py_ssize_t, mask=Py_ssize_t, k="long long", vals=list,
+                   ids="long long[::1]", live="long long[::1]")
+    cpdef void _pack(self) except *
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef object get(self, object key, object default=*)
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef object pop(self, object key, object default=*)

@@ -94,6 +94,11 @@ def put(items: list[Any], i: int, x: Any) -> None:
     items[i] = x
 
 
+def id_fits(key: int) -> bool:
+    """Whether the ``int`` ``key`` is a C ``long long`` (64 bits)."""
+    return -(1 << 63) <= key < (1 << 63)
+
+
 def fields(rec: Any) -> Any:
     """``rec``, to unpack (the compiled one reads a NamedTuple's items in C)."""
     return rec

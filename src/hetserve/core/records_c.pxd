@@ -4,6 +4,7 @@
 # are copied into each build that cimports them (``setup.py`` lists this file among their
 # dependencies; ``core.records.LAYOUT`` makes a build made before a change to it stale).
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 
@@ -52,6 +53,14 @@ cdef inline void put(list items, Py_ssize_t i, object x) noexcept:
     Py_INCREF(x)
     PyList_SET_ITEM(items, i, x)  # (takes the reference to ``x`` just made)
     Py_DECREF(old)  # (the list's, which it no longer holds; ``old``'s own goes at the end)
+
+
+cdef inline bint id_fits(object key) noexcept:
+    """Whether the ``int`` ``key`` is a C ``long long`` (64 bits): read without an
+    exception raised and caught where it is not."""
+    cdef int overflow = 0
+    PyLong_AsLongLongAndOverflow(key, &overflow)
+    return overflow == 0
 
 
 cdef inline object record(type cls, tuple items):

@@ -17,6 +17,7 @@ cdef double _INF
 cdef double _deadline_s(object r) except? -1.0
 
 
+@cython.final
 cdef class Deadlines:
     cdef public dict fifos
     cdef public dict last_s

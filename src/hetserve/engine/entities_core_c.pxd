@@ -27,6 +27,7 @@ cdef class Slot
 cdef class Batch
 
 
+@cython.final
 cdef class LinkTable:
     cdef public object cluster
     cdef public bint record
@@ -56,6 +57,7 @@ cdef class LinkTable:
     cdef tuple _route(self, Slot a, Slot b)
 
 
+@cython.final
 cdef class Slot:
     cdef public object id
     cdef public Py_ssize_t index
@@ -71,6 +73,7 @@ cdef class Slot:
     cpdef list queued(self)
 
 
+@cython.final
 cdef class Batch:
     cdef public object _d
     cdef public object id
@@ -88,6 +91,7 @@ cdef class Batch:
     cdef public list cuts
 
 
+@cython.final
 cdef class Task:
     cdef public Batch batch
     cdef public Task prev
@@ -104,6 +108,7 @@ cdef class Task:
     cdef public object transfer_end_s
 
 
+@cython.final
 cdef class HostLinks:
     cdef public object cluster
     cdef public list names
@@ -163,6 +168,7 @@ cdef class StageStarter:
 cpdef StageStarter starter_of(object executor)
 
 
+@cython.final
 cdef class ObserverCall(ObserverCore):
     cdef public object observer
 

@@ -111,6 +111,7 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called as such)
+    from hetserve.core.heaps import IdMap
     from hetserve.core.records import (
         LOAD_BLOCKS,
         LOAD_MODEL,
@@ -280,7 +281,8 @@ class Kernel:
         self._slots = list(self.workers.values())  # (by ``Slot.index``)
         self.retired: set[str] = set()  # workers a switch released (``retire``)
         self.nblocks = {m: view.latency.num_blocks(m) for m in plan.models}
-        self.batches: dict[int, entities.Batch] = {}
+        # (by batch id: a dict's behaviour, its ids C integers where compiled)
+        self.batches: IdMap = IdMap()
         self.held: dict[int, Request] = {}
         # :meth:`run`'s arrival while the scheduler's compiled core takes it: held, but
         # not in ``held`` (None: none). Where the core dispatches it at once, as it
@@ -816,7 +818,7 @@ class Kernel:
             if parts is None:
                 return  # the batch failed
             b.alive = False
-            del self.batches[b.id]
+            self.batches.discard(b.id)
             # the batch and its tasks a cycle no more: freed as soon as they are dropped,
             # not by the garbage collector (which a cycle a batch made run ~8x as often)
             b.task = None
@@ -1233,7 +1235,7 @@ class Kernel:
         elif self.payloads:
             pl = self.payloads
             b.payload = [pl.get(r.id) for r in reqs]
-        self.batches[bid] = b
+        self.batches.put(bid, b)
         self._obs.dispatched(b, first, now)
         task = new_task(b, 0, self._slot(field(route[0], STEP_WORKER)))
         add_task(b, task)
@@ -1414,7 +1416,7 @@ class Kernel:
         """Stop a batch before its route's end and report it: its requests go back to
         the scheduler (``reason`` in ``RETURNED``) or fail."""
         b.alive = False
-        self.batches.pop(b.id, None)
+        self.batches.discard(b.id)
         for t in tasks_of(b):
             t.dead = True
         b.task = None  # (see ``stage_done``)

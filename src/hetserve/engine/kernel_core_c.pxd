@@ -11,7 +11,7 @@
 # dicts and tuples stay Python objects.
 import cython
 
-from hetserve.core.heaps_core_c cimport EventHeap
+from hetserve.core.heaps_core_c cimport EventHeap, IdMap
 from hetserve.core.records_c cimport (
     LOAD_BLOCKS, LOAD_MODEL, LOAD_WORKER, REQUEST_ID, REQUEST_MODEL, STEP_BLOCKS,
     STEP_PLANNED_START_S, STEP_STAGE, STEP_WORKER, field, fields, record, record7,
@@ -27,16 +27,17 @@ from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of, timer_core_o
 cdef object _NO_PARTS
 
 
-cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, dict live,
+cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, object live,
                                 list slots) except -1
 
 @cython.locals(route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
                first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
                bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t, ws=Slot)
-cpdef Py_ssize_t check_dispatch_nb(object d, object nb, dict workers, dict live,
+cpdef Py_ssize_t check_dispatch_nb(object d, object nb, dict workers, object live,
                                    list slots) except -1
 
 
+@cython.final
 cdef class Kernel:
     cdef public object view
     cdef public object plan
@@ -51,7 +52,7 @@ cdef class Kernel:
     cdef public list _slots
     cdef public set retired
     cdef public dict nblocks
-    cdef public dict batches
+    cdef public IdMap batches
     cdef public dict held
     cdef public object _fresh
     cdef public Py_ssize_t _fresh_id

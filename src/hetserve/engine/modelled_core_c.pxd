@@ -46,6 +46,7 @@ cdef class RunTerms:
     cdef public double load_done_s
 
 
+@cython.final
 cdef class Residency:
     cdef public object cluster
     cdef public object latency
@@ -94,6 +95,7 @@ cdef class Residency:
     cpdef void evict(self, Held h, object model, object blocks) except *
 
 
+@cython.final
 cdef class LastRun:
     cdef public object model
     cdef public Py_ssize_t b0
@@ -139,6 +141,7 @@ cdef class ModelledStart(StageStarter):
     cdef Py_ssize_t _kind(self, Slot w) except -1
 
 
+@cython.final
 cdef class ModelledLoads:
     cdef public object kernel
     cdef public dict held

@@ -15,6 +15,7 @@ from hetserve.core.records_c cimport (
 )
 
 
+@cython.final
 cdef class _Group:
     cdef public IdleSet idle
     cdef public bint indexed
@@ -25,6 +26,7 @@ cdef class _Group:
     cdef public Py_ssize_t p0
 
 
+@cython.final
 cdef class _ModelState:
     cdef public object name
     cdef public Py_ssize_t index
@@ -42,6 +44,7 @@ cdef class _ModelState:
     cdef public Py_ssize_t mark
 
 
+@cython.final
 cdef class _Tries:
     cdef public EventHeap heap
     cdef public Py_ssize_t mark

@@ -18,6 +18,7 @@ from hetserve.core.records_c cimport (
 cdef double _INF
 
 
+@cython.final
 cdef class _Waiting:
     cdef public bint lazy
     cdef public list order
@@ -30,6 +31,7 @@ cdef class _Waiting:
 cdef class GroupWorker
 
 
+@cython.final
 cdef class ModelQueue:
     cdef public object name
     cdef public tuple blocks
@@ -51,6 +53,7 @@ cdef class ModelQueue:
     cpdef double fastest(self, Py_ssize_t rows) except? -1.0
 
 
+@cython.final
 cdef class GroupWorker:
     cdef public object id
     cdef public list models

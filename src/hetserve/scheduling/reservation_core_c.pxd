@@ -51,6 +51,7 @@ cpdef void probe(SlotTable table, Pipe p, Py_ssize_t k, set lost, double now,
                  Probed out) except *
 
 
+@cython.final
 cdef class Pipe:
     cdef public Py_ssize_t bs
     cdef public list blocks
@@ -68,6 +69,7 @@ cdef class Pipe:
     cpdef Py_ssize_t learn(self, Py_ssize_t batch) except -1
 
 
+@cython.final
 cdef class Probed:
     cdef public Pipe pipe
     cdef public Py_ssize_t batch

@@ -12,6 +12,7 @@ cdef Py_ssize_t _MOVED
 cdef Py_ssize_t _KEPT
 
 
+@cython.final
 cdef class PoolOrder:
     cdef public Py_ssize_t n
     cdef public Py_ssize_t mask
@@ -118,6 +119,7 @@ cdef class Bookings:
     cpdef list entries(self, Py_ssize_t first)
 
 
+@cython.final
 cdef class SlotTable:
     cdef public list lanes
     cdef public Py_ssize_t n
