@@ -329,12 +329,13 @@ class EventHeap:
             return self.items[0][2] if self.items else None
         return self.calls[3 * int(self.es[2])] if self.n > 0 else None
 
-    def push(self, t: float, fn: Any, a: Any, b: Any) -> None:
+    def push(self, t: float, fn: Any, a: Any, b: Any) -> int:
         """``fn(a, b, t)`` due at ``t``, numbered ``pushed + 1``."""
         self.pushed += 1
         self.push_seq(t, self.pushed, fn, a, b)
+        return 0
 
-    def push_seq(self, t: float, seq: int, fn: Any, a: Any, b: Any) -> None:
+    def push_seq(self, t: float, seq: int, fn: Any, a: Any, b: Any) -> int:
         """An entry at ``t`` numbered ``seq`` by the caller (``pushed`` left as it is):
         a heap used only this way is a priority queue by ``(t, seq)``, where the caller
         makes each pair different (``scheduling.edf_adaptive_core``'s models to try, by
@@ -345,7 +346,7 @@ class EventHeap:
         if not COMPILED:
             _heappush(self.items, (t, seq, fn, a, b))
             self.n += 1
-            return
+            return 0
         if self.n_free == 0:
             self._grow()
         # (compiled: C reads and writes of the buffers and lists, every index in range)
@@ -372,6 +373,7 @@ class EventHeap:
             self.es[3 * pos] = t
             self.es[3 * pos + 1] = sd
             self.es[3 * pos + 2] = k
+        return 0
 
     def pop(self) -> tuple[float, int, Any, Any, Any]:
         """The earliest entry, taken off (IndexError where there is none)."""

@@ -83,11 +83,11 @@ cdef class EventHeap:
 
     cpdef object first(self)
 
-    cpdef void push(self, double t, object fn, object a, object b) except *
+    cpdef int push(self, double t, object fn, object a, object b) except -1
 
     @cython.locals(k=Py_ssize_t, pos=Py_ssize_t, parent=Py_ssize_t, pt=double, calls=list,
                    sd=double)
-    cpdef void push_seq(self, double t, long long seq, object fn, object a, object b) except *
+    cpdef int push_seq(self, double t, long long seq, object fn, object a, object b) except -1
 
     @cython.locals(seq=cython.longlong, t=double)
     cpdef tuple pop(self)

@@ -71,7 +71,7 @@ class Deadlines:
         self.heads = EventHeap(16)
         self.heap: list[tuple[float, int]] = []
 
-    def add(self, r: Request) -> None:
+    def add(self, r: Request) -> int:
         """Watch ``r``, arrived."""
         q = self.fifos.get(r.stream)
         if q is None:
@@ -81,14 +81,16 @@ class Deadlines:
             self.heads.push(d, q, None, None)
         elif self.last_s[r.stream] > d:
             push(self.heap, (d, r.id))
-            return
+            return 0
         q.append(r.id)
         self.last_s[r.stream] = d
+        return 0
 
-    def again(self, r: Request) -> None:
+    def again(self, r: Request) -> int:
         """Watch ``r``, held again (returned, or parked by an open route): out of its
         stream's order, so on the heap."""
         push(self.heap, (r.deadline_s, r.id))
+        return 0
 
     def fifo(self, stream: str) -> deque[int] | None:
         """The stream's FIFO, for a caller that appends in deadline order itself (the
@@ -97,9 +99,10 @@ class Deadlines:
         appends leave ``last_s`` behind: a caller uses either, for one stream.)"""
         return self.fifos.get(stream)
 
-    def head(self, q: deque[int], deadline_s: float) -> None:
+    def head(self, q: deque[int], deadline_s: float) -> int:
         """``q`` was empty and gets a request of ``deadline_s``."""
         self.heads.push(deadline_s, q, None, None)
+        return 0
 
     def due(self, now: float, held: Mapping[int, Request]) -> list[Request]:
         """The held requests whose deadline is ``now`` or past, in deadline order (each

@@ -25,13 +25,13 @@ cdef class Deadlines:
     cdef public list heap
 
     @cython.locals(d=double)
-    cpdef void add(self, object r) except *
+    cpdef int add(self, object r) except -1
 
-    cpdef void again(self, object r) except *
+    cpdef int again(self, object r) except -1
 
     cpdef object fifo(self, object stream)
 
-    cpdef void head(self, object q, double deadline_s) except *
+    cpdef int head(self, object q, double deadline_s) except -1
 
     @cython.locals(out=dict, heads=EventHeap, heap=list, hd=dict, d=double)
     cpdef list due(self, double now, object held)

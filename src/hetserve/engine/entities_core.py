@@ -149,7 +149,7 @@ def route_steps(route: Any) -> tuple[RouteStep, ...]:
 
 def _init_batch(
     b: Batch, d: Dispatch, bid: int, model: str, requests: Any, route: Any, now: float, rows: int
-) -> None:
+) -> int:
     """A batch's fields (``Batch.__init__``, :func:`new_batch`): ``bid``, ``model``,
     ``requests`` and ``route`` are ``d``'s fields."""
     b._d = d
@@ -172,6 +172,7 @@ def _init_batch(
     # takes the dispatch: ``Kernel._models``; -1 and None until then)
     b.nblocks = -1
     b.cuts = None
+    return 0
 
 
 def new_batch(
@@ -231,7 +232,7 @@ class Task:
         return step
 
 
-def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> None:
+def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> int:
     """A task's fields (``Task.__init__``, :func:`new_task`)."""
     t.batch = batch
     t.index = index
@@ -246,6 +247,7 @@ def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> None:
     t.transfer_start_s = None
     t.transfer_end_s = None
     t.prev = None
+    return 0
 
 
 def add_task(batch: Batch, task: Task) -> None:

@@ -173,13 +173,13 @@ cdef class ObserverCall(ObserverCore):
     cdef public object observer
 
 
-cdef void _init_batch(Batch b, object d, object bid, object model, object requests,
-                      object route, double now, Py_ssize_t rows) except *
+cdef int _init_batch(Batch b, object d, object bid, object model, object requests,
+                     object route, double now, Py_ssize_t rows) except -1
 
 cpdef Batch new_batch(object d, object bid, object model, object requests, object route,
                       double now, Py_ssize_t rows)
 
-cdef void _init_task(Task t, Batch batch, Py_ssize_t index, Slot worker) except *
+cdef int _init_task(Task t, Batch batch, Py_ssize_t index, Slot worker) except -1
 
 cpdef Task new_task(Batch batch, Py_ssize_t index, Slot worker)
 

@@ -509,13 +509,14 @@ class Kernel:
             self._end_batch(b, task, now, WITHDRAWN, 0)  # (not started: it never will)
         return True
 
-    def _at(self, t: float, fn: Any, a: Any, b: Any) -> None:
+    def _at(self, t: float, fn: Any, a: Any, b: Any) -> int:
         """``clock.call_at(t, fn, a, b)``: onto the engine's heap where the clock is its
         virtual one (what its ``call_at`` does, without the call)."""
         if self._heap is not None:
             self._heap.push(t, fn, a, b)
         else:
             self.clock.call_at(t, fn, a, b)
+        return 0
 
     # ------------------------------------------------------------------ deadlines
     def _watch(self, r: Request, again: bool = False) -> None:
@@ -1321,7 +1322,7 @@ class Kernel:
         """A stage's input on its way (``span``: the transfer's start and end)."""
         self._transfer_s(task, span[0], span[1], now)
 
-    def _transfer_s(self, task: entities.Task, start_s: float, end_s: float, now: float) -> None:
+    def _transfer_s(self, task: entities.Task, start_s: float, end_s: float, now: float) -> int:
         """:meth:`_transfer` of the span ``(start_s, end_s)`` (compiled, C doubles: no
         pair made)."""
         task.transfer_start_s = start_s
@@ -1330,6 +1331,7 @@ class Kernel:
             self._at(end_s, self._arrived_cb, task, None)
         else:
             self._input_arrived(task, now)
+        return 0
 
     def _arrived(self, task: entities.Task, _: Any, now: float) -> None:
         self._input_arrived(task, now)

@@ -119,7 +119,7 @@ cdef class Kernel:
     @cython.locals(t=double, held=dict)
     cpdef bint _expire(self, object _, double at_s, double now) except? -1
 
-    cpdef void _at(self, double t, object fn, object a, object b) except *
+    cpdef int _at(self, double t, object fn, object a, object b) except -1
 
     cpdef _watch(self, object r, bint again=*)
 
@@ -145,7 +145,7 @@ cdef class Kernel:
 
     cpdef _transfer(self, Task task, tuple span, double now)
 
-    cpdef void _transfer_s(self, Task task, double start_s, double end_s, double now) except *
+    cpdef int _transfer_s(self, Task task, double start_s, double end_s, double now) except -1
 
     cpdef _arrived(self, Task task, object _, double now)
 

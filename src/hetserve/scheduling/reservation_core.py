@@ -105,7 +105,7 @@ RESV_ROOM = 64  # the ring of batches' rows at first (a power of two; it doubles
 _NO_LB = double_buffer(0, 0.0)  # (a pipeline's numbers before it learns any)
 
 
-def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, out: Probed) -> None:
+def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, out: Probed) -> int:
     """PPipe Algorithm 2: stage by stage, the worker of the pool that completes first
     (transfer on both link ends at once, then inference); side-effect free but for
     ``out``, where it writes its result.
@@ -223,7 +223,7 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
             out.n_resv = 0
             out.finish_s = _INF
             out.wait_s = _INF
-            return
+            return 0
         for lk in best_links:
             out.add_resv(lk, best_tl, best_ln)
         out.add_resv(best_w, best_s, l_i)
@@ -235,6 +235,7 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
     out.n_stages = len(orders)
     out.finish_s = t_g
     out.wait_s = t_g - now - busy
+    return 0
 
 
 # ---------------------------------------------------------------------- Algorithm 1
@@ -320,7 +321,7 @@ class Probed:
         self.iw = int_buffer(4 * n_stages)
         self.dv = double_buffer(7 * n_stages, 0.0)
 
-    def add_resv(self, r: int, start: float, dur: float) -> None:
+    def add_resv(self, r: int, start: float, dur: float) -> int:
         """One more reservation (the buffers grow by doubling)."""
         k = self.n_resv
         room = self.room
@@ -338,6 +339,7 @@ class Probed:
         self.dv[room + 2 * k] = start
         self.dv[room + 2 * k + 1] = dur
         self.n_resv = k + 1
+        return 0
 
     @property
     def path(self) -> list[int]:
@@ -416,7 +418,7 @@ class Algorithm1(PolicyCore):
         self.next_batch = next_batch
 
     # ------------------------------------------------------------------ the batches' rows
-    def resv_put(self, bid: int, first: int) -> None:
+    def resv_put(self, bid: int, first: int) -> int:
         """Batch ``bid``'s first row of ``booked`` is ``first`` (the ring doubles where
         another batch under way holds ``bid``'s place)."""
         i = bid & self.resv_mask
@@ -425,6 +427,7 @@ class Algorithm1(PolicyCore):
             i = bid & self.resv_mask
         self.resv_bid[i] = bid
         self.resv_first[i] = first + 1
+        return 0
 
     def resv_get(self, bid: int) -> int:
         """Batch ``bid``'s first row of ``booked``; -1 where none is kept."""
@@ -555,7 +558,7 @@ class Algorithm1(PolicyCore):
         self.probe_into(pr, p, batch, now)
         return pr
 
-    def probe_into(self, out: Probed, p: Pipe, batch: int, now: float) -> None:
+    def probe_into(self, out: Probed, p: Pipe, batch: int, now: float) -> int:
         """Algorithm 2 for ``batch`` rows on ``p``, written over ``out``."""
         k = 2 * len(p.orders) * batch  # (the batch size's numbers in ``p.lb``)
         if batch < 0:
@@ -565,6 +568,7 @@ class Algorithm1(PolicyCore):
         probe(self.table, p, k, self.lost, now, out)
         out.pipe = p
         out.batch = batch
+        return 0
 
     def largest_in_time(self, first: Probed, head_s: float, now: float, least: int) -> object:
         """Step 2: from ``first``'s batch size down to ``least`` (the head's rows), the

@@ -47,8 +47,8 @@ cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk)
                mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
                w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, x_inv=double, x_delay=double, tl=double, arr=double,
                f=double, s=double, lk=Py_ssize_t)
-cpdef void probe(SlotTable table, Pipe p, Py_ssize_t k, set lost, double now,
-                 Probed out) except *
+cpdef int probe(SlotTable table, Pipe p, Py_ssize_t k, set lost, double now,
+                Probed out) except -1
 
 
 @cython.final
@@ -83,7 +83,7 @@ cdef class Probed:
 
     @cython.locals(k=Py_ssize_t, room=Py_ssize_t, more=Py_ssize_t, iw="long long[::1]",
                    dv="double[::1]", i=Py_ssize_t)
-    cpdef void add_resv(self, Py_ssize_t r, double start, double dur) except *
+    cpdef int add_resv(self, Py_ssize_t r, double start, double dur) except -1
 
 
 @cython.final
@@ -109,7 +109,7 @@ cdef class Algorithm1(PolicyCore):
     cdef public object next_batch
 
     @cython.locals(i=Py_ssize_t)
-    cpdef void resv_put(self, long long bid, Py_ssize_t first) except *
+    cpdef int resv_put(self, long long bid, Py_ssize_t first) except -1
 
     @cython.locals(i=Py_ssize_t)
     cpdef Py_ssize_t resv_get(self, long long bid) except? -2
@@ -136,7 +136,7 @@ cdef class Algorithm1(PolicyCore):
     cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
 
     @cython.locals(k=Py_ssize_t)
-    cpdef void probe_into(self, Probed out, Pipe p, Py_ssize_t batch, double now) except *
+    cpdef int probe_into(self, Probed out, Pipe p, Py_ssize_t batch, double now) except -1
 
     @cython.locals(pr=Probed, bs=Py_ssize_t)
     cpdef object largest_in_time(self, Probed first, double head_s, double now,

@@ -462,7 +462,7 @@ class SlotTable:
         self.min_gap[r] = gap_s
         self.update(r)
 
-    def _moved(self, r: int, old_f: float, old_s: float, new_f: float, new_s: float) -> None:
+    def _moved(self, r: int, old_f: float, old_s: float, new_f: float, new_s: float) -> int:
         for order in self.orders_of[r]:
             if old_f != new_f:
                 order.front_h = _move(order.front_t, order.front_w, order.n, order.front_h,
@@ -470,6 +470,7 @@ class SlotTable:
             if old_s != new_s:
                 order.solid_h = _move(order.solid_t, order.solid_w, order.n, order.solid_h,
                                       order.mask, old_s, r, new_s)  # fmt: skip
+        return 0
 
     def update(self, r: int) -> None:
         """Drop what ended before ``now``; recompute ``front`` and ``solid`` from the
@@ -549,7 +550,7 @@ class SlotTable:
                     moved = True
         return start
 
-    def add(self, r: int, start: float, end: float, tag: int) -> None:
+    def add(self, r: int, start: float, end: float, tag: int) -> int:
         """Reserve ``r`` for ``[start, end)`` under ``tag``."""
         lane: Lane = self.lanes[r]
         # drop the past first; front and solid stay valid (a dropped interval ended before
@@ -573,9 +574,10 @@ class SlotTable:
             self.solid[r] = new_s
             if f != new_f or old_s != new_s:
                 self._moved(r, f, old_s, new_f, new_s)
-            return
+            return 0
         lane.insort(start, end, tag)
         self.update(r)
+        return 0
 
     def remove(self, r: int, tag: int) -> None:
         """Release ``r``'s reservation ``tag`` (if any)."""

@@ -35,7 +35,7 @@ cdef Py_ssize_t _move(double[::1] ts, long long[::1] ws, Py_ssize_t n, Py_ssize_
 
 @cython.locals(q=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t)
 cdef void _shift_pairs(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssize_t mask,
-                       Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) except *
+                       Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) noexcept
 
 # the pairs src..src+count-1 of a ring that starts at h copied to dst.. (dst one from src:
 # the ranges overlap): one ``memmove`` a buffer where the span does not cross the
@@ -43,7 +43,7 @@ cdef void _shift_pairs(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssize
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef inline void _shift(double[::1] ts, long long[::1] ws, Py_ssize_t h, Py_ssize_t mask,
-                        Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) except *:
+                        Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count) noexcept:
     cdef Py_ssize_t lo, a
     if count <= 0:
         return
@@ -65,7 +65,7 @@ cdef class Lane:
     cdef public Py_ssize_t hi
 
     @cython.locals(lo=Py_ssize_t, hi=Py_ssize_t)
-    cpdef void drop_past(self, double now) except *
+    cpdef void drop_past(self, double now) noexcept
 
     @cython.locals(cap=Py_ssize_t, lo=Py_ssize_t, n=Py_ssize_t, s="double[::1]",
                    e="double[::1]", tags="long long[::1]", i=Py_ssize_t, s2="double[::1]",
@@ -136,8 +136,8 @@ cdef class SlotTable:
     cpdef void set_min_gap(self, Py_ssize_t r, double gap_s) except *
 
     @cython.locals(order=PoolOrder)
-    cpdef void _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
-                      double new_s) except *
+    cpdef int _moved(self, Py_ssize_t r, double old_f, double old_s, double new_f,
+                     double new_s) except -1
 
     @cython.locals(lane=Lane, old_f=double, old_s=double, lo=Py_ssize_t, hi=Py_ssize_t,
                    run_s=double, run_e=double, s="double[::1]", e="double[::1]",
@@ -156,7 +156,7 @@ cdef class SlotTable:
 
     @cython.locals(lane=Lane, f=double, hi=Py_ssize_t, old_s=double, new_s=double,
                    new_f=double)
-    cpdef void add(self, Py_ssize_t r, double start, double end, long long tag) except *
+    cpdef int add(self, Py_ssize_t r, double start, double end, long long tag) except -1
 
     @cython.locals(lane=Lane)
     cpdef void remove(self, Py_ssize_t r, long long tag) except *
