@@ -172,7 +172,18 @@ def check_dispatch_nb(
     None: the model is not in the plan)."""
     # (the NamedTuples' fields in their order: one unpacking each, no attribute lookups)
     bid, model, reqs, route = fields(d)
-    if bid in live or not reqs or not route:
+    if type(reqs) is tuple and type(route) is tuple:  # (compiled: their lengths read in C)
+        rq = reqs
+        rt = route
+        empty = len(rq) == 0 or len(rt) == 0
+    else:
+        empty = not reqs or not route
+    if type(live) is IdMap:  # (the kernel's batches: a C call)
+        lm = live
+        used = lm.has(bid)
+    else:
+        used = bid in live
+    if used or empty:
         raise ProtocolError(f"Dispatch {bid}: batch ids must be new; requests and route non-empty")
     if nb is None:
         raise ProtocolError(f"Dispatch {bid}: model {model!r} is not in the plan")

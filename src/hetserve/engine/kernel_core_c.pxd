@@ -32,7 +32,8 @@ cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, object liv
 
 @cython.locals(route=object, pos=Py_ssize_t, s0=Py_ssize_t, k=Py_ssize_t,
                first=Py_ssize_t, stage_c=Py_ssize_t, b0_c=Py_ssize_t, b1_c=Py_ssize_t,
-               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t, ws=Slot)
+               bad=bint, rt=tuple, bt=tuple, nb_c=Py_ssize_t, pos_c=Py_ssize_t, ws=Slot,
+               rq=tuple, empty=bint, used=bint, lm=IdMap)
 cpdef Py_ssize_t check_dispatch_nb(object d, object nb, dict workers, object live,
                                    list slots) except -1
 

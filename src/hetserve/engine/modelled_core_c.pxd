@@ -126,7 +126,8 @@ cdef class ModelledStart(StageStarter):
     @cython.locals(b=Batch, w=Slot, n=Py_ssize_t, energy=object, dha=double, j=double,
                    extra=double, h=Held, dur=double, b0=Py_ssize_t, b1=Py_ssize_t,
                    hit=tuple, wi=Py_ssize_t, end_s=double, held_at=list, last=LastRun,
-                   last_at=list, plain=bint, ix=Py_ssize_t, at=list, row=list)
+                   last_at=list, plain=bint, ix=Py_ssize_t, at=list, row=list,
+                   blocks=tuple)
     cpdef start(self, Task task, double now)
 
     @cython.locals(mi=Py_ssize_t, fast=Py_ssize_t, row=list, kind_of=list, k=Py_ssize_t,
