@@ -15,6 +15,7 @@ from hetserve.core.presets import preset
 from hetserve.core.requests import Stream
 from hetserve.engine import kernel
 from hetserve.engine.clock import VirtualClock
+from hetserve.engine.executor import Observer
 from hetserve.engine.modelled import ModelledExecutor
 from hetserve.engine.setup import Setup, build_setup
 from hetserve.experiments.setup import build_trace
@@ -499,3 +500,34 @@ def test_an_arrival_the_core_dispatches_at_once_is_never_held_and_every_other_is
     with pytest.raises(RuntimeError, match="the core failed"):
         sim3.run()
     assert 40 in sim3.kernel.held and sim3.kernel._fresh is None
+
+
+def test_a_tasks_transfer_times_are_doubles_that_python_reads_as_none_where_there_was_none():
+    """The kernel keeps a stage's transfer times as C doubles (``Task.xfer_start_s``, NaN:
+    none) and gives them to a core so (``PolicyCore.stage_report``); Python reads
+    ``transfer_start_s`` and ``transfer_end_s`` as before: None for a first stage (no
+    transfer), the times for a later one, and may set them, None included."""
+    s = _two_pools()
+    tr = build_trace(s, "poisson", {"resnet50": 300.0}, 1.0, seed=1)
+    sim = Simulator(s.cluster, s.latency, s.plan, s.placement, make_scheduler("reservation"),
+                    tr, SimConfig(seed=2))  # fmt: skip
+    seen = []
+
+    class Seen(Observer):
+        def stage_ended(self, task, now, status, blocks_done):
+            seen.append((task.index, task.transfer_start_s, task.transfer_end_s,
+                         task.xfer_start_s, task.start_s))  # fmt: skip
+            if len(seen) == 1:
+                task.transfer_start_s = 2.5
+                assert task.xfer_start_s == 2.5 and task.transfer_start_s == 2.5
+                task.transfer_start_s = None
+                assert task.xfer_start_s != task.xfer_start_s and task.transfer_start_s is None
+
+    sim.kernel.observer = Seen()
+    sim.run()
+    firsts = [x for x in seen if x[0] == 0]
+    laters = [x for x in seen if x[0] == 1]
+    assert firsts and laters
+    assert all(xs is None and xe is None and d != d for _, xs, xe, d, _ in firsts)
+    assert all(type(xs) is float and xs <= xe <= start + 1e-9 and d == xs
+               for _, xs, xe, d, start in laters)  # fmt: skip

@@ -182,7 +182,7 @@ def test_a_report_of_a_batch_with_no_reservations_moves_nothing():
     read the kept row as a C integer before asking whether there was one: a TypeError.)"""
     for mod in (pure, compiled) if compiled is not None else (pure,):
         core = mod.Algorithm1(mod.SlotTable(), [], {}, set(), 0.0, {}, [], 0)
-        assert core.correct(12345, 0, 0.0, 1.0, None, None, True, True) is False, mod
+        assert core.correct(12345, 0, 0.0, 1.0, math.nan, math.nan, True, True) is False, mod
         assert core.correct(7, 1, 0.0, 1.0, 0.0, 0.5, False, False) is False, mod
 
 

@@ -206,10 +206,10 @@ class Task:
         "run",
         "start_s",
         "stop",
-        "transfer_end_s",
-        "transfer_start_s",
         "version",
         "worker",
+        "xfer_end_s",
+        "xfer_start_s",
     )
 
     def __init__(self, batch: Batch, index: int, worker: Slot) -> None:
@@ -219,6 +219,29 @@ class Task:
     def last(self) -> bool:
         """The route's last step."""
         return self.index == len(self.batch._route) - 1
+
+    @property
+    def transfer_start_s(self) -> float | None:
+        """When its input's transfer began (None: no transfer, or not yet). The kernel
+        keeps it as ``xfer_start_s``, a C double where compiled (NaN: none), so that no
+        float is made per transfer."""
+        x = self.xfer_start_s
+        return None if x != x else x
+
+    @transfer_start_s.setter
+    def transfer_start_s(self, x: float | None) -> None:
+        self.xfer_start_s = _NAN if x is None else x
+
+    @property
+    def transfer_end_s(self) -> float | None:
+        """When its input arrived (None: no transfer, or not yet; ``xfer_end_s``, as
+        :attr:`transfer_start_s`)."""
+        x = self.xfer_end_s
+        return None if x != x else x
+
+    @transfer_end_s.setter
+    def transfer_end_s(self, x: float | None) -> None:
+        self.xfer_end_s = _NAN if x is None else x
 
     @property
     def step(self) -> RouteStep:
@@ -244,8 +267,8 @@ def _init_task(t: Task, batch: Batch, index: int, worker: Slot) -> int:
     t.stop = False
     t.start_s = _NAN
     t.run = None
-    t.transfer_start_s = None
-    t.transfer_end_s = None
+    t.xfer_start_s = _NAN
+    t.xfer_end_s = _NAN
     t.prev = None
     return 0
 

@@ -104,8 +104,8 @@ cdef class Task:
     cdef public bint stop
     cdef public double start_s
     cdef public object run
-    cdef public object transfer_start_s
-    cdef public object transfer_end_s
+    cdef public double xfer_start_s
+    cdef public double xfer_end_s
 
 
 @cython.final

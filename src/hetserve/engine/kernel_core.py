@@ -141,6 +141,7 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports, called 
 
 LOG = logging.getLogger("hetserve.engine")
 _NO_PARTS = itertools.repeat(None)  # a route's parts where the executor computes no outputs
+_NAN = math.nan  # (a load report's transfer times: none; a C double compiled)
 
 
 # ---------------------------------------------------------------------- dispatch (rule 4)
@@ -882,8 +883,8 @@ class Kernel:
             core.plain = True
             acts = core.stage_report(
                 "stage", b.id, b.model, field(step, STEP_STAGE), w.id, task.start_s, now,
-                reqs, True, last, reason, blocks, blk1 - blk0, task.transfer_start_s,
-                task.transfer_end_s, now,
+                reqs, True, last, reason, blocks, blk1 - blk0, task.xfer_start_s,
+                task.xfer_end_s, now,
             )  # fmt: skip
             if acts:
                 self._apply_core(acts, now)
@@ -984,7 +985,7 @@ class Kernel:
             core.plain = True
             acts = core.stage_report(
                 "load", -1, model, 0, worker, start_s, now, (), ok, False, reason, blocks, 0,
-                None, None, now,
+                _NAN, _NAN, now,
             )  # fmt: skip
             if acts:
                 self._apply_core(acts, now)
@@ -1336,8 +1337,8 @@ class Kernel:
     def _transfer_s(self, task: entities.Task, start_s: float, end_s: float, now: float) -> int:
         """:meth:`_transfer` of the span ``(start_s, end_s)`` (compiled, C doubles: no
         pair made)."""
-        task.transfer_start_s = start_s
-        task.transfer_end_s = end_s
+        task.xfer_start_s = start_s
+        task.xfer_end_s = end_s
         if end_s > now:
             self._at(end_s, self._arrived_cb, task, None)
         else:

@@ -25,6 +25,7 @@ from hetserve.engine.entities_core_c cimport (
 from hetserve.scheduling.policy_core_c cimport PolicyCore, core_of, timer_core_of
 
 cdef object _NO_PARTS
+cdef double _NAN
 
 
 cpdef Py_ssize_t check_dispatch(object d, dict nblocks, dict workers, object live,

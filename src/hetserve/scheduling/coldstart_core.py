@@ -468,8 +468,8 @@ class ColdStartCore(PolicyCore):
         reason: str,
         blocks: tuple[int, int],
         blocks_done: int,
-        transfer_start_s: float | None,
-        transfer_end_s: float | None,
+        transfer_start_s: float,
+        transfer_end_s: float,
         now: float,
     ) -> list[Action]:
         """A stage's or a load's report (``on_stage_done``, its fields:

@@ -123,5 +123,5 @@ cdef class ColdStartCore(PolicyCore):
     cpdef list stage_report(self, object kind, object batch_id, object model, Py_ssize_t stage,
                             object worker, double start_s, double end_s, object requests,
                             bint completed, bint last, object reason, object blocks,
-                            Py_ssize_t blocks_done, object transfer_start_s,
-                            object transfer_end_s, double now)
+                            Py_ssize_t blocks_done, double transfer_start_s,
+                            double transfer_end_s, double now)

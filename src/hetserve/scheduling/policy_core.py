@@ -30,6 +30,7 @@ that one, and the Python files import this one: each build pairs with its own.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import MethodType
 from typing import Any
@@ -42,6 +43,8 @@ if not cython.compiled:  # (compiled: the C its .pxd cimports)
     from hetserve.core.records import fields
 
 __all__ = ["LAYOUT", "PolicyCore", "core_of", "timer_core_of"]
+
+_NAN = math.nan  # (a report's transfer times where it has none: ``stage_report``)
 
 #: what a build that ``cimport``s this one was made against (``core.compiled``): this
 #: file (its ``on_stage_done`` is compiled into the class the cores derive from) and its
@@ -107,13 +110,15 @@ class PolicyCore:
         reason: str,
         blocks: tuple[int, int],
         blocks_done: int,
-        transfer_start_s: float | None,
-        transfer_end_s: float | None,
+        transfer_start_s: float,
+        transfer_end_s: float,
         now: float,
     ) -> list | None:
         """``on_stage_done`` of the report with these fields (``StageReport``'s, in its
-        order), at ``now``: the actions it takes (None: none, as ``[]``). The kernel calls
-        this itself after a stage completed, without making the report."""
+        order), at ``now``: the actions it takes (None: none, as ``[]``); the transfer's
+        start and end are NaN where the report's are None (the kernel keeps them as C
+        doubles: ``Task.xfer_start_s``). The kernel calls this itself after a stage
+        completed, without making the report."""
         raise NotImplementedError
 
     def on_stage_done(self, report: Any, now: float) -> list:
@@ -123,7 +128,8 @@ class PolicyCore:
          reason, blocks, blocks_done, xs, xe) = fields(report)  # fmt: skip
         acts = self.stage_report(
             kind, bid, model, stage, worker, start_s, end_s, requests, completed, last,
-            reason, blocks, blocks_done, xs, xe, now,
+            reason, blocks, blocks_done, _NAN if xs is None else xs,
+            _NAN if xe is None else xe, now,
         )  # fmt: skip
         return acts if acts is not None else []
 

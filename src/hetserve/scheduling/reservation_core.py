@@ -515,8 +515,8 @@ class Algorithm1(PolicyCore):
         reason: str,
         blocks: tuple[int, int],
         blocks_done: int,
-        transfer_start_s: float | None,
-        transfer_end_s: float | None,
+        transfer_start_s: float,
+        transfer_end_s: float,
         now: float,
     ) -> list | None:
         """A stage report (``on_stage_done``, its fields: ``PolicyCore``): the feedback
@@ -694,13 +694,14 @@ class Algorithm1(PolicyCore):
         stage: int,
         start_s: float,
         end_s: float,
-        xs: float | None,
-        xe: float | None,
+        xs: float,
+        xe: float,
         completed: bool,
         last: bool,
     ) -> bool:
         """Feedback correction of a stage report's (its batch, stage, start, end,
-        transfer start and end, whether it completed, whether it was the last): the
+        transfer start and end, NaN where none, whether it completed, whether it was the
+        last): the
         batch's reservations follow reality (:meth:`SlotTable.correct`, which knows the
         stage's worker from its rows: the report's is the one it was routed to). Returns
         whether any reservation moved."""
@@ -710,7 +711,7 @@ class Algorithm1(PolicyCore):
         first = self.resv_get(b)
         if first < 0:  # (none kept: released, or never this core's)
             return False
-        has_x = xs is not None and xe is not None
+        has_x = xs == xs and xe == xe  # (NaN: no transfer)
         res = self.table.correct(
             bid, self.booked, first, stage, start_s, end_s,
             xs if has_x else 0.0, xe if has_x else 0.0, has_x, completed, last,

@@ -129,8 +129,8 @@ cdef class Algorithm1(PolicyCore):
     cpdef list stage_report(self, object kind, object batch_id, object model, Py_ssize_t stage,
                             object worker, double start_s, double end_s, object requests,
                             bint completed, bint last, object reason, object blocks,
-                            Py_ssize_t blocks_done, object transfer_start_s,
-                            object transfer_end_s, double now)
+                            Py_ssize_t blocks_done, double transfer_start_s,
+                            double transfer_end_s, double now)
 
     @cython.locals(pr=Probed)
     cpdef Probed probe(self, Pipe p, Py_ssize_t batch, double now)
@@ -153,4 +153,4 @@ cdef class Algorithm1(PolicyCore):
 
     @cython.locals(has_x=bint, res=cython.int, first=Py_ssize_t, b=cython.longlong)
     cpdef bint correct(self, object bid, Py_ssize_t stage, double start_s, double end_s,
-                       object xs, object xe, bint completed, bint last) except? -1
+                       double xs, double xe, bint completed, bint last) except? -1

@@ -129,10 +129,8 @@ class Ledger(ObserverCore):
         self.row_size[j] = b.rows
         self.row_start_s[j] = task.start_s
         self.row_end_s[j] = now
-        x = task.transfer_start_s
-        self.row_xfer_start_s[j] = _NAN if x is None else x
-        x = task.transfer_end_s
-        self.row_xfer_end_s[j] = _NAN if x is None else x
+        self.row_xfer_start_s[j] = task.xfer_start_s  # (NaN: no transfer)
+        self.row_xfer_end_s[j] = task.xfer_end_s
         self.row_dispatch_s[j] = b.dispatch_s
         put(self.row_model, j, b.model)
         put(self.row_worker, j, w.id)
