@@ -428,3 +428,21 @@ def test_the_compiled_map_by_id_keeps_ints_in_c_and_becomes_a_dict_for_another_k
     m.put("x", 1)
     want["x"] = 1
     assert m.d is not None and m.items() == list(want.items())
+
+
+@needs_build
+def test_the_compiled_map_by_id_packs_in_place_as_ids_come_and_go():
+    """A ledger's use: ids one after another, each removed a few puts later. The map packs
+    its entries in place (its room never grows) and answers as a dict does throughout."""
+    m, ref = compiled.IdMap(), {}
+    room = len(m.vals)
+    for k in range(5000):
+        m.put(k, -k)
+        ref[k] = -k
+        if k >= 5:
+            assert m.discard(k - 5) == ref.pop(k - 5)
+        if k % 97 == 0:
+            assert m.items() == list(ref.items())
+            for j in range(k - 8, k + 2):
+                assert m.has(j) == (j in ref) and m.get(j) == ref.get(j)
+    assert len(m.vals) == room and m.d is None

@@ -455,7 +455,7 @@ class EventHeap:
         self.calls.extend([None] * (3 * more))
 
 
-_MAP_ROOM = 8  # (an ``IdMap``'s room for entries at first; it doubles as it fills)
+_MAP_ROOM = 64  # (an ``IdMap``'s room for entries at first; it doubles as it fills)
 _MISSING = object()  # (``IdMap.pop``'s default where none is given)
 
 
@@ -573,22 +573,30 @@ class IdMap:
         return self.d.pop(key, None)  # type: ignore[union-attr]
 
     def _pack(self) -> None:
-        """The entries there are, in their order, in buffers of their own, with room for
-        four times as many (so that a pack comes at most once per three puts of each
-        entry packed)."""
-        ids, vals, live, used, n = self.ids, self.vals, self.live, self.used, self.n
-        cap = _MAP_ROOM
-        while cap < 4 * n:
-            cap *= 2
-        self._room(cap)
+        """The entries there are, in their order, at the front, the removed ones' places
+        freed: in place where the room holds four times as many as there are (so that a
+        pack comes at most once per three puts of each entry it moves), else in buffers
+        of twice the room, or more."""
+        n, used = self.n, self.used
+        cap = len(self.vals)
+        room = _MAP_ROOM
+        while room < 4 * n:
+            room *= 2
+        ids, vals, live = self.ids, self.vals, self.live
+        if room > cap:
+            self._room(room)
+        else:  # (in place: the table emptied, each entry moved down to its new place)
+            for i in range(2 * cap):
+                self.table[i] = 0
         mask = self.mask
         j = 0
         for e in range(used):
             if live[e]:
                 k = ids[e]
-                self.ids[j] = k
-                self.live[j] = 1
-                put(self.vals, j, take(vals, e))
+                if room > cap or e != j:  # (in place, the flags past ``used`` are not read)
+                    self.ids[j] = k
+                    self.live[j] = 1
+                    put(self.vals, j, take(vals, e))
                 i = (k ^ (k >> 29)) & mask
                 while self.table[i] > 0:
                     i = (i + 1) & mask

@@ -140,7 +140,7 @@ cdef class IdMap:
     cpdef object discard(self, object key)
 
     @cython.locals(cap=Py_ssize_t, used=Py_ssize_t, n=Py_ssize_t, j=Py_ssize_t, e=Py_ssize_t,
-                   i=Py_ssize_t, mask=Py_ssize_t, k="long long", vals=list,
+                   i=Py_ssize_t, mask=Py_ssize_t, k="long long", vals=list, room=Py_ssize_t,
                    ids="long long[::1]", live="long long[::1]")
     cpdef void _pack(self) except *
 
