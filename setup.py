@@ -24,6 +24,7 @@ Both are optional: where one cannot be built (no C compiler, no Cython), the ins
 on with a warning and hetserve runs the Python, with the same results (docs/benchmarks.md,
 "Issue 41, step 1")."""
 
+import re
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -209,15 +210,35 @@ def _stale_c(source: str, pxds: list[str]) -> None:
     types a pure-Python source does (it does not follow a ``.pxd`` named for the module):
     such a ``.c`` file is removed here, so that it is made again."""
     c = Path(source).with_suffix(".c")
-    if c.exists() and any(Path(p).stat().st_mtime > c.stat().st_mtime for p in pxds):
+    if not c.exists():
+        return
+    if any(Path(p).stat().st_mtime > c.stat().st_mtime for p in pxds):
         c.unlink()
+        return
+    # made with another ``MAX_DIMS`` (a view's struct says it: ``shape[N]``): made again
+    dims = re.search(r"Py_ssize_t shape\[(\d+)\];", c.read_text(errors="replace"))
+    if dims is not None and int(dims.group(1)) != MAX_DIMS:
+        c.unlink()
+
+
+# A typed memoryview (``double[::1]``) is a C struct with room for ``buffer_max_dims``
+# dimensions: 208 bytes at Cython's default of 8, three or four cache lines in each object
+# that holds one. hetserve's are all one-dimensional; at 2 (Cython's least: it refuses a
+# view of as many dimensions as the limit) a view is 64 bytes, one cache line, and a class
+# of several views (a lane's start, end and tag buffers; the recorder's columns) touches
+# fewer lines per call. The setting is the compiler's (``Cython.Compiler.Options``), read
+# when it first loads its memoryview code: set before ``cythonize`` runs, and part of the
+# .c files' stamp below. Issue 41, docs/benchmarks.md.
+MAX_DIMS = 2
 
 
 try:
     from Cython.Build import cythonize
+    from Cython.Compiler import Options
 except ImportError:  # (a build without Cython: pure Python)
     ext_modules = []
 else:
+    Options.buffer_max_dims = MAX_DIMS
     for _, src, pxds in EXTENSIONS:
         _stale_c(src, pxds)
     ext_modules = cythonize(

@@ -15,28 +15,28 @@ cdef str _COMPLETED
 
 cdef class Ledger(ObserverCore):
     cdef public Py_ssize_t n_rows
-    cdef public long long[:] row_batch
-    cdef public long long[:] row_stage
-    cdef public long long[:] row_size
-    cdef public double[:] row_start_s
-    cdef public double[:] row_end_s
-    cdef public double[:] row_xfer_start_s
-    cdef public double[:] row_xfer_end_s
-    cdef public double[:] row_dispatch_s
+    cdef public long long[::1] row_batch
+    cdef public long long[::1] row_stage
+    cdef public long long[::1] row_size
+    cdef public double[::1] row_start_s
+    cdef public double[::1] row_end_s
+    cdef public double[::1] row_xfer_start_s
+    cdef public double[::1] row_xfer_end_s
+    cdef public double[::1] row_dispatch_s
     cdef public list row_model
     cdef public list row_worker
     cdef public list row_gpu
     cdef public list row_status
-    cdef public double[:] dispatch_s
-    cdef public double[:] start_s
-    cdef public double[:] finish_s
-    cdef public signed char[:] outcome
-    cdef public short[:] reason
-    cdef public long long[:] batch_of
+    cdef public double[::1] dispatch_s
+    cdef public double[::1] start_s
+    cdef public double[::1] finish_s
+    cdef public signed char[::1] outcome
+    cdef public short[::1] reason
+    cdef public long long[::1] batch_of
     cdef public list reasons
     cdef public dict _reason_idx
-    cdef public double[:] busy_s
-    cdef public double[:] busy_energy_j
+    cdef public double[::1] busy_s
+    cdef public double[::1] busy_energy_j
 
     cpdef Py_ssize_t reason_index(self, object text) except -1
 
