@@ -421,18 +421,20 @@ class EventHeap:
                         # of the children's times is data, which no predictor learns: a
                         # branch per comparison was mispredicted about every other time)
                         t1 = self.es[3 * child]
+                        s1 = self.es[3 * child + 1]
                         t2 = self.es[3 * child + 3]
-                        a = child + (
-                            (t2 < t1) | ((t2 == t1) & (self.es[3 * child + 4] < self.es[3 * child + 1]))
-                        )  # fmt: skip
+                        s2 = self.es[3 * child + 4]
+                        a = child + ((t2 < t1) | ((t2 == t1) & (s2 < s1)))
                         t1 = self.es[3 * child + 6]
+                        s1 = self.es[3 * child + 7]
                         t2 = self.es[3 * child + 9]
-                        b = child + 2 + (
-                            (t2 < t1) | ((t2 == t1) & (self.es[3 * child + 10] < self.es[3 * child + 7]))
-                        )  # fmt: skip
+                        s2 = self.es[3 * child + 10]
+                        b = child + 2 + ((t2 < t1) | ((t2 == t1) & (s2 < s1)))
                         t1 = self.es[3 * a]
+                        s1 = self.es[3 * a + 1]
                         t2 = self.es[3 * b]
-                        won = (t2 < t1) | ((t2 == t1) & (self.es[3 * b + 1] < self.es[3 * a + 1]))
+                        s2 = self.es[3 * b + 1]
+                        won = (t2 < t1) | ((t2 == t1) & (s2 < s1))
                         child = a + (b - a) * won
                         ct = self.es[3 * child]
                     else:
