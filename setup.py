@@ -26,6 +26,7 @@ on with a warning and hetserve runs the Python, with the same results (docs/benc
 
 import re
 from pathlib import Path
+from sysconfig import get_config_var
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -44,6 +45,13 @@ class OptionalBuildExt(build_ext):
             except Exception as err:  # (a compiler missing or failing: any error of its)
                 self.warn(f"hetserve: {ext.name} was not built ({err}); {FALLBACK[ext.name]}")
                 failed.append(ext)
+                # an earlier build of it left in the sources would be imported beside the
+                # builds made now, from other sources and C layouts (``MAX_DIMS``): removed,
+                # so that the package runs the Python for it
+                old = Path(__file__).resolve().parent / "src" / ext.name.replace(".", "/")
+                old = old.with_name(old.name + (get_config_var("EXT_SUFFIX") or ""))
+                if old.exists():
+                    old.unlink()
         for ext in failed:
             self.extensions.remove(ext)
 
