@@ -240,6 +240,12 @@ class IdleSet:
         return out
 
 
+def _before(t: float, seq: float, t_other: float, seq_other: float) -> int:
+    """1 where the entry ``(t, seq)`` comes before ``(t_other, seq_other)``, else 0:
+    compiled, without a branch (``EventHeap.pop_into``'s tournament)."""
+    return (t < t_other) | ((t == t_other) & (seq < seq_other))
+
+
 class EventHeap:
     """A clock's callbacks by time (``engine.clock.VirtualClock``): entries ``(time, seq,
     fn, a, b)`` ordered by time, then by ``seq``, the number :meth:`push` gives each (1, 2,
@@ -420,21 +426,17 @@ class EventHeap:
                         # whose outcomes are added to indices, not branched on (the order
                         # of the children's times is data, which no predictor learns: a
                         # branch per comparison was mispredicted about every other time)
-                        t1 = self.es[3 * child]
-                        s1 = self.es[3 * child + 1]
-                        t2 = self.es[3 * child + 3]
-                        s2 = self.es[3 * child + 4]
-                        a = child + ((t2 < t1) | ((t2 == t1) & (s2 < s1)))
-                        t1 = self.es[3 * child + 6]
-                        s1 = self.es[3 * child + 7]
-                        t2 = self.es[3 * child + 9]
-                        s2 = self.es[3 * child + 10]
-                        b = child + 2 + ((t2 < t1) | ((t2 == t1) & (s2 < s1)))
-                        t1 = self.es[3 * a]
-                        s1 = self.es[3 * a + 1]
-                        t2 = self.es[3 * b]
-                        s2 = self.es[3 * b + 1]
-                        won = (t2 < t1) | ((t2 == t1) & (s2 < s1))
+                        a = child + _before(
+                            self.es[3 * child + 3], self.es[3 * child + 4],
+                            self.es[3 * child], self.es[3 * child + 1],
+                        )  # fmt: skip
+                        b = child + 2 + _before(
+                            self.es[3 * child + 9], self.es[3 * child + 10],
+                            self.es[3 * child + 6], self.es[3 * child + 7],
+                        )  # fmt: skip
+                        won = _before(
+                            self.es[3 * b], self.es[3 * b + 1], self.es[3 * a], self.es[3 * a + 1]
+                        )
                         child = a + (b - a) * won
                         ct = self.es[3 * child]
                     else:

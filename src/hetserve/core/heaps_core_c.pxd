@@ -64,6 +64,9 @@ cdef class IdleSet:
     cpdef object as_int(self)
 
 
+cdef inline Py_ssize_t _before(double t, double seq, double t_other, double seq_other) noexcept
+
+
 @cython.final
 cdef class EventHeap:
     cdef public long long pushed
@@ -94,9 +97,7 @@ cdef class EventHeap:
 
     @cython.locals(calls=list, t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, sd=double,
                    kk=double, pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double,
-                   rt=double, last=Py_ssize_t, t1=double, t2=double, s1=double, s2=double,
-                   a=Py_ssize_t,
-                   b=Py_ssize_t, won=Py_ssize_t)
+                   rt=double, last=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, won=Py_ssize_t)
     cpdef double pop_into(self) except? -1.0
 
     @cython.locals(cap=Py_ssize_t, i=Py_ssize_t, more=Py_ssize_t, new=Py_ssize_t)
