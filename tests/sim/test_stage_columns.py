@@ -41,3 +41,25 @@ def test_stage_rows_from_columns_that_grew():
             assert r[9] is not None and r[9] <= r[10] <= r[6] + 1e-12
             assert not math.isnan(r[9])
     assert {r[2] for r in rows} == {0, 1}
+
+
+def test_a_rows_names_are_codes_into_small_tables_and_read_back_right():
+    """The recorder keeps no name per row: the worker by its index, the model and status
+    by codes into one short table; read back, each row's worker has its own GPU (as the
+    result's ``worker_gpu`` has it, made apart from the rows) and its batch's model (as
+    the requests of that batch have it)."""
+    s = _two_stage_setup()
+    trace = build_trace(s, "poisson", {"resnet50": 400.0}, 0.5, seed=3)
+    res = simulate(s, "reservation", trace)
+    c = res.stages
+    assert c.worker_index.dtype == c.model_code.dtype == c.status_code.dtype == "int64"
+    assert sorted(c.names) == sorted(set(c.names))  # (each name once)
+    assert set(c.names) <= {"resnet50", "completed", "preempted", "failed", "withdrawn"}
+    assert len(c.worker_ids) == len(res.worker_gpu)
+    model_of_batch = {int(b): m for b, m in zip(res.batch.tolist(), res.models.tolist(),
+                                                 strict=True) if b >= 0}  # fmt: skip
+    for r in res.stage_rows:
+        assert res.worker_gpu[r[3]] == r[4]
+        assert model_of_batch[r[0]] == r[1]
+    assert set(c.worker) <= set(res.worker_gpu)
+    assert set(c.status) == {r[8] for r in res.stage_rows} and "completed" in c.status

@@ -26,8 +26,15 @@ try:  # (Cython reads ``cython.compiled`` as True in the build it makes of this 
 except ImportError:  # (plain Python, without Cython installed)
     from hetserve.core.records import NO_CYTHON as cython
 if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
-    from hetserve.core.records import REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field, put
+    from hetserve.core.records import REQUEST_ID, STEP_BLOCKS, STEP_STAGE, field
     from hetserve.engine.entities import ObserverCore
+
+    def hs_stream_q(p: Any, v: Any) -> None:
+        """Compiled only (``recorder_core_c.pxd``: a store past the caches, at a C
+        address): plain Python never calls it."""
+        raise NotImplementedError("hs_stream_q is compiled only")
+
+    hs_stream_d = hs_stream_q
 
 if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those typed)
     from hetserve.core.requests import Request
@@ -36,6 +43,10 @@ if TYPE_CHECKING:  # (a module, not its names: the compiled build takes those ty
 FINISHED = -1  # (while running: finished, ok or late not yet told apart)
 _COMPLETED = "completed"  # (a stage's status as the kernel gives it)
 _NAN = math.nan  # (a C double compiled)
+# a stage row's fields of each kind (``Ledger.row_ints``, ``Ledger.row_times``)
+ROW_INTS = 6
+ROW_TIMES = 5
+_NAMES_SEARCHED = 8  # (a row's model's code: these first names searched by identity)
 
 
 class Ledger(ObserverCore):
@@ -45,27 +56,25 @@ class Ledger(ObserverCore):
 
     def __init__(self, n: int, stages: int = 1) -> None:
         nan = math.nan
-        # per stage row (``SimResult.stage_rows``' fields), in the order the stages end:
-        # the numbers in C arrays (a transfer time NaN where there was none) and the names
-        # in lists, ``n_rows`` of each used; room for a row per stage of every request
-        # made at once (a run with more rows, a new plan's or retried stages, grows them
-        # by doubling: each column copied whole)
+        # per stage row (``SimResult.stage_rows``' fields), in the order the stages end,
+        # each row's fields side by side in two C arrays: its integers (``ROW_INTS`` of
+        # them: batch, stage, batch size, and for its names the worker's index, the
+        # model's code and the status's code, codes into ``row_names``) and its times
+        # (``ROW_TIMES``: start, end, transfer start and end, NaN where none, dispatch);
+        # ``n_rows`` rows used. No Python object per row: a row is plain C values, which
+        # the compiled build writes past the caches (``stage_ended``). Room for a row per
+        # stage of every request made at once (a run with more rows, a new plan's or
+        # retried stages, grows them by doubling, each copied whole)
         self.n_rows = 0
         cap = n * max(stages, 1) + 16
-        self.row_batch = array("q", [0]) * cap
-        self.row_stage = array("q", [0]) * cap
-        self.row_size = array("q", [0]) * cap
-        self.row_start_s = array("d", [nan]) * cap
-        self.row_end_s = array("d", [nan]) * cap
-        self.row_xfer_start_s = array("d", [nan]) * cap
-        self.row_xfer_end_s = array("d", [nan]) * cap
-        self.row_dispatch_s = array("d", [nan]) * cap
-        # (the names' lists made as long as the arrays and set by index, as they are: a
-        # list grown by appends is copied whole at each of its reallocations)
-        self.row_model: list[str | None] = [None] * cap
-        self.row_worker: list[str | None] = [None] * cap
-        self.row_gpu: list[str | None] = [None] * cap
-        self.row_status: list[str | None] = [None] * cap
+        self.row_ints = array("q", [0]) * (ROW_INTS * cap)
+        self.row_times = array("d", [nan]) * (ROW_TIMES * cap)
+        # the models' and statuses' names the rows' codes index (``"completed"``: 0), and
+        # the last model seen with its code (the next row's is often the same object)
+        self.row_names: list[str] = [_COMPLETED]
+        self._row_name_idx: dict[str, int] = {_COMPLETED: 0}
+        self._last_model: object = None
+        self._last_model_code = 0
         # per request, by its id: C arrays (``array.array``s, typed memoryviews of them in
         # the compiled build), no Python object per value to make, convert or free
         self.dispatch_s = array("d", [nan]) * n
@@ -81,21 +90,21 @@ class Ledger(ObserverCore):
         self.busy_energy_j = array("d")
 
     def _grow(self) -> None:
-        """Twice the room for stage rows (each column's bytes copied whole)."""
-        more = len(self.row_batch)
-        nan = math.nan
-        self.row_batch = array("q", bytes(self.row_batch)) + array("q", [0]) * more
-        self.row_stage = array("q", bytes(self.row_stage)) + array("q", [0]) * more
-        self.row_size = array("q", bytes(self.row_size)) + array("q", [0]) * more
-        self.row_start_s = array("d", bytes(self.row_start_s)) + array("d", [nan]) * more
-        self.row_end_s = array("d", bytes(self.row_end_s)) + array("d", [nan]) * more
-        self.row_xfer_start_s = array("d", bytes(self.row_xfer_start_s)) + array("d", [nan]) * more
-        self.row_xfer_end_s = array("d", bytes(self.row_xfer_end_s)) + array("d", [nan]) * more
-        self.row_dispatch_s = array("d", bytes(self.row_dispatch_s)) + array("d", [nan]) * more
-        self.row_model = self.row_model + [None] * more
-        self.row_worker = self.row_worker + [None] * more
-        self.row_gpu = self.row_gpu + [None] * more
-        self.row_status = self.row_status + [None] * more
+        """Twice the room for stage rows (each buffer's bytes copied whole)."""
+        more = len(self.row_ints) // ROW_INTS
+        self.row_ints = array("q", bytes(self.row_ints)) + array("q", [0]) * (ROW_INTS * more)
+        self.row_times = array("d", bytes(self.row_times)) + array("d", [math.nan]) * (
+            ROW_TIMES * more
+        )
+
+    def row_name_code(self, name: str) -> int:
+        """The code of a model's or status's name in :attr:`row_names` (added on first
+        use)."""
+        idx = self._row_name_idx.get(name)
+        if idx is None:
+            idx = self._row_name_idx[name] = len(self.row_names)
+            self.row_names.append(name)
+        return idx
 
     def reason_index(self, text: str) -> int:
         """The index of a reason text in :attr:`reasons` (added on first use)."""
@@ -122,20 +131,54 @@ class Ledger(ObserverCore):
         b = task.batch
         w = task.worker
         j = self.n_rows
-        if j == len(self.row_batch):
+        if ROW_INTS * j == len(self.row_ints):
             self._grow()
-        self.row_batch[j] = b.id
-        self.row_stage[j] = field(task._step, STEP_STAGE)
-        self.row_size[j] = b.rows
-        self.row_start_s[j] = task.start_s
-        self.row_end_s[j] = now
-        self.row_xfer_start_s[j] = task.xfer_start_s  # (NaN: no transfer)
-        self.row_xfer_end_s[j] = task.xfer_end_s
-        self.row_dispatch_s[j] = b.dispatch_s
-        put(self.row_model, j, b.model)
-        put(self.row_worker, j, w.id)
-        put(self.row_gpu, j, w.gpu_name)
-        put(self.row_status, j, status)
+        m = b.model
+        if m is not self._last_model:
+            # (the first few names searched by identity, as the kernel passes a plan's
+            # own strings: no hash lookup; any other name by the table's dict)
+            names = self.row_names
+            code = -1
+            for i in range(min(len(names), _NAMES_SEARCHED)):
+                if names[i] is m:
+                    code = i
+                    break
+            self._last_model_code = code if code >= 0 else self.row_name_code(m)
+            self._last_model = m
+        # (the kernel's own ``"completed"``, the same object, is code 0 without a lookup)
+        code = 0 if status is _COMPLETED else self.row_name_code(status)
+        k = ROW_INTS * j
+        if cython.compiled:
+            # non-temporal stores (x86-64; elsewhere plain ones: ``recorder_core_c.pxd``):
+            # the rows are written once and read only after the run, and about 90 bytes
+            # a row through the caches (100 MB in a 300-second run) pushed out what the
+            # rest of the run reads; written past them, the PPipe plan's 300-second run
+            # is 2-4% faster (docs/benchmarks.md)
+            hs_stream_q(cython.address(self.row_ints[k]), b.id)
+            hs_stream_q(cython.address(self.row_ints[k + 1]), field(task._step, STEP_STAGE))
+            hs_stream_q(cython.address(self.row_ints[k + 2]), b.rows)
+            hs_stream_q(cython.address(self.row_ints[k + 3]), w.index)
+            hs_stream_q(cython.address(self.row_ints[k + 4]), self._last_model_code)
+            hs_stream_q(cython.address(self.row_ints[k + 5]), code)
+            k = ROW_TIMES * j
+            hs_stream_d(cython.address(self.row_times[k]), task.start_s)
+            hs_stream_d(cython.address(self.row_times[k + 1]), now)
+            hs_stream_d(cython.address(self.row_times[k + 2]), task.xfer_start_s)
+            hs_stream_d(cython.address(self.row_times[k + 3]), task.xfer_end_s)
+            hs_stream_d(cython.address(self.row_times[k + 4]), b.dispatch_s)
+        else:
+            self.row_ints[k] = b.id
+            self.row_ints[k + 1] = field(task._step, STEP_STAGE)
+            self.row_ints[k + 2] = b.rows
+            self.row_ints[k + 3] = w.index
+            self.row_ints[k + 4] = self._last_model_code
+            self.row_ints[k + 5] = code
+            k = ROW_TIMES * j
+            self.row_times[k] = task.start_s
+            self.row_times[k + 1] = now
+            self.row_times[k + 2] = task.xfer_start_s  # (NaN: no transfer)
+            self.row_times[k + 3] = task.xfer_end_s
+            self.row_times[k + 4] = b.dispatch_s
         self.n_rows = j + 1
         if task.ran and task.index == 0 and field(task._step, STEP_BLOCKS)[0] == 0:  # service began
             t0 = task.start_s

@@ -24,7 +24,7 @@ from hetserve.engine.executor import Observer
 from hetserve.engine.links import LinkTable
 from hetserve.sim import recorder_core as _pure
 from hetserve.sim.energy import Energy
-from hetserve.sim.recorder_core import FINISHED
+from hetserve.sim.recorder_core import FINISHED, ROW_INTS, ROW_TIMES
 from hetserve.workload.trace import Trace
 
 # the compiled CSV writer (setup.py), or None: the csv module writes the same bytes
@@ -78,6 +78,13 @@ def _column(values: Any, dtype: type[np.generic], n: int = -1) -> np.ndarray:
     elements (-1: all): the run is over, nothing writes to them again, and a copy of each
     column cost a few percent of a long run."""
     return np.frombuffer(values, dtype, n)
+
+
+def _decode(codes: np.ndarray, names: Sequence[str]) -> list[str]:
+    """Codes as the names they index (a list of Python strings)."""
+    table = np.empty(len(names), dtype=object)
+    table[:] = list(names)
+    return table[np.asarray(codes, np.intp)].tolist()  # type: ignore[no-any-return]
 
 
 def _f(x: float | None) -> str:
@@ -147,24 +154,45 @@ def write_csv(path: str | Path, header: Sequence[str], columns: list[Column], n:
 @dataclass
 class StageColumns:
     """A run's stage executions (one row each, in the order they ended) as columns, the
-    fields of :attr:`SimResult.stage_rows`' tuples in their order. A stage whose input
-    crossed no link has NaN transfer times here (None in the rows)."""
+    fields of :attr:`SimResult.stage_rows`' tuples (:meth:`rows`). A stage whose input
+    crossed no link has NaN transfer times here (None in the rows). The names are kept as
+    codes: the worker's index into ``worker_ids`` and ``worker_gpus`` (a worker's id and
+    GPU by its index), the model's and status's into ``names``; :attr:`model`,
+    :attr:`worker`, :attr:`gpu` and :attr:`status` are the names, made on first use."""
 
     batch: np.ndarray  # int64
-    model: list[str]
     stage: np.ndarray  # int64
-    worker: list[str]
-    gpu: list[str]
     batch_size: np.ndarray  # int64
     start_s: np.ndarray
     end_s: np.ndarray
-    status: list[str]
     transfer_start_s: np.ndarray
     transfer_end_s: np.ndarray
     dispatch_s: np.ndarray
+    worker_index: np.ndarray  # int64, into worker_ids and worker_gpus
+    model_code: np.ndarray  # int64, into names
+    status_code: np.ndarray  # int64, into names
+    worker_ids: list[str]
+    worker_gpus: list[str]
+    names: list[str]
 
     def __len__(self) -> int:
-        return len(self.model)
+        return len(self.batch)
+
+    @functools.cached_property
+    def model(self) -> list[str]:
+        return _decode(self.model_code, self.names)
+
+    @functools.cached_property
+    def worker(self) -> list[str]:
+        return _decode(self.worker_index, self.worker_ids)
+
+    @functools.cached_property
+    def gpu(self) -> list[str]:
+        return _decode(self.worker_index, self.worker_gpus)
+
+    @functools.cached_property
+    def status(self) -> list[str]:
+        return _decode(self.status_code, self.names)
 
     def rows(self) -> list[tuple]:
         """The rows, as tuples of Python values."""
@@ -243,9 +271,10 @@ class SimResult:
     def write_batches_csv(self, path: str | Path) -> None:
         c = self.stages
         columns: list[Column] = [
-            ("I", c.batch, None), ("O", c.model, None), ("I", c.stage, None),
-            ("O", c.worker, None), ("O", c.gpu, None), ("I", c.batch_size, None),
-            ("F", c.start_s, None), ("F", c.end_s, None), ("O", c.status, None),
+            ("I", c.batch, None), ("C", c.model_code, c.names), ("I", c.stage, None),
+            ("C", c.worker_index, c.worker_ids), ("C", c.worker_index, c.worker_gpus),
+            ("I", c.batch_size, None), ("F", c.start_s, None), ("F", c.end_s, None),
+            ("C", c.status_code, c.names),
             ("F", c.transfer_start_s, None), ("F", c.transfer_end_s, None),
             ("F", c.dispatch_s, None),
         ]  # fmt: skip
@@ -304,20 +333,23 @@ class Recorder(Ledger, Observer):
             out[done] = np.where(fin <= dl + ON_TIME_EPS_S, OK, LATE)
         return out
 
-    def _stages(self) -> StageColumns:
-        """The stage rows' columns (``n_rows`` of them): the numbers' arrays over the
-        ledger's, its lists of names cut to them."""
+    def _stages(self, workers: dict[str, Slot]) -> StageColumns:
+        """The stage rows' columns (``n_rows`` of them), as views over the ledger's
+        buffers (each row's fields side by side there; no copy: the run is over and
+        nothing writes to them again); ``workers``: every slot the rows may name."""
         n = self.n_rows
-        names = self.row_model, self.row_worker, self.row_gpu, self.row_status
-        for names_col in names:  # (the lists cut to the rows, as the arrays are below)
-            del names_col[n:]
-        i8, f8 = np.int64, np.float64
+        ints = _column(self.row_ints, np.int64, ROW_INTS * n).reshape(n, ROW_INTS)
+        times = _column(self.row_times, np.float64, ROW_TIMES * n).reshape(n, ROW_TIMES)
+        ids = [""] * (max((w.index for w in workers.values()), default=-1) + 1)
+        gpus = list(ids)
+        for w in workers.values():
+            ids[w.index] = w.id
+            gpus[w.index] = w.gpu_name
         return StageColumns(
-            _column(self.row_batch, i8, n), self.row_model, _column(self.row_stage, i8, n),
-            self.row_worker, self.row_gpu, _column(self.row_size, i8, n),
-            _column(self.row_start_s, f8, n), _column(self.row_end_s, f8, n),
-            self.row_status, _column(self.row_xfer_start_s, f8, n),
-            _column(self.row_xfer_end_s, f8, n), _column(self.row_dispatch_s, f8, n),
+            ints[:, 0], ints[:, 1], ints[:, 2],
+            times[:, 0], times[:, 1], times[:, 2], times[:, 3], times[:, 4],
+            ints[:, 3], ints[:, 4], ints[:, 5],
+            ids, gpus, list(self.row_names),
         )  # fmt: skip
 
     def result(
@@ -341,7 +373,7 @@ class Recorder(Ledger, Observer):
             reason=_column(self.reason, np.int16),
             reasons=tuple(self.reasons),
             batch=_column(self.batch_of, np.int64),
-            stages=self._stages(),
+            stages=self._stages(workers),
             worker_busy_s=busy,
             worker_gpu={w.id: w.gpu.name for w in workers.values()},
             worker_share={w.id: w.info.share for w in workers.values()},
