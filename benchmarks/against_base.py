@@ -10,10 +10,11 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   in each tree; a scenario whose hashes differ prints its first differing request.
 - ``speed``: simulated requests per wall second of the timed scenarios (the simulation
   only: setup and trace generation excluded), ``--rounds`` alternations, the best of
-  each; the ratio this tree / base; and this tree's events (``SimResult.events``: the
-  arrivals and clock callbacks its loop took) and events per wall second. ``c`` or
-  ``py`` after a speed: the tree ran its compiled parts or the Python files
-  (``scheduling/reservation_table.COMPILED`` and, where the tree has it,
+  each; the ratio this tree / base, and below it each round's ratio with their median and
+  range (how far the machine moved in the sitting); and this tree's events
+  (``SimResult.events``: the arrivals and clock callbacks its loop took) and events per
+  wall second. ``c`` or ``py`` after a speed: the tree ran its compiled parts or the
+  Python files (``scheduling/reservation_table.COMPILED`` and, where the tree has it,
   ``engine/kernel.COMPILED``; ``py`` where either ran Python; nothing: a tree from before
   the core). A tree whose build changes within the sitting (a compiled part's source
   edited while it ran: the runs after that take the Python files) stops it, exit 2.
@@ -310,6 +311,7 @@ def main() -> None:
                 for name in names:
                     best = {"base": 0.0, "this": 0.0}
                     core = {"base": "", "this": ""}
+                    speeds: dict[str, list[float]] = {"base": [], "this": []}
                     n = events = 0
                     for _ in range(args.rounds):
                         for key, tree in (("base", base), ("this", ROOT)):
@@ -317,6 +319,7 @@ def main() -> None:
                             n = r["n"]
                             if key == "this":
                                 events = r.get("events", 0)
+                            speeds[key].append(r["n"] / r["wall"])
                             best[key] = max(best[key], r["n"] / r["wall"])
                             core[key] = same_build(seen, key, r.get("compiled"))
                     per_s = best["this"] * events / n if n else 0.0
@@ -326,9 +329,25 @@ def main() -> None:
                         f"  ratio {best['this'] / best['base']:.3f}  ({n:,} requests;"
                         f" this tree {events:,} events, {per_s:,.0f} events/s)"
                     )
+                    print(f"      {round_ratios(speeds['base'], speeds['this'])}")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
                            check=False)  # fmt: skip
+
+
+def round_ratios(base: list[float], this: list[float]) -> str:
+    """Each round's ratio (this tree's speed over the base's, the two runs of a round one
+    after the other) and their median and range: how far the machine moved within the
+    sitting, which the best-of ratio above does not show. A difference smaller than the
+    range between rounds is a tie."""
+    ratios = [t / b for b, t in zip(base, this, strict=True)]
+    if not ratios:
+        return "by round: none"
+    ordered = sorted(ratios)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    each = " ".join(f"{x:.3f}" for x in ratios)
+    return f"by round: {each}  (median {median:.3f}, range {ordered[0]:.3f}-{ordered[-1]:.3f})"
 
 
 def same_build(seen: dict[str, str], key: str, compiled: bool | None) -> str:

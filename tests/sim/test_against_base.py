@@ -27,3 +27,11 @@ def test_a_build_gone_stale_in_the_sitting_stops_it_with_one_line(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "this tree ran its py build after its c one" in err
+
+
+def test_each_rounds_ratio_is_shown_with_their_median_and_range():
+    line = A.round_ratios([100.0, 200.0, 100.0], [110.0, 190.0, 100.0])
+    assert line == "by round: 1.100 0.950 1.000  (median 1.000, range 0.950-1.100)"
+    even = A.round_ratios([1.0, 1.0], [1.02, 1.06])
+    assert "median 1.040" in even and "range 1.020-1.060" in even
+    assert A.round_ratios([], []) == "by round: none"
