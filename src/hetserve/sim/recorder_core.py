@@ -46,7 +46,6 @@ _NAN = math.nan  # (a C double compiled)
 # a stage row's fields of each kind (``Ledger.row_ints``, ``Ledger.row_times``)
 ROW_INTS = 6
 ROW_TIMES = 5
-_NAMES_SEARCHED = 8  # (a row's model's code: these first names searched by identity)
 
 
 class Ledger(ObserverCore):
@@ -70,11 +69,11 @@ class Ledger(ObserverCore):
         self.row_ints = array("q", [0]) * (ROW_INTS * cap)
         self.row_times = array("d", [nan]) * (ROW_TIMES * cap)
         # the models' and statuses' names the rows' codes index (``"completed"``: 0), and
-        # the last model seen with its code (the next row's is often the same object)
+        # by worker index the model of the worker's last row and its code
         self.row_names: list[str] = [_COMPLETED]
         self._row_name_idx: dict[str, int] = {_COMPLETED: 0}
-        self._last_model: object = None
-        self._last_model_code = 0
+        self._model_at: list[object] = []
+        self._model_code_at: list[int] = []
         # per request, by its id: C arrays (``array.array``s, typed memoryviews of them in
         # the compiled build), no Python object per value to make, convert or free
         self.dispatch_s = array("d", [nan]) * n
@@ -133,18 +132,22 @@ class Ledger(ObserverCore):
         j = self.n_rows
         if ROW_INTS * j == len(self.row_ints):
             self._grow()
+        # the model's code: the one this worker's last row had, where the model is the
+        # same object (a worker serves one stage of one model's pool, mostly), else
+        # looked up and kept for the worker (at 1,000 GPUs and 100 models, the last row's
+        # model is seldom this one's, and a lookup a row cost 1-2% of the run)
         m = b.model
-        if m is not self._last_model:
-            # (the first few names searched by identity, as the kernel passes a plan's
-            # own strings: no hash lookup; any other name by the table's dict)
-            names = self.row_names
-            code = -1
-            for i in range(min(len(names), _NAMES_SEARCHED)):
-                if names[i] is m:
-                    code = i
-                    break
-            self._last_model_code = code if code >= 0 else self.row_name_code(m)
-            self._last_model = m
+        wi = w.index
+        at = self._model_at
+        if wi < len(at) and at[wi] is m:
+            model_code = self._model_code_at[wi]
+        else:
+            model_code = self.row_name_code(m)
+            while len(at) <= wi:
+                at.append(None)
+                self._model_code_at.append(0)
+            at[wi] = m
+            self._model_code_at[wi] = model_code
         # (the kernel's own ``"completed"``, the same object, is code 0 without a lookup)
         code = 0 if status is _COMPLETED else self.row_name_code(status)
         k = ROW_INTS * j
@@ -158,7 +161,7 @@ class Ledger(ObserverCore):
             hs_stream_q(cython.address(self.row_ints[k + 1]), field(task._step, STEP_STAGE))
             hs_stream_q(cython.address(self.row_ints[k + 2]), b.rows)
             hs_stream_q(cython.address(self.row_ints[k + 3]), w.index)
-            hs_stream_q(cython.address(self.row_ints[k + 4]), self._last_model_code)
+            hs_stream_q(cython.address(self.row_ints[k + 4]), model_code)
             hs_stream_q(cython.address(self.row_ints[k + 5]), code)
             k = ROW_TIMES * j
             hs_stream_d(cython.address(self.row_times[k]), task.start_s)
@@ -171,7 +174,7 @@ class Ledger(ObserverCore):
             self.row_ints[k + 1] = field(task._step, STEP_STAGE)
             self.row_ints[k + 2] = b.rows
             self.row_ints[k + 3] = w.index
-            self.row_ints[k + 4] = self._last_model_code
+            self.row_ints[k + 4] = model_code
             self.row_ints[k + 5] = code
             k = ROW_TIMES * j
             self.row_times[k] = task.start_s

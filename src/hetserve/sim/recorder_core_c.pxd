@@ -28,7 +28,7 @@ cdef extern from *:
 
 cdef double _NAN
 cdef str _COMPLETED
-cdef Py_ssize_t ROW_INTS, ROW_TIMES, _NAMES_SEARCHED
+cdef Py_ssize_t ROW_INTS, ROW_TIMES
 
 
 cdef class Ledger(ObserverCore):
@@ -37,8 +37,8 @@ cdef class Ledger(ObserverCore):
     cdef public double[::1] row_times
     cdef public list row_names
     cdef public dict _row_name_idx
-    cdef public object _last_model
-    cdef public Py_ssize_t _last_model_code
+    cdef public list _model_at
+    cdef public list _model_code_at
     cdef public double[::1] dispatch_s
     cdef public double[::1] start_s
     cdef public double[::1] finish_s
@@ -59,7 +59,7 @@ cdef class Ledger(ObserverCore):
 
     @cython.locals(b=Batch, w=Slot, k=Py_ssize_t, t0=double,
                    j=Py_ssize_t, x=object, m=object, code=Py_ssize_t,
-                   names=list, i=Py_ssize_t)
+                   wi=Py_ssize_t, at=list, model_code=Py_ssize_t)
     cpdef stage_ended(self, Task task, double now, object status, Py_ssize_t blocks_done)
 
     @cython.locals(ri=Py_ssize_t)
