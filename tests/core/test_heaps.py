@@ -224,21 +224,61 @@ def test_an_event_heap_holds_its_callbacks_once():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-(2**53), 2**53 - 1)), max_size=60))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.one_of(
+                st.integers(-heaps_core.SEQ_LIMIT, heaps_core.SEQ_LIMIT - 1),
+                st.sampled_from([-heaps_core.SEQ_LIMIT, heaps_core.SEQ_LIMIT - 1, -1, 0]),
+            ),
+        ),
+        max_size=60,
+    )
+)
 def test_an_event_heap_orders_callers_numbers_up_to_its_limit(entries):
     """``push_seq``'s numbers (the caller's) order ties from ``-SEQ_LIMIT`` to below
-    ``SEQ_LIMIT``, where the compiled heap keeps them as C doubles, exactly; past either
-    end, every build says so."""
+    ``SEQ_LIMIT`` (2**40), where the compiled heap keeps them in 41 bits of a word,
+    exactly; past either end, every build says so."""
+    assert heaps_core.SEQ_LIMIT == 2**40
     for h in _event_heaps():
         ref = []
         for t, seq in dict.fromkeys(entries):  # (each pair once: the caller's promise)
             h.push_seq(float(t), seq, None, seq, None)
             ref.append((float(t), seq))
         assert [(h.pop_into(), h.seq) for _ in range(len(ref))] == sorted(ref)
-        with pytest.raises(OverflowError, match="2\\*\\*53"):
+        with pytest.raises(OverflowError, match="2\\*\\*40"):
             h.push_seq(0.0, heaps_core.SEQ_LIMIT, None, None, None)
         with pytest.raises(OverflowError):
             h.push_seq(0.0, -heaps_core.SEQ_LIMIT - 1, None, None, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False),  # (any time: infinities, subnormals, -0.0, 1e308)
+            st.sampled_from([0.0, -0.0, 1.0, -1.0, 5e-324, -5e-324]),
+        ),
+        max_size=80,
+    ),
+    st.integers(0, 2),
+)
+def test_an_event_heap_orders_any_time_as_floats_compare(times, start):
+    """Every time a float may be but NaN orders as Python compares floats (the compiled
+    heap compares a time's bits as an unsigned word's: the sign's bit and the negative
+    times' order are what this checks), ties by the order pushed; -0.0 and 0.0 are one
+    time; an entry at NaN is refused in every build."""
+    for h in _event_heaps()[start:] + _event_heaps()[:1]:
+        ref = []
+        for n, t in enumerate(times):
+            h.push(t, None, n, None)
+            ref.append((t, n))
+        got = [(h.pop_into(), h.a) for _ in range(len(ref))]
+        assert got == sorted(ref), type(h)
+        with pytest.raises(ValueError, match="NaN"):
+            h.push(float("nan"), None, None, None)
+        assert len(h) == 0
 
 
 def test_an_empty_event_heap_says_so():

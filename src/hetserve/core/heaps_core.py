@@ -37,6 +37,13 @@ COMPILED = bool(cython.compiled)
 if not cython.compiled:  # (compiled: the inline C its .pxd cimports)
     from hetserve.core.records import id_fits, pop_last, put, take
 
+    def hs_key(t: Any) -> Any:
+        """Compiled only (``heaps_core_c.pxd``: a time's order as a C word's; the entries'
+        words, their slots' items): plain Python never calls these."""
+        raise NotImplementedError("the EventHeap's words are compiled only")
+
+    hs_time = hs_lt = hs_take = hs_put = hs_key
+
 _heappush = heapq.heappush
 _INF = math.inf
 _heappop = heapq.heappop
@@ -155,8 +162,8 @@ def bisect_s(lat: list[Any], x: float) -> int:
     return lo
 
 
-def _doubles(n: int) -> memoryview:
-    return memoryview(array("d", [0.0]) * n)
+def _words(n: int) -> memoryview:
+    return memoryview(array("Q", [0]) * n)
 
 
 def _longs(n: int) -> memoryview:
@@ -164,10 +171,13 @@ def _longs(n: int) -> memoryview:
 
 
 FIRST_ROOM = 8  # (``EventHeap(0)``'s room at its first push)
-# (the numbers an ``EventHeap`` orders by: from minus this to below it, each exact as a C
-# double)
-SEQ_LIMIT = 1 << 53
-_NO_DOUBLES = _doubles(0)
+# (the numbers an ``EventHeap`` orders by: from minus this to below it; compiled, a number
+# plus this is kept in the 41 bits of an entry's second word above its slot's)
+SEQ_LIMIT = 1 << 40
+SLOT_BITS = 23  # (compiled: the bits of an entry's second word that say its slot)
+SLOT_LIMIT = 1 << SLOT_BITS  # (compiled: the entries an ``EventHeap`` holds at most)
+_SLOT_MASK = SLOT_LIMIT - 1
+_NO_WORDS = _words(0)
 _NO_LONGS = _longs(0)
 
 
@@ -240,30 +250,26 @@ class IdleSet:
         return out
 
 
-def _before(t: float, seq: float, t_other: float, seq_other: float) -> int:
-    """1 where the entry ``(t, seq)`` comes before ``(t_other, seq_other)``, else 0:
-    compiled, without a branch (``EventHeap.pop_into``'s tournament)."""
-    return (t < t_other) | ((t == t_other) & (seq < seq_other))
-
-
 class EventHeap:
     """A clock's callbacks by time (``engine.clock.VirtualClock``): entries ``(time, seq,
     fn, a, b)`` ordered by time, then by ``seq``, the number :meth:`push` gives each (1, 2,
     ... in the order they came: callbacks at one time run in that order). ``pushed``: the
     last number given; ``n``: the entries there are (compiled, a C integer: what a
-    caller reads to ask whether there is any, without a call).
+    caller reads to ask whether there is any, without a call). A time is a number (NaN:
+    ValueError); -0.0 is 0.0.
 
-    Compiled, each entry is three C doubles side by side in one buffer, by heap position
-    (``es[3 p]``, ``es[3 p + 1]``, ``es[3 p + 2]``: its time, its number and the slot its
-    callback and arguments are kept in; a number is exact as a double from
-    ``-SEQ_LIMIT`` to below ``SEQ_LIMIT``, which :meth:`push_seq` checks), four children
-    a node (half as many levels as a binary heap, so a pop's sift down touches half as
-    many cache lines where the heap is large, as with 1,000 GPUs' stage ends and timers).
-    A sift compares C doubles and moves three of them, from one cache line or two (three
-    buffers, one per field, cost three: at 1,000 GPUs the heap is out of the first-level
-    cache between pops), and an entry is no tuple. As plain Python (or where the build is
-    not there) it is a ``heapq`` heap of the tuples. Either way the pops come in the same
-    order: the (time, seq) pairs are all different."""
+    Compiled, an entry is two C words of 64 bits, by heap position: its time as an
+    unsigned integer in the same order (``hs_key``, ``heaps_core_c.pxd``), and its number
+    (plus ``SEQ_LIMIT``) above the slot that its callback and arguments are kept in (the
+    low ``SLOT_BITS`` bits); one comparison of the pair as a 128-bit integer orders two
+    entries, by time and then by number, without a branch. A node has four children, and
+    a node's four are one cache line (the buffer begins where that holds): a pop's sift
+    down reads one line a level, at half the levels of a binary heap. The callbacks and
+    arguments are in a list, three items a slot, handed over without their references
+    counted up and down (a slot given out is left empty: NULL). As plain Python (or where
+    the build is not there) it is a ``heapq`` heap of the tuples. Either way the pops come
+    in the same order: the (time, seq) pairs are all different. Compiled, at most
+    ``SLOT_LIMIT`` entries are there at once (OverflowError past it)."""
 
     def __init__(self, room: int = 64) -> None:
         """``room``: the entries there is room for at first (compiled; it doubles when
@@ -273,21 +279,14 @@ class EventHeap:
         self.pushed = 0
         self.n = 0
         self.items: list[tuple[float, int, Any, Any, Any]] = []  # (as plain Python)
-        cap = max(0, int(room)) if COMPILED else 0
-        if cap == 0:  # (the buffers of no entries, shared: nothing is written to them)
-            self.es = _NO_DOUBLES
-            self.free = _NO_LONGS
-            self.calls: list[Any] = []
-            self.n_free = 0
-        else:
-            self.es = _doubles(3 * cap)  # by heap position: time, number, slot
-            # by slot k: its callback and arguments at 3k, 3k + 1 and 3k + 2 (side by
-            # side: a pop reads one cache line of the list, not one in each of three)
-            self.calls = [None] * (3 * cap)
-            self.free = _longs(cap)  # free slots, a stack
-            self.n_free = cap
-            for i in range(cap):
-                self.free[i] = cap - 1 - i
+        cap = max(0, min(int(room), SLOT_LIMIT)) if COMPILED else 0
+        self.ks = _NO_WORDS
+        self.off = 0
+        self.calls: list[Any] = []
+        self.free = _NO_LONGS
+        self.n_free = 0
+        if cap > 0:
+            self._room(cap)
         # the time of the clock that drives the heap (``engine.clock.VirtualClock.t``: its
         # loop sets it as it pops; compiled, a C double)
         self.now_s = 0.0
@@ -304,14 +303,16 @@ class EventHeap:
         """The entries as tuples, in no particular order."""
         if not COMPILED:
             return iter(list(self.items))
-        return iter(
-            [
-                (self.es[3 * i], int(self.es[3 * i + 1]), self.calls[3 * int(self.es[3 * i + 2])],
-                 self.calls[3 * int(self.es[3 * i + 2]) + 1],
-                 self.calls[3 * int(self.es[3 * i + 2]) + 2])
-                for i in range(self.n)
-            ]
-        )  # fmt: skip
+        out = []
+        o = self.off
+        for i in range(self.n):
+            lo = self.ks[o + 2 * i + 1]
+            k = lo & _SLOT_MASK
+            out.append((
+                hs_time(self.ks[o + 2 * i]), (lo >> SLOT_BITS) - SEQ_LIMIT,
+                self.calls[3 * k], self.calls[3 * k + 1], self.calls[3 * k + 2],
+            ))  # fmt: skip
+        return iter(out)
 
     def clear(self) -> None:
         """Every entry dropped (the numbers go on from ``pushed``)."""
@@ -327,13 +328,13 @@ class EventHeap:
         """The earliest entry's time (inf: none)."""
         if not COMPILED:
             return self.items[0][0] if self.items else _INF
-        return self.es[0] if self.n > 0 else _INF
+        return hs_time(self.ks[self.off]) if self.n > 0 else _INF
 
     def first(self) -> Any:
         """The earliest entry's callback (``fn``), left there (None: none)."""
         if not COMPILED:
             return self.items[0][2] if self.items else None
-        return self.calls[3 * int(self.es[2])] if self.n > 0 else None
+        return self.calls[3 * (self.ks[self.off + 1] & _SLOT_MASK)] if self.n > 0 else None
 
     def push(self, t: float, fn: Any, a: Any, b: Any) -> int:
         """``fn(a, b, t)`` due at ``t``, numbered ``pushed + 1``."""
@@ -345,10 +346,12 @@ class EventHeap:
         """An entry at ``t`` numbered ``seq`` by the caller (``pushed`` left as it is):
         a heap used only this way is a priority queue by ``(t, seq)``, where the caller
         makes each pair different (``scheduling.edf_adaptive_core``'s models to try, by
-        their keys). ``seq`` must be in ``[-SEQ_LIMIT, SEQ_LIMIT)`` (2**53; OverflowError:
-        compiled, it is kept as a C double, exact there)."""
-        if not 0 <= (seq >> 53) + 1 <= 1:  # (-``SEQ_LIMIT`` <= seq < ``SEQ_LIMIT``, in C)
-            raise OverflowError(f"EventHeap: entry number {seq} is not in [-2**53, 2**53)")
+        their keys). ``seq`` must be in ``[-SEQ_LIMIT, SEQ_LIMIT)`` (2**40; OverflowError:
+        compiled, it is kept in 41 bits of a word); ``t`` a number (ValueError: NaN)."""
+        if not 0 <= (seq >> 40) + 1 <= 1:  # (-``SEQ_LIMIT`` <= seq < ``SEQ_LIMIT``, in C)
+            raise OverflowError(f"EventHeap: entry number {seq} is not in [-2**40, 2**40)")
+        if t != t:
+            raise ValueError(f"EventHeap: an entry at NaN seconds (number {seq})")
         if not COMPILED:
             _heappush(self.items, (t, seq, fn, a, b))
             self.n += 1
@@ -360,25 +363,26 @@ class EventHeap:
             self.n_free -= 1
             k = self.free[self.n_free]
             calls = self.calls
-            put(calls, 3 * k, fn)
-            put(calls, 3 * k + 1, a)
-            put(calls, 3 * k + 2, b)
-            sd = seq  # (a C double: exact, as checked)
+            hs_put(calls, 3 * k, fn)
+            hs_put(calls, 3 * k + 1, a)
+            hs_put(calls, 3 * k + 2, b)
+            hi = hs_key(t)
+            lo = (cython.cast(cython.ulonglong, seq + SEQ_LIMIT) << SLOT_BITS) | k
+            o = self.off
             pos = self.n
             self.n += 1
             while pos > 0:  # up from the end while earlier than the parent
                 parent = (pos - 1) >> 2
-                pt = self.es[3 * parent]
-                if t < pt or (t == pt and sd < self.es[3 * parent + 1]):
-                    self.es[3 * pos] = pt
-                    self.es[3 * pos + 1] = self.es[3 * parent + 1]
-                    self.es[3 * pos + 2] = self.es[3 * parent + 2]
+                ph = self.ks[o + 2 * parent]
+                pl = self.ks[o + 2 * parent + 1]
+                if hs_lt(hi, lo, ph, pl):
+                    self.ks[o + 2 * pos] = ph
+                    self.ks[o + 2 * pos + 1] = pl
                     pos = parent
                     continue
                 break
-            self.es[3 * pos] = t
-            self.es[3 * pos + 1] = sd
-            self.es[3 * pos + 2] = k
+            self.ks[o + 2 * pos] = hi
+            self.ks[o + 2 * pos + 1] = lo
         return 0
 
     def pop(self) -> tuple[float, int, Any, Any, Any]:
@@ -388,10 +392,9 @@ class EventHeap:
             self.n -= 1
             return item
         if self.n == 0:
-            raise IndexError("pop from an empty EventHeap")
-        seq = int(self.es[1])
+            raise IndexError("pop from an EventHeap with no entries")
         t = self.pop_into()
-        return (t, seq, self.fn, self.a, self.b)
+        return (t, self.seq, self.fn, self.a, self.b)
 
     def pop_into(self) -> float:
         """The earliest entry taken off: its callback and arguments in ``fn``, ``a`` and
@@ -401,83 +404,96 @@ class EventHeap:
             self.n -= 1
             return t
         if self.n == 0:
-            raise IndexError("pop from an empty EventHeap")
+            raise IndexError("pop from an EventHeap with no entries")
         with cython.boundscheck(False), cython.wraparound(False), cython.initializedcheck(False):
-            t0 = self.es[0]
-            self.seq = int(self.es[1])
-            k = int(self.es[2])
+            o = self.off
+            hi0 = self.ks[o]
+            lo0 = self.ks[o + 1]
+            self.seq = cython.cast(cython.longlong, lo0 >> SLOT_BITS) - SEQ_LIMIT
+            k = lo0 & _SLOT_MASK
             calls = self.calls
-            self.fn = take(calls, 3 * k)
-            self.a = take(calls, 3 * k + 1)
-            self.b = take(calls, 3 * k + 2)
+            self.fn = hs_take(calls, 3 * k)
+            self.a = hs_take(calls, 3 * k + 1)
+            self.b = hs_take(calls, 3 * k + 2)
             self.free[self.n_free] = k
             self.n_free += 1
             self.n -= 1
             n = self.n
             if n > 0:  # the last entry sifts down from the top
-                t = self.es[3 * n]
-                sd = self.es[3 * n + 1]
-                kk = self.es[3 * n + 2]
+                hi = self.ks[o + 2 * n]
+                lo = self.ks[o + 2 * n + 1]
                 pos = 0
                 child = 1
                 while child < n:
+                    c = o + 2 * child
                     if child + 3 < n:
-                        # four children: the earliest by a tournament of three comparisons
-                        # whose outcomes are added to indices, not branched on (the order
-                        # of the children's times is data, which no predictor learns: a
-                        # branch per comparison was mispredicted about every other time)
-                        a = child + _before(
-                            self.es[3 * child + 3], self.es[3 * child + 4],
-                            self.es[3 * child], self.es[3 * child + 1],
-                        )  # fmt: skip
-                        b = child + 2 + _before(
-                            self.es[3 * child + 9], self.es[3 * child + 10],
-                            self.es[3 * child + 6], self.es[3 * child + 7],
-                        )  # fmt: skip
-                        won = _before(
-                            self.es[3 * b], self.es[3 * b + 1], self.es[3 * a], self.es[3 * a + 1]
+                        # four children (one cache line): the earliest by a tournament of
+                        # three comparisons whose outcomes are added to indices, not
+                        # branched on (the order of the children's times is data, which
+                        # no predictor learns)
+                        x = child + hs_lt(
+                            self.ks[c + 2], self.ks[c + 3], self.ks[c], self.ks[c + 1]
                         )
-                        child = a + (b - a) * won
-                        ct = self.es[3 * child]
+                        y = (
+                            child
+                            + 2
+                            + hs_lt(self.ks[c + 6], self.ks[c + 7], self.ks[c + 4], self.ks[c + 5])
+                        )
+                        won = hs_lt(
+                            self.ks[o + 2 * y], self.ks[o + 2 * y + 1],
+                            self.ks[o + 2 * x], self.ks[o + 2 * x + 1],
+                        )  # fmt: skip
+                        child = x + (y - x) * won
                     else:
                         # the earliest of its (up to three) children
-                        last = n
-                        ct = self.es[3 * child]
                         right = child + 1
-                        while right < last:
-                            rt = self.es[3 * right]
-                            if rt < ct or (
-                                rt == ct and self.es[3 * right + 1] < self.es[3 * child + 1]
-                            ):
+                        while right < n:
+                            r = o + 2 * right
+                            c = o + 2 * child
+                            if hs_lt(self.ks[r], self.ks[r + 1], self.ks[c], self.ks[c + 1]):
                                 child = right
-                                ct = rt
                             right += 1
-                    if ct < t or (ct == t and self.es[3 * child + 1] < sd):
-                        self.es[3 * pos] = ct
-                        self.es[3 * pos + 1] = self.es[3 * child + 1]
-                        self.es[3 * pos + 2] = self.es[3 * child + 2]
+                    c = o + 2 * child
+                    ch = self.ks[c]
+                    cl = self.ks[c + 1]
+                    if hs_lt(ch, cl, hi, lo):
+                        self.ks[o + 2 * pos] = ch
+                        self.ks[o + 2 * pos + 1] = cl
                         pos = child
                         child = 4 * pos + 1
                         continue
                     break
-                self.es[3 * pos] = t
-                self.es[3 * pos + 1] = sd
-                self.es[3 * pos + 2] = kk
-        return t0
+                self.ks[o + 2 * pos] = hi
+                self.ks[o + 2 * pos + 1] = lo
+        return hs_time(hi0)
+
+    def _room(self, cap: int) -> None:
+        """Room for ``cap`` entries (compiled): a buffer of ``2 cap`` words, and 8 more so
+        that position 1 (the first of four children) can begin a cache line (``off``: the
+        word where position 0 begins); the entries there moved to it; the slots
+        ``len(calls) // 3 .. cap - 1`` added, free."""
+        old = len(self.calls) // 3
+        ks = _words(2 * cap + 8)
+        at = cython.cast(cython.size_t, cython.address(ks[2]))  # (position 1's, where off=0)
+        off = ((64 - at % 64) % 64) // 8
+        for i in range(2 * self.n):
+            ks[off + i] = self.ks[self.off + i]
+        free = _longs(cap)
+        more = cap - old
+        for i in range(self.n_free):
+            free[i] = self.free[i]
+        for i in range(more):
+            free[self.n_free + i] = cap - 1 - i
+        self.ks, self.off, self.free = ks, off, free
+        self.n_free += more
+        self.calls.extend([None] * (3 * more))
 
     def _grow(self) -> None:
         """Twice the room (every slot in use), or ``FIRST_ROOM`` where there was none."""
         cap = len(self.calls) // 3
-        more = cap if cap > 0 else FIRST_ROOM  # (the slots added: ``cap .. cap + more - 1``)
-        new = cap + more
-        es, free = _doubles(3 * new), _longs(new)
-        for i in range(3 * cap):
-            es[i] = self.es[i]
-        for i in range(more):
-            free[i] = new - 1 - i
-        self.es, self.free = es, free
-        self.n_free = more
-        self.calls.extend([None] * (3 * more))
+        if cap >= SLOT_LIMIT:
+            raise OverflowError(f"EventHeap: more than {SLOT_LIMIT:,} entries at once")
+        self._room(min(2 * cap, SLOT_LIMIT) if cap > 0 else FIRST_ROOM)
 
 
 _MAP_ROOM = 64  # (an ``IdMap``'s room for entries at first; it doubles as it fills)

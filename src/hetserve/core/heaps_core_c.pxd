@@ -37,8 +37,12 @@ cpdef Py_ssize_t bisect_s(list lat, double x) except -1
 
 cdef double _INF
 cdef Py_ssize_t FIRST_ROOM
-cdef double[::1] _NO_DOUBLES
+cdef unsigned long long[::1] _NO_WORDS
 cdef long long[::1] _NO_LONGS
+cdef long long SEQ_LIMIT
+cdef Py_ssize_t SLOT_BITS
+cdef Py_ssize_t SLOT_LIMIT
+cdef unsigned long long _SLOT_MASK
 cdef unsigned long long _ONE
 cdef unsigned long long _ALL
 cdef unsigned long long _DE_BRUIJN
@@ -64,7 +68,44 @@ cdef class IdleSet:
     cpdef object as_int(self)
 
 
-cdef inline Py_ssize_t _before(double t, double seq, double t_other, double seq_other) noexcept
+
+# an ``EventHeap``'s entries as words (``EventHeap``'s docstring): a time's order as an
+# unsigned word's (the bits of a double, the sign's bit flipped where it is positive and
+# every bit where negative: the integers' order is the times'; -0.0 as 0.0) and back; two
+# entries (word pairs) compared as one 128-bit integer, without a branch where the compiler
+# has one; a list's item handed over with its reference (NULL left in its place: only the
+# heap reads its list, and a list's traversal and release skip NULL), and one put where
+# the item left there (NULL or None) is let go
+cdef extern from *:
+    """
+    #include <string.h>
+    static inline unsigned long long hs_key(double t) {
+        unsigned long long u; t += 0.0; memcpy(&u, &t, 8);
+        return (u >> 63) ? ~u : (u | 0x8000000000000000ULL); }
+    static inline double hs_time(unsigned long long k) {
+        unsigned long long u = (k >> 63) ? (k & 0x7FFFFFFFFFFFFFFFULL) : ~k; double t;
+        memcpy(&t, &u, 8); return t; }
+    static inline Py_ssize_t hs_lt(unsigned long long h1, unsigned long long l1,
+                                   unsigned long long h2, unsigned long long l2) {
+    #ifdef __SIZEOF_INT128__
+        return (((unsigned __int128)h1 << 64) | l1) < (((unsigned __int128)h2 << 64) | l2);
+    #else
+        return (h1 < h2) | ((h1 == h2) & (l1 < l2));
+    #endif
+    }
+    static inline PyObject *hs_take(PyObject *items, Py_ssize_t i) {
+        PyObject **p = ((PyListObject *)items)->ob_item + i; PyObject *x = *p; *p = NULL;
+        return x; }
+    static inline void hs_put(PyObject *items, Py_ssize_t i, PyObject *x) {
+        PyObject **p = ((PyListObject *)items)->ob_item + i; PyObject *old = *p;
+        Py_INCREF(x); *p = x; Py_XDECREF(old); }
+    """
+    unsigned long long hs_key(double t) noexcept nogil
+    double hs_time(unsigned long long k) noexcept nogil
+    Py_ssize_t hs_lt(unsigned long long h1, unsigned long long l1, unsigned long long h2,
+                     unsigned long long l2) noexcept nogil
+    object hs_take(list items, Py_ssize_t i)
+    void hs_put(list items, Py_ssize_t i, object x) noexcept
 
 
 @cython.final
@@ -72,10 +113,11 @@ cdef class EventHeap:
     cdef public long long pushed
     cdef public Py_ssize_t n
     cdef public list items
-    cdef public double[::1] es
-    cdef public list calls
-    cdef public long long[::1] free
-    cdef public Py_ssize_t n_free
+    cdef unsigned long long[::1] ks
+    cdef Py_ssize_t off
+    cdef list calls
+    cdef long long[::1] free
+    cdef Py_ssize_t n_free
     cdef public double now_s
     cdef public long long seq
     cdef public object fn
@@ -88,19 +130,27 @@ cdef class EventHeap:
 
     cpdef int push(self, double t, object fn, object a, object b) except -1
 
-    @cython.locals(k=Py_ssize_t, pos=Py_ssize_t, parent=Py_ssize_t, pt=double, calls=list,
-                   sd=double)
+    @cython.locals(k=Py_ssize_t, pos=Py_ssize_t, parent=Py_ssize_t, calls=list, o=Py_ssize_t,
+                   hi="unsigned long long", lo="unsigned long long",
+                   ph="unsigned long long", pl="unsigned long long")
     cpdef int push_seq(self, double t, long long seq, object fn, object a, object b) except -1
 
-    @cython.locals(seq=cython.longlong, t=double)
+    @cython.locals(t=double)
     cpdef tuple pop(self)
 
-    @cython.locals(calls=list, t0=double, k=Py_ssize_t, n=Py_ssize_t, t=double, sd=double,
-                   kk=double, pos=Py_ssize_t, child=Py_ssize_t, right=Py_ssize_t, ct=double,
-                   rt=double, last=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, won=Py_ssize_t)
+    @cython.locals(calls=list, o=Py_ssize_t, k=Py_ssize_t, n=Py_ssize_t, pos=Py_ssize_t,
+                   child=Py_ssize_t, right=Py_ssize_t, c=Py_ssize_t, r=Py_ssize_t,
+                   x=Py_ssize_t, y=Py_ssize_t, won=Py_ssize_t,
+                   hi0="unsigned long long", lo0="unsigned long long",
+                   hi="unsigned long long", lo="unsigned long long",
+                   ch="unsigned long long", cl="unsigned long long")
     cpdef double pop_into(self) except? -1.0
 
-    @cython.locals(cap=Py_ssize_t, i=Py_ssize_t, more=Py_ssize_t, new=Py_ssize_t)
+    @cython.locals(old=Py_ssize_t, ks="unsigned long long[::1]", at=size_t, off=Py_ssize_t,
+                   i=Py_ssize_t, free="long long[::1]", more=Py_ssize_t)
+    cdef void _room(self, Py_ssize_t cap) except *
+
+    @cython.locals(cap=Py_ssize_t)
     cpdef void _grow(self) except *
 
 
