@@ -20,7 +20,8 @@ def _both(slots, core):
     return SimpleNamespace(
         SlotTable=slots.SlotTable, PoolOrder=slots.PoolOrder, Lane=slots.Lane,
         new_lanes=slots.new_lanes,
-        Probed=core.Probed, probe=core.probe, Pipe=core.Pipe, Algorithm1=core.Algorithm1,
+        Probed=core.Probed, probe=core.probe, Pipe=core.Pipe, Into=core.Into,
+        Algorithm1=core.Algorithm1,
     )  # fmt: skip
 
 
@@ -62,8 +63,13 @@ def _drive(mod, ops, gaps):
     # stage 1 on pool 0; stage 2 on pool 1, reached over links 4 and 5
     info = [(0.004, 0.0, pools[0]), (0.003, 8e6, pools[1])]
     # (by worker number: into workers 2 and 3, from workers 0 and 1)
-    xs = [None, None, *[(w, (4, 5), 1.0 / 1e9, 0.0001) for w in (2, 3)]]
-    xfers = [[], [(xs, 1e-9, 0.0001), (xs, 1e-9, 0.0001)]]
+    into = mod.Into([(w, (4, 5), 1.0 / 1e9, 0.0001) for w in (2, 3)])
+    assert (into.min_inv, into.min_delay) == (1e-9, 0.0001)
+    assert into.links == [None, None, (4, 5), (4, 5)]
+    # (from worker 1: worker 3 on its GPU, no link crossed; worker 2 over link 5 alone)
+    into_1 = mod.Into([(2, (5,), 2.0 / 1e9, 0.0002), (3, (), 0.0, 0.0)])
+    assert (into_1.min_inv, into_1.min_delay, into_1.width) == (0.0, 0.0, 2)
+    xfers = [[], [into, into_1]]
     pipe = mod.Pipe(1, [(0, 1), (1, 2)], lambda batch: info, xfers, None)
     k_info = pipe.learn(3)  # (the numbers of a batch of 3 rows: ``info``'s)
     seen = []

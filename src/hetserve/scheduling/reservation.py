@@ -46,7 +46,7 @@ from hetserve.scheduling.protocol import (
     WorkerId,
     register,
 )
-from hetserve.scheduling.reservation_core import Xfers
+from hetserve.scheduling.reservation_core import Into
 from hetserve.scheduling.reservation_table import ReservationTable
 from hetserve.scheduling.reservation_table import core as _core
 from hetserve.scheduling.reservation_table import slots as _slots
@@ -78,7 +78,7 @@ class Reservation(BaseScheduler):
         # per pipeline, per stage: its transfers by the previous stage's worker
         # (and the call that makes one that is not there yet)
         # (a list by the previous worker's number, None where not made yet)
-        self._xfers: dict[tuple[str, int], tuple[list[list[Xfers | None]], Any]] = {}
+        self._xfers: dict[tuple[str, int], tuple[list[list[Into | None]], Any]] = {}
         self._lost: set[int] = set()
         # a worker never runs anything shorter than its shortest stage: gaps shorter than
         # that are as good as taken (what keeps the table's fast path exact)
@@ -203,28 +203,18 @@ class Reservation(BaseScheduler):
         infos[batch] = info
         return info
 
-    def _stage_xfers(self, pipe: PipelinePool, si: int, last: int) -> Xfers:
+    def _stage_xfers(self, pipe: PipelinePool, si: int, last: int) -> Into:
         """Transfers from worker ``last`` into each worker of stage ``si``, with the least
-        s/bit and delay over them (a lower bound on any transfer's time)."""
+        s/bit and delay over them (a lower bound on any transfer's time), as the probe
+        reads them (``reservation_core.Into``), kept by ``last``."""
         table = self.table
         src = table.names[last]
         into = []
         for w in pipe.stages[si][1]:
             links, bw, delay = self._link(src, w)
-            r = table.ids[w]
             link_ids = tuple(table.id_of(x) for x in links)
-            into.append((r, link_ids, 1.0 / (bw * 1e9) if links else 0.0, delay))
-        # (a list by worker number: the probe reads it by index, no key hashed)
-        xs: list[tuple[int, tuple[int, ...], float, float] | None] = [None] * (
-            max((x[0] for x in into), default=-1) + 1
-        )
-        for x in into:
-            xs[x[0]] = x
-        hit = (
-            xs,
-            min((x[2] for x in into), default=0.0),
-            min((x[3] for x in into), default=0.0),
-        )
+            into.append((table.ids[w], link_ids, 1.0 / (bw * 1e9) if links else 0.0, delay))
+        hit = _core.Into(into)
         by_last = self._xfers[(pipe.model, pipe.index)][0][si]
         if last >= len(by_last):
             by_last.extend([None] * (last + 1 - len(by_last)))

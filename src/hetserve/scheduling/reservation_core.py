@@ -46,10 +46,40 @@ if not cython.compiled:  # (compiled: these are the C its .pxd cimports)
 _EPS = 1e-12
 _INF = math.inf
 _NEG_INF = -math.inf
-# a stage's transfers from the previous stage's worker: per receiving worker, by its
-# number (None for the others), (worker, links crossed, seconds per bit, delay s); and
-# the least s/bit and delay over them
-Xfers = tuple[list[tuple[int, tuple[int, ...], float, float] | None], float, float]
+# a stage's transfer into one worker from the previous stage's: (worker, links crossed,
+# seconds per bit, delay s); what :class:`Into` is made of
+Xfer = tuple[int, tuple[int, ...], float, float]
+
+
+class Into:
+    """A stage's transfers from one worker of the previous stage into each worker of the
+    stage's pool (``Pipe.xfers``), by the receiving worker's number: per worker ``w`` its
+    seconds per bit and delay at ``d[2 w]`` and ``d[2 w + 1]``, and at ``i[w width]`` the
+    links crossed (how many; 0 for a worker on the same GPU, or none of the pool's) then
+    the links themselves; ``links[w]`` the same links as a tuple (None for none of the
+    pool's); ``min_inv`` and ``min_delay`` the least seconds per bit and delay over them
+    (a lower bound on any transfer's time). C buffers compiled: a probe reads a
+    candidate's transfer from two lines of them (as a tuple per worker it read two
+    objects from wherever they were, and counted their references up and down: the
+    probe's most waited-for loads, 23% of its time)."""
+
+    def __init__(self, into: Iterable[Xfer]) -> None:
+        into = list(into)
+        n = max((x[0] for x in into), default=-1) + 1
+        self.n = n
+        self.width = 1 + max((len(x[1]) for x in into), default=0)
+        self.d = double_buffer(2 * n, 0.0)
+        self.i = int_buffer(n * self.width)
+        self.links: list[tuple[int, ...] | None] = [None] * n
+        for w, links, inv, delay in into:
+            self.d[2 * w] = inv
+            self.d[2 * w + 1] = delay
+            self.i[w * self.width] = len(links)
+            for q, lk in enumerate(links):
+                self.i[w * self.width + 1 + q] = lk
+            self.links[w] = tuple(links)
+        self.min_inv = min((x[2] for x in into), default=0.0)
+        self.min_delay = min((x[3] for x in into), default=0.0)
 
 
 # a stage's tag in the reservation table: its batch's id times STAGE_TAGS plus its stage
@@ -98,8 +128,7 @@ def reserve(table: slots.SlotTable, bid: int, pr: Probed, bk: slots.Bookings) ->
 
 _MOVED = slots.MOVED  # (``SlotTable.correct``'s flags; compiled, C integers)
 _KEPT = slots.KEPT
-_NO_XFER: tuple[int, tuple[int, ...], float, float] = (-1, (), 0.0, 0.0)
-_NO_XFERS: list[tuple[int, tuple[int, ...], float, float] | None] = []  # (the first stage's)
+_NO_INTO = Into([])  # (the first stage's: no transfer into it)
 _NAN = math.nan
 RESV_ROOM = 64  # the ring of batches' rows at first (a power of two; it doubles as needed)
 _NO_LB = double_buffer(0, 0.0)  # (a pipeline's numbers before it learns any)
@@ -113,8 +142,8 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
     ``p.lb[k + 2 si]`` and ``p.lb[k + 2 si + 1]``: stage ``si``'s inference seconds and
     the bits crossing the cut into it (``k``: where the batch size's numbers begin,
     :meth:`Pipe.learn`); ``p.orders[si]``: its pool's order; ``p.xfers[si]``: the stage's
-    transfers by the previous stage's worker, a list by its number (None, or past the
-    end: ``p.miss(si, last)`` makes it). Writes the
+    transfers by the previous stage's worker, a list by its number of :class:`Into`
+    (None, or past the end: ``p.miss(si, last)`` makes it). Writes the
     path (a worker per stage), the reservations it needs ``(resource, start, duration)``,
     the completion time, the time spent waiting for resources, and the stages' starts into
     ``out`` (:class:`Probed`); an empty path and an infinite completion where a pool has
@@ -128,30 +157,33 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
     busy = 0.0
     min_inv = 0.0
     min_delay = 0.0
-    xs = _NO_XFERS
+    xs = _NO_INTO
     orders = p.orders
     for si in range(len(orders)):
         l_i: float = p.lb[k + 2 * si]
         bits: float = p.lb[k + 2 * si + 1]
         order: slots.PoolOrder = orders[si]
         if last < 0:
-            xs = _NO_XFERS
+            xs = _NO_INTO
             t_lb = t_g
         else:
             by_last = p.xfers[si]  # (a list by worker: no key to hash and look up)
             hit = by_last[last] if last < len(by_last) else None
             if hit is None:
                 hit = p.miss(si, last)  # (it may number new links: the buffers grow)
-            xs = hit[0]
-            min_inv = hit[1]
-            min_delay = hit[2]
+            xs = hit
+            min_inv = xs.min_inv
+            min_delay = xs.min_delay
             t_lb = t_g + bits * min_inv + min_delay  # no transfer arrives earlier
+        nx = xs.n
+        width = xs.width
         best_t = _INF
         best_w = -1
         best_s = 0.0
         best_tl = 0.0
         best_ln = 0.0
-        best_links: tuple[int, ...] = ()
+        best_nl = 0
+        best_at = 0
         # workers with a usable gap after t_lb first (their front says nothing), then
         # the rest by front: once max(t_lb, front) + l_i cannot beat the best, stop
         # (candidates j = k0..n-1: by_solid's from the first that begins after t_lb, as if
@@ -185,19 +217,15 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
                 break
             if lost and w in lost:
                 continue
-            # (by worker number, None where no transfer: none into the first stage)
-            xf = xs[w] if w < len(xs) else None
-            if xf is None:
-                xf = _NO_XFER
-            links = xf[1]
-            if links:
-                x_inv = xf[2]  # (compiled: C doubles, the product and sum without floats made)
-                x_delay = xf[3]
-                l_n = bits * x_inv + x_delay
+            # (by worker number: the links crossed into it, none into the first stage)
+            at = w * width
+            nl = xs.i[at] if w < nx else 0
+            if nl > 0:
+                l_n = bits * xs.d[2 * w] + xs.d[2 * w + 1]
                 tl = t_g
-                for lk in links:
-                    if t_g < table.front[lk] - _EPS:
-                        tl = table.earliest_slot(links, t_g, l_n)
+                for q in range(nl):
+                    if t_g < table.front[xs.i[at + 1 + q]] - _EPS:
+                        tl = table.earliest_slot(xs.links[w], t_g, l_n)
                         break
                 arr = tl + l_n
             else:
@@ -217,15 +245,16 @@ def probe(table: slots.SlotTable, p: Pipe, k: int, lost: set[int], now: float, o
                 best_s = s
                 best_tl = tl
                 best_ln = l_n
-                best_links = links
+                best_nl = nl
+                best_at = at
         if best_w < 0:
             out.n_stages = 0
             out.n_resv = 0
             out.finish_s = _INF
             out.wait_s = _INF
             return 0
-        for lk in best_links:
-            out.add_resv(lk, best_tl, best_ln)
+        for q in range(best_nl):
+            out.add_resv(xs.i[best_at + 1 + q], best_tl, best_ln)
         out.add_resv(best_w, best_s, l_i)
         busy += best_ln + l_i
         out.iw[si] = best_w  # (the stage's worker and start: ``Probed``)
@@ -253,8 +282,8 @@ class Pipe:
         bs: int,
         blocks: list[tuple[int, int]],
         info_of: Callable[[int], list[tuple[float, float, slots.PoolOrder]]],
-        xfers: list[list[Xfers | None]],
-        miss: Callable[[int, int], Xfers],
+        xfers: list[list[Into | None]],
+        miss: Callable[[int, int], Into],
     ) -> None:
         if len(blocks) >= _STAGE_TAGS:  # (a stage's tag holds its number below that)
             raise HetserveError(f"reservation: {len(blocks)} stages; at most {_STAGE_TAGS - 1}")

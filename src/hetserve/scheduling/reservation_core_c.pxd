@@ -22,14 +22,24 @@ cdef Py_ssize_t _MOVED
 cdef Py_ssize_t _KEPT
 cdef long long _STAGE_TAGS
 cdef long long _MAX_BATCH_ID
-cdef tuple _NO_XFER
-cdef list _NO_XFERS
+cdef Into _NO_INTO
 cdef double _NAN
 cdef Py_ssize_t RESV_ROOM
 cdef double[::1] _NO_LB
 
 cdef class Probed
 cdef class Pipe
+
+
+@cython.final
+cdef class Into:
+    cdef public Py_ssize_t n
+    cdef public Py_ssize_t width
+    cdef public double[::1] d
+    cdef public long long[::1] i
+    cdef public list links
+    cdef public double min_inv
+    cdef public double min_delay
 
 @cython.locals(first=Py_ssize_t, prev=Py_ssize_t, row=Py_ssize_t, stage=Py_ssize_t,
                r=Py_ssize_t, start=double, dur=double, k=Py_ssize_t, tag=cython.longlong,
@@ -38,15 +48,16 @@ cpdef Py_ssize_t reserve(SlotTable table, long long bid, Probed pr, Bookings bk)
 
 
 @cython.locals(t_g=double, last=Py_ssize_t, busy=double,
-               min_inv=double, min_delay=double, xs=list, by_last=list, si=Py_ssize_t,
+               min_inv=double, min_delay=double, xs=Into, by_last=list, si=Py_ssize_t,
                l_i=double, bits=double, orders=tuple,
-               order=PoolOrder, t_lb=double, hit=tuple, best_t=double, best_w=Py_ssize_t,
-               best_s=double, best_tl=double, best_ln=double, best_links=tuple,
+               order=PoolOrder, t_lb=double, hit=Into, best_t=double, best_w=Py_ssize_t,
+               best_s=double, best_tl=double, best_ln=double, best_nl=Py_ssize_t,
+               best_at=Py_ssize_t, nx=Py_ssize_t, width=Py_ssize_t,
                n_w=Py_ssize_t, mask=Py_ssize_t, sh=Py_ssize_t,
                fh=Py_ssize_t, k0=Py_ssize_t, hi=Py_ssize_t,
                mid=Py_ssize_t, all_inf=bint, j=Py_ssize_t, f_w=double,
-               w=Py_ssize_t, xf=tuple, links=tuple, l_n=double, x_inv=double, x_delay=double, tl=double, arr=double,
-               f=double, s=double, lk=Py_ssize_t)
+               w=Py_ssize_t, at=Py_ssize_t, nl=Py_ssize_t, q=Py_ssize_t, l_n=double,
+               tl=double, arr=double, f=double, s=double)
 cpdef int probe(SlotTable table, Pipe p, Py_ssize_t k, set lost, double now,
                 Probed out) except -1
 
