@@ -47,7 +47,7 @@ def test_a_transfer_takes_the_first_lane_that_frees_earliest(ops):
         for t in tables:
             assert t.transfer(path, 10.0, 1e-6, n_bytes, now) == (start, end)
     for t in tables:
-        assert t._lanes == {n: ls for n, ls in model.items() if n in t._lanes}
+        assert t.lanes() == {n: ls for n, ls in model.items() if n in t.lanes()}
 
 
 def _gpus_cluster() -> SimpleNamespace:
@@ -93,7 +93,7 @@ def test_a_send_between_workers_is_the_send_between_their_gpus(ops, record):
             else:
                 got = mixed.send(gpu_of[src], gpu_of[dst], n_bytes, now)
             assert got == want
-        assert {n: ls for n, ls in mixed._lanes.items() if n in by_name._lanes} == by_name._lanes
+        assert {n: ls for n, ls in mixed.lanes().items() if n in by_name.lanes()} == by_name.lanes()
 
 
 def test_a_path_pinned_later_is_the_one_send_between_takes():
@@ -108,7 +108,7 @@ def test_a_path_pinned_later_is_the_one_send_between_takes():
         start, end = t.send_between(a, b, 1e6, 0.0)
         assert start == first_end  # when b's one lane frees
         assert end == start + 1e6 * 8 / 25e9 + 2e-6  # b's bandwidth and delay alone
-        assert t._lanes["b"] == [end] and t._lanes["a"] == [first_end, 0.0]  # a not taken
+        assert t.lanes()["b"] == [end] and t.lanes()["a"] == [first_end, 0.0]  # a not taken
 
 
 # ---------------------------------------------------------------------- host links

@@ -17,6 +17,7 @@ one's classes (``HETSERVE_PURE_PYTHON=1`` keeps this file). The compiled kernel
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from types import MethodType
 from typing import Any
@@ -33,9 +34,31 @@ if not cython.compiled:  # (compiled: the heap type its .pxd cimports)
     from hetserve.core.heaps import EventHeap
 
 _NAN = math.nan  # (a C double compiled: ``math.nan`` is a module lookup per Task)
-# a route between two workers (``LinkTable.send_between``): its links, their bottleneck
-# Gbit/s, the path's delay in s, and each link's lanes (the times they are free from)
-Route = tuple[tuple[str, ...], float, float, tuple[list[float], ...]]
+
+
+def _doubles(n: int) -> memoryview:
+    return memoryview(array("d", [0.0]) * n)
+
+
+class Route:
+    """A route between two workers' GPUs (``LinkTable.send_between``): how many links it
+    crosses (``n``), their bottleneck Gbit/s and the path's delay in s, where each link's
+    lanes are in the table's buffer of free times (``at[2 q]``: the ``q``-th link's first
+    lane's place there, ``at[2 q + 1]``: its number of lanes), and the links' names
+    (``path``). Compiled, C numbers: the kernel's transfer between two stages reads the
+    route and its links' lanes as numbers in a few lines (as a tuple of the path, a tuple
+    of the lanes' lists and each list's float objects it waited on each, and counted
+    their references)."""
+
+    def __init__(
+        self, path: tuple[str, ...], bw_gbps: float, delay_s: float, at: Sequence[int]
+    ) -> None:
+        self.n = len(path)
+        self.bw_gbps = bw_gbps
+        self.delay_s = delay_s
+        self.at = memoryview(array("q", at))
+        self.path = path
+
 
 __all__ = [
     "Batch",
@@ -300,7 +323,9 @@ class LinkTable:
     """Directed links with lanes, FIFO, held end to end (``engine.links``): each link's
     lanes are free from some time on; a transfer over a path takes a lane on every
     link of it, from when all are free, for its bytes over the bottleneck bandwidth
-    plus the path's delay."""
+    plus the path's delay. The lanes' free times are one buffer of C doubles (``free``,
+    compiled), each link's lanes side by side from its place there (:meth:`lanes` gives
+    them by link name)."""
 
     def __init__(
         self,
@@ -312,16 +337,49 @@ class LinkTable:
         pinned cut paths, RAMPA's), instead of the cluster's shortest path."""
         self.cluster = cluster
         self.record = record
-        self._lanes: dict[str, list[float]] = {}
+        # each link's lanes, made on first use: the first one's place in ``free`` and
+        # their number, by link name
+        self._lane_at: dict[str, int] = {}
+        self._lane_n: dict[str, int] = {}
+        self.free = _doubles(16)  # (when each lane is free from; ``n_free`` in use)
+        self.n_free = 0
         self._paths: dict[tuple[str, str], tuple[tuple[str, ...], float, float]] = {}
         # ``send_between``'s (the kernel's transfers between stages): by a worker's number,
-        # a list by the other's of (path, bw, delay, each link's lanes), None where not
-        # found yet (lists, not a dict keyed by the pair: found with no hash or key made)
+        # a list by the other's of its :class:`Route`, None where not found yet (lists,
+        # not a dict keyed by the pair: found with no hash or key made)
         self._routes: list[list[Route | None]] = []
         self.log: dict[str, list[tuple[float, float]]] = {}
         self.end_s = 0.0  # (``send_between_at``'s last end)
         for (a, b), path in (pins or {}).items():
             self.pin(a, b, path)
+
+    def lanes(self) -> dict[str, list[float]]:
+        """Each link's lanes made so far (by a transfer over it): the time each is free
+        from, by link name, in the order the links were first used."""
+        return {
+            name: [self.free[o + i] for i in range(self._lane_n[name])]
+            for name, o in self._lane_at.items()
+        }
+
+    def _place(self, name: str) -> int:
+        """Where link ``name``'s lanes begin in ``free`` (made on first use, each free
+        from 0; the buffer doubles when full, the places kept)."""
+        o = self._lane_at.get(name, -1)
+        if o >= 0:
+            return o
+        k = self.cluster.links[name].lanes
+        o = self.n_free
+        if o + k > len(self.free):
+            free = _doubles(max(2 * len(self.free), o + k))
+            for i in range(o):
+                free[i] = self.free[i]
+            self.free = free
+        for i in range(k):
+            self.free[o + i] = 0.0
+        self.n_free = o + k
+        self._lane_at[name] = o
+        self._lane_n[name] = k
+        return o
 
     def path(self, a: str, b: str) -> tuple[tuple[str, ...], float, float]:
         """Links between two GPUs, the bottleneck Gbit/s and the path's delay (cached)."""
@@ -354,22 +412,18 @@ class LinkTable:
         """Take a lane on every link of ``path`` for the transfer; returns (start, end)."""
         if not path or n_bytes <= 0:
             return now, now
-        lanes = self._lanes
-        links = self.cluster.links
         chosen = []
         start = now
         for name in path:
-            ls = lanes.get(name)
-            if ls is None:
-                ls = lanes[name] = [0.0] * links[name].lanes
-            i = _earliest_lane(ls)
-            free_s = ls[i]
-            chosen.append((ls, i))
+            o = self._place(name)
+            i = _earliest_lane(self.free, o, self._lane_n[name])
+            free_s = self.free[i]
+            chosen.append(i)
             if free_s > start:
                 start = free_s
         end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
-        for ls, i in chosen:
-            ls[i] = end
+        for i in chosen:
+            self.free[i] = end
         if self.record:
             for name in path:
                 self.log.setdefault(name, []).append((start, end))
@@ -399,25 +453,37 @@ class LinkTable:
                 route = row[b.index]
         if route is None:
             route = self._route(a, b)
-        if not route[0] or n_bytes <= 0:
+        n = route.n
+        if n == 0 or n_bytes <= 0:
             self.end_s = now
             return now
         if self.record:
-            start, self.end_s = self.transfer(route[0], route[1], route[2], n_bytes, now)
+            start, self.end_s = self.transfer(
+                route.path, route.bw_gbps, route.delay_s, n_bytes, now
+            )
             return start
-        lane_lists = route[3]
         # ``transfer``: the first lane that frees earliest on each link, the latest of them
+        # (``_earliest_lane`` written out: compiled, a typed buffer passed to a function
+        # has its count taken and let go, atomically, at each call)
         start = now
-        for ls in lane_lists:
-            free_s = ls[_earliest_lane(ls)]
+        for q in range(n):
+            o = route.at[2 * q]
+            free_s = self.free[o]
+            for j in range(o + 1, o + route.at[2 * q + 1]):
+                if self.free[j] < free_s:
+                    free_s = self.free[j]
             if free_s > start:
                 start = free_s
-        bw_gbps = route[1]  # (compiled: C doubles, the arithmetic without floats made)
-        delay_s = route[2]
-        end = start + n_bytes * 8 / (bw_gbps * 1e9) + delay_s
-        end_s = end  # (compiled: the one float object every lane gets, made once)
-        for ls in lane_lists:
-            ls[_earliest_lane(ls)] = end_s
+        end = start + n_bytes * 8 / (route.bw_gbps * 1e9) + route.delay_s
+        for q in range(n):  # (each link's earliest again: a link twice on a path takes two)
+            o = route.at[2 * q]
+            i = o
+            free_s = self.free[o]
+            for j in range(o + 1, o + route.at[2 * q + 1]):
+                if self.free[j] < free_s:
+                    free_s = self.free[j]
+                    i = j
+            self.free[i] = end
         self.end_s = end
         return start
 
@@ -425,12 +491,11 @@ class LinkTable:
         """The path from worker ``a``'s GPU to ``b``'s, its bottleneck Gbit/s, its delay
         and its links' lanes, found and kept for :meth:`send_between`."""
         path, bw, delay = self.path(a.gpu_id, b.gpu_id)
-        lanes = self._lanes
-        links = self.cluster.links
+        at = []
         for name in path:
-            if name not in lanes:
-                lanes[name] = [0.0] * links[name].lanes
-        route = (path, bw, delay, tuple([lanes[name] for name in path]))
+            at.append(self._place(name))
+            at.append(self._lane_n[name])
+        route = Route(path, bw, delay, at)
         rows = self._routes
         while len(rows) <= a.index:
             rows.append([])
@@ -478,16 +543,16 @@ def _users(busy: list[int], dha: list[int], path: tuple[int, ...], own: tuple[in
     return users
 
 
-def _earliest_lane(ls: list[float]) -> int:
-    """The first of a link's lanes that frees earliest (``min`` and ``index``, written
-    out: two calls into Python per link crossed, a C loop compiled)."""
-    free_s = ls[0]
-    i = 0
-    for k in range(1, len(ls)):
-        v = ls[k]
+def _earliest_lane(free: Any, o: int, k: int) -> int:
+    """The place in ``free`` of the first of a link's ``k`` lanes (from place ``o``)
+    that frees earliest (``min`` and ``index``, written out: a C loop compiled)."""
+    free_s = free[o]
+    i = o
+    for j in range(o + 1, o + k):
+        v = free[j]
         if v < free_s:
             free_s = v
-            i = k
+            i = j
     return i
 
 

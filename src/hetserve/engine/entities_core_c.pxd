@@ -19,8 +19,8 @@ cdef Py_ssize_t _ROUTE_KEY
 cdef Py_ssize_t _most(list busy, tuple path) except -1
 @cython.locals(users=Py_ssize_t, u=Py_ssize_t, x=Py_ssize_t, y=Py_ssize_t)
 cdef Py_ssize_t _users(list busy, list dha, tuple path, tuple own) except -1
-@cython.locals(free_s=double, i=Py_ssize_t, k=Py_ssize_t, v=double)
-cdef Py_ssize_t _earliest_lane(list ls) except -1
+@cython.locals(free_s=double, i=Py_ssize_t, j=Py_ssize_t, v=double)
+cdef Py_ssize_t _earliest_lane(double[::1] free, Py_ssize_t o, Py_ssize_t k) noexcept
 
 cdef class Task
 cdef class Slot
@@ -28,19 +28,36 @@ cdef class Batch
 
 
 @cython.final
+cdef class Route:
+    cdef public Py_ssize_t n
+    cdef public double bw_gbps
+    cdef public double delay_s
+    cdef public long long[::1] at
+    cdef public tuple path
+
+
+@cython.final
 cdef class LinkTable:
     cdef public object cluster
     cdef public bint record
-    cdef public dict _lanes
+    cdef public dict _lane_at
+    cdef public dict _lane_n
+    cdef public double[::1] free
+    cdef public Py_ssize_t n_free
     cdef public dict _paths
     cdef public list _routes
     cdef public dict log
     cdef public double end_s
 
+    cpdef dict lanes(self)
+
+    @cython.locals(o=Py_ssize_t, k=Py_ssize_t, free="double[::1]", i=Py_ssize_t)
+    cpdef Py_ssize_t _place(self, object name) except -1
+
     cpdef tuple path(self, object a, object b)
 
-    @cython.locals(lanes=dict, chosen=list, start=double, end=double, ls=list,
-                   free_s=double, i=Py_ssize_t)
+    @cython.locals(chosen=list, start=double, end=double, o=Py_ssize_t, i=Py_ssize_t,
+                   free_s=double)
     cpdef tuple transfer(self, object path, double bw_gbps, double delay_s, double n_bytes,
                          double now)
 
@@ -49,12 +66,13 @@ cdef class LinkTable:
     @cython.locals(start=double)
     cpdef tuple send_between(self, Slot a, Slot b, double n_bytes, double now)
 
-    @cython.locals(rows=list, row=list, route=tuple, lane_lists=tuple, ls=list, start=double,
-                   end=double, free_s=double, end_s=object, bw_gbps=double, delay_s=double)
+    @cython.locals(rows=list, row=list, route=Route, n=Py_ssize_t, q=Py_ssize_t,
+                   start=double, end=double, free_s=double, o=Py_ssize_t, i=Py_ssize_t,
+                   j=Py_ssize_t)
     cpdef double send_between_at(self, Slot a, Slot b, double n_bytes, double now) except? -1.0
 
-    @cython.locals(lanes=dict, rows=list, row=list, route=tuple)
-    cdef tuple _route(self, Slot a, Slot b)
+    @cython.locals(rows=list, row=list, route=Route, at=list)
+    cdef Route _route(self, Slot a, Slot b)
 
 
 @cython.final
