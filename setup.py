@@ -18,7 +18,8 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
   ``scheduling/fixed_batch_core.py`` (those schedulers' decisions);
 - ``sim/recorder_core.py`` (the simulator's recorder per event);
 - and ``sim/csv_cells.pyx``, the simulator's CSV writer, as ``hetserve.sim.csv_cells``
-  (without it the ``csv`` module writes the same bytes).
+  (without it the ``csv`` module writes the same bytes), compiled as C++ (its first lines
+  say so to ``cythonize``) for the C++ library's ``std::to_chars``.
 
 Both are optional: where one cannot be built (no C compiler, no Cython), the install goes
 on with a warning and hetserve runs the Python, with the same results (docs/benchmarks.md,

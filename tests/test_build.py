@@ -1,5 +1,5 @@
-"""The compiled part's build (``setup.py``) on a machine without a working C compiler:
-it warns and goes on, and the package runs its Python file (the README, "Development")."""
+"""The compiled part's build (``setup.py``) on a machine without a working C or C++
+compiler: it warns and goes on, and the package runs its Python file (the README, "Development")."""
 
 import os
 import shutil
@@ -61,7 +61,8 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for stale in ("core/heaps_core_c", "engine/kernel_core_c"):
         (tmp_path / "src/hetserve" / f"{stale}{suffix}").write_bytes(b"an old build")
-    env = {**os.environ, "CC": "false"}  # (a compiler that fails whatever it is given)
+    # (compilers that fail whatever they are given: C, and C++ for the CSV writer)
+    env = {**os.environ, "CC": "false", "CXX": "false"}
     out = subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--inplace"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

@@ -98,3 +98,36 @@ def test_a_simulation_writes_the_same_files_either_way(tmp_path, monkeypatch):
     for a, b in (("r1", "r2"), ("b1", "b2")):
         one, two = (tmp_path / f"{a}.csv").read_bytes(), (tmp_path / f"{b}.csv").read_bytes()
         assert one == two and one.count(b"\r\n") > 100
+
+
+def _edges() -> np.ndarray:
+    """Doubles where a shortest-digits writer can go wrong: every power of two (the gap
+    below is half the gap above) and its neighbours, every power of ten from 1e-324 to
+    1e308 and its neighbours (repr's switch between fixed and scientific notation sits at
+    1e-4 and 1e16), the subnormals' ends, the largest double and whole numbers near 2**53."""
+    two = np.ldexp(1.0, np.arange(-1074, 1024))
+    ten = np.array([float(f"1e{k}") for k in range(-323, 309)])
+    more = np.array([5e-324, 2.2250738585072009e-308, 2.2250738585072014e-308,
+                     1.7976931348623157e308, 9007199254740993.0, 9999999999999998.0,
+                     0.1, 0.2, 0.3, 1 / 3, 2 / 3, 123456.789, 0.0, 1e23, 8.41e21])  # fmt: skip
+    xs = np.concatenate([two, ten, more])
+    with np.errstate(over="ignore"):  # (past the largest: infinity, dropped)
+        xs = np.concatenate([xs, np.nextafter(xs, np.inf), np.nextafter(xs, -np.inf)])
+    xs = xs[np.isfinite(xs)]
+    return np.concatenate([xs, -xs])
+
+
+def test_doubles_are_written_as_repr_writes_them(tmp_path, monkeypatch):
+    """The compiled writer's digits (``std::to_chars`` where the C++ library has it) are
+    ``repr``'s, byte for byte: on 200,000 random bit patterns (NaN and infinities among
+    them), the edges above, and times as a simulation writes them."""
+    rng = np.random.default_rng(41)
+    bits = rng.integers(0, 2**64, 200_000, dtype=np.uint64, endpoint=False).view(np.float64)
+    times = np.cumsum(rng.exponential(1e-4, 100_000)) + rng.normal(0, 1e-9, 100_000)
+    xs = np.concatenate([bits, _edges(), times, [np.nan, np.inf, -np.inf, -0.0]])
+    got, want = _both(tmp_path, monkeypatch, ("x",), [("F", xs, None)], len(xs))
+    assert got == want
+    # and as Python floats (the "O" kind: NaN written, as repr writes it, "nan")
+    objs = [float(x) for x in xs[::7]] + [float("nan"), float("-inf")]
+    got, want = _both(tmp_path, monkeypatch, ("x",), [("O", objs, None)], len(objs))
+    assert got == want and got.endswith(b"nan\r\n-inf\r\n")

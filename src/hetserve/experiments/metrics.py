@@ -83,18 +83,20 @@ def summarize(res: SimResult) -> dict[str, Any]:
     # GPU-hours the plan(s) held, per type (re-planning: as they changed)
     s["gpu_hours"] = {t: v / 3600 for t, v in res.gpu_seconds.items()}
     c = res.stages
-    hist = Counter(
-        size
-        for size, stage, status in zip(c.batch_size.tolist(), c.stage.tolist(), c.status,
-                                       strict=True)
-        if stage == 0 and status == "completed"
-    )  # fmt: skip
-    s["batch_sizes"] = {str(k): v for k, v in sorted(hist.items())}
+    # first stages of completed batches, by their codes (no string per row)
+    completed = [k for k, name in enumerate(c.names) if name == "completed"]
+    first = (c.stage == 0) & np.isin(c.status_code, completed)
+    sizes, counts = np.unique(c.batch_size[first], return_counts=True)
+    hist = dict(zip(sizes.tolist(), counts.tolist(), strict=True))
+    s["batch_sizes"] = {str(k): v for k, v in hist.items()}
     s["mean_batch_size"] = (
         sum(k * v for k, v in hist.items()) / sum(hist.values()) if hist else None
     )
-    models = res.models
+    # per model: each request's model as a code (the models' names sorted), not a string
+    names = sorted({st.model for st in res.trace.streams})
+    of_stream = np.array([names.index(st.model) for st in res.trace.streams], dtype=np.int64)
+    code = of_stream[res.trace.stream_idx]
     s["per_model"] = {
-        m: _request_metrics(res, models == m, duration) for m in sorted(set(models.tolist()))
+        names[k]: _request_metrics(res, code == k, duration) for k in np.unique(code).tolist()
     }
     return s
