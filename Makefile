@@ -7,6 +7,7 @@ PIP    := $(VENV)/bin/pip
 TORCH  := torch==2.13.0
 # The compiled part (setup.py): installing again rebuilds it when its source changes.
 CORE   := src/hetserve/core/heaps_core.py src/hetserve/core/heaps_core_c.pxd \
+          src/hetserve/core/timeline_core.py src/hetserve/core/timeline_core_c.pxd \
           src/hetserve/engine/deadlines_core.py src/hetserve/engine/deadlines_core_c.pxd \
           src/hetserve/engine/entities_core.py src/hetserve/engine/entities_core_c.pxd \
           src/hetserve/engine/kernel_core.py src/hetserve/engine/kernel_core_c.pxd \

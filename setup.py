@@ -5,7 +5,8 @@ Each ``X.py`` below is plain Python, and Cython compiles the same file as the mo
 
 - ``core/heaps_core.py``: the keyed heaps (``push``/``pop`` comparing two C keys,
   ``pop_edf``) and the latency tables' search (``bisect_s``), which the others
-  ``cimport``;
+  ``cimport``; ``core/timeline_core.py`` (a cold start's ready times, for
+  ``core/coldstart.py``);
 - ``engine/deadlines_core.py`` (the held requests by deadline),
   ``engine/entities_core.py`` (the kernel's entities, the link table, the host links),
   ``engine/kernel_core.py`` (the engine kernel) and ``engine/modelled_core.py`` (the
@@ -61,6 +62,9 @@ FALLBACK = {
     "hetserve.core.heaps_core_c": (
         "heapq and the Python file src/hetserve/core/heaps_core.py run instead"
     ),
+    "hetserve.core.timeline_core_c": (
+        "the Python file src/hetserve/core/timeline_core.py runs instead"
+    ),
     "hetserve.engine.deadlines_core_c": (
         "the Python file src/hetserve/engine/deadlines_core.py runs instead"
     ),
@@ -113,6 +117,11 @@ EXTENSIONS = [
     # (name, source, the .pxd files that type it: its own, named for the module, and those
     # it cimports: the entities' C layout, the keyed heaps' functions, the records' inline C)
     ("hetserve.core.heaps_core_c", "src/hetserve/core/heaps_core.py", [HEAPS_PXD, RECORDS_PXD]),
+    (
+        "hetserve.core.timeline_core_c",
+        "src/hetserve/core/timeline_core.py",
+        ["src/hetserve/core/timeline_core_c.pxd"],
+    ),
     (
         "hetserve.scheduling.policy_core_c",
         "src/hetserve/scheduling/policy_core.py",

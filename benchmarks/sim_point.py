@@ -110,6 +110,10 @@ def _span(xs: list[float]) -> str:
 
 
 def main() -> None:
+    # (the command imports this module too: in a run's own process, part of its imports)
+    from hetserve.core.provenance import provenance_line
+
+    print(provenance_line())
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ppipe", metavar="CHECKOUT",
                     help="a checkout of github.com/JonnyKong/PPipe (their profiles)")  # fmt: skip
@@ -138,10 +142,8 @@ def main() -> None:
             "(no data/models/block-timing-tf32)"
         )
 
-    from hetserve.core.provenance import provenance_line
     from hetserve.sim.result import CSV_CELLS
 
-    print(provenance_line())
     # (DIGITS is newer than the writer: a tree from before it has none)
     digits = getattr(CSV_CELLS, "DIGITS", "PyOS_double_to_string")
     print(f"compiled CSV writer: {'built, digits by ' + digits if CSV_CELLS else 'not built'}")

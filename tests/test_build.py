@@ -18,6 +18,8 @@ FILES = [
     "src/hetserve/core/__init__.py",
     "src/hetserve/core/heaps_core.py",
     "src/hetserve/core/heaps_core_c.pxd",
+    "src/hetserve/core/timeline_core.py",
+    "src/hetserve/core/timeline_core_c.pxd",
     "src/hetserve/engine/__init__.py",
     "src/hetserve/engine/deadlines_core.py",
     "src/hetserve/engine/deadlines_core_c.pxd",
@@ -72,7 +74,7 @@ def test_without_a_compiler_the_build_warns_and_goes_on(tmp_path):
         "heaps_core_c", "deadlines_core_c", "entities_core_c", "kernel_core_c", "modelled_core_c",
         "coldstart_core_c", "flex_core_c", "edf_adaptive_core_c", "fixed_batch_core_c",
         "reservation_core_c", "reservation_slots_c", "recorder_core_c", "csv_cells",
-        "policy_core_c",
+        "policy_core_c", "timeline_core_c",
     ):  # fmt: skip
         assert f"{name} was not built" in out.stdout + out.stderr
     assert not list((tmp_path / "src").rglob("*.so"))

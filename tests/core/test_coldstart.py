@@ -1,13 +1,17 @@
 """The cold-start timeline: hand-worked examples (DeepPlan's Figures 7-9), a naive
 event-by-event computation (with shared host links, for every layer), one set of parts
-for every sharing, and bad input."""
+for every sharing, the compiled ready times to the bit of the Python file's, and bad
+input."""
 
 import heapq
+import importlib
+from array import array
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetserve.core import timeline_core
 from hetserve.core.coldstart import (
     DHA,
     LOAD,
@@ -224,3 +228,40 @@ def test_bad_layer_tables_are_one_line_errors(tmp_path):
     (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
     with pytest.raises(ConfigError, match="not UTF-8"):
         get_layer_table(str(tmp_path / "bad.json"))
+
+
+try:
+    compiled_timeline = importlib.import_module("hetserve.core.timeline_core_c")
+except ImportError:  # (not built: the check below is skipped)
+    compiled_timeline = None
+
+times = st.floats(0.0, 1e3) | st.sampled_from([0.0, 5e-324, 1e-9, 0.1, 1 / 3])
+
+
+@pytest.mark.skipif(compiled_timeline is None, reason="the compiled part is not built")
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.tuples(times, times), max_size=8), min_size=1, max_size=4),
+    st.lists(st.floats(0.1, 8.0) | st.integers(1, 4), max_size=5),
+    st.integers(0, 3),
+    st.randoms(use_true_random=False),
+)
+def test_the_compiled_ready_times_are_the_python_files_to_the_bit(parts, scale, spare, rnd):
+    """``timeline_core.ready_times`` compiled (``timeline_core_c``) and run as the Python
+    file: the same doubles, bit for bit (a sum's order changes its last bits), for any
+    parts, link shares (floats or ints, fewer or more than the parts) and layer order."""
+    n = sum(len(p) for p in parts) + spare
+    layers = rnd.sample(range(n), n - spare)
+    layer = array("q", layers)
+    load_s = array("d", [x[0] for p in parts for x in p])
+    fwd_s = array("d", [x[1] for p in parts for x in p])
+    ends, k = [], 0
+    for p in parts:
+        k += len(p)
+        ends.append(k)
+    part_end = array("q", ends)
+    args = (layer, load_s, fwd_s, part_end, tuple(scale), n)
+    want = timeline_core.ready_times(*args)
+    got = compiled_timeline.ready_times(*args)
+    assert [x.hex() for x in got[0]] == [x.hex() for x in want[0]]
+    assert got[1].hex() == want[1].hex() and want[1] == max(want[0], default=0.0)

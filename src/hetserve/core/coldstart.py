@@ -24,13 +24,19 @@ CUDA loader is measured against it.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from hetserve.core import timeline_core as _pure_timeline
+from hetserve.core.compiled import build_of
 from hetserve.core.errors import HetserveError
 from hetserve.core.layertable import LayerRow
+
+# the ready times' loop (``core/timeline_core.py``): its compiled build where there is one
+_timeline_core, TIMELINE_COMPILED = build_of(_pure_timeline)
 
 LOAD, DHA = "load", "dha"
 PLAN_KINDS = ("baseline", "pipeswitch", "dha", "pt", "pt+dha", "optimal")
@@ -161,6 +167,13 @@ class Timeline:
     gpu_bytes: int  # weights resident on the primary GPU once loaded
     loaded_bytes: tuple[int, ...] = field(default=())  # per part
     dha_bytes: int = 0  # weights left in host memory
+    # (``load_done_s``: set once, made here, not a ``cached_property``: in Python 3.11
+    # that takes a lock at its first read, about 20,000 instructions, as long as a
+    # 76-layer timeline's making; a simulated cold start reads it once per new timeline)
+    _load_done_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_load_done_s", max(self.ready_s, default=0.0))
 
     @cached_property
     def latency_s(self) -> float:
@@ -198,9 +211,10 @@ class Timeline:
     def total_stall_s(self) -> float:
         return sum(self.stall_s)
 
-    @cached_property
+    @property
     def load_done_s(self) -> float:
-        return max(self.ready_s, default=0.0)
+        """When the last load ends (0.0 with no loads)."""
+        return self._load_done_s
 
 
 def _check(rows: Sequence[LayerRow], plan: LoadPlan) -> None:
@@ -246,23 +260,27 @@ class TimelineParts:
         self.exec_s: tuple[float, ...] = tuple(exec_s)
         self.loaded_bytes = tuple(loaded)
         self.dha_bytes = dha
+        # the same loads as C buffers, part after part, for ``timeline_core.ready_times``
+        flat = [x for part in self.loads for x in part]
+        self._layer = array("q", [x[0] for x in flat])
+        self._load_s = array("d", [x[1] for x in flat])
+        self._fwd_s = array("d", [x[2] for x in flat])
+        ends, n = [], 0
+        for part in self.loads:
+            n += len(part)
+            ends.append(n)
+        self._part_end = array("q", ends)
 
     def timeline(self, load_scale: Sequence[float] = ()) -> Timeline:
-        """The timeline with part ``k``'s load times multiplied by ``load_scale[k]``."""
-        n_parts = self.n_parts
-        scale = list(load_scale) + [1.0] * (n_parts - len(load_scale))
-        ready = [0.0] * len(self.exec_s)  # (0: DHA layers and layers without weights)
-        for p in range(n_parts):
-            share = scale[p]
-            link_free = fwd_free = 0.0  # the part's host link; a secondary's forwards
-            for i, load_s, fwd_s in self.loads[p]:
-                t = link_free = link_free + load_s * share
-                if p > 0:
-                    t = fwd_free = (fwd_free if fwd_free > t else t) + fwd_s
-                ready[i] = t
-        begin_s = max(ready, default=0.0) if not self.pipelined else 0.0
+        """The timeline with part ``k``'s load times multiplied by ``load_scale[k]``
+        (1.0 for parts past its end)."""
+        ready, last = _timeline_core.ready_times(
+            self._layer, self._load_s, self._fwd_s, self._part_end, tuple(load_scale),
+            len(self.exec_s),
+        )  # fmt: skip
+        begin_s = last if not self.pipelined else 0.0
         return Timeline(
-            tuple(ready), self.exec_s, begin_s, sum(self.loaded_bytes), self.loaded_bytes,
+            ready, self.exec_s, begin_s, sum(self.loaded_bytes), self.loaded_bytes,
             self.dha_bytes,
         )  # fmt: skip
 
