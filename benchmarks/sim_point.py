@@ -110,10 +110,14 @@ def _span(xs: list[float]) -> str:
 
 
 def main() -> None:
-    # (the command imports this module too: in a run's own process, part of its imports)
+    # (the command imports this module too: in a run's own process, part of its imports;
+    # the line itself, git's commit and the versions, is not the command's: not counted)
     from hetserve.core.provenance import provenance_line
 
+    global T_START
+    c = time.perf_counter()
     print(provenance_line())
+    T_START += time.perf_counter() - c
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ppipe", metavar="CHECKOUT",
                     help="a checkout of github.com/JonnyKong/PPipe (their profiles)")  # fmt: skip
