@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from hetserve.core import timeline_core as _pure_timeline
 from hetserve.core.compiled import build_of
 from hetserve.core.errors import HetserveError
 from hetserve.core.layertable import LayerRow
 
 # the ready times' loop (``core/timeline_core.py``): its compiled build where there is one
-_timeline_core, TIMELINE_COMPILED = build_of(_pure_timeline)
+# (by name: the Python file is imported only where the build is not taken)
+_timeline_core, TIMELINE_COMPILED = build_of("hetserve.core.timeline_core")
 
 LOAD, DHA = "load", "dha"
 PLAN_KINDS = ("baseline", "pipeswitch", "dha", "pt", "pt+dha", "optimal")

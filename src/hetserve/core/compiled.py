@@ -7,6 +7,7 @@ runs the Python it stands in for, with the same results."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import warnings
 from collections.abc import Sequence
@@ -37,13 +38,28 @@ def compiled_build(name: str, sources: Sequence[Path]) -> ModuleType | None:
     return mod
 
 
-def build_of(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
+def build_of(pure: ModuleType | str, *layouts: Path) -> tuple[ModuleType, bool]:
     """The compiled build of the Python module ``pure`` (the module ``<its name>_c``,
     typed by ``<its file's stem>_c.pxd`` beside it: Cython takes the ``.pxd`` named for
     the module it builds) where :func:`compiled_build` takes it, built from both files as
     they are now and from ``layouts`` (the ``.pxd`` files of the C types it reads from
-    another build); else ``pure``. And whether it is the compiled one."""
-    src = Path(pure.__file__ or "")
+    another build); else ``pure``. And whether it is the compiled one.
+
+    ``pure`` is the module or its name; by name, the Python file is imported only where
+    its build is not taken (a command's start then skips the Python twins of the builds
+    it takes: about 36 ms of ``hetserve simulate``'s imports)."""
+    if isinstance(pure, str):
+        spec = importlib.util.find_spec(pure)
+        if spec is None or spec.origin is None:
+            raise ImportError(f"no module {pure}")
+        name, src = pure, Path(spec.origin)
+    else:
+        name, src = pure.__name__, Path(pure.__file__ or "")
     pxd = src.with_name(f"{src.stem}_c.pxd")
-    built = compiled_build(f"{pure.__name__}_c", (src, pxd, *layouts))
-    return (pure, False) if built is None else (built, True)
+    built = compiled_build(f"{name}_c", (src, pxd, *layouts))
+    return (built, True) if built is not None else (python_module(pure), False)
+
+
+def python_module(pure: ModuleType | str) -> ModuleType:
+    """``pure`` itself, or the module of that name (imported now)."""
+    return importlib.import_module(pure) if isinstance(pure, str) else pure

@@ -19,19 +19,20 @@ import heapq
 from pathlib import Path
 from types import ModuleType
 
-from hetserve.core import heaps_core as _pure
 from hetserve.core import records
-from hetserve.core.compiled import build_of
+from hetserve.core.compiled import build_of, python_module
 
 __all__ = [
     "COMPILED", "LAYOUT", "EventHeap", "IdMap", "IdleSet", "bisect_s", "build_beside", "core",
     "pop", "pop_edf", "pop_first", "push",
 ]  # fmt: skip
 
-core, COMPILED = build_of(_pure, *records.LAYOUT)  # (it cimports ``core.records``' C)
+# (by name: the Python file is imported only where the build is not taken; it cimports
+# ``core.records``' C)
+core, COMPILED = build_of("hetserve.core.heaps_core", *records.LAYOUT)
 #: what a build that ``cimport``s this one was made against (``core.compiled.build_of``):
 #: the declarations it calls (a change to the Python file alone rebuilds this build only)
-LAYOUT = (Path(_pure.__file__).with_name("heaps_core_c.pxd"), *records.LAYOUT)
+LAYOUT = (Path(__file__).with_name("heaps_core_c.pxd"), *records.LAYOUT)
 
 if COMPILED:
     push, pop, bisect_s = core.push, core.pop, core.bisect_s
@@ -48,11 +49,12 @@ IdleSet = core.IdleSet
 IdMap = core.IdMap
 
 
-def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
-    """The compiled build of the Python module ``pure`` (``core.compiled.build_of``) for a
-    module that ``cimport``s these functions: taken only beside this build, and only where
-    it was built from its files as they are now, against ``LAYOUT`` and ``layouts`` as
-    they are now; else ``pure``. And whether it is the compiled one."""
+def build_beside(pure: ModuleType | str, *layouts: Path) -> tuple[ModuleType, bool]:
+    """The compiled build of the Python module ``pure`` (``core.compiled.build_of``: the
+    module or its name) for a module that ``cimport``s these functions: taken only beside
+    this build, and only where it was built from its files as they are now, against
+    ``LAYOUT`` and ``layouts`` as they are now; else ``pure``. And whether it is the
+    compiled one."""
     if not COMPILED:
-        return pure, False
+        return python_module(pure), False
     return build_of(pure, *LAYOUT, *layouts)

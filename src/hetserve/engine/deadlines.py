@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hetserve.core import heaps, records
-from hetserve.engine import deadlines_core as _pure
 
 __all__ = ["COMPILED", "LAYOUT", "Deadlines", "core"]
 
@@ -22,7 +21,7 @@ LAYOUT = (_HERE.with_name("deadlines_core.py"), _HERE.with_name("deadlines_core_
 
 # (it cimports the keyed heaps, and ``core.records``' inline C: taken only beside the heaps'
 # build, both as they are now)
-core, COMPILED = heaps.build_beside(_pure, *records.LAYOUT)
+core, COMPILED = heaps.build_beside("hetserve.engine.deadlines_core", *records.LAYOUT)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.engine.deadlines_core import Deadlines

@@ -17,8 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from hetserve.core import heaps
-from hetserve.core.compiled import build_of
-from hetserve.engine import entities_core as _pure
+from hetserve.core.compiled import build_of, python_module
 
 __all__ = [
     "COMPILED", "Batch", "HostLinks", "LinkTable", "ObserverCall", "ObserverCore", "Slot",
@@ -27,10 +26,11 @@ __all__ = [
 ]  # fmt: skip
 
 
-core, COMPILED = heaps.build_beside(_pure)
+# (by name: the Python file is imported only where the build is not taken)
+core, COMPILED = heaps.build_beside("hetserve.engine.entities_core")
 
 
-def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
+def build_beside(pure: ModuleType | str, *layouts: Path) -> tuple[ModuleType, bool]:
     """The compiled build of the Python module ``pure`` (``core.compiled.build_of``) for a
     module that reads the entities' C layout (it ``cimport``s them): taken only beside
     the compiled entities, and only where it was built from its file as it is now and
@@ -39,7 +39,7 @@ def build_beside(pure: ModuleType, *layouts: Path) -> tuple[ModuleType, bool]:
     ``pure``. And whether it is the compiled one. (The kernel, the modelled executor and
     the simulator's ledger.)"""
     if not COMPILED:
-        return pure, False
+        return python_module(pure), False
     pxd = Path(__file__).with_name("entities_core_c.pxd")
     return build_of(pure, pxd, *heaps.LAYOUT, *layouts)
 

@@ -14,11 +14,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from hetserve.core import records
+from hetserve.core.compiled import python_module
 from hetserve.engine import deadlines, entities
-from hetserve.engine import kernel_core as _pure
 from hetserve.scheduling import policy_core
 
 __all__ = ["COMPILED", "Kernel", "core"]
+
+# (by name: the Python file is imported only where the build is not taken)
+_PURE = "hetserve.engine.kernel_core"
 
 
 def _core() -> tuple[ModuleType, bool]:
@@ -26,8 +29,8 @@ def _core() -> tuple[ModuleType, bool]:
     ``core.records``' inline C too, and the deadline watch's class: taken only beside
     that class's build, as it is now)."""
     if not deadlines.COMPILED:
-        return _pure, False
-    return entities.build_beside(_pure, *records.LAYOUT, *policy_core.LAYOUT, *deadlines.LAYOUT)
+        return python_module(_PURE), False
+    return entities.build_beside(_PURE, *records.LAYOUT, *policy_core.LAYOUT, *deadlines.LAYOUT)
 
 
 core, COMPILED = _core()

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING
 
 from hetserve.core import records
 from hetserve.engine import entities
-from hetserve.engine import modelled_core as _pure
 
 __all__ = ["COMPILED", "JITTERS", "ModelledExecutor", "block_times", "busy_j", "core"]
 
 
 def _core() -> tuple[ModuleType, bool]:
     """The compiled build where there is one (``entities.build_beside``)."""
-    return entities.build_beside(_pure, *records.LAYOUT)
+    return entities.build_beside("hetserve.engine.modelled_core", *records.LAYOUT)
 
 
 core, COMPILED = _core()

@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING
 
 from hetserve.core import records
 from hetserve.core.compiled import build_of
-from hetserve.scheduling import coldstart_core as _pure
 from hetserve.scheduling import policy_core
 from hetserve.scheduling.protocol import register
 
 __all__ = ["COMPILED", "ColdStart", "core"]
 
 # (it cimports ``core.records``' C and ``scheduling.policy_core``'s class)
-core, COMPILED = build_of(_pure, *records.LAYOUT, *policy_core.LAYOUT)
+core, COMPILED = build_of(
+    "hetserve.scheduling.coldstart_core", *records.LAYOUT, *policy_core.LAYOUT
+)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.scheduling.coldstart_core import ColdStart

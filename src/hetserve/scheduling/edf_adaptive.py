@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hetserve.core import heaps, records
-from hetserve.scheduling import edf_adaptive_core as _pure
 from hetserve.scheduling.protocol import register
 
 __all__ = ["COMPILED", "EdfAdaptive", "core"]
 
 # (it cimports the keyed heaps and ``core.records``' C: taken only beside the heaps' build)
-core, COMPILED = heaps.build_beside(_pure, *records.LAYOUT)
+core, COMPILED = heaps.build_beside("hetserve.scheduling.edf_adaptive_core", *records.LAYOUT)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.scheduling.edf_adaptive_core import EdfAdaptive

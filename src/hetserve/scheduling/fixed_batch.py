@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hetserve.core import heaps, records
-from hetserve.scheduling import fixed_batch_core as _pure
 from hetserve.scheduling.protocol import register
 
 __all__ = ["COMPILED", "FixedBatch", "core"]
 
 # (it cimports the idle sets and ``core.records``' C: taken only beside the heaps' build)
-core, COMPILED = heaps.build_beside(_pure, *records.LAYOUT)
+core, COMPILED = heaps.build_beside("hetserve.scheduling.fixed_batch_core", *records.LAYOUT)
 
 if TYPE_CHECKING:  # (the same class, as a type checker reads it)
     from hetserve.scheduling.fixed_batch_core import FixedBatch

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hetserve.core import heaps, records
-from hetserve.scheduling import flex_core as _pure
 from hetserve.scheduling.protocol import register
 
 __all__ = [
@@ -20,7 +19,7 @@ __all__ = [
 ]  # fmt: skip
 
 # (it cimports the keyed heaps and ``core.records``' C: taken only beside the heaps' build)
-core, COMPILED = heaps.build_beside(_pure, *records.LAYOUT)
+core, COMPILED = heaps.build_beside("hetserve.scheduling.flex_core", *records.LAYOUT)
 
 if TYPE_CHECKING:  # (the same classes, as a type checker reads them)
     from hetserve.scheduling.flex_core import (
