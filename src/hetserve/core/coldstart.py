@@ -24,6 +24,7 @@ CUDA loader is measured against it.
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -244,7 +245,7 @@ class TimelineParts:
         self.n_parts = plan.n_parts
         self.pipelined = plan.pipelined
         # per part, its loaded layers (weights, not DHA) in order: (layer, load s, forward s)
-        self.loads: list[list[tuple[int, float, float]]] = [[] for _ in range(plan.n_parts)]
+        loads: list[list[tuple[int, float, float]]] = [[] for _ in range(plan.n_parts)]
         exec_s = []
         loaded = [0] * plan.n_parts
         dha = 0
@@ -256,20 +257,17 @@ class TimelineParts:
                 continue
             loaded[p] += r.param_bytes
             fwd = r.param_bytes / (nvlink_gbps * 1e9) if p > 0 and nvlink_gbps else 0.0
-            self.loads[p].append((i, r.load_us * 1e-6, fwd))
+            loads[p].append((i, r.load_us * 1e-6, fwd))
         self.exec_s: tuple[float, ...] = tuple(exec_s)
         self.loaded_bytes = tuple(loaded)
         self.dha_bytes = dha
-        # the same loads as C buffers, part after part, for ``timeline_core.ready_times``
-        flat = [x for part in self.loads for x in part]
+        # the loads as C buffers, part after part (``timeline_core.ready_times``): each
+        # layer's number, load and forward time, and where each part's end
+        flat = [x for part in loads for x in part]
         self._layer = array("q", [x[0] for x in flat])
         self._load_s = array("d", [x[1] for x in flat])
         self._fwd_s = array("d", [x[2] for x in flat])
-        ends, n = [], 0
-        for part in self.loads:
-            n += len(part)
-            ends.append(n)
-        self._part_end = array("q", ends)
+        self._part_end = array("q", itertools.accumulate(len(part) for part in loads))
 
     def timeline(self, load_scale: Sequence[float] = ()) -> Timeline:
         """The timeline with part ``k``'s load times multiplied by ``load_scale[k]``
