@@ -47,7 +47,7 @@ def build_of(pure: ModuleType | str, *layouts: Path) -> tuple[ModuleType, bool]:
 
     ``pure`` is the module or its name; by name, the Python file is imported only where
     its build is not taken (a command's start then skips the Python twins of the builds
-    it takes: about 36 ms of ``hetserve simulate``'s imports)."""
+    it takes: 30-50 ms of ``hetserve simulate``'s imports and setup, docs/benchmarks.md)."""
     if isinstance(pure, str):
         spec = importlib.util.find_spec(pure)
         if spec is None or spec.origin is None:
