@@ -12,22 +12,24 @@ there; ``COMPILED`` says which this process took)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from hetserve.core import heaps, records
 from hetserve.core.compiled import python_module
 from hetserve.scheduling import policy_core
 
-# (by name: the Python files are imported only where their builds are not taken)
-_PURE, _PURE_SLOTS = "hetserve.scheduling.reservation_core", "hetserve.scheduling.reservation_slots"
-#: the table's C types, which the core's build cimports (``reservation_slots.LAYOUT``)
-_SLOTS_LAYOUT = Path(__file__).with_name("reservation_slots_c.pxd")
+# (the table's Python file is imported either way: the core's build imports its buffer
+# helpers; the core's by name, imported only where its build is not taken)
+from hetserve.scheduling import reservation_slots as _pure_slots
 
-slots, COMPILED = heaps.build_beside(_PURE_SLOTS)
+_PURE = "hetserve.scheduling.reservation_core"
+
+slots, COMPILED = heaps.build_beside(_pure_slots)
 if COMPILED:  # (the core cimports the keyed heaps and the table's types)
-    core, COMPILED = heaps.build_beside(_PURE, _SLOTS_LAYOUT, *records.LAYOUT, *policy_core.LAYOUT)
+    core, COMPILED = heaps.build_beside(
+        _PURE, _pure_slots.LAYOUT, *records.LAYOUT, *policy_core.LAYOUT
+    )
     if not COMPILED:
-        slots = python_module(_PURE_SLOTS)
+        slots = _pure_slots
 else:
     core = python_module(_PURE)
 
