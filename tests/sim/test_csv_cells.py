@@ -131,3 +131,53 @@ def test_doubles_are_written_as_repr_writes_them(tmp_path, monkeypatch):
     objs = [float(x) for x in xs[::7]] + [float("nan"), float("-inf")]
     got, want = _both(tmp_path, monkeypatch, ("x",), [("O", objs, None)], len(objs))
     assert got == want and got.endswith(b"nan\r\n-inf\r\n")
+
+
+_BUILD = """
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+ext = Extension("csv_cells", ["csv_cells.pyx"], define_macros=[("HETSERVE_NO_TO_CHARS", "1")])
+setup(ext_modules=cythonize([ext], quiet=True), script_args=["build_ext", "--inplace", "-q"])
+"""
+
+
+def test_the_fallback_digits_build_writes_the_same_bytes(tmp_path, monkeypatch):
+    """The branch for a C++ library without ``std::to_chars`` (``PyOS_double_to_string``
+    makes the digits), built here by ``-DHETSERVE_NO_TO_CHARS`` into a module of its own,
+    writes what the ``csv`` module writes: the doubles' edges, random bit patterns and
+    every other kind of cell."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("Cython")
+    src = Path(R.__file__).with_name("csv_cells.pyx")
+    shutil.copy(src, tmp_path / "csv_cells.pyx")
+    (tmp_path / "build.py").write_text(_BUILD)
+    out = subprocess.run(
+        [sys.executable, "build.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (built,) = tmp_path.glob("csv_cells*.so")
+    spec = importlib.util.spec_from_file_location("csv_cells", built)
+    assert spec is not None and spec.loader is not None
+    fallback = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fallback)
+    assert fallback.DIGITS == "PyOS_double_to_string"
+    monkeypatch.setattr(R, "CSV_CELLS", fallback)
+    rng = np.random.default_rng(43)
+    bits = rng.integers(0, 2**64, 20_000, dtype=np.uint64, endpoint=False).view(np.float64)
+    xs = np.concatenate([bits, _edges(), [np.nan, np.inf, -np.inf, -0.0]])
+    n = len(xs)
+    columns = [
+        ("F", xs, None),
+        ("I", rng.integers(-(2**63), 2**63 - 1, n, endpoint=True), None),
+        ("C", rng.integers(0, 3, n), ["a", "b,c", 'd"e']),
+        ("T", [None if k % 5 == 0 else float(x) for k, x in enumerate(xs)], None),
+        ("O", [str(k) if k % 3 == 0 else float(x) for k, x in enumerate(xs)], None),
+    ]
+    got, want = _both(tmp_path, monkeypatch, ("f", "i", "c", "t", "o"), columns, n)
+    assert got == want and got.count(b"\r\n") == n + 1

@@ -19,7 +19,8 @@ Gay's algorithm) 7x faster: a million doubles in 0.05 s against 0.37 s, most of 
 30-second point's output. Where the library lacks it (``__cpp_lib_to_chars`` unset),
 ``PyOS_double_to_string`` makes them, as before. ``tests/sim/test_csv_cells.py`` holds the
 two to the same bytes on random bit patterns, every power of two and the notation's
-edges."""
+edges, and builds this file with ``-DHETSERVE_NO_TO_CHARS`` (the fallback where the library
+has ``to_chars``) to hold that build to them too."""
 
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
@@ -27,10 +28,20 @@ from libc.string cimport memcpy
 
 cdef extern from *:
     """
+    #if defined(__has_include)
+    #if __has_include(<charconv>)
     #include <charconv>
+    #endif
+    #endif
     #include <cmath>
     #include <cstring>
-    #if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+    /* HETSERVE_NO_TO_CHARS (a -D flag) builds the fallback where the library has
+       to_chars: tests/sim/test_csv_cells.py builds it so, to test that branch */
+    #if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L \
+        && !defined(HETSERVE_NO_TO_CHARS)
+    #define HS_TO_CHARS 1
+    #endif
+    #ifdef HS_TO_CHARS
     static const char *hs_digits = "std::to_chars";
     #else
     static const char *hs_digits = "PyOS_double_to_string";
@@ -40,7 +51,7 @@ cdef extern from *:
         if (x != x) { std::memcpy(out, "nan", 3); return 3; }
         if (x == HUGE_VAL) { std::memcpy(out, "inf", 3); return 3; }
         if (x == -HUGE_VAL) { std::memcpy(out, "-inf", 4); return 4; }
-    #if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+    #ifdef HS_TO_CHARS
         char s[32], dig[20];
         /* the shortest digits that read back as x, nearest x: d[.ddd]e(+|-)XX */
         char *end = std::to_chars(s, s + sizeof s, x, std::chars_format::scientific).ptr;
