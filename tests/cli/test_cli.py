@@ -258,3 +258,31 @@ def test_custom_scheduler_paths_must_name_a_scheduler_class(capsys, tmp_path):
                "os:system", "--duration", "1", "--rate", "10", "--out", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 2 and "not a scheduler class" in err
+
+
+def test_a_command_imports_its_own_module_not_the_others():
+    """The group imports a command's module when the command is run (``cli.main.Commands``):
+    ``hetserve simulate`` in a fresh process loads neither the server nor the benchmark
+    client nor the studies; ``--help`` lists every command, each with its summary."""
+    import subprocess
+    import sys
+
+    others = ["serve", "bench", "reproduce", "verdicts", "place", "demo", "data", "catalog"]
+    code = (
+        "import sys; from hetserve.cli.main import main\n"
+        "try:\n    main(['simulate', '--help'])\nexcept SystemExit:\n    pass\n"
+        f"print([m for m in {others!r} if 'hetserve.cli.' + m in sys.modules])\n"
+        "print('hetserve.cli.sim' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-2:] == ["[]", "True"], out.stdout[-2000:]
+    listing = subprocess.run(
+        [sys.executable, "-m", "hetserve", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    from hetserve.cli.main import COMMANDS
+
+    lines = listing.stdout.split("Commands:")[1].splitlines()
+    shown = [ln.split()[0] for ln in lines if ln.strip()]
+    assert shown == sorted(COMMANDS) and all(len(ln.split()) > 1 for ln in lines if ln.strip())

@@ -82,8 +82,9 @@ def _cases():
 
     def walk(cmd, path):
         if isinstance(cmd, click.Group):
-            for n, c in cmd.commands.items():
-                walk(c, [*path, n])
+            ctx = click.Context(cmd)  # (the group imports a command's module when asked)
+            for n in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, n), [*path, n])
             return
         key = " ".join(path)
         for p in cmd.params:

@@ -10,8 +10,9 @@ from hetserve.cli.main import cli, main
 
 def _options(cmd=cli, path=("hetserve",)):
     if isinstance(cmd, click.Group):
-        for name, sub in cmd.commands.items():
-            yield from _options(sub, (*path, name))
+        ctx = click.Context(cmd)  # (the group imports a command's module when asked)
+        for name in cmd.list_commands(ctx):
+            yield from _options(cmd.get_command(ctx, name), (*path, name))
     for p in cmd.params:
         if isinstance(p, click.Option):
             yield " ".join(path), p

@@ -7,39 +7,64 @@ and exit status 2 — never a traceback. Every command is documented in ``docs/c
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from hetserve import __version__
-from hetserve.cli import bench, catalog, data, demo, place, plan, reproduce, serve, sim, verdicts
 from hetserve.cli.common import add_repository_option, harden, report_error
 from hetserve.core.errors import HetserveError
 from hetserve.core.provenance import set_command
 
+#: every command of the group: its name, and the module of ``hetserve.cli`` that defines it
+#: (an attribute of that name)
+COMMANDS: dict[str, str] = {
+    "gpus": "catalog", "cluster": "catalog", "model": "catalog",
+    "profile": "data", "trace": "data", "zoo": "data",
+    "plan": "plan",
+    "place": "place",
+    "simulate": "sim", "sweep": "sim", "report": "sim",
+    "reproduce": "reproduce",
+    "serve": "serve",
+    "bench": "bench",
+    "demo": "demo",
+}  # fmt: skip
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(click.Group):
+    """The ``hetserve`` group, whose commands' modules are imported when a command is run,
+    not when the program starts: ``hetserve simulate`` does not import the server, the
+    benchmarks or the studies (about 50 ms of a command's start). ``hetserve --help`` lists
+    every command, and so imports them all."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module = importlib.import_module(f"hetserve.cli.{COMMANDS[cmd_name]}")
+            command = getattr(module, cmd_name)
+            assert isinstance(command, click.Command), (cmd_name, command)
+            if cmd_name == "reproduce":  # (`reproduce verdicts`, a module of its own)
+                from hetserve.cli.verdicts import reproduce_verdicts
+
+                assert isinstance(command, click.Group)
+                command.add_command(reproduce_verdicts)
+            harden(command)
+            add_repository_option(command, under_model=cmd_name == "model")
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hetserve")
 def cli() -> None:
     """hetserve: DNN inference serving on heterogeneous GPU clusters under latency SLOs."""
 
 
-for _command in (
-    catalog.gpus, catalog.cluster, catalog.model,
-    data.profile, data.trace, data.zoo,
-    plan.plan,
-    place.place,
-    sim.simulate, sim.sweep, sim.report,
-    reproduce.reproduce,
-    serve.serve,
-    bench.bench,
-    demo.demo,
-):  # fmt: skip
-    cli.add_command(_command)
-reproduce.reproduce.add_command(verdicts.reproduce_verdicts)  # (`reproduce verdicts`)
 harden(cli)
-add_repository_option(cli)
 
 
 def main(argv: list[str] | None = None) -> int:
