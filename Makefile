@@ -30,7 +30,7 @@ CONSTRAINTS := constraints.txt
 # results (docs/results) depend on its version; bump it only with those results re-run.
 LOCK_PINS   := highspy==1.15.1
 
-.PHONY: demo test lint bench graphs clean lock
+.PHONY: demo test lint bench bench-sim graphs clean lock
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 2; }
@@ -75,6 +75,26 @@ bench: $(VENV)/.test-installed
 	$(VENV)/bin/python benchmarks/bench_switch_ray.py
 	$(VENV)/bin/python benchmarks/bench_loadtool.py
 	$(VENV)/bin/python benchmarks/ray_path.py
+	$(MAKE) bench-sim
+
+# Issue 41's simulator benchmarks, side by side with the code before it (SIM_BASE, checked
+# out and built into a temporary worktree) in one sitting: speed on the DeepPlan run and
+# the whole studies, and with PPIPE=CHECKOUT (a local copy of github.com/JonnyKong/PPipe:
+# nothing is downloaded) the PPipe and NP plans, a 30-second point phase by phase and the
+# Python-policy boundary; instructions per request where valgrind is installed.
+SIM_BASE ?= a002e38
+comma := ,
+bench-sim: $(VENV)/.test-installed
+	$(VENV)/bin/python benchmarks/against_base.py speed studies --base $(SIM_BASE) --build-base \
+	  --only DeepPlan,issue41 $(if $(PPIPE),--ppipe $(PPIPE))
+	$(VENV)/bin/python benchmarks/sim_scaling.py --gpus 10,100,1000 --bases resnet18 \
+	  --requests 200000 --paired 10 --controls heap,calendar
+	$(if $(PPIPE),$(VENV)/bin/python benchmarks/sim_point.py --ppipe $(PPIPE))
+	$(if $(PPIPE),$(VENV)/bin/python benchmarks/policy_boundary.py $(PPIPE))
+	$(if $(shell command -v valgrind),$(VENV)/bin/python benchmarks/sim_instructions.py x \
+	  --planner deepplan --seconds 60$(comma)120)
+	$(if $(and $(PPIPE),$(shell command -v valgrind)),$(VENV)/bin/python \
+	  benchmarks/sim_instructions.py $(PPIPE) --seconds 1$(comma)4)
 
 # Re-export the model graphs shipped as package data (needs torch).
 graphs: $(VENV)/.test-installed

@@ -22,13 +22,21 @@ end); each scenario runs in a fresh process with ``PYTHONPATH`` set to one tree'
   parts first (``setup.py build_ext --inplace``): then both trees run as installed, and a
   ratio is this tree's code against the base's alone.
 
-Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [--base REV]
-[--rounds N] [--only NAME,...] [--build-base] [--ppipe CHECKOUT [--seconds S]]``
-(default: both, base ``HEAD``, so uncommitted changes are compared with the last
-commit). ``--ppipe``: a checkout of the PPipe artifact (``github.com/JonnyKong/PPipe``,
-nothing is downloaded) adds issue 41's instance: the authors' MAF19 group
-(efficientnet-b8, encnet, rtmdet) on ``hc1-l`` with their TensorRT block profiles, their
-PPipe and NP plans at capacity, ``--seconds`` of Poisson arrivals.
+- ``studies``: whole studies as a user runs them, ``hetserve reproduce NAME --quick --jobs
+  J --out DIR`` (``--studies ppipe,rampa``, ``--jobs 2``), each command's wall time from
+  outside, ``--rounds`` alternations; then whether the two trees' ``results.json`` are the
+  same, and where not, which top-level keys hold differing values and how many (a
+  study's ``provenance`` always differs; measured times such as ``seconds`` differ between
+  two runs of one tree too).
+
+Run: ``.venv/bin/python benchmarks/against_base.py [results] [speed] [studies] [--base REV]
+[--rounds N] [--only NAME,...] [--build-base] [--ppipe CHECKOUT [--seconds S]]
+[--studies NAME,...] [--jobs J]`` (default: results and speed, base ``HEAD``, so
+uncommitted changes are compared with the last commit). ``--ppipe``: a checkout of the
+PPipe artifact (``github.com/JonnyKong/PPipe``, nothing is downloaded) adds issue 41's
+instance: the authors' MAF19 group (efficientnet-b8, encnet, rtmdet) on ``hc1-l`` with
+their TensorRT block profiles, their PPipe and NP plans at capacity, ``--seconds`` of
+Poisson arrivals.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from hetserve.core.provenance import provenance_line
@@ -267,6 +276,9 @@ def main() -> None:
     )
     ap.add_argument("--seconds", type=float, default=300.0,
                     help="issue 41's scenarios: seconds of arrivals [300]")  # fmt: skip
+    ap.add_argument("--studies", default="ppipe,rampa",
+                    help="studies: the studies to run [ppipe,rampa]")  # fmt: skip
+    ap.add_argument("--jobs", type=int, default=2, help="studies: --jobs of each [2]")
     args = ap.parse_args()
     names = [n for n in SCENARIOS if not args.only or any(k in n for k in args.only.split(","))]
     if args.ppipe is None:
@@ -330,9 +342,73 @@ def main() -> None:
                         f" this tree {events:,} events, {per_s:,.0f} events/s)"
                     )
                     print(f"      {round_ratios(speeds['base'], speeds['this'])}")
+            if "studies" in args.what:
+                studies(base, args.studies.split(","), args.rounds, args.jobs)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
                            check=False)  # fmt: skip
+
+
+def studies(base: Path, names: list[str], rounds: int, jobs: int) -> None:
+    """Each study's ``hetserve reproduce NAME --quick`` in both trees, ``rounds``
+    alternations (base, then this tree), timed from outside; then the last round's
+    ``results.json`` of the two compared."""
+    print(f"\nstudies (hetserve reproduce NAME --quick --jobs {jobs}; wall seconds, "
+          f"{rounds} rounds alternating):")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="hetserve-studies-") as tmp:
+        for name in names:
+            walls: dict[str, list[float]] = {"base": [], "this": []}
+            for r in range(rounds):
+                for key, tree in (("base", base), ("this", ROOT)):
+                    out = Path(tmp) / f"{name}-{key}-{r}"
+                    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+                    cmd = [sys.executable, "-m", "hetserve", "reproduce", name, "--quick",
+                           "--jobs", str(jobs), "--out", str(out)]  # fmt: skip
+                    t0 = time.perf_counter()
+                    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    walls[key].append(time.perf_counter() - t0)
+                    if done.returncode != 0:
+                        print(f"  {name}: the {key} tree's run failed (exit "
+                              f"{done.returncode}): {done.stderr.strip()[-500:]}")  # fmt: skip
+                        raise SystemExit(1)
+            each = {k: ", ".join(f"{w:.1f}" for w in v) for k, v in walls.items()}
+            ratio = min(walls["base"]) / min(walls["this"])
+            print(f"  {name:<10} base {each['base']}  this {each['this']}  "
+                  f"ratio {ratio:.2f}x (best of each)")  # fmt: skip
+            print(f"      {round_ratios(walls['this'], walls['base'])}")
+            last = rounds - 1
+            a, b = (json.loads((Path(tmp) / f"{name}-{k}-{last}/results.json").read_text())
+                    for k in ("base", "this"))  # fmt: skip
+            diff = json_differences(a, b)
+            if not diff:
+                print("      results.json: identical")
+            else:
+                where = ", ".join(
+                    f"{k} ({n} value{'s' if n != 1 else ''})" for k, n in sorted(diff.items())
+                )
+                print(f"      results.json: the same but for {where}")
+
+
+def json_differences(a: object, b: object, top: str = "") -> dict[str, int]:
+    """The values that differ between two JSON documents, counted by the top-level key
+    that holds them (``"."`` for the document itself)."""
+    out: dict[str, int] = {}
+
+    def walk(x: object, y: object, key: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in x.keys() | y.keys():
+                if k not in x or k not in y:
+                    out[key or k] = out.get(key or k, 0) + 1
+                else:
+                    walk(x[k], y[k], key or k)
+        elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+            for u, v in zip(x, y, strict=True):
+                walk(u, v, key)
+        elif x != y or type(x) is not type(y):
+            out[key or "."] = out.get(key or ".", 0) + 1
+
+    walk(a, b, top)
+    return out
 
 
 def round_ratios(base: list[float], this: list[float]) -> str:
