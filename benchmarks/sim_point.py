@@ -158,62 +158,63 @@ def main() -> None:
     from hetserve.engine.setup import build_setup
     from hetserve.planning.ppipe import PlanOptions, plan_models
 
-    work = Path(tempfile.mkdtemp(prefix="hetserve-point-"))
-    profiles = work / "profiles"
-    profile_set(Path(a.ppipe), MAF19_TRIO).write(profiles)
-    base = build_setup("hc1-l", MAF19_TRIO, profiles=str(profiles))
-    slos = slos_from_scale(base.cluster, base.latency, MAF19_TRIO, 5.0, "L4")
-    opts = PlanOptions(planner="ppipe", cut_bytes_factor=1.0)
-    plan_models(base.cluster, base.latency, slos, options=opts).save(work / "plan.json")
-    cli = Path(sys.executable).with_name("hetserve")
-    trees = {"this": os.environ.copy()}
-    if a.against is not None:
-        trees["base"] = {**os.environ, "PYTHONPATH": str(Path(a.against).resolve())}
-    cols = [f"{tree} {w}" if len(trees) > 1 else w for tree in trees for w in writers]
-    times: dict[str, dict[str, list[float]]] = {c: {p: [] for p in PHASES} for c in cols}
-    whole: dict[str, list[float]] = {tree: [] for tree in trees}
-    first: dict[str, bytes] = {}
-    n = 0
-    for r in range(a.rounds):
-        for tree, env in trees.items():
-            for w in writers:
-                col = f"{tree} {w}" if len(trees) > 1 else w
-                out = work / f"{tree}-{w}-{r}"
-                got = subprocess.run(
-                    [sys.executable, __file__, "--seconds", str(a.seconds), "--one", w,
-                     str(profiles), str(work / "plan.json"), str(out)],
-                    capture_output=True, text=True, check=True, env=env,
+    with tempfile.TemporaryDirectory(prefix="hetserve-point-") as tmp:
+        work = Path(tmp)
+        profiles = work / "profiles"
+        profile_set(Path(a.ppipe), MAF19_TRIO).write(profiles)
+        base = build_setup("hc1-l", MAF19_TRIO, profiles=str(profiles))
+        slos = slos_from_scale(base.cluster, base.latency, MAF19_TRIO, 5.0, "L4")
+        opts = PlanOptions(planner="ppipe", cut_bytes_factor=1.0)
+        plan_models(base.cluster, base.latency, slos, options=opts).save(work / "plan.json")
+        cli = Path(sys.executable).with_name("hetserve")
+        trees = {"this": os.environ.copy()}
+        if a.against is not None:
+            trees["base"] = {**os.environ, "PYTHONPATH": str(Path(a.against).resolve())}
+        cols = [f"{tree} {w}" if len(trees) > 1 else w for tree in trees for w in writers]
+        times: dict[str, dict[str, list[float]]] = {c: {p: [] for p in PHASES} for c in cols}
+        whole: dict[str, list[float]] = {tree: [] for tree in trees}
+        first: dict[str, bytes] = {}
+        n = 0
+        for r in range(a.rounds):
+            for tree, env in trees.items():
+                for w in writers:
+                    col = f"{tree} {w}" if len(trees) > 1 else w
+                    out = work / f"{tree}-{w}-{r}"
+                    got = subprocess.run(
+                        [sys.executable, __file__, "--seconds", str(a.seconds), "--one", w,
+                         str(profiles), str(work / "plan.json"), str(out)],
+                        capture_output=True, text=True, check=True, env=env,
+                    )  # fmt: skip
+                    t = json.loads(got.stdout.splitlines()[-1])
+                    n = int(t.pop("requests"))
+                    for p in PHASES:
+                        times[col][p].append(t[p])
+                    _same(first, out)
+                out = work / f"{tree}-cli-{r}"
+                c = time.perf_counter()
+                subprocess.run(
+                    [str(cli), "simulate", "--cluster", "hc1-l", "--profiles", str(profiles),
+                     "--plan", str(work / "plan.json"), "--scheduler", "reservation",
+                     "--duration", str(a.seconds), "--out", str(out)],
+                    capture_output=True, check=True, env={**env, "COLUMNS": "100"},
                 )  # fmt: skip
-                t = json.loads(got.stdout.splitlines()[-1])
-                n = int(t.pop("requests"))
-                for p in PHASES:
-                    times[col][p].append(t[p])
+                whole[tree].append(time.perf_counter() - c)
                 _same(first, out)
-            out = work / f"{tree}-cli-{r}"
-            c = time.perf_counter()
-            subprocess.run(
-                [str(cli), "simulate", "--cluster", "hc1-l", "--profiles", str(profiles),
-                 "--plan", str(work / "plan.json"), "--scheduler", "reservation",
-                 "--duration", str(a.seconds), "--out", str(out)],
-                capture_output=True, check=True, env={**env, "COLUMNS": "100"},
-            )  # fmt: skip
-            whole[tree].append(time.perf_counter() - c)
-            _same(first, out)
-    print(f"\n{a.seconds:g} s of arrivals, {n:,} requests; seconds, the least to the most "
-          f"of {a.rounds} rounds (each a fresh process); every run's CSV files the same "
-          "bytes\n")  # fmt: skip
-    print(f"| phase | {' | '.join(cols)} |\n|---|{'---:|' * len(cols)}")
-    for p in PHASES:
-        print(f"| {p} | {' | '.join(_span(times[c][p]) for c in cols)} |")
-    for c in cols:
-        beside = [sum(times[c][p][r] for p in BESIDE) for r in range(a.rounds)]
-        sim = times[c]["simulation"]
-        ok = all(b <= s for b, s in zip(beside, sim, strict=True))
-        print(f"\n{c}: setup, trace, summary and files {_span(beside)} s against the "
-              f"simulation's {_span(sim)} s: {'not longer' if ok else 'LONGER'} in every "
-              f"round")  # fmt: skip
-    for tree, ts in whole.items():
-        print(f"\n`hetserve simulate` itself, the whole process ({tree}): {_span(ts)} s")
+        print(f"\n{a.seconds:g} s of arrivals, {n:,} requests; seconds, the least to the most "
+              f"of {a.rounds} rounds (each a fresh process); every run's CSV files the same "
+              "bytes\n")  # fmt: skip
+        print(f"| phase | {' | '.join(cols)} |\n|---|{'---:|' * len(cols)}")
+        for p in PHASES:
+            print(f"| {p} | {' | '.join(_span(times[c][p]) for c in cols)} |")
+        for c in cols:
+            beside = [sum(times[c][p][r] for p in BESIDE) for r in range(a.rounds)]
+            sim = times[c]["simulation"]
+            ok = all(b <= s for b, s in zip(beside, sim, strict=True))
+            print(f"\n{c}: setup, trace, summary and files {_span(beside)} s against the "
+                  f"simulation's {_span(sim)} s: {'not longer' if ok else 'LONGER'} in every "
+                  f"round")  # fmt: skip
+        for tree, ts in whole.items():
+            print(f"\n`hetserve simulate` itself, the whole process ({tree}): {_span(ts)} s")
 
 
 def _same(first: dict[str, bytes], out: Path) -> None:
