@@ -42,8 +42,10 @@ Poisson arrivals.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -288,6 +290,7 @@ def main() -> None:
         from bench_replan_maf19 import profile_set
 
         folder = Path(tempfile.mkdtemp(prefix="hetserve-ppipe-"))
+        atexit.register(shutil.rmtree, folder, True)  # (read by every scenario's process)
         profile_set(Path(args.ppipe), MAF19_TRIO).write(folder)
         os.environ["HETSERVE_PPIPE_PROFILES"] = str(folder)
         os.environ["ISSUE41_SECONDS"] = repr(args.seconds)
