@@ -14,6 +14,7 @@ that differ only in ``HETSERVE_PURE_PYTHON``; and the builds take the C types of
 import pytest
 
 from hetserve.core import heaps
+from hetserve.core.compiled import python_asked
 from hetserve.engine import (
     deadlines,
     deadlines_core,
@@ -46,6 +47,11 @@ except ImportError:  # (no compiled build: nothing to compare with)
 
 needs_build = pytest.mark.skipif(
     compiled is None, reason="hetserve was installed without its compiled part (setup.py)"
+)
+# (a test that the builds are taken: not where HETSERVE_PURE_PYTHON asks for the Python)
+needs_build_taken = pytest.mark.skipif(
+    compiled is None or python_asked(),
+    reason="the compiled part is not built, or HETSERVE_PURE_PYTHON asks for the Python",
 )
 
 # Every path of the per-request code that a run can take: whole models under edf-adaptive,
@@ -139,7 +145,7 @@ def test_simulations_are_the_same_compiled_and_in_python():
     assert a == {**b, **dict.fromkeys(parts, True)}
 
 
-@needs_build
+@needs_build_taken
 def test_the_builds_take_the_c_types_of_their_pxd():
     """The entities, the link models, the kernel, the residency and the stage start are
     extension types with typed attributes (a ``.pxd``
@@ -186,7 +192,7 @@ def test_beside_python_entities_the_kernel_and_recorder_are_python(monkeypatch):
     assert result._ledger() == (recorder_core.Ledger, False)
 
 
-@needs_build
+@needs_build_taken
 def test_beside_a_python_deadline_watch_the_kernel_is_python(monkeypatch):
     """The compiled kernel holds its deadline watch typed (the compiled class's C
     methods): beside the Python one (not built, or older than its source) it is the

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from hetserve.cli.common import console, jobs_option, study_progress
+from hetserve.cli.verdicts import reproduce_verdicts
 from hetserve.experiments.studies import Study, get_study, run_study, study_names
 
 
@@ -72,3 +73,4 @@ def _command(study: Study) -> click.Command:
 
 for _name in study_names():
     reproduce.add_command(_command(get_study(_name)))
+reproduce.add_command(reproduce_verdicts)  # (`reproduce verdicts`)

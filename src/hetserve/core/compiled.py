@@ -15,11 +15,17 @@ from pathlib import Path
 from types import ModuleType
 
 
+def python_asked() -> bool:
+    """Whether the environment asks for the Python files where builds exist
+    (``HETSERVE_PURE_PYTHON`` set to anything but ``""`` or ``"0"``)."""
+    return os.environ.get("HETSERVE_PURE_PYTHON", "") not in ("", "0")
+
+
 def compiled_build(name: str, sources: Sequence[Path]) -> ModuleType | None:
     """The extension module ``name``, or None: not built, ``HETSERVE_PURE_PYTHON`` set,
     or older than one of ``sources`` (left aside with a warning: it would run code that
     is no longer there; a source that is not installed is not compared)."""
-    if os.environ.get("HETSERVE_PURE_PYTHON", "") not in ("", "0"):
+    if python_asked():
         return None
     try:
         mod = importlib.import_module(name)
